@@ -1,0 +1,38 @@
+# The two commands a newcomer needs are `make demo` and `make test`; both set up .venv/ first.
+VENV := .venv
+PY := $(VENV)/bin/python
+DFM := $(VENV)/bin/dfm
+SAMPLE := data/sample
+
+.PHONY: setup test test-fast demo bench bench-quick validate clean
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	$(PY) -m pytest -q
+
+# The unit tests only (no TensorFlow processes): seconds.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not horovod"
+
+validate: setup
+	$(DFM) validate configs/*.yaml
+
+$(SAMPLE)/.done:
+	$(DFM) data synth --out $(SAMPLE) --rows 200000 --files 8 --eval-rows 40000 --seed 7
+	@touch $@
+
+# The main job on the embedded default: a 2-host parameter-server DeepFM job on the bundled sample data.
+demo: setup
+	@$(MAKE) --no-print-directory $(SAMPLE)/.done
+	$(DFM) launch configs/ps.yaml --local
+
+bench: setup
+	$(PY) -m bench.run
+
+bench-quick: setup
+	$(PY) -m bench.run --quick
+
+clean:
+	rm -rf runs build dist *.egg-info .pytest_cache

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Idempotent set-up of .venv/ with everything the tests and local runs need.
+# A second run on a ready machine takes a few seconds: each step checks before it works.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.venv
+PY=$VENV/bin/python
+TF_VERSION=2.14.1
+HOROVOD_VERSION=0.28.1
+# Horovod compiles against the installed TensorFlow: cache the wheel per TF version.
+WHEELS="${DFM_WHEEL_CACHE:-$HOME/.cache/dfm/wheels}/tf-$TF_VERSION"
+mkdir -p "$WHEELS"
+step() { printf '[setup] %s\n' "$*"; }
+
+# 1. MPI for Horovod (the SageMaker container launches Horovod through mpirun).
+if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing Open MPI (Debian packages)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
+  else
+    step "Open MPI missing and apt-get unavailable: Horovod will be built with gloo only"
+  fi
+fi
+
+# 2. The virtual environment, on Python 3.11 where available (the reference for TF 2.14.1).
+if [ ! -x "$PY" ]; then
+  PYTHON=$(command -v python3.11 || command -v python3)
+  step "creating $VENV with $PYTHON"
+  "$PYTHON" -m venv "$VENV"
+  "$PY" -m pip install -q --upgrade pip wheel
+fi
+
+# 3. dfm itself (editable) with the local-run and test extras; pip's cache makes repeats cheap.
+stamp=$VENV/.dfm-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  step "installing dfm[local,test] into $VENV"
+  "$PY" -m pip install -q -e '.[local,test]' cloudpickle packaging wheel
+  touch "$stamp"
+fi
+
+# 4. PipeModeDataset (sagemaker-tensorflow): cp310 wheels only; its op does not link Python, so the
+#    cp310 wheel unpacked into a folder on a .pth path works on 3.11 (see shared NOTES).
+SMTF_DIR=$VENV/sagemaker-tensorflow
+if ! "$PY" -c "import sagemaker_tensorflow" >/dev/null 2>&1; then
+  step "installing sagemaker-tensorflow (PipeModeDataset) into $SMTF_DIR"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.10 --implementation cp \
+      --abi cp310 --platform manylinux1_x86_64 -d "$WHEELS" "sagemaker-tensorflow==2.14.*"
+  "$PY" -m pip install -q --no-deps --upgrade --target "$SMTF_DIR" "$WHEELS"/sagemaker_tensorflow-2.14*.whl
+  site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$(cd "$SMTF_DIR" && pwd)" > "$site/sagemaker_tensorflow_cp310.pth"
+fi
+
+# 5. Horovod built against this TensorFlow, from the cached wheel when there is one (4-9 min otherwise).
+if ! "$PY" -c "import horovod.tensorflow" >/dev/null 2>&1; then
+  wheel=$(ls "$WHEELS"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$wheel" ]; then
+    step "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (several minutes, once)"
+    with_mpi=0; command -v mpicxx >/dev/null 2>&1 && with_mpi=1
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=$with_mpi \
+    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j"$(nproc)" \
+      "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$WHEELS" "horovod==$HOROVOD_VERSION"
+    wheel=$(ls "$WHEELS"/horovod-$HOROVOD_VERSION-*.whl | head -n 1)
+  fi
+  step "installing $wheel"
+  "$PY" -m pip install -q --no-deps "$wheel"
+fi
+step "ready: $VENV ($("$PY" -c 'import tensorflow as tf, horovod; print("TF", tf.__version__, "Horovod", horovod.__version__)' 2>/dev/null))"
