@@ -45,9 +45,8 @@ fi
 SMTF_DIR=$VENV/sagemaker-tensorflow
 if ! "$PY" -c "import sagemaker_tensorflow" >/dev/null 2>&1; then
   step "installing sagemaker-tensorflow (PipeModeDataset) into $SMTF_DIR"
-  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.10 --implementation cp \
-      --abi cp310 --platform manylinux1_x86_64 -d "$WHEELS" "sagemaker-tensorflow==2.14.*"
-  "$PY" -m pip install -q --no-deps --upgrade --target "$SMTF_DIR" "$WHEELS"/sagemaker_tensorflow-2.14*.whl
+  "$PY" -m pip install -q --no-deps --upgrade --only-binary=:all: --python-version 3.10 --implementation cp \
+      --abi cp310 --platform manylinux1_x86_64 --target "$SMTF_DIR" "sagemaker-tensorflow==2.14.*"
   site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$(cd "$SMTF_DIR" && pwd)" > "$site/sagemaker_tensorflow_cp310.pth"
 fi
