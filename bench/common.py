@@ -1,0 +1,108 @@
+"""Timing, machine description and section building shared by the benchmark items."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRYPOINTS = REPO / "entrypoints"
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def alternate(contenders: dict[str, Callable[[], float]], repetitions: int) -> dict[str, list[float]]:
+    """Call each contender once per round, rotating who goes first, so drift in the machine's load
+    (other processes on 2 shared cores) falls on every contender alike."""
+    names = list(contenders)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repetitions):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(contenders[name]())
+    return results
+
+
+def seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def machine() -> dict:
+    cpu_model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = float("nan")
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gib = int(line.split()[1]) / 2**20
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model,
+        "memory_gib": round(memory_gib, 1),
+        "load_1min_at_start": round(load, 2),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def versions(packages: tuple[str, ...] = ("dfm", "tensorflow-cpu", "keras", "numpy", "deepctr",
+                                           "sagemaker", "sagemaker-tensorflow", "horovod")) -> dict:
+    found = {}
+    for name in packages:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def section(title: str, goal: str, command: str) -> dict:
+    """An item's result: tables of rows (strings or numbers), notes, and verdicts on its goals."""
+    return {"title": title, "goal": goal, "command": command, "tables": [], "notes": [],
+            "verdicts": [], "data": {}}
+
+
+def add_table(result: dict, headers: list[str], rows: list[list], caption: str = "") -> None:
+    result["tables"].append({"caption": caption, "headers": headers, "rows": rows})
+
+
+def verdict(result: dict, goal: str, met: bool | None, detail: str) -> None:
+    result["verdicts"].append({"goal": goal, "met": met, "detail": detail})
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def use_entrypoints() -> None:
+    """The bundled entry points are flat modules (the container runs them with the source dir as cwd)."""
+    if str(ENTRYPOINTS) not in sys.path:
+        sys.path.insert(0, str(ENTRYPOINTS))
+
+
+def quiet_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
