@@ -1,8 +1,168 @@
-"""`dfm data ...`: synthesize, convert and split training data. Owner: issue 3 (data tools)."""
+"""`dfm data ...`: synthesize, convert and split training data. Owner: issue 3 (data tools).
+
+numpy and TensorFlow load inside the commands, so `dfm --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import click
+
+from launcher.errors import DfmError
 
 
 @click.group()
 def data() -> None:
     """Make and lay out training data (synthetic Criteo-like, libsvm -> TFRecord, balanced splits)."""
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1")
+    return value
+
+
+def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
+    taken = [out / name for name in names if (out / name).exists()]
+    if taken and not force:
+        raise DfmError(f"{taken[0]} already exists; pass --force to replace it")
+    for path in taken:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+@data.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for train/, eval/ and meta.json.")
+@click.option("--rows", type=int, required=True, callback=_positive, help="Training rows.")
+@click.option("--eval-rows", type=int, default=0, show_default=True, help="Evaluation rows (0: no eval/).")
+@click.option("--files", type=int, default=1, show_default=True, callback=_positive,
+              help="Training files of equal size (must divide --rows).")
+@click.option("--eval-files", type=int, default=None, callback=_positive,
+              help="Evaluation files (default: --files, or fewer when --eval-rows does not divide).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same data and teacher.")
+@click.option("--field-size", type=int, default=39, show_default=True, callback=_positive)
+@click.option("--feature-size", type=int, default=117581, show_default=True, callback=_positive)
+@click.option("--numeric-fields", type=int, default=None, help="Heavy-tailed numeric fields (default: a third).")
+@click.option("--signal", type=float, default=1.5, show_default=True,
+              help="Spread of the teacher's logit; larger is easier (1.5 gives a teacher AUC near 0.81).")
+@click.option("--positive-rate", type=float, default=0.25, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["tfrecord", "libsvm"]), default="tfrecord", show_default=True)
+@click.option("--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out.")
+def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | None, seed: int, field_size: int,
+          feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, fmt: str,
+          force: bool) -> None:
+    """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
+    from launcher.data import synth as synth_mod
+
+    if eval_rows < 0:
+        raise DfmError("--eval-rows must be 0 or more")
+    if rows % files:
+        raise DfmError(f"--rows {rows} does not split into {files} equal files; use a multiple of {files}")
+    if eval_files is None:
+        eval_files = max(d for d in range(1, files + 1) if eval_rows % d == 0) if eval_rows else 1
+    elif eval_rows % eval_files:
+        raise DfmError(f"--eval-rows {eval_rows} does not split into {eval_files} equal files")
+    _clear_outputs(out, ["train", "eval", "meta.json"], force)
+    try:
+        drawn = synth_mod.generate(rows + eval_rows, seed, field_size=field_size, feature_size=feature_size,
+                                   numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate)
+    except ValueError as err:
+        raise DfmError(str(err)) from None
+    write = synth_mod.write_tfrecords if fmt == "tfrecord" else synth_mod.write_libsvm
+    train = drawn.take(0, rows)
+    write(out / "train", train, files)
+    meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
+            "seed": seed, "field_size": field_size, "feature_size": feature_size,
+            "numeric_fields": numeric_fields if numeric_fields is not None else field_size // 3,
+            "signal": signal, "format": fmt, "positive_rate": float(train.labels.mean()),
+            "teacher_auc": train.teacher_auc}
+    if eval_rows:
+        held_out = drawn.take(rows, rows + eval_rows)
+        write(out / "eval", held_out, eval_files)
+        meta["eval_teacher_auc"] = held_out.teacher_auc
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    click.echo(f"wrote {rows} train rows in {files} files"
+               + (f" and {eval_rows} eval rows in {eval_files} files" if eval_rows else "")
+               + f" to {out}; positives {meta['positive_rate']:.1%}, teacher AUC {train.teacher_auc:.4f}"
+               + (f" (eval {meta['eval_teacher_auc']:.4f})" if eval_rows else ""))
+
+
+@data.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Folder for the TFRecords.")
+@click.option("--field-size", type=int, default=39, show_default=True, callback=_positive,
+              help="Exact number of id:value pairs every row must have.")
+@click.option("--feature-size", type=int, default=None, callback=_positive, help="Also check every id is below this.")
+@click.option("--files", type=int, default=1, show_default=True, callback=_positive,
+              help="Output files; rows are dealt round-robin (counts differ by at most one).")
+@click.option("--prefix", default="part", show_default=True)
+@click.option("--skip-bad", is_flag=True, help="Write the good rows and report how many were skipped.")
+def convert(inputs: tuple[Path, ...], out: Path, field_size: int, feature_size: int | None, files: int,
+            prefix: str, skip_bad: bool) -> None:
+    """Convert libsvm files (or folders of them) to TFRecord, checking every row."""
+    from launcher.data import libsvm
+    from launcher.data.split import input_files
+
+    paths = input_files(list(inputs))
+    if not paths:
+        raise DfmError("no input files found")
+    with click.progressbar(length=sum(p.stat().st_size for p in paths), label="converting",
+                           file=click.get_text_stream("stderr")) as bar:
+        report = libsvm.convert(paths, out, field_size, files=files, prefix=prefix, feature_size=feature_size,
+                                skip_bad=skip_bad, on_bytes=bar.update)
+    for bad in report.first_bad:
+        click.echo(f"  bad row {bad}", err=True)
+    if report.bad and not skip_bad:
+        raise DfmError(f"{report.bad} bad rows (of {report.rows + report.bad}); first at {report.first_bad[0]}; "
+                       "nothing written (--skip-bad writes the good rows)")
+    skipped = f", skipped {report.bad} bad rows" if report.bad else ""
+    click.echo(f"wrote {report.rows} rows to {files} files in {out}{skipped}")
+
+
+@data.command("split")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the channel folders and split.json.")
+@click.option("--hosts", type=int, default=1, show_default=True, callback=_positive)
+@click.option("--workers", type=int, default=1, show_default=True, callback=_positive,
+              help="Training processes per host.")
+@click.option("--files-per-worker", type=int, default=1, show_default=True, callback=_positive,
+              help="Files each worker gets (from each of its channels with --multi-path).")
+@click.option("--multi-path", is_flag=True, help="One folder per channel: train/, train-1/, ...")
+@click.option("--channels", type=int, default=None, callback=_positive,
+              help="Channel folders with --multi-path (default: --workers; a multiple of it).")
+@click.option("--channel", default="train", show_default=True, help="Base channel name.")
+@click.option("--force", is_flag=True, help="Replace existing channel folders under --out.")
+def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int, files_per_worker: int,
+                  multi_path: bool, channels: int | None, channel: str, force: bool) -> None:
+    """Re-split TFRecords into equal-count files for hosts x workers (remainder records are dropped)."""
+    from launcher.data import split as split_mod
+
+    try:
+        layout = split_mod.Layout(hosts, workers, files_per_worker, multi_path, channels or 0, channel)
+        paths = split_mod.input_files(list(inputs))
+    except (ValueError, FileNotFoundError) as err:
+        raise DfmError(str(err)) from None
+    if not paths:
+        raise DfmError("no input files found")
+    if any(out / name in {p.parent for p in paths} for name in layout.channel_names()):
+        raise DfmError("--out must not contain the input folders")
+    _clear_outputs(out, [*layout.channel_names(), "split.json"], force)
+    try:
+        total = split_mod.count_records(paths)
+        with click.progressbar(length=total, label="splitting", file=click.get_text_stream("stderr")) as bar:
+            report = split_mod.split(paths, out, layout, total=total, on_records=bar.update)
+    except ValueError as err:
+        raise DfmError(str(err)) from None
+    summary = {"hosts": hosts, "workers": workers, "files_per_worker": files_per_worker, "multi_path": multi_path,
+               "channels": layout.channel_names(), "files_per_channel": layout.files_per_channel(),
+               "records_per_file": report.records_per_file, "records": report.total - report.dropped,
+               "dropped": report.dropped}
+    (out / "split.json").write_text(json.dumps(summary, indent=2) + "\n")
+    click.echo(f"wrote {len(report.paths)} files x {report.records_per_file} records into "
+               f"{', '.join(n + '/' for n in layout.channel_names())} under {out}"
+               + (f"; dropped the last {report.dropped} records (not divisible by {len(report.paths)} files)"
+                  if report.dropped else ""))
