@@ -1,0 +1,125 @@
+"""The synthetic generator: deterministic, Criteo-like, and its teacher AUC is a real ceiling."""
+
+import json
+
+import numpy as np
+import pytest
+
+from launcher.cli import main
+from launcher.data import synth
+
+
+def test_same_seed_same_data_other_seed_other_data():
+    a, b, c = synth.generate(2000, 3), synth.generate(2000, 3), synth.generate(2000, 4)
+    for name in ("ids", "values", "labels", "probs"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.teacher_auc == b.teacher_auc
+    assert not np.array_equal(a.ids, c.ids)
+
+
+def test_shapes_dtypes_and_field_ranges():
+    data = synth.generate(5000, 1)
+    assert data.ids.shape == data.values.shape == (5000, 39)
+    assert (data.ids.dtype, data.values.dtype, data.labels.dtype) == (np.int64, np.float32, np.float32)
+    low, high = data.ids.min(axis=0), data.ids.max(axis=0)
+    assert low.min() >= 0 and high.max() < synth.DEFAULT_FEATURE_SIZE
+    assert np.all(high[:-1] < low[1:]), "each field owns its own id range, in field order"
+    assert set(np.unique(data.labels)) == {0.0, 1.0}
+    numeric, categorical = data.values[:, :13], data.values[:, 13:]
+    assert np.all(categorical == 1.0) and numeric.min() >= 0.0 and numeric.max() <= 1.0
+
+
+def test_heavy_tails_and_zipf_skew():
+    data = synth.generate(20000, 2)
+    # Categorical: the most frequent id of a big field is far above its uniform share.
+    big = data.ids[:, -1]
+    top_share = np.unique(big, return_counts=True)[1].max() / len(big)
+    assert top_share > 50 / (big.max() - big.min() + 1)
+    # Numeric: the largest counts sit far out compared with the median (log1p scale, capped).
+    counts = np.expm1(data.values[:, :13] * 10.0)
+    assert np.median(counts.max(axis=0) / np.maximum(np.median(counts, axis=0), 1.0)) > 20
+
+
+@pytest.mark.parametrize("rate", [0.25, 0.1])
+def test_positive_rate_is_planted(rate):
+    assert synth.generate(20000, 5, positive_rate=rate).labels.mean() == pytest.approx(rate, abs=0.02)
+
+
+def test_teacher_auc_well_above_chance_and_grows_with_signal():
+    weak, default, strong = (synth.generate(20000, 6, signal=s).teacher_auc for s in (0.7, 1.5, 3.0))
+    assert 0.75 < default < 0.9
+    assert 0.5 < weak < default < strong
+
+
+def test_small_layouts_and_a_too_small_feature_size():
+    data = synth.generate(100, 0, field_size=5, feature_size=60)
+    assert data.ids.shape == (100, 5) and data.ids.max() < 60
+    with pytest.raises(ValueError, match="too small"):
+        synth.generate(100, 0, field_size=39, feature_size=100)
+
+
+def test_roc_auc_matches_pairwise_definition_with_ties():
+    rng = np.random.default_rng(0)
+    labels = rng.random(300) < 0.3
+    scores = np.round(rng.random(300), 1)  # many ties
+    pos, neg = scores[labels], scores[~labels]
+    pairwise = ((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])).mean()
+    assert synth.roc_auc(labels, scores) == pytest.approx(pairwise)
+
+
+def _fit_logistic(ids, values, labels, feature_size, steps=300, lr=0.5):
+    """Full-batch Adagrad logistic regression on the (id, value) pairs."""
+    weights, bias = np.zeros(feature_size), 0.0
+    accum, bias_accum = np.full(feature_size, 1e-8), 1e-8
+    for _ in range(steps):
+        probs = 1 / (1 + np.exp(-((weights[ids] * values).sum(axis=1) + bias)))
+        error = (probs - labels) / len(labels)
+        grad = np.bincount(ids.ravel(), weights=(error[:, None] * values).ravel(), minlength=feature_size)
+        grad += 1e-4 * weights
+        accum += grad ** 2
+        weights -= lr * grad / np.sqrt(accum)
+        bias_accum += error.sum() ** 2
+        bias -= lr * error.sum() / np.sqrt(bias_accum)
+    return lambda i, v: (weights[i] * v).sum(axis=1) + bias
+
+
+def test_a_fitted_model_learns_but_does_not_beat_the_teacher():
+    data = synth.generate(40000, 8, field_size=20, feature_size=2000)
+    train, held_out = data.take(0, 30000), data.take(30000, 40000)
+    predict = _fit_logistic(train.ids, train.values, train.labels, 2000)
+    student = synth.roc_auc(held_out.labels, predict(held_out.ids, held_out.values))
+    assert 0.6 < student < held_out.teacher_auc + 0.01
+
+
+def test_write_tfrecords_round_trip_with_equal_counts(tmp_path):
+    from launcher.data.tfrecord import read_examples
+
+    data = synth.generate(600, 9, field_size=7, feature_size=500)
+    paths = synth.write_tfrecords(tmp_path, data, files=3)
+    assert [p.name for p in paths] == ["part-00000.tfrecord", "part-00001.tfrecord", "part-00002.tfrecord"]
+    assert [len(read_examples([p], 7)[0]) for p in paths] == [200, 200, 200]
+    labels, ids, values = read_examples(paths, 7)
+    np.testing.assert_array_equal(labels, data.labels)
+    np.testing.assert_array_equal(ids, data.ids)
+    np.testing.assert_array_equal(values, data.values)
+    with pytest.raises(ValueError, match="divisible"):
+        synth.write_tfrecords(tmp_path / "x", data, files=7)
+
+
+def test_cli_synth_writes_train_eval_and_meta(tmp_path, capsys):
+    from launcher.data.tfrecord import read_examples
+
+    out = tmp_path / "sample"
+    argv = ["data", "synth", "--out", str(out), "--rows", "400", "--eval-rows", "100", "--files", "4",
+            "--seed", "7", "--field-size", "9", "--feature-size", "300"]
+    assert main(argv) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert (meta["rows"], meta["eval_rows"], meta["seed"], meta["field_size"], meta["feature_size"]) == (400, 100, 7, 9, 300)
+    expected = synth.generate(500, 7, field_size=9, feature_size=300)
+    assert meta["teacher_auc"] == pytest.approx(expected.take(0, 400).teacher_auc)
+    train = sorted((out / "train").iterdir())
+    assert len(train) == 4 and len(sorted((out / "eval").iterdir())) == 4
+    np.testing.assert_array_equal(read_examples(train, 9)[1], expected.ids[:400])
+    assert main(argv) == 2 and "--force" in capsys.readouterr().err
+    assert main(argv + ["--force"]) == 0
+    assert main(["data", "synth", "--out", str(tmp_path / "b"), "--rows", "10", "--files", "3"]) == 2
