@@ -6,6 +6,7 @@ numpy and TensorFlow load inside the commands, so `dfm --help` stays fast.
 from __future__ import annotations
 
 import json
+import sys
 import shutil
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def convert(inputs: tuple[Path, ...], out: Path, field_size: int, feature_size: 
     if not paths:
         raise DfmError("no input files found")
     with click.progressbar(length=sum(p.stat().st_size for p in paths), label="converting",
-                           file=click.get_text_stream("stderr")) as bar:
+                           file=sys.stderr) as bar:
         report = libsvm.convert(paths, out, field_size, files=files, prefix=prefix, feature_size=feature_size,
                                 skip_bad=skip_bad, on_bytes=bar.update)
     for bad in report.first_bad:
@@ -153,7 +154,7 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
     _clear_outputs(out, [*layout.channel_names(), "split.json"], force)
     try:
         total = split_mod.count_records(paths)
-        with click.progressbar(length=total, label="splitting", file=click.get_text_stream("stderr")) as bar:
+        with click.progressbar(length=total, label="splitting", file=sys.stderr) as bar:
             report = split_mod.split(paths, out, layout, total=total, on_records=bar.update)
     except ValueError as err:
         raise DfmError(str(err)) from None
