@@ -1,0 +1,164 @@
+"""Hyperparameters of the bundled DeepFM entry points: defaults and a parser for SageMaker's argv.
+
+SageMaker passes each hyperparameter as `--key value` with the value JSON-encoded by the SDK, so a
+Python False arrives as the string "False" and a list as "[400, 400]". argparse's `type=bool` would
+read "False" as true, so every flag here has an explicit converter. No TensorFlow import: the tuning
+environment variables must be set from these values before TensorFlow starts.
+"""
+
+import argparse
+import ast
+import json
+
+DEFAULTS = {
+    # model
+    "field_size": 39,
+    "feature_size": 117581,
+    "embedding_size": 8,
+    "deep_layers": [400, 400, 400],
+    "dropout": 0.0,
+    "batch_norm": False,
+    "l2_reg": 1e-5,
+    # training
+    "optimizer": "adagrad",
+    "learning_rate": 0.01,
+    "batch_size": 1024,
+    "epochs": 1,
+    "max_steps": 0,
+    "log_steps": 100,
+    "checkpoint_steps": 1000,
+    "eval_steps": 0,
+    "scale_lr": True,
+    # data
+    "data_format": "tfrecord",
+    "shuffle_buffer": 10000,
+    "prefetch": 2,
+    "cache": False,
+    "s3_shard": "auto",
+    # tuning
+    "intra_op_threads": 0,
+    "inter_op_threads": 0,
+    "kmp_affinity": "granularity=fine,compact,1,0",
+    "omp_num_threads": 0,
+    "kmp_settings": False,
+    "mixed_precision": "auto",
+    # outputs
+    "model_dir": "",
+    "checkpoint_dir": "",
+    "export": True,
+}
+
+CHOICES = {
+    "optimizer": ("adam", "adagrad", "ftrl", "sgd"),
+    "data_format": ("tfrecord", "libsvm"),
+    "s3_shard": ("auto", "true", "false"),
+    "mixed_precision": ("auto", "true", "false"),
+}
+
+_TRUE = ("true", "1", "yes", "y", "on")
+_FALSE = ("false", "0", "no", "n", "off")
+
+
+def parse_bool(text):
+    """"True/true/1/yes" -> True, "False/false/0/no" -> False; anything else is an error."""
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().strip("\"'").lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false/1/0/yes/no), got {text!r}")
+
+
+def parse_int_list(text):
+    """`[400, 400]` (JSON), `['400', '400']` (Python repr), `400,400` or `400` -> [400, 400]."""
+    if isinstance(text, (list, tuple)):
+        items = list(text)
+    else:
+        raw = str(text).strip()
+        items = None
+        if raw.startswith("["):
+            for loads in (json.loads, ast.literal_eval):
+                try:
+                    items = list(loads(raw))
+                    break
+                except (ValueError, SyntaxError):
+                    continue
+            if items is None:
+                raw = raw.strip("[]")
+        if items is None:
+            items = [part for part in (p.strip().strip("\"'") for p in raw.split(",")) if part]
+    try:
+        return [int(item) for item in items]
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a list of integers, got {text!r}") from None
+
+
+def _choice(name):
+    allowed = CHOICES[name]
+
+    def convert(text):
+        word = str(text).strip().strip("\"'").lower()
+        if name in ("s3_shard", "mixed_precision") and word not in allowed:
+            try:
+                word = "true" if parse_bool(word) else "false"
+            except argparse.ArgumentTypeError:
+                pass
+        if word not in allowed:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(allowed)}, got {text!r}")
+        return word
+
+    return convert
+
+
+def _string(text):
+    return str(text).strip().strip("\"'") if text is not None else ""
+
+
+def _converter(name, default):
+    if name in CHOICES:
+        return _choice(name)
+    if isinstance(default, bool):
+        return parse_bool
+    if isinstance(default, int):
+        return int
+    if isinstance(default, float):
+        return float
+    if isinstance(default, list):
+        return parse_int_list
+    return _string
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise HyperparameterError(message)
+
+
+class HyperparameterError(ValueError):
+    """A bad or unknown hyperparameter; the message names the flag."""
+
+
+def build_parser(prog="train"):
+    parser = _Parser(prog=prog, allow_abbrev=False, add_help=True)
+    for name, default in DEFAULTS.items():
+        parser.add_argument(f"--{name}", dest=name, type=_converter(name, default), default=default,
+                            metavar=name.upper())
+    return parser
+
+
+def parse_hyperparameters(argv, prog="train"):
+    """argv (without the program name) -> argparse.Namespace with every key of DEFAULTS.
+
+    Unknown flags raise HyperparameterError naming them (a typo must not silently train with a
+    default)."""
+    args = build_parser(prog).parse_args(list(argv))
+    if args.deep_layers and min(args.deep_layers) <= 0:
+        raise HyperparameterError(f"argument --deep_layers: sizes must be positive, got {args.deep_layers}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise HyperparameterError(f"argument --dropout: a drop rate in [0, 1), got {args.dropout}")
+    for name in ("field_size", "feature_size", "embedding_size", "batch_size", "log_steps",
+                 "checkpoint_steps"):
+        if getattr(args, name) <= 0:
+            raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
+    return args

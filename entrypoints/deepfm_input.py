@@ -1,0 +1,165 @@
+"""Input pipeline of the DeepFM entry points: channel choice, the shard table, tf.data datasets.
+
+Files are listed and sharded inside the graph (tf.io.matching_files, dataset.shard with tensor
+arguments), not in Python: under ParameterServerStrategy the dataset function is traced once on the
+chief and runs on every worker, and each worker must read the files of ITS host. Paths may therefore
+be relative: a worker process runs with its SAGEMAKER_BASE_DIR as working directory.
+"""
+
+import re
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+TRAIN_CHANNEL = "train"
+EVAL_CHANNEL = "eval"
+_TRAIN_INDEX = re.compile(r"^train(?:-(\d+))?$")
+
+
+def shard_for(num_hosts, host_index, workers_per_host, local_rank, multi_path, s3_shard):
+    """The shard table: which part of its input one worker reads, as (num_shards, index).
+
+    multi_path: each local worker has its own channel(s) (`train`, `train-1`, ...), so the channel
+    already separates the workers of one host. s3_shard: S3 already split the objects across hosts.
+    """
+    if not 0 <= host_index < num_hosts or not 0 <= local_rank < workers_per_host:
+        raise ValueError(f"host {host_index}/{num_hosts} or rank {local_rank}/{workers_per_host} out of range")
+    if multi_path and s3_shard:
+        return 1, 0
+    if multi_path:
+        return num_hosts, host_index
+    if s3_shard:
+        return workers_per_host, local_rank
+    return num_hosts * workers_per_host, host_index * workers_per_host + local_rank
+
+
+def train_channel_index(name):
+    """`train` -> 0, `train-3` -> 3, anything else -> None."""
+    match = _TRAIN_INDEX.match(name)
+    if not match:
+        return None
+    return int(match.group(1) or 0)
+
+
+def is_multi_path(channels):
+    return any((train_channel_index(c) or 0) > 0 for c in channels)
+
+
+def training_channels(channels, workers_per_host, local_rank):
+    """The training channels local worker `local_rank` reads, chosen by name: index i % workers == rank.
+
+    With one path (`train` only) every local worker reads `train` and the shard table splits it."""
+    indexed = sorted((train_channel_index(c), c) for c in channels if train_channel_index(c) is not None)
+    if not indexed:
+        raise ValueError(f"no training channel (train, train-1, ...) among {sorted(channels)}")
+    if not is_multi_path(channels):
+        return [indexed[0][1]]
+    mine = [name for index, name in indexed if index % workers_per_host == local_rank]
+    if not mine:
+        raise ValueError(f"local worker {local_rank} of {workers_per_host} has no channel among "
+                         f"{[name for _, name in indexed]}: give at least one channel per worker")
+    return mine
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How to read records; shared by every dataset of a run."""
+
+    field_size: int
+    batch_size: int
+    data_format: str = "tfrecord"  # tfrecord | libsvm
+    shuffle_buffer: int = 10000
+    prefetch: int = 2  # -1 = AUTOTUNE
+    cache: bool = False
+    input_mode: str = "File"  # File | FastFile | Pipe
+    data_dir: str = "/opt/ml/input/data"  # channel dirs (File) or FIFOs `<channel>_<n>` (Pipe)
+    config_dir: str = "/opt/ml/input/config"  # inputdataconfig.json, read when the dataset is built
+    pipe_state_dir: str = "/opt/ml/pipe_state"
+
+
+def list_files(channel_dirs):
+    """Sorted data files directly under the channel dirs, in-graph; hidden and `_` files left out."""
+    found = [tf.io.matching_files(tf.strings.join([d, "/*"])) for d in channel_dirs]
+    files = tf.concat(found, axis=0) if len(found) > 1 else found[0]
+    base = tf.strings.regex_replace(files, r"^.*/", "")
+    keep = tf.logical_not(tf.strings.regex_full_match(base, r"[._].*"))
+    return tf.boolean_mask(files, keep)
+
+
+def _file_records(files, cfg, num_shards, index):
+    """Shard the sorted file list when there are at least num_shards files, else the records."""
+    num_shards = tf.cast(num_shards, tf.int64)
+    index = tf.cast(index, tf.int64)
+    by_file = tf.size(files, out_type=tf.int64) >= num_shards
+    names = tf.data.Dataset.from_tensor_slices(files).enumerate()
+    names = names.filter(lambda i, _: tf.logical_or(tf.logical_not(by_file), i % num_shards == index))
+    names = names.map(lambda _, name: name)
+    if cfg.data_format == "libsvm":
+        records = names.flat_map(tf.data.TextLineDataset)
+    else:
+        records = names.flat_map(tf.data.TFRecordDataset)
+    records = records.enumerate()
+    records = records.filter(lambda i, _: tf.logical_or(by_file, i % num_shards == index))
+    return records.map(lambda _, record: record)
+
+
+def _pipe_records(channels, cfg, num_shards, index):
+    from sagemaker_tensorflow import PipeModeDataset  # only in Pipe mode: the op library is heavy
+
+    record_format = "TextLine" if cfg.data_format == "libsvm" else "TFRecord"
+    streams = [PipeModeDataset(channel, record_format=record_format, pipe_dir=cfg.data_dir,
+                               state_dir=cfg.pipe_state_dir, config_dir=cfg.config_dir)
+               for channel in channels]
+    records = streams[0]
+    for more in streams[1:]:
+        records = records.concatenate(more)
+    if not (isinstance(num_shards, int) and num_shards == 1):
+        records = records.shard(tf.cast(num_shards, tf.int64), tf.cast(index, tf.int64))
+    return records
+
+
+def parse_tfrecord_batch(serialized, field_size):
+    features = tf.io.parse_example(serialized, {
+        "label": tf.io.FixedLenFeature([], tf.float32),
+        "ids": tf.io.FixedLenFeature([field_size], tf.int64),
+        "values": tf.io.FixedLenFeature([field_size], tf.float32),
+    })
+    return {"ids": features["ids"], "values": features["values"]}, features["label"]
+
+
+def parse_libsvm_batch(lines, field_size):
+    """`label id:value id:value ...` with exactly field_size pairs per line."""
+    tokens = tf.strings.split(tf.strings.strip(lines))
+    labels = tf.strings.to_number(tokens[:, 0], tf.float32)
+    pairs = tf.strings.split(tokens[:, 1:].flat_values, ":")
+    ids = tf.strings.to_number(pairs[:, 0], tf.int64)
+    values = tf.strings.to_number(pairs[:, 1], tf.float32)
+    return ({"ids": tf.reshape(ids, [-1, field_size]), "values": tf.reshape(values, [-1, field_size])},
+            labels)
+
+
+def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, skip_batches=0,
+                 drop_remainder=False, seed=None):
+    """Batches of ({"ids", "values"}, label) for the given channels (by name) of one worker.
+
+    Order: records -> shard -> (cache) -> shuffle -> batch -> parse on the batch -> repeat -> skip
+    (resume) -> prefetch. num_shards/index may be tensors (a PS worker reads them from its host).
+    epochs <= 0 repeats forever.
+    """
+    if cfg.input_mode.lower() == "pipe":
+        records = _pipe_records(channels, cfg, num_shards, index)
+    else:
+        files = list_files([f"{cfg.data_dir}/{channel}" for channel in channels])
+        records = _file_records(files, cfg, num_shards, index)
+    if cfg.cache and cfg.input_mode.lower() != "pipe":  # Pipe streams every epoch anew by design
+        records = records.cache()
+    if training and cfg.shuffle_buffer > 1:
+        records = records.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    batches = records.batch(cfg.batch_size, drop_remainder=drop_remainder)
+    parse = parse_libsvm_batch if cfg.data_format == "libsvm" else parse_tfrecord_batch
+    batches = batches.map(lambda raw: parse(raw, cfg.field_size), num_parallel_calls=tf.data.AUTOTUNE)
+    if training:
+        batches = batches.repeat(epochs if epochs > 0 else None)
+    if skip_batches:
+        batches = batches.skip(skip_batches)
+    return batches.prefetch(tf.data.AUTOTUNE if cfg.prefetch < 0 else cfg.prefetch)
