@@ -1,0 +1,16 @@
+"""`dfm launch SPEC --local`: the Plan run on this machine, emulating SageMaker's TensorFlow container.
+
+Importing this package stays light (no TensorFlow): TensorFlow runs only in the child processes.
+"""
+
+from __future__ import annotations
+
+
+def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None, echo=print) -> int:
+    """Run `plan` locally; 0 when every script succeeded, 1 when a process failed, timed out or was stopped."""
+    from launcher.local.runner import run_local as _run_local
+
+    return _run_local(plan, run_dir=run_dir, timeout_s=timeout_s, echo=echo)
+
+
+__all__ = ["run_local"]

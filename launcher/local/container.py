@@ -1,0 +1,207 @@
+"""One simulated SageMaker host: its /opt/ml-like tree, its config files and the environment the toolkit sets.
+
+The container toolkit (sagemaker-training) reads `input/config/*.json` under `SAGEMAKER_BASE_DIR` and
+exports what it finds as `SM_*` variables (`Environment.to_env_vars`); here the same files are written per
+host and the same variables are derived from them, with paths pointing into the host's own tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from launcher.plan import Channel, Plan
+
+# Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
+TOOLKIT_OWN_HYPERPARAMETERS = (
+    "sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
+    "sagemaker_region", "sagemaker_container_log_level", "sagemaker_job_name",
+    "default_user_module_name", "_tuning_objective_metric", "sagemaker_s3_output",
+)
+FRAMEWORK_MODULE = "sagemaker_tensorflow_container.training:main"
+INSTANCE_GROUP = "homogeneousCluster"
+NETWORK_INTERFACE = "eth0"
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """The paths of one simulated host; `base` plays the role of /opt/ml."""
+
+    host: str
+    base: Path
+
+    @property
+    def code(self) -> Path:
+        return self.base / "code"
+
+    @property
+    def input(self) -> Path:
+        return self.base / "input"
+
+    @property
+    def config(self) -> Path:
+        return self.base / "input" / "config"
+
+    @property
+    def data(self) -> Path:
+        return self.base / "input" / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data(self) -> Path:
+        return self.base / "output" / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.base / "checkpoints"
+
+    def channel_dir(self, channel: str) -> Path:
+        return self.data / channel
+
+
+def channel_mode(plan: Plan, channel: Channel) -> str:
+    return channel.input_mode or plan.input_mode
+
+
+def sdk_hyperparameters(plan: Plan) -> dict[str, Any]:
+    """The hyperparameters the SDK v2 sends for this plan, before JSON encoding: the user's plus `sagemaker_*`."""
+    hps: dict[str, Any] = {k: v for k, v in plan.hyperparameters.items()}
+    sdk: dict[str, Any] = {
+        "sagemaker_program": plan.entry_point,
+        "sagemaker_submit_directory": Path(plan.source_dir).resolve().as_uri(),
+        "sagemaker_container_log_level": 20,
+        "sagemaker_job_name": plan.job_name,
+        "sagemaker_region": plan.region,
+    }
+    dist = plan.distribution
+    if dist.kind == "parameter_server":
+        sdk["sagemaker_parameter_server_enabled"] = True
+    elif dist.kind == "horovod":
+        sdk.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=dist.processes_per_host,
+                   sagemaker_mpi_custom_mpi_options=dist.mpi_options)
+    elif dist.kind == "multi_worker_mirrored":
+        sdk["sagemaker_multi_worker_mirrored_strategy_enabled"] = True
+    for key, value in sdk.items():
+        hps.setdefault(key, value)
+    return hps
+
+
+def encode_hyperparameters(hps: Mapping[str, Any]) -> dict[str, str]:
+    """hyperparameters.json as the container receives it: every value a JSON-encoded string (SDK v2)."""
+    return {str(k): json.dumps(v) for k, v in hps.items()}
+
+
+def input_data_config(plan: Plan) -> dict[str, dict[str, str]]:
+    config: dict[str, dict[str, str]] = {}
+    for channel in plan.channels:
+        entry = {"TrainingInputMode": channel_mode(plan, channel), "RecordWrapperType": "None"}
+        if channel.kind in ("s3", "file"):
+            entry["S3DistributionType"] = channel.distribution
+        config[channel.name] = entry
+    return config
+
+
+def resource_config(plan: Plan, host: str) -> dict[str, Any]:
+    hosts = host_names(plan.instance_count)
+    return {
+        "current_host": host, "current_instance_type": plan.instance_type, "current_group_name": INSTANCE_GROUP,
+        "hosts": hosts, "network_interface_name": NETWORK_INTERFACE,
+        "instance_groups": [{"instance_group_name": INSTANCE_GROUP, "instance_type": plan.instance_type,
+                             "hosts": hosts}],
+    }
+
+
+def build_host_tree(plan: Plan, base: Path, host: str) -> HostTree:
+    """Create the host's tree, its three config files and its copy of the source dir (as the container unpacks it)."""
+    tree = HostTree(host, base)
+    for folder in (tree.config, tree.data, tree.model, tree.output_data, tree.checkpoints):
+        folder.mkdir(parents=True, exist_ok=True)
+    if tree.code.exists():
+        shutil.rmtree(tree.code)
+    shutil.copytree(plan.source_dir, tree.code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    files = {
+        "hyperparameters.json": encode_hyperparameters(sdk_hyperparameters(plan)),
+        "resourceconfig.json": resource_config(plan, host),
+        "inputdataconfig.json": input_data_config(plan),
+    }
+    for name, content in files.items():
+        (tree.config / name).write_text(json.dumps(content, indent=1))
+    return tree
+
+
+def local_cpu_share(plan: Plan) -> int:
+    """The cores one simulated host may use: this machine's cores split across the hosts, at least one."""
+    return max(1, (os.cpu_count() or 1) // max(1, plan.instance_count))
+
+
+def _env_value(value: Any) -> str:
+    # sagemaker_training.mapping.to_env_vars: strings as they are, None empty, anything else compact sorted JSON.
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None) -> dict[str, str]:
+    """The variables the toolkit exports for the script on `tree.host`, plus the plan's own environment.
+
+    `current_host` overrides SM_CURRENT_HOST: under MPI the toolkit on the first host exports its own
+    environment to every rank (`mpirun -x`), so ranks on other hosts see the first host's name.
+    """
+    hosts = host_names(plan.instance_count)
+    host = current_host or tree.host
+    encoded = encode_hyperparameters(sdk_hyperparameters(plan))
+    decoded = {k: json.loads(v) for k, v in encoded.items()}
+    user_hps = {k: v for k, v in decoded.items() if not k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
+    framework_params = {k: v for k, v in decoded.items()
+                        if k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
+    channels = sorted(c.name for c in plan.channels)
+    module_name = plan.entry_point[:-3] if plan.entry_point.endswith(".py") else plan.entry_point
+    resources = resource_config(plan, host)
+    fields: dict[str, Any] = {
+        "hosts": hosts, "network_interface_name": NETWORK_INTERFACE, "hps": user_hps,
+        "user_entry_point": plan.entry_point, "framework_params": framework_params,
+        "resource_config": resources, "input_data_config": input_data_config(plan),
+        "output_data_dir": str(tree.output_data), "channels": channels, "current_host": host,
+        "current_instance_type": plan.instance_type, "current_instance_group": INSTANCE_GROUP,
+        "current_instance_group_hosts": hosts, "instance_groups": [INSTANCE_GROUP],
+        "instance_groups_dict": {INSTANCE_GROUP: resources["instance_groups"][0]},
+        "distribution_instance_groups": [INSTANCE_GROUP] if framework_params else [],
+        "is_hetero": False, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
+        "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
+        "output_dir": str(tree.output), "num_cpus": local_cpu_share(plan), "num_gpus": 0, "num_neurons": 0,
+        "model_dir": str(tree.model), "module_dir": str(tree.code), "user_args": list(plan.argv),
+        "output_intermediate_dir": str(tree.output / "intermediate"),
+    }
+    fields["training_env"] = {**{k: v for k, v in fields.items() if k != "user_args"},
+                              "job_name": plan.job_name, "hyperparameters": user_hps,
+                              "additional_framework_parameters": framework_params,
+                              "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels}}
+    for name in channels:
+        fields[f"channel_{name}"] = str(tree.channel_dir(name))
+    for key, value in user_hps.items():
+        fields[f"hp_{key}"] = value
+    env = {f"SM_{k.upper()}": _env_value(v) for k, v in fields.items()}
+    env.update({
+        "SAGEMAKER_BASE_DIR": str(tree.base), "CURRENT_HOST": host, "TRAINING_JOB_NAME": plan.job_name,
+        "SAGEMAKER_JOB_NAME": plan.job_name, "SAGEMAKER_REGION": plan.region,
+        "SAGEMAKER_TRAINING_MODULE": FRAMEWORK_MODULE,
+    })
+    env.update({str(k): str(v) for k, v in plan.environment.items()})
+    return env

@@ -1,0 +1,86 @@
+"""The progress line and the end-of-run summary, read from the entry points' metric log lines.
+
+    [dfm] train step=<int> loss=<float> auc=<float> examples_per_sec=<float>
+    [dfm] eval step=<int> loss=<float> auc=<float>
+    [dfm] exported <path>
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_METRIC = re.compile(r"\[dfm\] (train|eval) (step=\d+.*)$")
+_PAIR = re.compile(r"(\w+)=(\S+)")
+_EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+
+
+def parse_metric_line(line: str) -> tuple[str, dict[str, float]] | None:
+    """("train" | "eval", {name: value}) for a metric line, else None."""
+    match = _METRIC.search(line)
+    if not match:
+        return None
+    values: dict[str, float] = {}
+    for name, raw in _PAIR.findall(match.group(2)):
+        try:
+            values[name] = float(raw)
+        except ValueError:
+            continue
+    return match.group(1), values
+
+
+@dataclass
+class Progress:
+    train: dict[str, dict[str, float]] = field(default_factory=dict)  # label -> latest train values
+    speeds: dict[str, list[float]] = field(default_factory=dict)  # label -> every examples_per_sec seen
+    eval: dict[str, float] | None = None
+    eval_label: str | None = None
+    exported: list[str] = field(default_factory=list)
+    changed: bool = False
+
+    def feed(self, label: str, line: str) -> None:
+        exported = _EXPORTED.search(line)
+        if exported:
+            self.exported.append(exported.group(1).strip())
+            return
+        parsed = parse_metric_line(line)
+        if parsed is None:
+            return
+        kind, values = parsed
+        if kind == "train":
+            self.train[label] = values
+            if "examples_per_sec" in values:
+                self.speeds.setdefault(label, []).append(values["examples_per_sec"])
+        else:
+            self.eval, self.eval_label = values, label
+        self.changed = True
+
+    @property
+    def step(self) -> int | None:
+        steps = [v["step"] for v in self.train.values() if "step" in v]
+        return int(max(steps)) if steps else None
+
+    @property
+    def examples_per_sec(self) -> float | None:
+        """Latest throughput, summed over the processes that report it."""
+        latest = [v["examples_per_sec"] for v in self.train.values() if "examples_per_sec" in v]
+        return sum(latest) if latest else None
+
+    @property
+    def mean_examples_per_sec(self) -> float | None:
+        means = [sum(s) / len(s) for s in self.speeds.values() if s]
+        return sum(means) if means else None
+
+    def line(self) -> str:
+        parts = []
+        if self.step is not None:
+            parts.append(f"step {self.step}")
+        if self.examples_per_sec is not None:
+            parts.append(f"{self.examples_per_sec:,.0f} examples/s")
+        latest = max(self.train.values(), key=lambda v: v.get("step", 0), default={})
+        for name in ("loss", "auc"):
+            if name in latest:
+                parts.append(f"{name} {latest[name]:.4f}")
+        if self.eval:
+            parts.append("eval " + " ".join(f"{k} {v:.4f}" for k, v in self.eval.items() if k != "step"))
+        return " | ".join(parts) if parts else "starting"

@@ -1,0 +1,262 @@
+"""`dfm launch SPEC --local`: a Plan run on this machine as SageMaker's TensorFlow container would run it.
+
+Per simulated host: a tree under `<run_dir>/<job>/hosts/algo-N` (the container's /opt/ml), its channels,
+its environment; then the processes the toolkit would start (script per host; plus a ps server per host
+for parameter_server; one mpirun for horovod), supervised until the job ends, fails, times out or is
+interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from launcher.errors import DfmError
+from launcher.local import channels as ch
+from launcher.local import cluster, mpi
+from launcher.local.container import HostTree, build_host_tree, channel_mode, container_env, host_names
+from launcher.local.progress import Progress
+from launcher.local.supervisor import Supervisor
+
+PS_SERVER = Path(__file__).with_name("ps_server.py")
+DEFAULT_RUN_DIR = "runs"
+MASTER_GRACE_S = 60.0  # how long other hosts may keep running once the master's script has finished
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    job_dir: Path
+    reason: str = ""
+    pids: set[int] = field(default_factory=set)  # every process of the run's trees (for the orphan tests)
+
+
+def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
+              echo: Callable[[str], None] = print) -> int:
+    return LocalRun(plan, run_dir=run_dir, timeout_s=timeout_s, echo=echo).run().exit_code
+
+
+def _inherited_env() -> dict[str, str]:
+    # A launcher started inside a job (or a test) must not leak its own container variables to the children.
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("SM_") or k in ("TF_CONFIG", "SAGEMAKER_BASE_DIR"))}
+    env["PYTHONUNBUFFERED"] = "1"  # lines reach the terminal as they are written
+    return env
+
+
+def checkpoint_store(plan, root: Path) -> Path:
+    """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri: shared by runs of the same URI."""
+    uri = plan.local.get("checkpoint_store") or plan.checkpoint_s3_uri
+    if not uri:
+        return root / "checkpoints" / plan.job_name
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.split("://", 1)[-1].strip("/"))
+    return root / "checkpoints" / slug
+
+
+class LocalRun:
+    def __init__(self, plan, *, run_dir=None, timeout_s=None, echo=print):
+        self.plan = plan
+        self.echo = echo
+        self.root = Path(run_dir or plan.local.get("run_dir") or DEFAULT_RUN_DIR).resolve()
+        self.job_dir = self.root / plan.job_name
+        self.timeout_s = timeout_s if timeout_s is not None else plan.local.get("timeout_s")
+        self.master_grace_s = float(plan.local.get("master_grace_s", MASTER_GRACE_S))
+        self.hosts = host_names(plan.instance_count)
+        self.trees: dict[str, HostTree] = {}
+        self.feeders: list[ch.PipeFeeder] = []
+        self.progress = Progress()
+        self.supervisor: Supervisor | None = None
+        self._stop_reason: str | None = None
+        self.master_label = "mpirun"  # the process whose end the other hosts wait for
+
+    # ---- preparing the hosts ----
+    def prepare(self) -> None:
+        if self.job_dir.exists():
+            raise DfmError(f"run directory {self.job_dir} already exists; pick another job name or run_dir")
+        if self.plan.distribution.kind not in ("none", "parameter_server", "horovod", "multi_worker_mirrored"):
+            raise DfmError(f"--local cannot run distribution '{self.plan.distribution.kind}'")
+        sources = {c.name: ch.list_objects(ch.channel_source(c)) for c in self.plan.channels}
+        (self.job_dir / "logs").mkdir(parents=True)
+        store = checkpoint_store(self.plan, self.root)
+        for index, host in enumerate(self.hosts):
+            tree = build_host_tree(self.plan, self.job_dir / "hosts" / host, host)
+            self.trees[host] = tree
+            if store.is_dir():
+                shutil.copytree(store, tree.checkpoints, dirs_exist_ok=True)
+            for channel in self.plan.channels:
+                files = ch.files_for_host(sources[channel.name], channel.distribution, index, len(self.hosts))
+                if not files:
+                    self.echo(f"[dfm local] {host}: channel '{channel.name}' has no files on this host")
+                if channel_mode(self.plan, channel) == "Pipe":
+                    self.feeders.append(ch.PipeFeeder(tree.data, channel.name, files))
+                else:
+                    ch.link_files(tree.channel_dir(channel.name), files)
+        self._check_argv()
+
+    def _check_argv(self) -> None:
+        from launcher.contract import render_argv
+
+        user_hps = {k: v for k, v in self.plan.hyperparameters.items() if not k.startswith("sagemaker_")}
+        expected = render_argv(user_hps)
+        if list(self.plan.argv) != expected:
+            self.echo(f"[dfm local] warning: the plan's argv differs from what the container renders from its "
+                      f"hyperparameters ({expected}); running the plan's argv")
+
+    # ---- starting the processes ----
+    def _script_env(self, tree: HostTree, tf_config: dict | None = None, **kw) -> dict[str, str]:
+        env = {**_inherited_env(), **container_env(self.plan, tree, **kw)}
+        if tf_config is not None:
+            env["TF_CONFIG"] = json.dumps(tf_config)
+        return env
+
+    def start_processes(self, sup: Supervisor) -> None:
+        plan, kind = self.plan, self.plan.distribution.kind
+        script = [sys.executable, plan.entry_point, *plan.argv]
+        if kind == "horovod":
+            self._start_mpi(sup)
+        elif kind == "parameter_server" and len(self.hosts) > 1:
+            layout = cluster.Layout.allocate(self.hosts, with_ps=True)
+            for host in self.hosts:
+                tree = self.trees[host]
+                ps_env = {**_inherited_env(), "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, host, ps_task=True))}
+                sup.start(f"{host}/ps", "ps", [sys.executable, str(PS_SERVER)], env=ps_env, cwd=tree.base)
+            for host in self.hosts:
+                role = "master" if host == layout.master else "worker"
+                env = self._script_env(self.trees[host], cluster.ps_tf_config(layout, host))
+                sup.start(f"{host}/{role}", "script", script, env=env, cwd=self.trees[host].code)
+            self.master_label = f"{layout.master}/master"
+        elif kind == "multi_worker_mirrored":
+            layout = cluster.Layout.allocate(self.hosts, with_ps=False)
+            for host in self.hosts:
+                env = self._script_env(self.trees[host], cluster.mwms_tf_config(layout, host))
+                sup.start(f"{host}/worker", "script", script, env=env, cwd=self.trees[host].code)
+            self.master_label = f"{self.hosts[0]}/worker"
+        else:  # no distribution (or PS on one host): the toolkit just runs the script on every host
+            for host in self.hosts:
+                sup.start(f"{host}/train", "script", script, env=self._script_env(self.trees[host]),
+                          cwd=self.trees[host].code)
+            self.master_label = f"{self.hosts[0]}/train"
+
+    def _start_mpi(self, sup: Supervisor) -> None:
+        plan = self.plan
+        per_host = plan.distribution.processes_per_host
+        master_env = self._script_env(self.trees[self.hosts[0]])
+        rank_hosts = mpi.write_rank_hosts(
+            self.job_dir / "rank_hosts.json", per_host,
+            [(container_env(plan, self.trees[h], current_host=self.hosts[0]), self.trees[h].code) for h in self.hosts])
+        exported = sorted(k for k in container_env(plan, self.trees[self.hosts[0]]) if k in master_env)
+        cmd = mpi.launcher_command(ranks=per_host * len(self.hosts), rank_hosts=rank_hosts,
+                                   program=mpi.script_command(plan.entry_point, list(plan.argv)),
+                                   exported=exported + ["PYTHONUNBUFFERED"],
+                                   custom_options=plan.distribution.mpi_options)
+        sup.start("mpirun", "script", cmd, env=master_env, cwd=self.trees[self.hosts[0]].code,
+                  rank_labels=lambda rank: f"{self.hosts[rank // per_host]}/rank{rank}")
+
+    # ---- supervision ----
+    def _on_line(self, label: str, line: str) -> None:
+        self.echo(f"[{label}] {line}")
+        self.progress.feed(label, line)
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def stop(signum, _frame):
+            self._stop_reason = f"stopped by {signal.Signals(signum).name}"
+
+        return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def supervise(self, sup: Supervisor) -> tuple[int, str]:
+        started = time.monotonic()
+        last_progress = started
+        master_done_at: float | None = None
+        while True:
+            sup.drain(timeout=0.2)
+            for child in sup.poll():
+                if child.returncode != 0:
+                    return 1, f"{child.label} exited with code {child.returncode}"
+                if child.label == self.master_label:
+                    master_done_at = time.monotonic()
+            for feeder in self.feeders:
+                if feeder.error is not None:
+                    return 1, f"Pipe feeder for '{feeder.channel}' failed: {feeder.error}"
+            if not sup.running("script"):
+                return 0, "all scripts finished"
+            now = time.monotonic()
+            if self._stop_reason:
+                return 1, self._stop_reason
+            if self.timeout_s and now - started > float(self.timeout_s):
+                return 1, f"timed out after {self.timeout_s} s"
+            if master_done_at is not None and now - master_done_at > self.master_grace_s:
+                names = ", ".join(c.label for c in sup.running("script"))
+                return 1, (f"{names} still running {self.master_grace_s:.0f} s after the master finished "
+                           f"(on SageMaker this job would run until max_run)")
+            if self.progress.changed and now - last_progress >= PROGRESS_EVERY_S:
+                self.echo(f"[dfm local] progress: {self.progress.line()}")
+                self.progress.changed, last_progress = False, now
+
+    def run(self) -> RunResult:
+        started = time.monotonic()
+        self.prepare()
+        sup = self.supervisor = Supervisor(self.job_dir / "logs", self._on_line)
+        previous = self._install_signal_handlers()
+        code, reason = 1, "not started"
+        try:
+            for feeder in self.feeders:
+                feeder.start()
+            self.start_processes(sup)
+            self.echo(f"[dfm local] {self.plan.job_name}: {len(sup.children)} processes on "
+                      f"{len(self.hosts)} simulated host(s); logs in {self.job_dir / 'logs'}")
+            code, reason = self.supervise(sup)
+        finally:
+            failed = [c for c in sup.children if c.returncode not in (None, 0)]
+            sup.stop()
+            for feeder in self.feeders:
+                feeder.stop()
+            for feeder in self.feeders:
+                feeder.join(timeout=5)
+            sup.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._save_checkpoints()
+        self._report(code, reason, failed, time.monotonic() - started)
+        return RunResult(code, self.job_dir, reason, sup.tracked_pids())
+
+    def _save_checkpoints(self) -> None:
+        # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
+        store = checkpoint_store(self.plan, self.root)
+        for tree in self.trees.values():
+            if tree.checkpoints.is_dir() and any(tree.checkpoints.iterdir()):
+                shutil.copytree(tree.checkpoints, store, dirs_exist_ok=True)
+
+    def _report(self, code: int, reason: str, failed, wall_s: float) -> None:
+        sup = self.supervisor
+        if code != 0:
+            self.echo(f"[dfm local] FAILED: {reason}")
+            for child in failed[:1]:
+                # mpirun's ranks have their own labels; show each of them when mpirun is the one that failed
+                labels = [label for label in sup.tails if label == child.label
+                          or (child.rank_labels is not None and "/rank" in label)]
+                for label in labels:
+                    self.echo(f"[dfm local] last lines of {label}:")
+                    for line in list(sup.tails[label])[-12:]:
+                        self.echo(f"    {line}")
+        p = self.progress
+        speed = p.mean_examples_per_sec
+        lines = [f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
+                 f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
+                 "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
+                 f"  model: {self.trees[self.hosts[0]].model}" if self.trees else "",
+                 f"  logs: {self.job_dir / 'logs'}"]
+        lines += [f"  exported: {path}" for path in p.exported]
+        for line in lines:
+            if line:
+                self.echo(line)

@@ -1,0 +1,191 @@
+"""Processes of a local run: start them, stream their output line by line, stop every one of them.
+
+Each child gets its own session, so a Ctrl-C in the terminal reaches only the launcher, which then stops
+the children itself. Descendants (mpirun's ranks, anything a script forks) are tracked with psutil while
+they live, so that stopping can reach them even after their parent is gone: no process outlives a run.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+# mpirun --tag-output writes "[jobid,rank]<stdout>:"; horovodrun writes "[rank]<stdout>:".
+_RANK_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:\s?")
+# A rank that writes a line in pieces gets every piece tagged; only the first tag says whose line it is.
+_ANY_TAG = re.compile(r"\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:")
+
+
+@dataclass
+class Child:
+    label: str  # "algo-1/master", "algo-2/ps", "mpirun"
+    role: str  # "script" (its exit ends or fails the job), "ps" (stopped when the job ends)
+    popen: subprocess.Popen
+    log_dir: Path
+    rank_labels: Callable[[int], str] | None = None  # for mpirun/horovodrun: rank -> "algo-2/rank1"
+    returncode: int | None = None
+    logs: dict[str, object] = field(default_factory=dict)
+
+    def log_for(self, label: str):
+        if label not in self.logs:
+            self.logs[label] = open(self.log_dir / (label.replace("/", "-") + ".log"), "a", encoding="utf-8")
+        return self.logs[label]
+
+    def close_logs(self) -> None:
+        for handle in self.logs.values():
+            handle.close()
+
+
+class Supervisor:
+    def __init__(self, log_dir: Path, on_line: Callable[[str, str], None], tail: int = 25):
+        self.log_dir = log_dir
+        self.on_line = on_line  # (label, line) for every line of every process, in arrival order
+        self.children: list[Child] = []
+        self.lines: "queue.Queue[tuple[Child, str | None]]" = queue.Queue()
+        self.tails: dict[str, deque[str]] = {}
+        self._tail = tail
+        self._tracked: dict[int, psutil.Process] = {}
+        self._readers: list[threading.Thread] = []
+
+    def start(self, label: str, role: str, cmd: list[str], *, env: dict[str, str], cwd: Path,
+              rank_labels: Callable[[int], str] | None = None) -> Child:
+        popen = subprocess.Popen(cmd, env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        child = Child(label, role, popen, self.log_dir, rank_labels)
+        child.log_for(label)  # one log per process, even a silent one
+        self.children.append(child)
+        self._track(popen.pid)
+        reader = threading.Thread(target=self._read, args=(child,), name=f"read-{label}", daemon=True)
+        reader.start()
+        self._readers.append(reader)
+        return child
+
+    def _read(self, child: Child) -> None:
+        assert child.popen.stdout is not None
+        for raw in child.popen.stdout:
+            self.lines.put((child, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
+        self.lines.put((child, None))
+
+    def handle(self, child: Child, line: str) -> None:
+        label = child.label
+        if child.rank_labels is not None:
+            match = _RANK_TAG.match(line)
+            if match:
+                label, line = child.rank_labels(int(match.group(1))), _ANY_TAG.sub("", line[match.end():])
+        handle = child.log_for(label)
+        handle.write(line + "\n")
+        handle.flush()
+        self.tails.setdefault(label, deque(maxlen=self._tail)).append(line)
+        self.on_line(label, line)
+
+    def drain(self, timeout: float) -> None:
+        """Handle the lines that arrived, waiting up to `timeout` for the first."""
+        try:
+            item = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            child, line = item
+            if line is not None:
+                self.handle(child, line)
+            try:
+                item = self.lines.get_nowait()
+            except queue.Empty:
+                return
+
+    def poll(self) -> list[Child]:
+        """Refresh the tracked process tree; return the children that exited since the last poll."""
+        for child in self.children:
+            if child.returncode is None:
+                self._track(child.popen.pid)
+        exited = []
+        for child in self.children:
+            if child.returncode is None and child.popen.poll() is not None:
+                child.returncode = child.popen.returncode
+                exited.append(child)
+        return exited
+
+    def running(self, role: str | None = None) -> list[Child]:
+        return [c for c in self.children if c.returncode is None and (role is None or c.role == role)]
+
+    def _track(self, pid: int) -> None:
+        try:
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                self._tracked.setdefault(proc.pid, proc)
+        except psutil.NoSuchProcess:
+            pass
+
+    def tracked_pids(self) -> set[int]:
+        return set(self._tracked)
+
+    def stop(self, children: Iterable[Child] | None = None, grace_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`: the given children (default: all) and every descendant seen."""
+        targets = list(self.children if children is None else children)
+        for child in targets:
+            if child.returncode is None:
+                self._track(child.popen.pid)
+        pids = {c.popen.pid for c in targets}
+        procs = list(self._tracked.values()) if children is None else [
+            p for p in self._tracked.values() if p.pid in pids or self._descends_from(p, pids)]
+        alive = [p for p in procs if _alive(p)]
+        for proc in alive:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        _, still = psutil.wait_procs(alive, timeout=grace_s)
+        for proc in still:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(still, timeout=grace_s)
+        for child in targets:
+            try:
+                child.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            if child.returncode is None:
+                child.returncode = child.popen.returncode
+
+    def _descends_from(self, proc: psutil.Process, pids: set[int]) -> bool:
+        try:
+            return any(parent.pid in pids for parent in proc.parents())
+        except psutil.NoSuchProcess:
+            return False
+
+    def close(self) -> None:
+        """Flush the remaining output and close the logs (after stop)."""
+        for reader in self._readers:
+            reader.join(timeout=2)
+        self.drain(timeout=0)
+        for child in self.children:
+            child.close_logs()
+            if child.popen.stdout:
+                child.popen.stdout.close()
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def os_pid_alive(pid: int) -> bool:
+    """For tests: is a process with this pid running (zombies count as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+

@@ -1,0 +1,60 @@
+"""A stand-in entry point for the --local tests: reports what the container gave it, then behaves on demand.
+
+Writes $SM_OUTPUT_DATA_DIR/report-<host>[-rank<r>].json (env, argv, cwd, the files and Pipe bytes it saw),
+prints metric lines, and then finishes, sleeps, or fails as its hyperparameters ask. Stdlib only.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--behave", default="ok")  # ok | fail | sleep
+parser.add_argument("--on_host", default="")  # apply `behave` only on this host ("" = every host)
+parser.add_argument("--sleep_s", type=float, default=0)
+parser.add_argument("--pipe_epochs", type=int, default=0)
+parser.add_argument("--spawn_child", default="False")
+args, unknown = parser.parse_known_args()
+
+host = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")))["current_host"]
+rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("HOROVOD_RANK"))
+name = host + (f"-rank{rank}" if rank is not None else "")
+data_dir = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input", "data")
+config = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/inputdataconfig.json")))
+
+files, pipes = {}, {}
+for channel, spec in config.items():
+    if spec["TrainingInputMode"] == "Pipe":
+        pipes[channel] = []
+        for epoch in range(args.pipe_epochs):
+            with open(os.path.join(data_dir, f"{channel}_{epoch}"), "rb") as fifo:
+                pipes[channel].append(hashlib.sha256(fifo.read()).hexdigest())
+    else:
+        root = os.path.join(data_dir, channel)
+        files[channel] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root, followlinks=True) for f in fs)
+
+report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+          "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
+          "files": files, "pipes": pipes}
+if args.spawn_child == "True":
+    report["child_pid"] = subprocess.Popen(["sleep", "300"]).pid
+out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"report-{name}.json")
+with open(out + ".tmp", "w") as handle:
+    json.dump(report, handle)
+os.replace(out + ".tmp", out)
+
+for step in (10, 20):
+    print(f"[dfm] train step={step} loss={1.0 / step:.4f} auc=0.6{step} examples_per_sec=1000.0", flush=True)
+mine = args.on_host in ("", host)
+if mine and args.behave == "sleep":
+    time.sleep(args.sleep_s)
+if mine and args.behave == "fail":
+    print("stand-in failing on purpose", flush=True)
+    sys.exit(3)
+print("[dfm] eval step=20 loss=0.5000 auc=0.7000", flush=True)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"model-{name}.txt"), "w") as handle:
+    handle.write("model")
