@@ -1,3 +1,214 @@
-"""Commands that read specs: validate, schema, launch (dry run / submit / --local). Owner: issue 2."""
+"""Commands that read specs: validate, schema, launch (dry run / submit / --local).
 
-COMMANDS: list = []
+Only the spec loader, the rules and the plan are imported at module level; the SageMaker backend and
+the local runner are imported inside `launch`, once the spec is known to be valid.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from launcher.errors import DfmError
+
+OUTPUT = click.option(
+    "--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
+SET = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a spec field, e.g. instance.count=1 (value parsed as YAML)."
+)
+
+
+def _echo_err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _check(path: str, overrides: tuple[str, ...]) -> tuple[Any, list[str], list[str]]:
+    """(spec or None, error lines, warning lines) for one file."""
+    from launcher import rules
+    from launcher.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(path, overrides)
+    except SpecError as err:
+        return None, err.lines(), []
+    findings = rules.check(spec)
+    return spec, [f.render(spec) for f in rules.errors(findings)], [f.render(spec) for f in rules.warnings(findings)]
+
+
+@click.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@SET
+@OUTPUT
+def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) -> None:
+    """Check job specs offline: exit 0 if all are valid, 2 with `file:line: field: message` lines if not."""
+    results = []
+    for path in specs:
+        _, errors, warnings = _check(path, overrides)
+        results.append({"path": path, "valid": not errors, "errors": errors, "warnings": warnings})
+    valid = all(r["valid"] for r in results)
+    if output == "json":
+        click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
+    else:
+        for result in results:
+            for line in result["errors"]:
+                _echo_err(f"error: {line}")
+            for line in result["warnings"]:
+                _echo_err(f"warning: {line}")
+            status = "ok" if result["valid"] else f"{len(result['errors'])} error(s)"
+            click.echo(f"{result['path']}: {status}" + (f", {len(result['warnings'])} warning(s)" if result["warnings"] else ""))
+    if not valid:
+        raise SystemExit(2)
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of a job spec (for YAML editors: yaml-language-server: $schema=...)."""
+    from launcher.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: float | None) -> list[str]:
+    overrides = []
+    for item in channels:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise DfmError(f"--channel {item}: expected NAME=PATH, e.g. --channel train=data/sample/train")
+        overrides.append(f"local.channels.{name}={json.dumps(path)}")
+    if run_dir is not None:
+        overrides.append(f"local.run_dir={json.dumps(run_dir)}")
+    if timeout is not None:
+        overrides.append(f"local.timeout_s={int(timeout)}")
+    return overrides
+
+
+def _fail(errors: list[str], warnings: list[str], output: str) -> None:
+    for line in errors:
+        _echo_err(f"error: {line}")
+    for line in warnings:
+        _echo_err(f"warning: {line}")
+    if output == "json":
+        click.echo(json.dumps({"errors": errors, "warnings": warnings}, indent=2))
+    raise SystemExit(2)
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print what would be sent to SageMaker; no network call.")
+@click.option("--wait", is_flag=True, help="After submitting, stream the logs and exit with the job's outcome.")
+@SET
+@OUTPUT
+@click.option("--local", "local", is_flag=True, help="Run the same plan on this machine (processes emulating the hosts).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir).")
+@click.option("--channel", "channels", multiple=True, metavar="NAME=PATH", help="--local: read channel NAME from PATH.")
+@click.option("--timeout", type=click.FloatRange(min=1), help="--local: stop the run after this many seconds.")
+@click.option("--job-name", help="The full job name (default: spec name + timestamp).")
+def launch(
+    spec_path: str,
+    dry_run: bool,
+    wait: bool,
+    overrides: tuple[str, ...],
+    output: str,
+    local: bool,
+    run_dir: str | None,
+    channels: tuple[str, ...],
+    timeout: float | None,
+    job_name: str | None,
+) -> None:
+    """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
+    from launcher import rules
+    from launcher.plan import build_plan
+
+    if dry_run and local:
+        raise DfmError("--dry-run and --local: choose one")
+    if dry_run and wait:
+        raise DfmError("--wait has nothing to wait for in a --dry-run")
+    if not local and (channels or run_dir or timeout):
+        raise DfmError("--channel, --run-dir and --timeout apply to --local runs")
+    spec, errors, warnings = _check(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)))
+    if job_name is not None:
+        errors += [f"{f.field}: {f.message}" for f in rules.check_job_name_override(job_name)]
+    if errors:
+        _fail(errors, warnings, output)
+    plan = build_plan(spec, job_name=job_name)
+    if output == "text":
+        for line in plan.warnings:
+            _echo_err(f"warning: {line}")
+
+    if dry_run:
+        _dry_run(plan, output)
+    elif local:
+        _run_local(plan, output)
+    else:
+        _submit(plan, wait, output)
+
+
+def _dry_run(plan: Any, output: str) -> None:
+    from launcher import sagemaker_backend
+
+    result = sagemaker_backend.dry_run(plan)
+    document = {
+        "job_name": plan.job_name,
+        "estimator": result["estimator"],
+        "inputs": result["inputs"],
+        "argv": list(plan.argv),
+        "image_uri": result["image_uri"],
+        "request": result["request"],
+        "cost": dict(plan.cost or {}),
+        "warnings": list(plan.warnings),
+    }
+    if output == "json":
+        click.echo(json.dumps(document, indent=2, default=str))
+    else:
+        from launcher.render import render_dry_run
+
+        render_dry_run(document, plan)
+
+
+def _run_local(plan: Any, output: str) -> None:
+    from launcher.local import run_local
+
+    echo = click.echo if output == "text" else _echo_err
+    code = run_local(plan, run_dir=plan.local.get("run_dir"), timeout_s=plan.local.get("timeout_s"), echo=echo)
+    if output == "json":
+        click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
+    raise SystemExit(code)
+
+
+def _submit(plan: Any, wait: bool, output: str) -> None:
+    from launcher import sagemaker_backend
+
+    echo = click.echo if output == "text" else _echo_err
+    for line in _idle_hosts_on_s3(plan):
+        _echo_err(f"warning: {line}")
+    job_name = sagemaker_backend.submit(plan, wait=wait, echo=echo)
+    if output == "json":
+        click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
+
+
+def _idle_hosts_on_s3(plan: Any) -> list[str]:
+    """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
+    from launcher import sagemaker_backend
+
+    if plan.instance_count < 2:
+        return []
+    found = []
+    s3 = sagemaker_backend.client("s3", plan.region)
+    for channel in plan.channels:
+        if channel.kind != "s3" or channel.distribution != "ShardedByS3Key":
+            continue
+        bucket, _, prefix = channel.uri[len("s3://") :].partition("/")
+        with sagemaker_backend.aws_errors(f"listing {channel.uri}", region=plan.region):
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=plan.instance_count + 1)
+        count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
+        if count < plan.instance_count:
+            found.append(
+                f"channel {channel.name}: {channel.uri} holds {count} object(s) for {plan.instance_count} hosts; with ShardedByS3Key {plan.instance_count - count} host(s) get no data"
+            )
+    return found
+
+
+COMMANDS: list = [validate, schema, launch]

@@ -5,8 +5,12 @@ The dry run, the SageMaker backend and the local backend all read the same Plan,
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
+
+from launcher import catalog, contract
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,10 @@ class Plan:
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot"}
     local: Mapping[str, Any] = field(default_factory=dict)  # `local:` section: run_dir, timeout_s, ...
+    model_dir: str | None = None  # the --model_dir the SDK passes: <output>/<job>/model, /opt/ml/model for MPI
+    code_location: str | None = None  # the SDK uploads <code_location>/<job>/source/sourcedir.tar.gz
+    checkpoint_local_path: str | None = None  # container folder synced with checkpoint_s3_uri
+    checkpoint_dir: str | None = None  # container folder the bundled scripts checkpoint to (EFS/FSx channel)
 
     @property
     def training_channels(self) -> tuple[Channel, ...]:
@@ -67,6 +75,226 @@ class Plan:
         return asdict(self)
 
 
+# ------------------------------------------------------------------------------------------- building
+DISABLED_SDK_EXTRAS = {
+    # SageMaker Debugger/Profiler hooks are on by default in TF images; dfm's scripts do not use them and
+    # they add a Debugger rule job and hook overhead. Off keeps the request to what the spec says.
+    "disable_profiler": True,
+    "debugger_hook_config": False,
+}
+
+
+def job_timestamp(now: float | None = None) -> str:
+    """`YYYY-MM-DD-HH-MM-SS-mmm` in UTC, the suffix sagemaker.utils.name_from_base appends."""
+    now = time.time() if now is None else now
+    millis = int(round(now * 1000)) % 1000
+    return time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{millis:03d}"
+
+
+def _sdk_distribution(spec: Any) -> dict[str, Any] | None:
+    kind = spec.distribution_kind
+    if kind == "parameter_server":
+        return {"parameter_server": {"enabled": True}}
+    if kind == "multi_worker_mirrored":
+        return {"multi_worker_mirrored_strategy": {"enabled": True}}
+    if kind == "horovod":
+        mpi: dict[str, Any] = {"enabled": True, "processes_per_host": spec.processes_per_host}
+        if isinstance(spec.distribution, str) or not spec.distribution.horovod.mpi_options:
+            return {"mpi": mpi}
+        return {"mpi": {**mpi, "custom_mpi_options": spec.distribution.horovod.mpi_options}}
+    return None
+
+
+def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
+    local = spec.local.channels.get(name)
+    local_path = os.path.abspath(os.path.expanduser(local)) if local else None
+    if isinstance(source, str):
+        sharded = training and spec.data.s3_shard
+        return Channel(
+            name=name,
+            uri=source,
+            kind="s3",
+            input_mode=spec.data.mode,
+            distribution="ShardedByS3Key" if sharded else "FullyReplicated",
+            local_path=local_path,
+        )
+    return Channel(
+        name=name,
+        uri=source.directory_path,
+        kind="efs" if source.type == "EFS" else "fsx",
+        input_mode="File",  # file systems are mounted; the job's input mode is File when any is present
+        file_system_id=source.file_system_id,
+        access_mode=source.access_mode,
+        local_path=local_path,
+    )
+
+
+def _channels(spec: Any) -> list[Channel]:
+    names = contract.training_channel_names(len(spec.train_sources))
+    channels = [_channel(spec, n, s, training=True) for n, s in zip(names, spec.train_sources)]
+    if spec.data.eval is not None:
+        channels.append(_channel(spec, contract.EVAL_CHANNEL, spec.data.eval, training=False))
+    channels += [_channel(spec, n, s, training=False) for n, s in spec.data.channels.items()]
+    config = spec.checkpoint_config
+    if config is not None and config.file_system is not None:
+        file_system = config.file_system
+        if "access_mode" not in file_system.model_fields_set:
+            file_system = file_system.model_copy(update={"access_mode": "rw"})  # checkpoints are written
+        channels.append(_channel(spec, contract.CHECKPOINT_CHANNEL, file_system, training=False))
+    return channels
+
+
+def _cost(spec: Any) -> dict[str, Any]:
+    info = catalog.instance(spec.instance.type)
+    run_hours = spec.max_run / 3600
+    warm_hours = spec.warm_pool_seconds / 3600
+    cost: dict[str, Any] = {
+        "instance_type": spec.instance.type,
+        "instance_count": spec.instance.count,
+        "instance_hourly_usd": info.usd_per_hour if info else None,
+        "max_hours": round(run_hours, 3),
+        "warm_pool_hours": round(warm_hours, 3),
+        "max_usd": round(info.usd_per_hour * spec.instance.count * (run_hours + warm_hours), 2) if info else None,
+        "spot": spec.spot is not None,
+    }
+    if info is None:
+        cost["note"] = f"{spec.instance.type} is not in dfm's price table"
+    elif spec.spot is not None:
+        cost["note"] = "on-demand ceiling: spot bills the spot price (often 60-90% less) for the time actually trained"
+    else:
+        cost["note"] = "ceiling: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
+    return cost
+
+
 def build_plan(spec: Any, *, job_name: str | None = None) -> Plan:
-    """Turn a validated Spec into a Plan. `job_name` fixes the timestamped name (tests, resubmits)."""
-    raise NotImplementedError("build_plan is written in issue 2")
+    """Turn a validated Spec into a Plan. `job_name` fixes the timestamped name (tests, resubmits).
+
+    Pure apart from the clock (the default job name) and the path of the bundled source dir. Run the
+    rules first: build_plan assumes a spec they accept.
+    """
+    from launcher import rules
+
+    findings = rules.check(spec)
+    job_name = job_name or f"{spec.name}-{job_timestamp()}"
+    kind = spec.distribution_kind
+    output_path = spec.output.rstrip("/")
+    bundled = contract.BUNDLED_ENTRY_POINTS.get(spec.entry_point)
+
+    if bundled is not None:
+        entry_point, source_dir = bundled.script, contract.bundled_source_dir()
+    elif spec.source_dir is not None:
+        entry_point = spec.entry_point
+        source_dir = spec.source_dir if spec.source_dir.startswith("s3://") else spec.resolve_path("source_dir", spec.source_dir)
+    else:
+        script = spec.resolve_path("entry_point", spec.entry_point)
+        entry_point, source_dir = os.path.basename(script), os.path.dirname(script)
+
+    channels = _channels(spec)
+    job_input_mode = "File" if any(c.kind != "s3" for c in channels) else spec.data.mode
+    model_dir = "/opt/ml/model" if kind == "horovod" else f"{output_path}/{job_name}/model"
+
+    checkpoint_s3_uri = checkpoint_local_path = checkpoint_dir = None
+    config = spec.checkpoint_config
+    if config is not None and config.file_system is not None:
+        checkpoint_dir = f"{contract.container_channel_dir(contract.CHECKPOINT_CHANNEL)}/{job_name}"
+    elif config is not None:
+        checkpoint_s3_uri = f"{output_path}/{job_name}/checkpoints" if config.s3 == "auto" else config.s3
+        checkpoint_local_path = config.local_path
+
+    script_hyperparameters = dict(spec.hyperparameters)
+    if checkpoint_dir is not None and bundled is not None:
+        script_hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+    # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
+    hyperparameters = {**script_hyperparameters, "model_dir": model_dir}
+
+    framework_version = spec.framework.version if spec.framework else None
+    py_version = None
+    if spec.framework is not None and spec.image_uri is None:
+        full = catalog.resolve_tf_version(spec.framework.version)
+        py_version = spec.framework.python or (catalog.TF_VERSIONS[full][0] if full else None)
+    elif spec.framework is not None:
+        py_version = spec.framework.python
+
+    kwargs: dict[str, Any] = {
+        "base_job_name": spec.name,
+        "entry_point": entry_point,
+        "source_dir": source_dir,
+        "role": spec.role,
+        "instance_type": spec.instance.type,
+        "instance_count": spec.instance.count,
+        "volume_size": spec.instance.volume_gb,
+        "max_run": spec.max_run,
+        "input_mode": job_input_mode,
+        "output_path": output_path,
+        "code_location": output_path,
+        "model_dir": model_dir,
+        "hyperparameters": script_hyperparameters,
+        **DISABLED_SDK_EXTRAS,
+    }
+    if spec.image_uri is not None:
+        kwargs["image_uri"] = spec.image_uri
+    if framework_version is not None:
+        kwargs["framework_version"] = framework_version
+    if py_version is not None:
+        kwargs["py_version"] = py_version
+    distribution = _sdk_distribution(spec)
+    if distribution is not None:
+        kwargs["distribution"] = distribution
+    if checkpoint_s3_uri is not None:
+        kwargs["checkpoint_s3_uri"] = checkpoint_s3_uri
+        kwargs["checkpoint_local_path"] = checkpoint_local_path
+    if spec.spot is not None:
+        kwargs["use_spot_instances"] = True
+        kwargs["max_wait"] = spec.spot.max_wait
+    if spec.vpc is not None:
+        kwargs["subnets"] = list(spec.vpc.subnets)
+        kwargs["security_group_ids"] = list(spec.vpc.security_group_ids)
+    if spec.warm_pool_seconds:
+        kwargs["keep_alive_period_in_seconds"] = spec.warm_pool_seconds
+    if spec.environment:
+        kwargs["environment"] = dict(spec.environment)
+    if spec.tags:
+        kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+    metric_definitions = tuple(dict(m) for m in contract.METRIC_DEFINITIONS) if bundled is not None else ()
+    if metric_definitions:
+        kwargs["metric_definitions"] = [dict(m) for m in metric_definitions]
+
+    local = {
+        "channels": {c.name: c.local_path for c in channels if c.local_path},
+        "run_dir": os.path.abspath(os.path.expanduser(spec.local.run_dir)),
+        "timeout_s": spec.local.timeout_s,
+    }
+    return Plan(
+        spec_path=spec.path,
+        job_name=job_name,
+        region=spec.region,
+        role=spec.role,
+        entry_point=entry_point,
+        source_dir=source_dir,
+        instance_type=spec.instance.type,
+        instance_count=spec.instance.count,
+        distribution=Distribution(
+            kind=kind,
+            processes_per_host=spec.processes_per_host,
+            mpi_options=distribution["mpi"].get("custom_mpi_options", "") if kind == "horovod" else "",
+        ),
+        input_mode=job_input_mode,
+        channels=tuple(channels),
+        hyperparameters=hyperparameters,
+        argv=tuple(contract.render_argv(hyperparameters)),
+        environment=dict(spec.environment),
+        estimator_kwargs=kwargs,
+        framework_version=framework_version,
+        py_version=py_version,
+        image_uri=spec.image_uri,
+        output_path=output_path,
+        checkpoint_s3_uri=checkpoint_s3_uri,
+        metric_definitions=metric_definitions,
+        warnings=tuple(f.render(spec) for f in rules.warnings(findings)),
+        cost=_cost(spec),
+        local=local,
+        model_dir=model_dir,
+        code_location=output_path,
+        checkpoint_local_path=checkpoint_local_path,
+        checkpoint_dir=checkpoint_dir,
+    )

@@ -1,0 +1,60 @@
+"""Readable text for `dfm launch --dry-run` (the JSON form is the same document, as it is)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _inputs_table(document: dict[str, Any], plan: Any) -> Table:
+    table = Table("channel", "source", "input mode", "distribution", "--local reads", box=None, pad_edge=False)
+    for channel in plan.channels:
+        source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
+        mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
+        distribution = channel.distribution if channel.kind == "s3" else "-"
+        table.add_row(channel.name, source, mode, distribution, channel.local_path or "-")
+    return table
+
+
+def _kwargs_table(kwargs: dict[str, Any]) -> Table:
+    table = Table("kwarg", "value", box=None, pad_edge=False, show_header=False)
+    for key in sorted(kwargs):
+        if key not in ("hyperparameters", "metric_definitions"):
+            table.add_row(key, _value(kwargs[key]))
+    table.add_row("hyperparameters", f"{len(kwargs.get('hyperparameters', {}))} (see the script's argv)")
+    if "metric_definitions" in kwargs:
+        names = ", ".join(m["Name"] for m in kwargs["metric_definitions"])
+        table.add_row("metric_definitions", names)
+    return table
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    if cost.get("max_usd") is None:
+        return cost.get("note", "no estimate")
+    hours = cost["max_hours"] + cost.get("warm_pool_hours", 0)
+    head = f"at most ${cost['max_usd']:,.2f} = ${cost['instance_hourly_usd']}/h x {cost['instance_count']} x {hours:g} h"
+    return f"{head}{' (spot)' if cost.get('spot') else ''}; {cost['note']}"
+
+
+def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None = None) -> None:
+    console = console or Console(highlight=False, soft_wrap=True)
+    estimator = document["estimator"]
+    console.rule(f"dry run: {document['job_name']} (nothing was sent)")
+    console.print(f"[bold]Estimator[/bold] {estimator['class']}")
+    console.print(_kwargs_table(estimator["kwargs"]))
+    console.print("\n[bold]Channels[/bold]")
+    console.print(_inputs_table(document, plan))
+    console.print("\n[bold]Script argv[/bold]")
+    console.print(shlex.join(["python", plan.entry_point, *document["argv"]]), markup=False)
+    console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
+    console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
+    console.print("\n[bold]CreateTrainingJob request[/bold]")
+    console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
