@@ -64,27 +64,32 @@ def _embedding_step(tf, batch: int, embedding_size: int, vocabulary: int):
     return step
 
 
-def measure_ceiling(batch: int, embedding_size: int, layers: list[int], vocabulary: int,
-                    repetitions: int, calls: int) -> dict:
+def kernels(batch: int, embedding_size: int, layers: list[int], vocabulary: int, calls: int) -> dict:
+    """name -> callable timing `calls` runs of that kernel and returning seconds per batch."""
     import tensorflow as tf
 
-    gemm = _gemm_step(tf, batch, embedding_size, layers)
-    embed = _embedding_step(tf, batch, embedding_size, vocabulary)
-    gemm(), embed()  # trace and warm up
+    steps = {"gemm": _gemm_step(tf, batch, embedding_size, layers),
+             "embedding": _embedding_step(tf, batch, embedding_size, vocabulary)}
+    for step in steps.values():
+        step()  # trace and warm up
+    return {name: (lambda step=step: seconds(lambda: [step() for _ in range(calls)]) / calls)
+            for name, step in steps.items()}
 
-    def timed(step):
-        return lambda: seconds(lambda: [step() for _ in range(calls)]) / calls
 
-    times = alternate({"gemm": timed(gemm), "embedding": timed(embed)}, repetitions)
-    gemm_s, embed_s = median(times["gemm"]), median(times["embedding"])
+def ceiling(gemm_s: float, embedding_s: float, batch: int, embedding_size: int, layers: list[int]) -> dict:
+    """The model above from the kernels' seconds per batch."""
     flops = mlp_flops_per_example(embedding_size, layers) * batch
     embedding_bytes = batch * FIELDS * (embedding_size + 1) * 4 * 5  # gather + accum r/w + var r/w
-    per_example = (gemm_s + embed_s) / batch
     return {
-        "batch": batch, "embedding_size": embedding_size,
         "mlp_flops_per_example": mlp_flops_per_example(embedding_size, layers),
         "gemm_gflops": flops / gemm_s / 1e9,
-        "embedding_gbytes_per_s": embedding_bytes / embed_s / 1e9,
-        "gemm_s_per_batch": gemm_s, "embedding_s_per_batch": embed_s,
-        "ceiling_examples_per_s": 1.0 / per_example,
+        "embedding_gbytes_per_s": embedding_bytes / embedding_s / 1e9,
+        "gemm_s_per_batch": gemm_s, "embedding_s_per_batch": embedding_s,
+        "ceiling_examples_per_s": batch / (gemm_s + embedding_s),
     }
+
+
+def measure_ceiling(batch: int, embedding_size: int, layers: list[int], vocabulary: int,
+                    repetitions: int, calls: int) -> dict:
+    times = alternate(kernels(batch, embedding_size, layers, vocabulary, calls), repetitions)
+    return ceiling(median(times["gemm"]), median(times["embedding"]), batch, embedding_size, layers)

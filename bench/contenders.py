@@ -1,0 +1,109 @@
+"""The DeepFM implementations under test, each as a `run_window()` returning examples/s.
+
+Both read the same synthetic examples from an in-memory tf.data iterator inside their compiled step,
+so what is timed is the model's training step, not the input pipeline (item 3 measures that).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import numpy as np
+
+from bench.common import seconds, use_entrypoints
+
+FIELDS = 39
+
+
+def synthetic(rows: int, feature_size: int, seed: int = 5):
+    from launcher.data.synth import generate
+
+    return generate(rows, seed=seed, field_size=FIELDS, feature_size=feature_size)
+
+
+def _window(step, iterator, steps: int, batch: int):
+    def run() -> float:
+        def go():
+            for _ in range(steps):
+                loss = step(iterator)
+            return loss.numpy() if hasattr(loss, "numpy") else loss
+        return steps * batch / seconds(go)
+    return run
+
+
+def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
+            dense_updates: bool = False, deep_layers=(400, 400, 400)):
+    """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), as train_ps runs it.
+
+    dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes
+    its dense path over the whole table (what Keras' stock Adam does to its moments)."""
+    import tensorflow as tf
+
+    use_entrypoints()
+    from deepfm_hparams import parse_hyperparameters
+    from deepfm_model import build_trainer
+
+    hp = parse_hyperparameters([
+        "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),
+        "--deep_layers", ",".join(map(str, deep_layers)), "--batch_size", str(batch),
+        "--optimizer", optimizer])
+    densify = (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                              for g in grads]) if dense_updates else None
+    trainer = build_trainer(hp, grad_transform=densify)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({"ids": data.ids, "values": data.values}, data.labels)).batch(batch, drop_remainder=True)
+    iterator = iter(dataset.cache().repeat())
+
+    @tf.function
+    def step(it):
+        return trainer.train_step(next(it))
+
+    step(iterator)  # trace
+    return _window(step, iterator, steps, batch)
+
+
+def import_deepctr():
+    """DeepCTR's package __init__ starts a thread that asks PyPI for a newer version (no network here,
+    and it must not print or hang): load its modules without running that __init__."""
+    if "deepctr" not in sys.modules:
+        spec = importlib.util.find_spec("deepctr")
+        if spec is None:
+            raise ImportError("deepctr is not installed (make bench installs it)")
+        package = types.ModuleType("deepctr")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["deepctr"] = package
+    from deepctr.feature_column import SparseFeat
+    from deepctr.models import DeepFM
+
+    return DeepFM, SparseFeat
+
+
+def deepctr(data, batch: int, embedding_size: int, steps: int, deep_layers=(400, 400, 400)):
+    """DeepCTR's DeepFM, one SparseFeat per field (vocabulary = the field's id range, so the tables
+    add up to the same rows), Adagrad(0.01), run through Keras' own compiled train function as fit does."""
+    import tensorflow as tf
+
+    DeepFM, SparseFeat = import_deepctr()
+    local = data.ids - data.ids.min(axis=0)
+    vocab = local.max(axis=0) + 1
+    columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=embedding_size)
+               for i in range(FIELDS)]
+    model = DeepFM(columns, columns, dnn_hidden_units=tuple(deep_layers), l2_reg_embedding=1e-5,
+                   task="binary")
+    # DeepCTR 0.9.3 builds on tensorflow.python.keras (TF's legacy copy), so its optimizers come from there.
+    from tensorflow.python.keras.optimizer_v2.adagrad import Adagrad
+
+    model.compile(optimizer=Adagrad(0.01), loss="binary_crossentropy")
+    features = {f"f{i}": local[:, i:i + 1].astype(np.int32) for i in range(FIELDS)}
+    dataset = tf.data.Dataset.from_tensor_slices((features, data.labels[:, None])) \
+        .batch(batch, drop_remainder=True)
+    iterator = iter(dataset.cache().repeat())
+    train_function = model.make_train_function()
+
+    def step(it):
+        return train_function(it)["loss"]
+
+    step(iterator)
+    return _window(step, iterator, steps, batch)
