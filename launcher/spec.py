@@ -1,20 +1,16 @@
-"""The job spec: its schema (pydantic v2) and its loader.
+"""The job spec schema (pydantic v2) and `load_spec`.
 
-Loading is YAML (safe, line-tracking, no aliases, no custom tags) -> `${ENV}` interpolation per file ->
-`extends:` (deep merge onto the base, relative path, cycles refused) -> `--set dotted.key=value`
-overrides -> schema validation. Every problem is reported as `file:line: field: message`.
+`launcher.specfile` reads the file (safe YAML, `${ENV}`, `extends:`, `--set`) with line numbers; this
+module validates the result against the schema, reporting every problem as `file:line: field: message`.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 
-import yaml
 from annotated_types import MinLen
 from pydantic import (
     AfterValidator,
@@ -31,45 +27,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from launcher.errors import DfmError
+from launcher.specfile import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
 
-MAX_SPEC_BYTES = 1 << 20
-
-
-# ---------------------------------------------------------------------------------------------- errors
-@dataclass(frozen=True)
-class Location:
-    file: str  # a spec file, or "--set" for a command-line override
-    line: int | None = None
-
-    def __str__(self) -> str:
-        return self.file if self.line is None else f"{self.file}:{self.line}"
-
-
-@dataclass(frozen=True)
-class Problem:
-    location: Location
-    field: str  # dotted path; "" for the file as a whole
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.location}: {self.field}: {self.message}" if self.field else f"{self.location}: {self.message}"
-
-
-class SpecError(DfmError):
-    """One or more problems in a spec; `lines()` gives one `file:line: field: message` per problem."""
-
-    def __init__(self, problems: Iterable[Problem]):
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems), exit_code=2)
-
-    def lines(self) -> list[str]:
-        return [str(p) for p in self.problems]
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+__all__ = ["Spec", "SpecError", "Location", "Problem", "load_spec", "json_schema", "did_you_mean", "parse_override"]
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -358,214 +318,6 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "dfm job spec", **schema}
 
 
-# ---------------------------------------------------------------------------------------------- YAML
-_ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_ONLY_ENV = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
-
-
-class _Refused(Exception):
-    def __init__(self, line: int | None, message: str):
-        self.line, self.message = line, message
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases (no alias bombs; `extends:` shares settings instead)."""
-
-    def compose_node(self, parent, index):  # noqa: ANN001 (PyYAML's signature)
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise _Refused(event.start_mark.line + 1, "YAML anchors and aliases (&x, *x) are not allowed: use extends:")
-        return super().compose_node(parent, index)
-
-
-def _interpolate(text: str, line: int, field: str, file: str, env: Mapping[str, str]) -> str:
-    def replace(match: re.Match) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name, default = match.group(1), match.group(2)
-        if name in env and (env[name] != "" or default is None):
-            return env[name]
-        if default is not None:
-            return default
-        raise _Problem(
-            Problem(Location(file, line), field, f"environment variable {name} is not set: export it, or write ${{{name}:-default}}")
-        )
-
-    return _ENV.sub(replace, text)
-
-
-class _Problem(Exception):
-    def __init__(self, problem: Problem):
-        self.problem = problem
-
-
-class _Builder:
-    """Turns a composed YAML node tree into plain Python values plus a map: path -> Location."""
-
-    def __init__(self, loader: _Loader, file: str, env: Mapping[str, str]):
-        self.loader, self.file, self.env = loader, file, env
-        self.lines: dict[tuple, Location] = {}
-
-    def build(self, node: yaml.Node, path: tuple) -> Any:
-        where = Location(self.file, node.start_mark.line + 1)
-        field = ".".join(str(p) for p in path)
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise _Problem(Problem(where, field, "merge keys (<<) are not allowed: use extends:"))
-                key = self.scalar(key_node, path)
-                if not isinstance(key, str):
-                    raise _Problem(Problem(Location(self.file, key_node.start_mark.line + 1), field, f"key {key!r} is not a string: quote it"))
-                if key in out:
-                    raise _Problem(Problem(Location(self.file, key_node.start_mark.line + 1), ".".join(map(str, path + (key,))), "duplicate key"))
-                self.lines[path + (key,)] = Location(self.file, key_node.start_mark.line + 1)
-                out[key] = self.build(value_node, path + (key,))
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            items = []
-            for i, item in enumerate(node.value):
-                self.lines[path + (i,)] = Location(self.file, item.start_mark.line + 1)
-                items.append(self.build(item, path + (i,)))
-            return items
-        value = self.scalar(node, path)
-        if isinstance(value, str) and "$" in value:
-            whole = node.style is None and _ONLY_ENV.fullmatch(value) is not None
-            value = _interpolate(value, where.line, field, self.file, self.env)
-            if whole:  # an unquoted `${N:-2}` is typed like any plain scalar: 2 is an int
-                value = _retype(value)
-        return value
-
-    def scalar(self, node: yaml.Node, path: tuple) -> Any:
-        where = Location(self.file, node.start_mark.line + 1)
-        field = ".".join(str(p) for p in path)
-        if not isinstance(node, yaml.ScalarNode):
-            raise _Problem(Problem(where, field, "a key must be a plain string"))
-        if node.tag == "tag:yaml.org,2002:timestamp":
-            return node.value  # dates stay the text written
-        try:
-            value = self.loader.construct_object(node, deep=True)
-        except yaml.constructor.ConstructorError:
-            raise _Problem(Problem(where, field, f"tag {node.tag} is not allowed: only plain YAML values")) from None
-        if not (value is None or isinstance(value, (str, int, float, bool))):
-            raise _Problem(Problem(where, field, f"tag {node.tag} is not allowed: only plain YAML values"))
-        return value
-
-
-def _retype(text: str) -> Any:
-    value = yaml.safe_load(text) if text.strip() else None
-    return value if value is None or isinstance(value, (str, int, float, bool)) else text
-
-
-def _parse(text: str, file: str, env: Mapping[str, str]) -> tuple[Any, dict[tuple, Location]]:
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        builder = _Builder(loader, file, env)
-        return builder.build(node, ()), builder.lines
-    except _Refused as refused:
-        raise SpecError([Problem(Location(file, refused.line), "", refused.message)]) from None
-    except _Problem as problem:
-        raise SpecError([problem.problem]) from None
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark else None
-        message = " ".join(str(p) for p in (err.context, err.problem) if p)
-        raise SpecError([Problem(Location(file, line), "", f"YAML syntax: {message}")]) from None
-    except yaml.YAMLError as err:  # ReaderError: control characters
-        raise SpecError([Problem(Location(file), "", f"not a YAML text file: {err}")]) from None
-    except RecursionError:
-        raise SpecError([Problem(Location(file), "", "nesting too deep")]) from None
-    finally:
-        loader.dispose()
-
-
-def _read_text(path: Path, shown: str) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError([Problem(Location(shown), "", "no such file")]) from None
-    except OSError as err:
-        raise SpecError([Problem(Location(shown), "", f"cannot read: {err.strerror}")]) from None
-    if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError([Problem(Location(shown), "", f"{len(raw)} bytes: a spec is at most {MAX_SPEC_BYTES}")])
-    if b"\0" in raw:
-        raise SpecError([Problem(Location(shown), "", "binary file, not a YAML spec")])
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise SpecError([Problem(Location(shown), "", "not UTF-8 text, not a YAML spec")]) from None
-
-
-def _deep_merge(base: dict, child: dict, base_lines: dict, child_lines: dict, path: tuple = ()) -> dict:
-    merged = dict(base)
-    for key, value in child.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            merged[key] = _deep_merge(base[key], value, base_lines, child_lines, path + (key,))
-        else:
-            merged[key] = value
-            prefix = path + (key,)
-            for stale in [p for p in base_lines if p[: len(prefix)] == prefix]:
-                del base_lines[stale]
-    return merged
-
-
-def _load_file(path: Path, shown: str, env: Mapping[str, str], chain: tuple[Path, ...]) -> tuple[dict, dict]:
-    data, lines = _parse(_read_text(path, shown), shown, env)
-    if data is None:
-        raise SpecError([Problem(Location(shown), "", "the file is empty: a spec is a YAML mapping (name:, role:, ...)")])
-    if not isinstance(data, dict):
-        raise SpecError([Problem(Location(shown, 1), "", "a spec is a YAML mapping (name:, role:, ...)")])
-    base_ref = data.pop("extends", None)
-    if base_ref is None:
-        return data, lines
-    where = lines.get(("extends",), Location(shown))
-    if not isinstance(base_ref, str) or not base_ref:
-        raise SpecError([Problem(where, "extends", "expected the path of a base spec")])
-    base_path = (path.parent / base_ref).resolve()
-    if base_path in chain:
-        cycle = " -> ".join(p.name for p in (*chain, base_path))
-        raise SpecError([Problem(where, "extends", f"cycle: {cycle}")])
-    if not base_path.is_file():
-        raise SpecError([Problem(where, "extends", f"base spec {base_ref} not found (relative to {shown})")])
-    base_shown = os.path.relpath(base_path) if not os.path.isabs(shown) else str(base_path)
-    base_data, base_lines = _load_file(base_path, base_shown, env, (*chain, base_path))
-    merged = _deep_merge(base_data, data, base_lines, lines)
-    return merged, {**base_lines, **{k: v for k, v in lines.items() if k != ("extends",)}}
-
-
-def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """`a.b=value` -> (("a", "b"), value parsed as YAML: 3 is an int, [1, 2] a list, empty is null)."""
-    key, sep, raw = text.partition("=")
-    parts = tuple(key.strip().split("."))
-    if not sep or not all(parts):
-        raise DfmError(f"--set {text}: expected dotted.key=value, e.g. --set instance.count=1")
-    try:
-        value, _ = _parse(raw, "--set", {})
-    except SpecError as err:
-        raise DfmError(f"--set {text}: {err.problems[0].message}") from None
-    return parts, value
-
-
-def _apply_override(data: dict, lines: dict, text: str) -> None:
-    parts, value = parse_override(text)
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise DfmError(f"--set {text}: {'.'.join(parts[: i + 1])} is not a mapping")
-        node = child
-    node[parts[-1]] = value
-    for stale in [p for p in lines if p[: len(parts)] == parts]:
-        del lines[stale]
-    for i in range(1, len(parts) + 1):
-        lines.setdefault(parts[:i], Location("--set"))
-    lines[parts] = Location("--set")
-
 
 def _schema_problems(err: ValidationError, lines: dict, shown: str) -> list[Problem]:
     problems = []
@@ -621,14 +373,11 @@ def _allowed_keys(schema: dict, loc: tuple) -> set[str]:
 
 def load_spec(path: str | os.PathLike, overrides: Iterable[str] = (), env: Mapping[str, str] | None = None) -> Spec:
     """Read, merge, override and validate a spec file. Raises SpecError (exit 2) listing every problem."""
-    shown = str(path)
-    data, lines = _load_file(Path(path).resolve(), shown, os.environ if env is None else env, (Path(path).resolve(),))
-    for text in overrides:
-        _apply_override(data, lines, text)
+    data, lines = read_spec_data(path, overrides, env)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_schema_problems(err, lines, shown)) from None
-    spec._path = shown
+        raise SpecError(_schema_problems(err, lines, str(path))) from None
+    spec._path = str(path)
     spec._lines = lines
     return spec
