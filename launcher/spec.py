@@ -81,7 +81,7 @@ def _shape(value: Any) -> str | None:
         return "~bool"
     if isinstance(value, str):
         return "~text"
-    if isinstance(value, Mapping):
+    if isinstance(value, (Mapping, BaseModel)):  # a model when serializing
         return "~mapping"
     if isinstance(value, list):
         return "~list"

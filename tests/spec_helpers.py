@@ -1,0 +1,52 @@
+"""Writing small specs for tests: a valid base, deep-merged with what a test changes."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+ROLE = "arn:aws:iam::123456789012:role/dfm"
+
+BASE: dict[str, Any] = {
+    "name": "deepfm-test",
+    "role": ROLE,
+    "region": "us-east-1",
+    "entry_point": "deepfm-ps",
+    "framework": {"version": "2.14"},
+    "instance": {"type": "ml.c5.xlarge", "count": 1},
+    "data": {"train": "s3://dfm-bucket/train/"},
+    "output": "s3://dfm-bucket/out/",
+}
+
+DELETE = object()
+
+
+def merged(base: dict, changes: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def write_spec(tmp_path: Path, changes: dict | None = None, name: str = "spec.yaml", base: dict | None = None) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(merged(BASE if base is None else base, changes or {}), sort_keys=False))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    """1-based number of the first line of `path` containing `text`."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")

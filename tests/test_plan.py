@@ -1,0 +1,238 @@
+"""Spec -> Plan for every example config, the request the real SDK builds from it (offline), and the
+contract with the bundled entry points (names, hyperparameters, argv, metric lines, source dir)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import catalog, contract
+from launcher.plan import build_plan, job_timestamp
+from launcher.spec import load_spec
+from spec_helpers import CONFIGS, REPO, write_spec
+
+JOB = "deepfm-test-2026-11-21-20-00-00-000"
+BUCKET = "s3://dfm-example-bucket/deepfm"  # the configs' default output when DFM_BUCKET is unset
+
+
+def config_plan(name: str, job_name: str = JOB, env: dict | None = None):
+    return build_plan(load_spec(REPO / "configs" / name, env=env or {}), job_name=job_name)
+
+
+def entrypoint_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "entrypoints" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- plans of the example configs ------------------------------------------------------------------
+
+
+def test_ps_plan():
+    plan = config_plan("ps.yaml")
+    kw = plan.estimator_kwargs
+    assert kw["distribution"] == {"parameter_server": {"enabled": True}}
+    assert (kw["instance_type"], kw["instance_count"], kw["volume_size"]) == ("ml.c5.18xlarge", 2, 100)
+    assert (kw["framework_version"], kw["py_version"], kw["input_mode"]) == ("2.14", "py310", "File")
+    assert kw["entry_point"] == "train_ps.py" and Path(kw["source_dir"], "train_ps.py").is_file()
+    assert kw["output_path"] == kw["code_location"] == BUCKET
+    assert kw["model_dir"] == plan.model_dir == f"{BUCKET}/{JOB}/model"
+    assert kw["checkpoint_s3_uri"] == plan.checkpoint_s3_uri == f"{BUCKET}/{JOB}/checkpoints"
+    assert kw["checkpoint_local_path"] == "/opt/ml/checkpoints"
+    assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
+    assert kw["metric_definitions"] == [dict(m) for m in contract.METRIC_DEFINITIONS]
+    assert "model_dir" not in kw["hyperparameters"] and plan.hyperparameters["model_dir"] == kw["model_dir"]
+    assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["epochs"] == 1  # base + child
+    assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds", "image_uri"} & set(kw)
+
+    train, evaluation = plan.channels
+    assert (train.name, train.distribution, train.input_mode) == ("train", "ShardedByS3Key", "File")
+    assert (evaluation.name, evaluation.distribution) == ("eval", "FullyReplicated")
+    assert train.local_path == os.path.abspath("data/sample/train") and plan.local["timeout_s"] == 900
+    assert plan.distribution.kind == "parameter_server" and plan.instance_count == 2
+    assert plan.cost["max_usd"] == round(3.672 * 2 * 1.0, 2) and plan.cost["spot"] is False
+    assert any("data.s3_shard" in w for w in plan.warnings)
+    json.dumps(plan.to_dict())
+
+
+def test_horovod_plan():
+    plan = config_plan("horovod.yaml")
+    kw = plan.estimator_kwargs
+    assert kw["distribution"] == {
+        "mpi": {"enabled": True, "processes_per_host": 4, "custom_mpi_options": "-x NCCL_DEBUG=WARN -x OMPI_MCA_btl_vader_single_copy_mechanism=none"}
+    }
+    assert kw["input_mode"] == plan.input_mode == "Pipe" and kw["entry_point"] == "train_horovod.py"
+    assert kw["model_dir"] == "/opt/ml/model"  # what the SDK passes to MPI jobs
+    assert [c.name for c in plan.channels] == ["train", "train-1", "train-2", "train-3", "eval"]
+    assert all(c.input_mode == "Pipe" for c in plan.channels)
+    assert [c.distribution for c in plan.training_channels] == ["ShardedByS3Key"] * 4
+    assert plan.channels[3].uri == "s3://dfm-example-bucket/deepfm/split/train-3/"
+    assert (plan.distribution.kind, plan.distribution.processes_per_host) == ("horovod", 4)
+
+
+def test_fastfile_spot_plan():
+    plan = config_plan("fastfile-spot.yaml", env={"DFM_BUCKET": "my-bucket"})
+    kw = plan.estimator_kwargs
+    assert kw["use_spot_instances"] is True and (kw["max_wait"], kw["max_run"]) == (10800, 7200)
+    assert kw["checkpoint_s3_uri"] == "s3://my-bucket/deepfm/checkpoints/spot/"  # as given: resubmits resume
+    assert kw["input_mode"] == "FastFile" and "distribution" not in kw
+    assert (kw["framework_version"], kw["py_version"]) == ("2.16", "py310")
+    assert kw["output_path"] == "s3://my-bucket/deepfm" and plan.cost["spot"] is True
+    assert plan.cost["max_usd"] == round(1.836 * 1 * 2.0, 2)
+
+
+def test_efs_ps_plan():
+    plan = config_plan("efs-ps.yaml", env={"DFM_EFS_ID": "fs-0abc1234"})
+    kw = plan.estimator_kwargs
+    (checkpoints,) = [c for c in plan.channels if c.name == "checkpoints"]
+    assert (checkpoints.kind, checkpoints.file_system_id, checkpoints.uri, checkpoints.access_mode) == ("efs", "fs-0abc1234", "/dfm/checkpoints", "rw")
+    assert kw["input_mode"] == "File" and "checkpoint_s3_uri" not in kw and plan.checkpoint_s3_uri is None
+    assert kw["hyperparameters"]["checkpoint_dir"] == plan.checkpoint_dir == f"/opt/ml/input/data/checkpoints/{JOB}"
+    assert kw["subnets"] == ["subnet-0123456789abcdef0"] and kw["security_group_ids"] == ["sg-0123456789abcdef0"]
+    assert kw["keep_alive_period_in_seconds"] == 600
+    assert plan.cost["max_usd"] == round(0.922 * 3 * (1 + 600 / 3600), 2)
+
+
+def test_default_job_name_is_timestamped_and_valid(tmp_path):
+    plan = build_plan(load_spec(write_spec(tmp_path, {"name": "d" * 39})))
+    assert len(plan.job_name) == 63 and re.fullmatch(r"d{39}-\d{4}(-\d\d){5}-\d{3}", plan.job_name)
+    assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", plan.job_name)
+    assert job_timestamp(0.25) == "1970-01-01-00-00-00-250"
+
+
+def test_user_script_plan_resolves_paths_from_the_spec_file(tmp_path, monkeypatch):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("")
+    path = write_spec(tmp_path, {"entry_point": "train.py", "source_dir": "src", "hyperparameters": {"flag": False}})
+    monkeypatch.chdir("/")
+    plan = build_plan(load_spec(path), job_name=JOB)
+    assert (plan.entry_point, plan.source_dir) == ("train.py", str(tmp_path / "src"))
+    assert plan.estimator_kwargs["hyperparameters"] == {"flag": False} and plan.metric_definitions == ()
+    assert "--flag" in plan.argv and plan.argv[plan.argv.index("--flag") + 1] == "False"
+
+    single = write_spec(tmp_path, {"entry_point": "src/train.py"}, name="single.yaml")
+    plan = build_plan(load_spec(single), job_name=JOB)
+    assert (plan.entry_point, plan.source_dir) == ("train.py", str(tmp_path / "src"))
+
+
+def test_file_system_training_channel_makes_the_job_file_mode(tmp_path):
+    efs = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/data", "type": "FSxLustre"}
+    vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
+    path = write_spec(tmp_path, {"data": {"mode": "FastFile", "train": efs, "eval": "s3://dfm-bucket/e/"}, "vpc": vpc})
+    plan = build_plan(load_spec(path), job_name=JOB)
+    train, evaluation = plan.channels
+    assert (train.kind, train.access_mode, plan.input_mode) == ("fsx", "ro", "File")
+    assert evaluation.input_mode == "FastFile"  # S3 channels keep their own mode
+
+
+# --- the request the SDK builds from each plan (offline) --------------------------------------------
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_request_for_each_config(config, no_aws_env, no_network):
+    from launcher import sagemaker_backend
+
+    plan = build_plan(load_spec(config, env={}), job_name=JOB)
+    request = sagemaker_backend.dry_run(plan)["request"]
+    assert no_network == []
+    assert request["TrainingJobName"] == JOB and request["RoleArn"] == plan.role
+    assert request["AlgorithmSpecification"]["TrainingInputMode"] == plan.input_mode
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    assert list(channels) == [c.name for c in plan.channels]
+    for channel in plan.channels:
+        source = channels[channel.name]["DataSource"]
+        if channel.kind == "s3":
+            assert source["S3DataSource"]["S3DataDistributionType"] == channel.distribution
+            assert channels[channel.name]["InputMode"] == channel.input_mode
+        else:
+            assert source["FileSystemDataSource"]["FileSystemAccessMode"] == channel.access_mode
+    sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
+    assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
+    assert contract.render_argv(sent) == list(plan.argv)  # what the container toolkit renders
+    resources = request["ResourceConfig"]
+    assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
+    assert request.get("CheckpointConfig", {}).get("S3Uri") == plan.checkpoint_s3_uri
+    assert request.get("EnableManagedSpotTraining", False) == ("use_spot_instances" in plan.estimator_kwargs)
+    assert ("VpcConfig" in request) == ("subnets" in plan.estimator_kwargs)
+    assert resources.get("KeepAlivePeriodInSeconds") == plan.estimator_kwargs.get("keep_alive_period_in_seconds")
+    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [m["Name"] for m in contract.METRIC_DEFINITIONS]
+
+
+# --- the contract with the bundled entry points ----------------------------------------------------
+
+
+def test_render_argv_follows_the_container_toolkit():
+    argv = contract.render_argv(
+        {"model_dir": "/opt/ml/model", "batch_size": 25, "b": True, "layers": [400, 400], "opts": {"y": 2, "x": 1},
+         "none": None, "lr": 1e-05, "sagemaker_program": "train.py"}
+    )
+    assert argv == ["-b", "True", "--batch_size", "25", "--layers", "[400, 400]", "--lr", "1e-05",
+                    "--model_dir", "/opt/ml/model", "--none", "", "--opts", "x=1,y=2"]
+
+
+def test_argv_parses_back_in_the_bundled_scripts():
+    hparams = entrypoint_module("deepfm_hparams")
+    values = {"batch_norm": False, "scale_lr": True, "deep_layers": [200, 100], "l2_reg": 1e-05, "optimizer": "adam",
+              "s3_shard": False, "epochs": 3, "kmp_affinity": "granularity=fine,compact,1,0", "model_dir": "s3://b/j/model"}
+    parsed = vars(hparams.parse_hyperparameters(contract.render_argv(values)))
+    expected = {**values, "s3_shard": "false"}
+    assert {k: parsed[k] for k in values} == expected
+
+
+def test_bundled_hyperparameters_mirror_the_entry_points():
+    hparams = entrypoint_module("deepfm_hparams")
+    assert contract.BUNDLED_HYPERPARAMETERS == hparams.DEFAULTS
+    assert contract.BUNDLED_CHOICES == hparams.CHOICES
+    for script in (e.script for e in contract.BUNDLED_ENTRY_POINTS.values()):
+        assert (REPO / "entrypoints" / script).is_file()
+
+
+def test_metric_definitions_match_the_entry_points_lines():
+    runtime = entrypoint_module("deepfm_runtime")
+    train = runtime.format_metric("train", 1200, 0.45125, 0.7891, 15234.5)
+    evaluation = runtime.format_metric("eval", 1200, 0.46, 0.78)
+    found = {}
+    for definition in contract.METRIC_DEFINITIONS:
+        for line in (train, evaluation):
+            match = re.search(definition["Regex"], line)
+            if match:
+                found.setdefault(definition["Name"], float(match.group(1)))
+    assert found == {"train:loss": 0.45125, "train:auc": 0.7891, "train:examples_per_sec": 15234.5, "train:step": 1200,
+                     "eval:loss": 0.46, "eval:auc": 0.78}
+    assert all(len(d["Regex"]) <= 500 and re.compile(d["Regex"]).groups == 1 for d in contract.METRIC_DEFINITIONS)
+
+
+def test_bundled_source_dir_in_a_checkout():
+    assert Path(contract.bundled_source_dir()) == REPO / "entrypoints"
+
+
+def test_bundled_source_dir_in_an_installed_layout(tmp_path):
+    """As a wheel installs it: launcher/_bundled/ holds the scripts and no entrypoints/ exists."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(REPO / "launcher", site / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "entrypoints", site / "launcher" / "_bundled", ignore=shutil.ignore_patterns("__pycache__"))
+    code = "import launcher.contract as c; print(c.bundled_source_dir())"
+    out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(site / "launcher" / "_bundled")
+
+
+def test_catalogue_framework_versions_match_the_installed_sdk():
+    import sagemaker
+
+    config = json.loads((Path(sagemaker.__file__).parent / "image_uri_config" / "tensorflow.json").read_text())
+    training = config["training"]
+    for version, pythons in catalog.TF_VERSIONS.items():
+        assert tuple(training["versions"][version]["py_versions"]) == pythons, version
+    for alias, version in catalog.TF_ALIASES.items():
+        assert training["version_aliases"][alias] == version
+    known_2x = {v for v in training["versions"] if catalog.version_tuple(v) >= (2, 9)}
+    assert known_2x == set(catalog.TF_VERSIONS)  # every image from 2.9 on, no more

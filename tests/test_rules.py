@@ -1,0 +1,140 @@
+"""Each rule: a spec it accepts and one it refuses (or warns about), with the field and the fix named."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher import contract, rules
+from launcher.spec import load_spec
+from spec_helpers import CONFIGS, DELETE, line_of, write_spec
+
+PS2 = {"distribution": "parameter_server", "instance": {"count": 2}}
+HOROVOD = {"entry_point": "deepfm-horovod", "instance": {"type": "ml.p3.8xlarge"}}
+EFS = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm"}
+VPC = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
+USER_SCRIPT = {"entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"}
+
+
+def hvd(processes: int, **options) -> dict:
+    return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}}}
+
+
+def findings(tmp_path, changes, rule):
+    return [(f.severity, f.field, f.message) for f in rule(load_spec(write_spec(tmp_path, changes)))]
+
+
+CASES = [
+    # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
+    (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
+    (rules.check_job_name, {"name": "a-b--c9"}, {"name": "-deepfm"}, ("error", "name", "not a SageMaker job name")),
+    (rules.check_channels, {"data": {"train": [f"s3://dfm-bucket/{i}/" for i in range(19)], "eval": "s3://dfm-bucket/e/"}},
+     {"data": {"train": [f"s3://dfm-bucket/{i}/" for i in range(20)], "eval": "s3://dfm-bucket/e/"}},
+     ("error", "data", "21 channels, SageMaker allows 20")),
+    (rules.check_channels, {"data": {"channels": {"vocab": "s3://dfm-bucket/v/"}}},
+     {"data": {"channels": {"eval": "s3://dfm-bucket/v/"}}}, ("error", "data.channels.eval", "pick another name")),
+    (rules.check_hyperparameter_limits, {**USER_SCRIPT, **PS2, "hyperparameters": {f"h{i}": i for i in range(93)}},
+     {**USER_SCRIPT, **PS2, "hyperparameters": {f"h{i}": i for i in range(94)}},
+     ("error", "hyperparameters", "94 given and the SDK adds 7")),
+    (rules.check_hyperparameter_limits, {**USER_SCRIPT, "hyperparameters": {"k": "x" * 254}},
+     {**USER_SCRIPT, "hyperparameters": {"k": "x" * 255}}, ("error", "hyperparameters.k", "257 characters once JSON-encoded")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"batch_norm": "True", "deep_layers": "400,400", "s3_shard": False, "dropout": 0}},
+     {"hyperparameters": {"deep_layers": [400, -1]}}, ("error", "hyperparameters.deep_layers", "positive integers")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"learning_rate": 1}},
+     {"hyperparameters": {"learning_rate": True}}, ("error", "hyperparameters.learning_rate", "expected a number")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"cache": "no"}},
+     {"hyperparameters": {"cache": "maybe"}}, ("error", "hyperparameters.cache", "expected true or false")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"checkpoint_dir": "/mnt/x"}},
+     {"hyperparameters": {"model_dir": "/mnt/x"}}, ("error", "hyperparameters.model_dir", "checkpoints.file_system")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"embedding_size": 16}},
+     {"hyperparameters": {"embeding_size": 16}}, ("error", "hyperparameters.embeding_size", "did you mean 'embedding_size'")),
+    (rules.check_boolean_hyperparameters, {"hyperparameters": {"batch_norm": False}},
+     {**USER_SCRIPT, "hyperparameters": {"use_gpu": False}}, ("warning", "hyperparameters.use_gpu", "arrives as the string 'False'")),
+    (rules.check_entry_point, {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored"},
+     {"entry_point": "deepfm-mirrored", "distribution": "horovod"}, ("error", "distribution", "multi_worker_mirrored, not horovod")),
+    (rules.check_entry_point, {"entry_point": "deepfm-ps"}, {"source_dir": "src"}, ("error", "source_dir", "ships its own source dir")),
+    (rules.check_framework, {"framework": {"version": "2.14.1", "python": "py310"}},
+     {"framework": {"version": "2.14", "python": "py39"}}, ("error", "framework.python", "have py310, not py39")),
+    (rules.check_framework, {"framework": DELETE, "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/tf:1"},
+     {"framework": DELETE}, ("error", "framework", "or an image_uri")),
+    (rules.check_pipe_mode, {"data": {"mode": "Pipe"}}, {"data": {"mode": "Pipe"}, "framework": {"version": "2.18"}},
+     ("error", "data.mode", "use FastFile, or TF 2.14")),
+    (rules.check_pipe_mode, {"data": {"mode": "FastFile"}, "framework": {"version": "2.19"}},
+     {"data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/image:1"}, ("warning", "data.mode", "make sure the image has it")),
+    (rules.check_pipe_channels_per_worker, {**hvd(4), "data": {"mode": "Pipe", "train": ["s3://dfm-bucket/t/"] * 4}},
+     {**hvd(4), "data": {"mode": "Pipe", "train": ["s3://dfm-bucket/t/"] * 3}}, ("error", "data.train", "at least 4 training paths")),
+    (rules.check_pipe_channels_per_worker, {**hvd(4), "data": {"mode": "File"}}, {**hvd(2), "data": {"mode": "Pipe"}},
+     ("error", "data.train", "one FIFO per process")),
+    (rules.check_processes_per_host, hvd(4), hvd(5), ("error", "distribution.horovod.processes_per_host", "has 4 GPUs")),
+    (rules.check_processes_per_host, hvd(4), hvd(2), ("warning", "distribution.horovod.processes_per_host", "leaves 2 idle")),
+    (rules.check_processes_per_host, {**hvd(4), "instance": {"type": "ml.c5.xlarge"}}, {**hvd(5), "instance": {"type": "ml.c5.xlarge"}},
+     ("error", "distribution.horovod.processes_per_host", "has 4 vCPUs")),
+    (rules.check_instance_known, {"instance": {"type": "ml.c5.18xlarge"}}, {"instance": {"type": "ml.c5.18xlage"}},
+     ("warning", "instance.type", "did you mean 'ml.c5.18xlarge'")),
+    (rules.check_parameter_server, PS2, {**PS2, "instance": {"count": 1}}, ("warning", "instance.count", "count >= 2")),
+    (rules.check_parameter_server, PS2, {**PS2, "instance": {"type": "ml.p3.8xlarge"}}, ("warning", "instance.type", "3 of 4 GPUs idle")),
+    (rules.check_parameter_server, {**PS2, "checkpoints": {"file_system": EFS}, "vpc": VPC}, {**PS2, "checkpoints": False},
+     ("error", "checkpoints", "shared model/checkpoint location")),
+    (rules.check_spot, {"max_run": 3600, "spot": {"max_wait": 3600}}, {"max_run": 3600, "spot": {"max_wait": 3599}},
+     ("error", "spot.max_wait", "use max_wait >= 3600")),
+    (rules.check_spot, {"spot": {"max_wait": 86400}, "checkpoints": "s3://dfm-bucket/ck/"}, {"spot": {"max_wait": 86400}, "checkpoints": False},
+     ("error", "checkpoints", "resume from checkpoints")),
+    (rules.check_mirrored, {"distribution": "multi_worker_mirrored", "framework": {"version": "2.9"}},
+     {"distribution": "multi_worker_mirrored", "framework": {"version": "2.8"}, "image_uri": "my/tf:2.8"},
+     ("error", "distribution", "needs TensorFlow >= 2.9")),
+    (rules.check_s3_shard, {"data": {"s3_shard": True}}, {"data": {"s3_shard": True}, "instance": {"count": 3}},
+     ("warning", "data.s3_shard", "at least 3 files")),
+    (rules.check_s3_shard, {"data": {"s3_shard": False, "train": EFS}}, {"data": {"s3_shard": True, "train": EFS}},
+     ("warning", "data.s3_shard", "no effect on file systems")),
+    (rules.check_file_systems, {"data": {"train": [EFS]}, "vpc": VPC}, {"data": {"train": ["s3://dfm-bucket/t/", EFS]}},
+     ("error", "data.train.1", "add vpc:")),
+    (rules.check_local_channels, {"data": {"eval": "s3://dfm-bucket/e/"}, "local": {"channels": {"eval": "x"}}},
+     {"local": {"channels": {"eval": "x"}}}, ("error", "local.channels.eval", "no channel 'eval'")),
+]
+
+
+@pytest.mark.parametrize("rule, accepted, refused, expected", CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_rule(tmp_path, rule, accepted, refused, expected):
+    assert findings(tmp_path, accepted, rule) == []
+    severity, field, text = expected
+    found = findings(tmp_path, refused, rule)
+    assert any(s == severity and f == field and text in m for s, f, m in found), found
+
+
+def test_every_rule_is_exercised():
+    assert {case[0] for case in CASES} == set(rules.RULES)
+
+
+def test_findings_render_with_the_line_that_set_the_field(tmp_path):
+    path = write_spec(tmp_path, {**hvd(8), "data": {"train": "s3://dfm-bucket/t/"}})
+    spec = load_spec(path)
+    (finding,) = rules.errors(rules.check(spec))
+    assert finding.render(spec) == (
+        f"{path}:{line_of(path, 'processes_per_host')}: distribution.horovod.processes_per_host: "
+        "8 processes, but ml.p3.8xlarge has 4 GPUs: use at most 4"
+    )
+
+
+def test_job_name_override_is_the_full_name():
+    assert rules.check_job_name_override("a" * 63) == []
+    assert rules.check_job_name_override("a" * 64)[0].field == "--job-name"
+    assert rules.check_job_name_override("job_1")
+
+
+def test_user_script_must_exist_next_to_the_spec(tmp_path):
+    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point)[0][1] == "entry_point"
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point) == []
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("")
+    assert findings(tmp_path, {"entry_point": "main.py", "source_dir": "src"}, rules.check_entry_point) == []
+
+
+def test_every_bundled_default_passes_the_type_checks(tmp_path):
+    defaults = {k: v for k, v in contract.BUNDLED_HYPERPARAMETERS.items() if k != "model_dir"}
+    assert findings(tmp_path, {"hyperparameters": defaults}, rules.check_bundled_hyperparameters) == []
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_example_configs_have_no_errors(config):
+    spec = load_spec(config)
+    assert rules.errors(rules.check(spec)) == []
