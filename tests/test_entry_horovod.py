@@ -1,0 +1,186 @@
+"""train_horovod.py for real: 2 ranks under mpirun or horovodrun --gloo in a fake container tree.
+
+Ranks read different shards, so they end with identical weights only if gradients are really averaged
+and rank 0's start broadcast; uneven shards must end on one step count instead of deadlocking."""
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import entry_support as es
+import deepfm_runtime as rt
+import deepfm_sync
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+MPIRUN = shutil.which("mpirun")
+HOROVODRUN = shutil.which("horovodrun") or str(Path(es.PYTHON).with_name("horovodrun"))
+HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
+       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8}
+TIMEOUT = 150
+
+
+
+def horovod_run(test):
+    """Starts Horovod processes: slow, horovod, and skipped where Horovod is not built."""
+    skip = pytest.mark.skipif(not HAVE_HOROVOD, reason="Horovod is not installed (make setup builds it)")
+    return pytest.mark.slow(pytest.mark.horovod(skip(test)))
+
+
+def _lines(text, marker):
+    """Lines carrying `marker`, whatever prefix the launcher adds ([1,0]<stdout>: or [0]<stdout>:)."""
+    return [line for line in text.splitlines() if marker in line]
+
+
+def _container(tmp_path, train_parts, channels=("train", "eval"), input_mode="File", eval_rows=512):
+    """train_parts: {channel: [rows per file]}; one synthetic draw shared by every file."""
+    total = sum(sum(rows) for rows in train_parts.values())
+    train, held_out = es.synth_split(total, eval_rows, seed=3, feature_size=HPS["feature_size"],
+                                     field_size=HPS["field_size"])
+    env = es.make_container(tmp_path / "base", list(channels), input_mode=input_mode)
+    data = tmp_path / "base" / "input" / "data" if input_mode != "Pipe" else tmp_path / "staged"
+    start = 0
+    for channel, sizes in train_parts.items():
+        for i, rows in enumerate(sizes):
+            es.write_tfrecords(data / channel, train.take(start, start + rows), 1)
+            (data / channel / "part-00000.tfrecord").rename(data / channel / f"file-{i:02d}.tfrecord")
+            start += rows
+    if "eval" in channels:
+        es.write_tfrecords(data / "eval", held_out, 2)
+    env["DFM_DUMP_WEIGHTS"] = str(tmp_path / "dump")
+    return env
+
+
+def _launch(tmp_path, env, hps, launcher="mpirun", ranks=2, log_name="run.log"):
+    script = [es.PYTHON, "train_horovod.py", *es.argv_for(hps)]
+    if launcher == "mpirun":
+        exported = [arg for name in env if name.startswith(("SM_", "SAGEMAKER_", "DFM_", "TF_CPP"))
+                    for arg in ("-x", name)]
+        cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-bind-to", "none",
+               "--tag-output", *exported, *script]
+    else:
+        cmd = [HOROVODRUN, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", *script]
+    log_path = tmp_path / log_name
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=Path(env["SAGEMAKER_BASE_DIR"]) / "code", env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"{launcher} run did not finish in {TIMEOUT}s (deadlock?):\n{log_path.read_text()[-3000:]}")
+    text = log_path.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    return text
+
+
+def _dumps(tmp_path, ranks=2):
+    loaded = [np.load(tmp_path / "dump" / f"rank-{r}.npz") for r in range(ranks)]
+    return [{k: d[k] for k in d.files} for d in loaded]
+
+
+def _assert_identical(dumps):
+    first = dumps[0]
+    for other in dumps[1:]:
+        assert first.keys() == other.keys()
+        for key in first:
+            np.testing.assert_array_equal(first[key], other[key], err_msg=key)
+
+
+@horovod_run
+def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_resumes(tmp_path):
+    env = _container(tmp_path, {"train": [1024] * 4})
+    # Run 1 stops at step 12 (a "spot interruption"); run 2 resumes there and finishes 2 epochs.
+    first = _launch(tmp_path, env, dict(HPS, max_steps=12), log_name="first.log")
+    assert "shard=0/2" in first and "shard=1/2" in first  # the ranks read different data
+    _assert_identical(_dumps(tmp_path))
+    text = _launch(tmp_path, env, HPS, log_name="second.log")
+    assert "restored" in text and "continuing at step 12" in text
+    dumps = _dumps(tmp_path)
+    _assert_identical(dumps)
+    # 4096 rows over 2 ranks = 16 whole batches each per epoch, 2 epochs: both ranks end at step 32.
+    assert [int(d["step"]) for d in dumps] == [32, 32]
+    # mpirun --tag-output prefixes each line with [1,<rank>]: metric lines and the export come from rank 0 only.
+    tagged = _lines(text, "[dfm] train ") + _lines(text, "[dfm] eval ") + _lines(text, "[dfm] exported ")
+    assert tagged and all(line.startswith("[1,0]") for line in tagged)
+    assert len(_lines(text, "[dfm] eval ")) == 1
+    assert [int(line.split("step=")[1].split()[0]) for line in _lines(text, "[dfm] train ")] == [16, 20, 24, 28, 32]
+    exports = sorted((tmp_path / "base" / "model").iterdir())
+    assert len(exports) == 2 and all((p / "saved_model.pb").exists() for p in exports)
+    assert (tmp_path / "base" / "checkpoints" / "ckpt-32.index").exists()
+
+
+@horovod_run
+def test_uneven_shards_end_on_the_same_step_without_deadlock(tmp_path):
+    # Two files, sharded by file: rank 0 reads 1024 rows (8 batches), rank 1 only 256 (2 batches).
+    env = _container(tmp_path, {"train": [1024, 256]})
+    launcher = "gloo" if Path(HOROVODRUN).exists() else "mpirun"
+    text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1), launcher=launcher)
+    dumps = _dumps(tmp_path)
+    _assert_identical(dumps)
+    assert [int(d["step"]) for d in dumps] == [2, 2]
+    assert "trained steps 0..2 on 2 workers" in text
+    assert len(_lines(text, "[dfm] eval ")) == 1 and len(_lines(text, "[dfm] train ")) == 2
+
+
+def _feed_fifo(path, payload):
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "wb") as fifo:  # blocks until the reader opens it
+            fifo.write(payload)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+@horovod_run
+def test_pipe_mode_each_local_rank_reads_its_own_channel(tmp_path):
+    env = _container(tmp_path, {"train": [512, 512], "train-1": [512]}, channels=("train", "train-1"),
+                     input_mode="Pipe")
+    staged, data = tmp_path / "staged", tmp_path / "base" / "input" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for channel in ("train", "train-1"):
+        payload = b"".join(p.read_bytes() for p in sorted((staged / channel).iterdir()))
+        _feed_fifo(str(data / f"{channel}_0"), payload)
+    text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1))
+    assert "local_rank=0/2 channels=train mode=Pipe" in text
+    assert "local_rank=1/2 channels=train-1 mode=Pipe" in text
+    dumps = _dumps(tmp_path)
+    _assert_identical(dumps)
+    assert [int(d["step"]) for d in dumps] == [4, 4]  # 512 rows = 4 batches on train-1, the smaller
+
+
+def test_placement_fills_hosts_in_rank_order():
+    places = [deepfm_sync.Placement(rank, 6, 2) for rank in range(6)]
+    assert [(p.host_index, p.local_rank, p.workers_per_host) for p in places] == [
+        (0, 0, 3), (0, 1, 3), (0, 2, 3), (1, 0, 3), (1, 1, 3), (1, 2, 3)]
+    with pytest.raises(ValueError, match="do not divide"):
+        deepfm_sync.Placement(0, 5, 2)
+
+
+def test_thread_pools_split_between_the_processes_of_a_host():
+    import deepfm_hparams
+
+    hp = deepfm_hparams.parse_hyperparameters(["--inter_op_threads", "3"])
+    split = deepfm_sync.per_process_threads(hp, cpus=8, processes=4)
+    assert (split.intra_op_threads, split.inter_op_threads, split.omp_num_threads) == (2, 3, 2)
+    assert deepfm_sync.per_process_threads(hp, cpus=2, processes=4).intra_op_threads == 1
+
+
+def test_pipe_mode_with_one_channel_for_several_local_ranks_is_refused(tmp_path):
+    import deepfm_hparams
+
+    es.make_container(tmp_path, ["train"], input_mode="Pipe")
+    env = rt.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_CHANNELS": '["train"]'})
+    hp = deepfm_hparams.parse_hyperparameters([])
+    with pytest.raises(ValueError, match="one training channel per worker"):
+        deepfm_sync.train_dataset(hp, env, deepfm_sync.Placement(1, 2, 1))
