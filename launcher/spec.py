@@ -315,7 +315,7 @@ class Spec(_Strict):
 
 def json_schema() -> dict[str, Any]:
     schema = Spec.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "dfm job spec", **schema}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
 
