@@ -184,3 +184,29 @@ def test_pipe_mode_with_one_channel_for_several_local_ranks_is_refused(tmp_path)
     hp = deepfm_hparams.parse_hyperparameters([])
     with pytest.raises(ValueError, match="one training channel per worker"):
         deepfm_sync.train_dataset(hp, env, deepfm_sync.Placement(1, 2, 1))
+
+
+_SPARSE_CHECK = """
+import tensorflow as tf
+import horovod.tensorflow as hvd
+from train_horovod import HorovodCollectives
+hvd.init()
+collectives = HorovodCollectives(hvd)
+
+@tf.function
+def average():
+    table_grad = tf.IndexedSlices(tf.ones([3, 4]) * 2.0, tf.constant([5, 1, 5]), tf.constant([100, 4]))
+    return collectives.average_gradients([table_grad, tf.ones([2]), None])
+
+sparse, dense, missing = average()
+assert isinstance(sparse, tf.IndexedSlices), type(sparse)
+assert sparse.indices.numpy().tolist() == [5, 1, 5] and missing is None
+print("sparse ok", type(dense).__name__)
+"""
+
+
+@horovod_run
+def test_embedding_gradients_stay_sparse_through_the_average():
+    done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]

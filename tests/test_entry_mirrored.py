@@ -60,3 +60,27 @@ def test_two_workers_end_identical_and_only_the_first_exports(tmp_path):
     assert len(list((tmp_path / HOSTS[0] / "model").iterdir())) == 1
     assert not list((tmp_path / HOSTS[1] / "model").iterdir())
     assert not list((tmp_path / HOSTS[1] / "checkpoints").iterdir())
+
+
+_SPARSE_CHECK = """
+import tensorflow as tf
+from train_mirrored import MirroredCollectives
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+collectives = MirroredCollectives(strategy, 0)
+
+def average():
+    table_grad = tf.IndexedSlices(tf.ones([3, 4]), tf.constant([5, 1, 5]), tf.constant([100, 4]))
+    return collectives.average_gradients([table_grad, None, tf.ones([2])])
+
+sparse, missing, dense = tf.function(lambda: strategy.run(average))()
+assert isinstance(sparse, tf.IndexedSlices), type(sparse)
+assert sparse.indices.numpy().tolist() == [5, 1, 5] and missing is None
+print("sparse ok")
+"""
+
+
+@pytest.mark.slow
+def test_embedding_gradients_stay_sparse_through_the_average():
+    done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
