@@ -343,6 +343,8 @@ def _schema_problems(err: ValidationError, lines: dict, shown: str) -> list[Prob
             message = item["msg"]
             if kind.endswith("_type") or kind.endswith("_parsing"):
                 message += f", got {item.get('input')!r}"
+            if kind == "string_type" and isinstance(item.get("input"), (int, float)):
+                message += ": quote it (YAML reads 2.10 as the number 2.1)"
         problems.append(Problem(where, field, message))
     return sorted(problems, key=lambda p: (p.location.file, p.location.line or 0))
 
