@@ -161,9 +161,12 @@ def evaluate(hp, env, trainer, collectives, where, step, step_fn=None):
         step_fn = step_fn or tf.function(trainer.eval_step)
         for batch in dataset:
             step_fn(batch)
-    loss, auc, _ = global_metrics(trainer.eval_metrics, collectives)
+    loss, auc, examples = global_metrics(trainer.eval_metrics, collectives)
     if where.rank == 0:
-        print(rt.format_metric("eval", step, loss, auc), flush=True)
+        if examples:
+            print(rt.format_metric("eval", step, loss, auc), flush=True)
+        else:
+            rt.log("eval channel is empty: no eval line")
     return loss, auc
 
 
@@ -192,6 +195,8 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
     step = train(hp, env, trainer, collectives, where, keeper, train_step_fn)
     if where.rank == 0:
         rt.log(f"trained steps {start}..{step} on {where.size} workers")
+        if step == start and not (hp.max_steps and step >= hp.max_steps):
+            rt.log("warning: no step trained: some worker's shard holds less than one whole batch")
     if keeper is not None:
         keeper.maybe_save(step, force=True)
     evaluate(hp, env, trainer, collectives, where, step, eval_step_fn)
