@@ -1,0 +1,143 @@
+"""Item 5: `dfm launch ... --local` with 1 vs 2 simulated hosts (parameter server) and ranks (Horovod).
+
+Throughput comes from the entry points' own `[dfm] train ... examples_per_sec=` lines, which `--local`
+echoes with the process label in front; the first report of each process (start-up, tracing) is dropped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import REPO, add_table, fmt, median, section, verdict
+
+STEPS = {True: 150, False: 600}
+
+
+def _dfm() -> str:
+    return str(Path(sys.executable).with_name("dfm"))
+
+
+def _make_data(work: Path, rows: int) -> dict[str, Path]:
+    data = work / "data"
+    subprocess.run([_dfm(), "data", "synth", "--out", str(data), "--rows", str(rows), "--files", "8",
+                    "--eval-rows", "8192", "--seed", "3"], check=True, capture_output=True, text=True, cwd=REPO)
+    split = work / "split"
+    subprocess.run([_dfm(), "data", "split", *sorted(str(p) for p in (data / "train").iterdir()),
+                    "--out", str(split), "--workers", "4", "--multi-path"],
+                   check=True, capture_output=True, text=True, cwd=REPO)
+    return {"train": data / "train", "eval": data / "eval", "split": split}
+
+
+def throughput(output: str) -> tuple[float, int]:
+    """(examples/s summed over the processes that report it, number of reports used)."""
+    from launcher.local.progress import parse_metric_line
+
+    per_process: dict[str, list[float]] = {}
+    for line in output.splitlines():
+        parsed = parse_metric_line(line)
+        if parsed is None or parsed[0] != "train" or "examples_per_sec" not in parsed[1]:
+            continue
+        label = line.split("]", 1)[0] if line.startswith("[") else ""
+        per_process.setdefault(label, []).append(parsed[1]["examples_per_sec"])
+    steady = {label: values[1:] or values for label, values in per_process.items()}
+    total = sum(median(values) for values in steady.values())
+    return (total if steady else float("nan")), sum(len(v) for v in steady.values())
+
+
+def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path, timeout_s: int):
+    # A fresh checkpoint folder per run: otherwise a run could resume from the previous one and train
+    # nothing (Horovod's model_dir is /opt/ml/model, which --local does not map into the host tree).
+    checkpoints = Path(tempfile.mkdtemp(prefix="ckpt-", dir=run_dir))
+    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", str(timeout_s),
+            "--set", f"hyperparameters.checkpoint_dir={checkpoints}"]
+    for item in sets:
+        argv += ["--set", item]
+    for name, path in channels.items():
+        argv += ["--channel", f"{name}={path}"]
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
+    return done, time.perf_counter() - start
+
+
+def measure(quick: bool, context: dict) -> dict:
+    steps = STEPS[quick]
+    repetitions = 1 if quick else 3
+    result = section(
+        "Local distributed runs",
+        "recorded, not judged: 2 cores bound every run, so a second host or rank adds processes, not cores",
+        f"`dfm launch configs/ps.yaml --local` and `dfm launch configs/horovod.yaml --local` on synthetic data, "
+        f"max_steps {steps}; examples/s from the entry points' metric lines; `bench/distributed.py`")
+    work = Path(tempfile.mkdtemp(prefix="dfm-bench-distributed-"))
+    try:
+        data = _make_data(work, 131_072)
+        split_channels = {name: data["split"] / name for name in ("train", "train-1", "train-2", "train-3")}
+        common = [f"hyperparameters.max_steps={steps}", "hyperparameters.log_steps=25",
+                  "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
+                  "hyperparameters.eval_steps=2", "hyperparameters.epochs=100"]
+        runs = {
+            ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"],
+                                             {"train": data["train"], "eval": data["eval"]}),
+            ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"],
+                                              {"train": data["train"], "eval": data["eval"]}),
+            ("Horovod", "1 rank"): ("configs/horovod.yaml", ["instance.count=1",
+                                                             "distribution.horovod.processes_per_host=1"],
+                                    {**split_channels, "eval": data["eval"]}),
+            ("Horovod", "2 ranks"): ("configs/horovod.yaml", ["instance.count=1",
+                                                              "distribution.horovod.processes_per_host=2"],
+                                     {**split_channels, "eval": data["eval"]}),
+        }
+        (work / "runs").mkdir()
+        rates: dict[tuple, list[float]] = {key: [] for key in runs}
+        walls: dict[tuple, list[float]] = {key: [] for key in runs}
+        failures: dict[tuple, str] = {}
+        for round_ in range(repetitions):
+            for key, (config, sets, channels) in runs.items():
+                if key in failures:
+                    continue
+                done, wall = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
+                rate, reports = throughput(done.stdout + done.stderr)
+                if done.returncode != 0 or not reports:
+                    tail = [l for l in (done.stdout + done.stderr).strip().splitlines() if l.strip()]
+                    failures[key] = f"exit {done.returncode}" + (f": {tail[-1][:200]}" if tail else "")
+                    continue
+                rates[key].append(rate)
+                walls[key].append(wall)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = []
+    for (kind, size), values in rates.items():
+        if (kind, size) in failures:
+            rows.append([kind, size, "not run", "", "", failures[(kind, size)]])
+            continue
+        base_key = (kind, "1 host" if kind == "parameter server" else "1 rank")
+        base = median(rates[base_key]) if rates[base_key] else float("nan")
+        rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x",
+                     fmt(median(walls[(kind, size)]), 1), "ok"])
+    add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)", "run"],
+              rows)
+    for kind in ("parameter server", "Horovod"):
+        keys = [key for key in runs if key[0] == kind]
+        if any(key in failures for key in keys):
+            verdict(result, f"{kind}: 1 vs 2 recorded", None,
+                    "not run: " + "; ".join(f"{k[1]}: {failures[k]}" for k in keys if k in failures))
+        else:
+            one, two = (median(rates[key]) for key in keys)
+            verdict(result, f"{kind}: 1 vs 2 recorded", None, f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x)")
+    result["notes"] += [
+        "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
+        "`--set instance.count=1|2`; 2 hosts means a chief, a worker and two ps servers on the same 2 cores.",
+        "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
+        "--set distribution.horovod.processes_per_host=1|2`.",
+        "examples/s: per process, the median of its metric lines after the first, then summed over the "
+        "processes that report one.",
+        f"Common overrides: {' '.join('--set ' + s for s in common)}; {repetitions} run(s) per size.",
+    ]
+    result["data"] = {"examples_per_s": {" / ".join(k): median(v) for k, v in rates.items() if v},
+                      "failures": {" / ".join(k): v for k, v in failures.items()}}
+    return result
