@@ -186,13 +186,17 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
         "is_hetero": False, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
         "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
         "output_dir": str(tree.output), "num_cpus": local_cpu_share(plan), "num_gpus": 0, "num_neurons": 0,
-        "model_dir": str(tree.model), "module_dir": str(tree.code), "user_args": list(plan.argv),
+        "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"], "user_args": list(plan.argv),
         "output_intermediate_dir": str(tree.output / "intermediate"),
     }
-    fields["training_env"] = {**{k: v for k, v in fields.items() if k != "user_args"},
-                              "job_name": plan.job_name, "hyperparameters": user_hps,
-                              "additional_framework_parameters": framework_params,
-                              "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels}}
+    # SM_TRAINING_ENV is the toolkit's Environment as a dict: its properties, named as they are there.
+    renamed = {"hps": "hyperparameters", "framework_params": "additional_framework_parameters"}
+    fields["training_env"] = {
+        **{renamed.get(k, k): v for k, v in fields.items() if k not in ("user_args", "channels")},
+        "job_name": plan.job_name, "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
+        "distribution_hosts": hosts if framework_params else [], "master_hostname": hosts[0],
+        "is_master": host == hosts[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False,
+        "topology": []}
     for name in channels:
         fields[f"channel_{name}"] = str(tree.channel_dir(name))
     for key, value in user_hps.items():

@@ -1,12 +1,14 @@
 """Processes of a local run: start them, stream their output line by line, stop every one of them.
 
 Each child gets its own session, so a Ctrl-C in the terminal reaches only the launcher, which then stops
-the children itself. Descendants (mpirun's ranks, anything a script forks) are tracked with psutil while
-they live, so that stopping can reach them even after their parent is gone: no process outlives a run.
+the children itself. Descendants (mpirun's ranks, anything a script forks) are found two ways: the process
+tree, tracked with psutil while it lives, and the child's session, which a descendant keeps even after its
+parent has exited and it was re-parented. Stopping reaches both: no process outlives a run.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -125,6 +127,15 @@ class Supervisor:
         except psutil.NoSuchProcess:
             pass
 
+    def _track_sessions(self) -> None:
+        sessions = {child.popen.pid for child in self.children}
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) in sessions:
+                    self._tracked.setdefault(proc.pid, proc)
+            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+                continue
+
     def tracked_pids(self) -> set[int]:
         return set(self._tracked)
 
@@ -134,6 +145,8 @@ class Supervisor:
         for child in targets:
             if child.returncode is None:
                 self._track(child.popen.pid)
+        if children is None:
+            self._track_sessions()
         pids = {c.popen.pid for c in targets}
         procs = list(self._tracked.values()) if children is None else [
             p for p in self._tracked.values() if p.pid in pids or self._descends_from(p, pids)]
@@ -169,9 +182,9 @@ class Supervisor:
         for reader in self._readers:
             reader.join(timeout=2)
         self.drain(timeout=0)
-        for child in self.children:
+        for child, reader in zip(self.children, self._readers):
             child.close_logs()
-            if child.popen.stdout:
+            if not reader.is_alive():  # closing under a blocked reader would block too
                 child.popen.stdout.close()
 
 

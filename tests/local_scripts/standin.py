@@ -40,6 +40,11 @@ for channel, spec in config.items():
 report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
           "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
           "files": files, "pipes": pipes}
+if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as its "checkpoint"
+    counter = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "checkpoints", "count.txt")
+    report["resumed_from"] = int(open(counter).read()) if os.path.exists(counter) else 0
+    with open(counter, "w") as handle:
+        handle.write(str(report["resumed_from"] + 1))
 if args.spawn_child == "True":
     report["child_pid"] = subprocess.Popen(["sleep", "300"]).pid
 out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"report-{name}.json")

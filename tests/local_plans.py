@@ -1,0 +1,60 @@
+"""Plans and data for the --local tests, built directly (no spec): the stand-in script and small channels."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from launcher.contract import render_argv
+from launcher.plan import Channel, Distribution, Plan
+
+STANDIN = Path(__file__).with_name("local_scripts") / "standin.py"
+
+
+def make_channel_data(root: Path, name: str, files: int, size: int = 64) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (folder / f"part-{i:03d}.tfrecord").write_bytes(os.urandom(size))
+    return folder
+
+
+def standin_plan(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File", per_host=1,
+                 train_files=5, hyperparameters=None, job_name="standin-job", mpi_options="",
+                 checkpoint_s3_uri=None, local=None) -> Plan:
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    shutil.copy(STANDIN, source / "standin.py")
+    data = tmp_path / "data"
+    train = make_channel_data(data, "train", train_files)
+    evaluation = make_channel_data(data, "eval", 1)
+    hps = {"behave": "ok", "pipe_epochs": 2 if mode == "Pipe" else 0, "batch_norm": False,
+           "deep_layers": [8, 4], **(hyperparameters or {})}
+    channels = (Channel("train", "s3://bucket/train/", input_mode=mode, distribution="ShardedByS3Key",
+                        local_path=str(train)),
+                Channel("eval", "s3://bucket/eval/", input_mode=mode, local_path=str(evaluation)))
+    return Plan(spec_path="test.yaml", job_name=job_name, region="us-east-1", role="arn:aws:iam::1:role/r",
+                entry_point="standin.py", source_dir=str(source), instance_type="ml.c5.2xlarge",
+                instance_count=hosts, distribution=Distribution(kind, per_host, mpi_options), input_mode=mode,
+                channels=channels, hyperparameters=hps, argv=tuple(render_argv(hps)),
+                environment={"DFM_FROM_PLAN": "yes"}, estimator_kwargs={}, checkpoint_s3_uri=checkpoint_s3_uri,
+                local=local or {})
+
+
+def toolkit_pythonpath() -> str | None:
+    """Where the SageMaker toolkits (sagemaker-training, sagemaker-tensorflow-training) can be imported from.
+
+    They are not dfm dependencies (their pins would downgrade numpy/protobuf in the venv); install them
+    without dependencies anywhere (`pip install --no-deps --target DIR sagemaker-training
+    sagemaker-tensorflow-training`) and point DFM_SAGEMAKER_TOOLKIT at DIR to run the comparison tests.
+    """
+    import importlib.util
+
+    configured = os.environ.get("DFM_SAGEMAKER_TOOLKIT")
+    if configured and (Path(configured) / "sagemaker_training").is_dir():
+        return configured
+    spec = importlib.util.find_spec("sagemaker_training")
+    if spec and spec.submodule_search_locations:
+        return str(Path(list(spec.submodule_search_locations)[0]).parent)
+    return None

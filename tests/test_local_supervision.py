@@ -1,0 +1,127 @@
+"""Supervision of a local run with the stand-in script: streaming, logs, failure, timeout, Ctrl-C, no orphans.
+
+The stand-in (tests/local_scripts/standin.py) reports what the container gave it; the ps servers are real
+TensorFlow servers, so these tests start TensorFlow processes.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from local_plans import standin_plan
+
+from launcher.local.runner import LocalRun
+from launcher.local.supervisor import os_pid_alive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def reports(result_dir: Path) -> dict:
+    found = {}
+    for path in result_dir.glob("hosts/*/output/data/report-*.json"):
+        found[path.stem.removeprefix("report-")] = json.loads(path.read_text())
+    return found
+
+
+def assert_no_survivors(pids):
+    time.sleep(0.2)
+    assert pids and not [pid for pid in pids if os_pid_alive(pid)]
+
+
+def test_two_host_ps_job_gets_the_container_layout(tmp_path):
+    lines = []
+    plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "sleep", "sleep_s": 1})
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    assert result.exit_code == 0, lines
+    found = reports(result.job_dir)
+    assert set(found) == {"algo-1", "algo-2"}
+    master, worker = json.loads(found["algo-1"]["env"]["TF_CONFIG"]), json.loads(found["algo-2"]["env"]["TF_CONFIG"])
+    assert master["task"] == {"type": "master", "index": 0} and worker["task"] == {"type": "worker", "index": 0}
+    assert master["cluster"] == worker["cluster"] and len(master["cluster"]["ps"]) == 2
+    for host, report in found.items():
+        assert report["argv"] == list(plan.argv)  # exactly the plan's argv
+        assert report["cwd"] == str(result.job_dir / "hosts" / host / "code")
+        assert report["env"]["SAGEMAKER_BASE_DIR"] == str(result.job_dir / "hosts" / host)
+        assert report["files"]["eval"] == ["part-000.tfrecord"]
+    train = found["algo-1"]["files"]["train"] + found["algo-2"]["files"]["train"]
+    assert sorted(train) == [f"part-{i:03d}.tfrecord" for i in range(5)] and len(set(train)) == 5
+    logs = sorted(p.name for p in (result.job_dir / "logs").iterdir())
+    assert logs == ["algo-1-master.log", "algo-1-ps.log", "algo-2-ps.log", "algo-2-worker.log"]
+    assert "[dfm] eval" in (result.job_dir / "logs" / "algo-2-worker.log").read_text()
+    assert any(line.startswith("[algo-2/worker] [dfm] train step=") for line in lines)
+    assert any("final eval:" in line and "auc=0.7" in line for line in lines)
+    assert_no_survivors(result.pids)
+
+
+def test_failing_script_stops_everything_and_names_the_process(tmp_path):
+    lines = []
+    hps = {"behave": "fail", "on_host": "algo-2", "spawn_child": True}
+    plan = standin_plan(tmp_path, hosts=2, hyperparameters=hps)
+    plan = plan.__class__(**{**plan.__dict__, "hyperparameters": {**plan.hyperparameters, "sleep_s": 0}})
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    assert result.exit_code == 1
+    assert "algo-2/worker exited with code 3" in result.reason
+    text = "\n".join(lines)
+    assert "FAILED: algo-2/worker exited with code 3" in text and "stand-in failing on purpose" in text
+    children = [r["child_pid"] for r in reports(result.job_dir).values()]
+    assert_no_survivors(result.pids | set(children))
+
+
+def test_worker_killed_mid_run_fails_fast_with_no_orphans(tmp_path):
+    plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "sleep", "sleep_s": 300, "spawn_child": True})
+    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
+    thread.start()
+    report = tmp_path / "runs" / plan.job_name / "hosts" / "algo-2" / "output" / "data" / "report-algo-2.json"
+    while not report.exists() and thread.is_alive():
+        time.sleep(0.2)
+    worker = json.loads(report.read_text())
+    os.kill(worker["pid"], signal.SIGKILL)
+    thread.join(timeout=120)
+    result = outcome["result"]
+    assert result.exit_code == 1 and "algo-2/worker exited with code -9" in result.reason
+    children = [r["child_pid"] for r in reports(result.job_dir).values()]
+    assert_no_survivors(result.pids | set(children))
+
+
+def test_overall_timeout_stops_the_run(tmp_path):
+    plan = standin_plan(tmp_path, kind="none", hosts=1, hyperparameters={"behave": "sleep", "sleep_s": 300})
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=2, echo=lambda line: None).run()
+    assert result.exit_code == 1 and "timed out" in result.reason
+    assert_no_survivors(result.pids)
+
+
+DRIVER = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from local_plans import standin_plan
+from launcher.local.runner import LocalRun
+plan = standin_plan(Path({tmp!r}), hosts=2, hyperparameters={{"behave": "sleep", "sleep_s": 300, "spawn_child": True}})
+result = LocalRun(plan, run_dir={runs!r}, echo=lambda line: print(line, flush=True)).run()
+print("PIDS", json.dumps(sorted(result.pids)), flush=True)
+sys.exit(result.exit_code)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_everything(tmp_path, signum):
+    driver = DRIVER.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), runs=str(tmp_path / "runs"))
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    report = tmp_path / "runs" / "standin-job" / "hosts" / "algo-2" / "output" / "data" / "report-algo-2.json"
+    while not report.exists() and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert f"stopped by {signal.Signals(signum).name}" in out
+    pids = set(json.loads(out.split("PIDS ", 1)[1]))
+    children = [r["child_pid"] for r in reports(tmp_path / "runs" / "standin-job").values()]
+    assert_no_survivors(pids | set(children))
