@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-fast demo bench bench-quick validate clean
+.PHONY: setup test test-fast demo bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,10 +28,17 @@ demo: setup
 	@$(MAKE) --no-print-directory $(SAMPLE)/.done
 	$(DFM) launch configs/ps.yaml --local
 
-bench: setup
+# DeepCTR is the reference DeepFM of the benchmark only: 0.9.3 is its last release that runs on TF 2.14's
+# own Keras; --no-deps keeps pip from replacing TensorFlow.
+DEEPCTR_VERSION := 0.9.3
+bench-deps: setup
+	@$(PY) -c "from importlib.metadata import version; assert version('deepctr') == '$(DEEPCTR_VERSION)'" 2>/dev/null \
+	  || $(PY) -m pip install -q --no-deps deepctr==$(DEEPCTR_VERSION)
+
+bench: bench-deps
 	$(PY) -m bench.run
 
-bench-quick: setup
+bench-quick: bench-deps
 	$(PY) -m bench.run --quick
 
 clean:
