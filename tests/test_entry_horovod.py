@@ -1,4 +1,4 @@
-"""train_horovod.py for real: 2 ranks under mpirun or horovodrun --gloo in a fake container tree.
+"""train_horovod.py for real: 2 ranks under mpirun and horovodrun --gloo in a fake container tree.
 
 Ranks read different shards, so they end with identical weights only if gradients are really averaged
 and rank 0's start broadcast; uneven shards must end on one step count instead of deadlocking."""
@@ -117,19 +117,6 @@ def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_re
     assert (tmp_path / "base" / "checkpoints" / "ckpt-32.index").exists()
 
 
-@horovod_run
-def test_uneven_shards_end_on_the_same_step_without_deadlock(tmp_path):
-    # Two files, sharded by file: rank 0 reads 1024 rows (8 batches), rank 1 only 256 (2 batches).
-    env = _container(tmp_path, {"train": [1024, 256]})
-    launcher = "gloo" if Path(HOROVODRUN).exists() else "mpirun"
-    text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1), launcher=launcher)
-    dumps = _dumps(tmp_path)
-    _assert_identical(dumps)
-    assert [int(d["step"]) for d in dumps] == [2, 2]
-    assert "trained steps 0..2 on 2 workers" in text
-    assert len(_lines(text, "[dfm] eval ")) == 1 and len(_lines(text, "[dfm] train ")) == 2
-
-
 def _feed_fifo(path, payload):
     os.mkfifo(path)
 
@@ -143,7 +130,9 @@ def _feed_fifo(path, payload):
 
 
 @horovod_run
-def test_pipe_mode_each_local_rank_reads_its_own_channel(tmp_path):
+def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp_path):
+    """Under horovodrun --gloo: local rank 0 streams `train` (1024 rows, 8 batches), local rank 1
+    `train-1` (512 rows, 4 batches); both stop after 4 steps instead of deadlocking."""
     env = _container(tmp_path, {"train": [512, 512], "train-1": [512]}, channels=("train", "train-1"),
                      input_mode="Pipe")
     staged, data = tmp_path / "staged", tmp_path / "base" / "input" / "data"
@@ -151,12 +140,14 @@ def test_pipe_mode_each_local_rank_reads_its_own_channel(tmp_path):
     for channel in ("train", "train-1"):
         payload = b"".join(p.read_bytes() for p in sorted((staged / channel).iterdir()))
         _feed_fifo(str(data / f"{channel}_0"), payload)
-    text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1))
+    launcher = "gloo" if Path(HOROVODRUN).exists() else "mpirun"
+    text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1), launcher=launcher)
     assert "local_rank=0/2 channels=train mode=Pipe" in text
     assert "local_rank=1/2 channels=train-1 mode=Pipe" in text
     dumps = _dumps(tmp_path)
     _assert_identical(dumps)
-    assert [int(d["step"]) for d in dumps] == [4, 4]  # 512 rows = 4 batches on train-1, the smaller
+    assert [int(d["step"]) for d in dumps] == [4, 4]
+    assert "trained steps 0..4 on 2 workers" in text and len(_lines(text, "[dfm] train ")) == 4
 
 
 def test_placement_fills_hosts_in_rank_order():
