@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from launcher.contract import CONTAINER_BASE_DIR
 from launcher.plan import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
@@ -74,13 +75,28 @@ class HostTree:
         return self.data / channel
 
 
+def to_host_path(value: Any, tree: "HostTree") -> Any:
+    """A container path under /opt/ml, as the script on `tree.host` must see it here; anything else unchanged.
+
+    The SDK and the plan name some paths inside the container (e.g. `--model_dir /opt/ml/model` for MPI jobs);
+    on SageMaker each host has its own /opt/ml, here each host's tree plays that role.
+    """
+    if isinstance(value, str) and (value == CONTAINER_BASE_DIR or value.startswith(CONTAINER_BASE_DIR + "/")):
+        return str(tree.base) + value[len(CONTAINER_BASE_DIR):]
+    return value
+
+
+def host_argv(plan: Plan, tree: "HostTree") -> list[str]:
+    return [to_host_path(arg, tree) for arg in plan.argv]
+
+
 def channel_mode(plan: Plan, channel: Channel) -> str:
     return channel.input_mode or plan.input_mode
 
 
-def sdk_hyperparameters(plan: Plan) -> dict[str, Any]:
+def sdk_hyperparameters(plan: Plan, tree: HostTree) -> dict[str, Any]:
     """The hyperparameters the SDK v2 sends for this plan, before JSON encoding: the user's plus `sagemaker_*`."""
-    hps: dict[str, Any] = {k: v for k, v in plan.hyperparameters.items()}
+    hps: dict[str, Any] = {k: to_host_path(v, tree) for k, v in plan.hyperparameters.items()}
     sdk: dict[str, Any] = {
         "sagemaker_program": plan.entry_point,
         "sagemaker_submit_directory": Path(plan.source_dir).resolve().as_uri(),
@@ -135,7 +151,7 @@ def build_host_tree(plan: Plan, base: Path, host: str) -> HostTree:
         shutil.rmtree(tree.code)
     shutil.copytree(plan.source_dir, tree.code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     files = {
-        "hyperparameters.json": encode_hyperparameters(sdk_hyperparameters(plan)),
+        "hyperparameters.json": encode_hyperparameters(sdk_hyperparameters(plan, tree)),
         "resourceconfig.json": resource_config(plan, host),
         "inputdataconfig.json": input_data_config(plan),
     }
@@ -166,7 +182,7 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     """
     hosts = host_names(plan.instance_count)
     host = current_host or tree.host
-    encoded = encode_hyperparameters(sdk_hyperparameters(plan))
+    encoded = encode_hyperparameters(sdk_hyperparameters(plan, tree))
     decoded = {k: json.loads(v) for k, v in encoded.items()}
     user_hps = {k: v for k, v in decoded.items() if not k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
     framework_params = {k: v for k, v in decoded.items()
@@ -186,7 +202,8 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
         "is_hetero": False, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
         "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
         "output_dir": str(tree.output), "num_cpus": local_cpu_share(plan), "num_gpus": 0, "num_neurons": 0,
-        "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"], "user_args": list(plan.argv),
+        "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"],
+        "user_args": host_argv(plan, tree),
         "output_intermediate_dir": str(tree.output / "intermediate"),
     }
     # SM_TRAINING_ENV is the toolkit's Environment as a dict: its properties, named as they are there.

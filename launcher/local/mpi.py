@@ -15,8 +15,12 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
+if TYPE_CHECKING:
+    from launcher.local.container import HostTree
+
+from launcher.contract import CONTAINER_BASE_DIR
 from launcher.errors import DfmError
 
 RANK_EXEC = Path(__file__).with_name("rank_exec.py")
@@ -47,9 +51,10 @@ def script_command(entry_point: str, argv: list[str]) -> list[str]:
     return [sys.executable, entry_point, *argv]
 
 
-def write_rank_hosts(path: Path, processes_per_host: int, hosts: list[tuple[Mapping[str, str], Path]]) -> Path:
-    layout = {"processes_per_host": processes_per_host,
-              "hosts": [{"env": dict(env), "cwd": str(cwd)} for env, cwd in hosts]}
+def write_rank_hosts(path: Path, processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree"]]) -> Path:
+    """What rank_exec.py needs to place a rank on its host: env, code dir, and the tree standing in for /opt/ml."""
+    layout = {"processes_per_host": processes_per_host, "container_base": CONTAINER_BASE_DIR,
+              "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base)} for env, tree in hosts]}
     path.write_text(json.dumps(layout))
     return path
 

@@ -3,7 +3,8 @@
 All simulated hosts are this machine, so mpirun starts every rank here; the rank's host is
 rank // processes_per_host (mpirun maps by slot, filling one host's slots before the next). The wrapper
 takes that host's environment (its SAGEMAKER_BASE_DIR tree and the paths in it) from the JSON file the
-launcher wrote, changes into the host's code dir and replaces itself with the script. Stdlib only: it runs
+launcher wrote, changes into the host's code dir, maps /opt/ml arguments into the host's tree and replaces
+itself with the script. Stdlib only: it runs
 before anything else in the rank.
 
 usage: python rank_exec.py HOSTS_JSON PROGRAM [ARGS...]
@@ -29,6 +30,10 @@ def main(argv):
     host = layout["hosts"][rank // layout["processes_per_host"]]
     os.environ.update(host["env"])
     os.chdir(host["cwd"])
+    # Arguments naming container paths (--model_dir /opt/ml/model) point into this rank's host tree.
+    container = layout["container_base"]
+    program = [host["base"] + arg[len(container):] if arg == container or arg.startswith(container + "/") else arg
+               for arg in program]
     os.execv(program[0], program)
 
 

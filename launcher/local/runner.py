@@ -22,7 +22,8 @@ from typing import Callable
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
-from launcher.local.container import HostTree, build_host_tree, channel_mode, container_env, host_names
+from launcher.local.container import (HostTree, build_host_tree, channel_mode, container_env, host_argv,
+                                      host_names, to_host_path)
 from launcher.local.progress import Progress
 from launcher.local.supervisor import Supervisor
 
@@ -83,15 +84,19 @@ class LocalRun:
             raise DfmError(f"run directory {self.job_dir} already exists; pick another job name or run_dir")
         if self.plan.distribution.kind not in ("none", "parameter_server", "horovod", "multi_worker_mirrored"):
             raise DfmError(f"--local cannot run distribution '{self.plan.distribution.kind}'")
-        sources = {c.name: ch.list_objects(ch.channel_source(c)) for c in self.plan.channels}
+        sources = {c.name: ch.list_objects(ch.channel_source(c)) for c in self.plan.channels
+                   if c.kind not in ("efs", "fsx")}
         (self.job_dir / "logs").mkdir(parents=True)
         store = checkpoint_store(self.plan, self.root)
         for index, host in enumerate(self.hosts):
             tree = build_host_tree(self.plan, self.job_dir / "hosts" / host, host)
             self.trees[host] = tree
             if store.is_dir():
-                shutil.copytree(store, tree.checkpoints, dirs_exist_ok=True)
+                shutil.copytree(store, self._checkpoint_dir(tree), dirs_exist_ok=True)
             for channel in self.plan.channels:
+                if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
+                    tree.channel_dir(channel.name).symlink_to(ch.channel_source(channel), target_is_directory=True)
+                    continue
                 files = ch.files_for_host(sources[channel.name], channel.distribution, index, len(self.hosts))
                 if not files:
                     self.echo(f"[dfm local] {host}: channel '{channel.name}' has no files on this host")
@@ -119,7 +124,9 @@ class LocalRun:
 
     def start_processes(self, sup: Supervisor) -> None:
         plan, kind = self.plan, self.plan.distribution.kind
-        script = [sys.executable, plan.entry_point, *plan.argv]
+
+        def script(host: str) -> list[str]:
+            return [sys.executable, plan.entry_point, *host_argv(plan, self.trees[host])]
         if kind == "horovod":
             self._start_mpi(sup)
         elif kind == "parameter_server" and len(self.hosts) > 1:
@@ -131,17 +138,17 @@ class LocalRun:
             for host in self.hosts:
                 role = "master" if host == layout.master else "worker"
                 env = self._script_env(self.trees[host], cluster.ps_tf_config(layout, host))
-                sup.start(f"{host}/{role}", "script", script, env=env, cwd=self.trees[host].code)
+                sup.start(f"{host}/{role}", "script", script(host), env=env, cwd=self.trees[host].code)
             self.master_label = f"{layout.master}/master"
         elif kind == "multi_worker_mirrored":
             layout = cluster.Layout.allocate(self.hosts, with_ps=False)
             for host in self.hosts:
                 env = self._script_env(self.trees[host], cluster.mwms_tf_config(layout, host))
-                sup.start(f"{host}/worker", "script", script, env=env, cwd=self.trees[host].code)
+                sup.start(f"{host}/worker", "script", script(host), env=env, cwd=self.trees[host].code)
             self.master_label = f"{self.hosts[0]}/worker"
         else:  # no distribution (or PS on one host): the toolkit just runs the script on every host
             for host in self.hosts:
-                sup.start(f"{host}/train", "script", script, env=self._script_env(self.trees[host]),
+                sup.start(f"{host}/train", "script", script(host), env=self._script_env(self.trees[host]),
                           cwd=self.trees[host].code)
             self.master_label = f"{self.hosts[0]}/train"
 
@@ -151,7 +158,7 @@ class LocalRun:
         master_env = self._script_env(self.trees[self.hosts[0]])
         rank_hosts = mpi.write_rank_hosts(
             self.job_dir / "rank_hosts.json", per_host,
-            [(container_env(plan, self.trees[h], current_host=self.hosts[0]), self.trees[h].code) for h in self.hosts])
+            [(container_env(plan, self.trees[h], current_host=self.hosts[0]), self.trees[h]) for h in self.hosts])
         exported = sorted(k for k in container_env(plan, self.trees[self.hosts[0]]) if k in master_env)
         cmd = mpi.launcher_command(ranks=per_host * len(self.hosts), rank_hosts=rank_hosts,
                                    program=mpi.script_command(plan.entry_point, list(plan.argv)),
@@ -234,8 +241,18 @@ class LocalRun:
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
         store = checkpoint_store(self.plan, self.root)
         for tree in self.trees.values():
-            if tree.checkpoints.is_dir() and any(tree.checkpoints.iterdir()):
-                shutil.copytree(tree.checkpoints, store, dirs_exist_ok=True)
+            folder = self._checkpoint_dir(tree)
+            if folder.is_dir() and any(folder.iterdir()):
+                shutil.copytree(folder, store, dirs_exist_ok=True)
+
+    def _checkpoint_dir(self, tree: HostTree) -> Path:
+        """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by default)."""
+        local_path = getattr(self.plan, "checkpoint_local_path", None) or "/opt/ml/checkpoints"
+        mapped = to_host_path(local_path, tree)
+        if mapped == local_path:
+            raise DfmError(f"--local can only emulate checkpoint_local_path under /opt/ml, not {local_path}")
+        Path(mapped).mkdir(parents=True, exist_ok=True)
+        return Path(mapped)
 
     def _report(self, code: int, reason: str, failed, wall_s: float) -> None:
         sup = self.supervisor

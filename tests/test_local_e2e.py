@@ -1,0 +1,190 @@
+"""`dfm launch SPEC --local` end to end with the bundled entry points on small synthetic data.
+
+Each test writes a spec under tmp_path, runs the real CLI in a subprocess, watches its process tree with
+psutil, and checks the run's outcome, its tree under the run dir, and that no process survived it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from launcher.local.supervisor import os_pid_alive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "batch_size": 256, "deep_layers": [16, 16], "log_steps": 10,
+               "embedding_size": 4}
+
+
+def dfm(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sample")
+    result = dfm("data", "synth", "--out", str(out), "--rows", "6000", "--files", "4", "--eval-rows", "1000",
+                 "--eval-files", "1", "--seed", "3", "--field-size", "10", "--feature-size", "1000")
+    assert result.returncode == 0, result.stderr
+    split = dfm("data", "split", str(out / "train"), "--out", str(out / "split"), "--workers", "2", "--multi-path")
+    assert split.returncode == 0, split.stderr
+    return out
+
+
+def write_spec(tmp_path: Path, *, name: str, entry_point: str, distribution, count: int, mode: str, train,
+               channels: dict[str, Path], hyperparameters: dict, checkpoints=None) -> Path:
+    spec = {
+        "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
+        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test/out/",
+        "entry_point": entry_point, "instance": {"type": "ml.c5.2xlarge", "count": count},
+        "distribution": distribution,
+        "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://dfm-test/eval/"},
+        "hyperparameters": {**SMALL_MODEL, **hyperparameters},
+        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(tmp_path / "runs"),
+                  "timeout_s": 240},
+    }
+    if checkpoints is not None:
+        spec["checkpoints"] = checkpoints
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+class WatchedRun:
+    """The CLI in a subprocess; every process of its tree is recorded while it runs."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.pids: set[int] = set()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._reader.start()
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            found = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.pids.update(p.pid for p in found)
+        return found
+
+    def wait(self, timeout: float = 280, until=None) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            found = self.descendants()
+            if until is not None and until(found, self.lines):
+                until = None
+            time.sleep(0.2)
+        code = self.proc.wait(timeout=max(1, deadline - time.monotonic()))
+        self._reader.join(timeout=5)
+        return code
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def job_dir(self, runs: Path) -> Path:
+        (job,) = [p for p in runs.iterdir() if (p / "hosts").is_dir()]
+        return job
+
+
+def assert_no_orphans(run: WatchedRun) -> None:
+    time.sleep(0.3)
+    assert run.pids, "no process of the run was seen"
+    assert not [pid for pid in run.pids if os_pid_alive(pid)]
+
+
+def test_two_host_parameter_server_job(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-ps", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
+                                                                          "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 30})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    job = run.job_dir(tmp_path / "runs")
+    logs = {p.name for p in (job / "logs").iterdir()}
+    assert logs == {"algo-1-master.log", "algo-1-ps.log", "algo-2-ps.log", "algo-2-worker.log"}
+    for host in ("algo-1", "algo-2"):  # ShardedByS3Key: 4 files, 2 each, disjoint
+        assert len(list((job / "hosts" / host / "input" / "data" / "train").iterdir())) == 2
+    assert "[algo-1/master] [dfm] eval step=" in run.output and "final eval:" in run.output
+    assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
+    assert "master is down" in (job / "logs" / "algo-2-ps.log").read_text()
+    assert_no_orphans(run)
+
+
+def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
+                      distribution={"horovod": {"processes_per_host": 2}}, count=1, mode="Pipe",
+                      train=["s3://dfm-test/split/train/", "s3://dfm-test/split/train-1/"],
+                      channels={"train": sample / "split" / "train", "train-1": sample / "split" / "train-1",
+                                "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 6})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    job = run.job_dir(tmp_path / "runs")
+    assert {"algo-1-rank0.log", "algo-1-rank1.log", "mpirun.log"} <= {p.name for p in (job / "logs").iterdir()}
+    config = json.loads((job / "hosts" / "algo-1" / "input" / "config" / "inputdataconfig.json").read_text())
+    assert {c["TrainingInputMode"] for c in config.values()} == {"Pipe"}
+    # every channel was read through FIFOs, and none is left behind
+    assert not list((job / "hosts" / "algo-1" / "input" / "data").iterdir())
+    assert "[algo-1/rank0] [dfm] eval step=" in run.output
+    assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
+    assert_no_orphans(run)
+
+
+def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-kill", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
+                                                                          "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 100000, "epochs": 1000})
+    run = WatchedRun("launch", str(spec), "--local")
+    killed = []
+
+    def kill_worker_once_training(found, lines):
+        if not any("[dfm] train step=" in line for line in lines):
+            return False
+        for proc in found:
+            try:
+                if "train_ps.py" in " ".join(proc.cmdline()) and "algo-2" in proc.cwd():
+                    proc.kill()
+                    killed.append(proc.pid)
+                    return True
+            except psutil.NoSuchProcess:
+                continue
+        return False
+
+    assert run.wait(until=kill_worker_once_training) == 1, run.output[-3000:]
+    assert killed
+    assert "FAILED: algo-2/worker exited with code -9" in run.output
+    assert "last lines of algo-2/worker" in run.output
+    assert_no_orphans(run)
+
+
+def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
+    def launch(max_steps: int) -> WatchedRun:
+        spec = write_spec(tmp_path, name="e2e-resume", entry_point="deepfm-ps", distribution="none", count=1,
+                          mode="File", train="s3://dfm-test/train/",
+                          channels={"train": sample / "train", "eval": sample / "eval"},
+                          hyperparameters={"max_steps": max_steps, "checkpoint_steps": 5, "epochs": 5},
+                          checkpoints="s3://dfm-test/checkpoints/e2e-resume/")
+        run = WatchedRun("launch", str(spec), "--local")
+        assert run.wait() == 0, run.output[-3000:]
+        return run
+
+    first = launch(10)
+    assert "starting at step 0" in first.output
+    second = launch(20)
+    assert "continuing at step 10" in second.output
+    assert_no_orphans(first)
+    assert_no_orphans(second)
