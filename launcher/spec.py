@@ -6,6 +6,7 @@ module validates the result against the schema, reporting every problem as `file
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -174,10 +175,6 @@ class Checkpoints(_Strict):
             raise _custom("checkpoint_location", "give either s3 or file_system, not both")
         return self
 
-    @property
-    def s3_uri_or_auto(self) -> str | None:
-        return self.s3 if self.s3 is not None else (None if self.file_system else "auto")
-
 
 CheckpointsField = Annotated[
     Union[
@@ -313,15 +310,15 @@ class Spec(_Strict):
         return str((base / value).resolve())
 
 
+@functools.cache
 def json_schema() -> dict[str, Any]:
     schema = Spec.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
-
 def _schema_problems(err: ValidationError, lines: dict, shown: str) -> list[Problem]:
     problems = []
-    schema = Spec.model_json_schema()
+    schema = json_schema()
     for item in err.errors():
         loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("~")))
         field = ".".join(str(p) for p in loc)

@@ -58,12 +58,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-
 # ---------------------------------------------------------------------------------------------- YAML
 _ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _ONLY_ENV = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
-
-
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
@@ -82,6 +79,11 @@ class _Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+class _Problem(Exception):
+    def __init__(self, problem: Problem):
+        self.problem = problem
+
+
 def _interpolate(text: str, line: int, field: str, file: str, env: Mapping[str, str]) -> str:
     def replace(match: re.Match) -> str:
         if match.group(0) == "$$":
@@ -98,15 +100,10 @@ def _interpolate(text: str, line: int, field: str, file: str, env: Mapping[str, 
     return _ENV.sub(replace, text)
 
 
-class _Problem(Exception):
-    def __init__(self, problem: Problem):
-        self.problem = problem
-
-
 class _Builder:
     """Turns a composed YAML node tree into plain Python values plus a map: path -> Location."""
 
-    def __init__(self, loader: _Loader, file: str, env: Mapping[str, str]):
+    def __init__(self, loader: _Loader, file: str, env: Mapping[str, str] | None):
         self.loader, self.file, self.env = loader, file, env
         self.lines: dict[tuple, Location] = {}
 
@@ -135,7 +132,7 @@ class _Builder:
                 items.append(self.build(item, path + (i,)))
             return items
         value = self.scalar(node, path)
-        if isinstance(value, str) and "$" in value:
+        if self.env is not None and isinstance(value, str) and "$" in value:
             whole = node.style is None and _ONLY_ENV.fullmatch(value) is not None
             value = _interpolate(value, where.line, field, self.file, self.env)
             if whole:  # an unquoted `${N:-2}` is typed like any plain scalar: 2 is an int
@@ -163,7 +160,8 @@ def _retype(text: str) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else text
 
 
-def _parse(text: str, file: str, env: Mapping[str, str]) -> tuple[Any, dict[tuple, Location]]:
+def _parse(text: str, file: str, env: Mapping[str, str] | None) -> tuple[Any, dict[tuple, Location]]:
+    """(plain data or None, path -> Location); `env` None leaves `${...}` as written."""
     try:
         loader = _Loader(text)
     except yaml.reader.ReaderError as err:
@@ -209,11 +207,12 @@ def _read_text(path: Path, shown: str) -> str:
         raise SpecError([Problem(Location(shown), "", "not UTF-8 text, not a YAML spec")]) from None
 
 
-def _deep_merge(base: dict, child: dict, base_lines: dict, child_lines: dict, path: tuple = ()) -> dict:
+def _deep_merge(base: dict, child: dict, base_lines: dict, path: tuple = ()) -> dict:
+    """Mappings merge key by key, anything else in `child` replaces; `base_lines` loses what is replaced."""
     merged = dict(base)
     for key, value in child.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
-            merged[key] = _deep_merge(base[key], value, base_lines, child_lines, path + (key,))
+            merged[key] = _deep_merge(base[key], value, base_lines, path + (key,))
         else:
             merged[key] = value
             prefix = path + (key,)
@@ -242,7 +241,7 @@ def _load_file(path: Path, shown: str, env: Mapping[str, str], chain: tuple[Path
         raise SpecError([Problem(where, "extends", f"base spec {base_ref} not found (relative to {shown})")])
     base_shown = os.path.relpath(base_path) if not os.path.isabs(shown) else str(base_path)
     base_data, base_lines = _load_file(base_path, base_shown, env, (*chain, base_path))
-    merged = _deep_merge(base_data, data, base_lines, lines)
+    merged = _deep_merge(base_data, data, base_lines)
     return merged, {**base_lines, **{k: v for k, v in lines.items() if k != ("extends",)}}
 
 
@@ -253,7 +252,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     if not sep or not all(parts):
         raise DfmError(f"--set {text}: expected dotted.key=value, e.g. --set instance.count=1")
     try:
-        value, _ = _parse(raw, "--set", {})
+        value, _ = _parse(raw, "--set", None)  # the shell has expanded variables already
     except SpecError as err:
         raise DfmError(f"--set {text}: {err.problems[0].message}") from None
     return parts, value
