@@ -27,6 +27,7 @@ def measure(quick: bool, context: dict) -> dict:
     result = section("CLI latency", f"`dfm --help` and `dfm validate` under {HELP_LIMIT_S} s; "
                      f"`dfm launch --dry-run` within {DRY_RUN_MARGIN_S} s of a bare `import sagemaker.tensorflow`",
                      "each command as a subprocess from the repository root, alternating, wall time")
+    repetitions = context.get("repetitions") or (3 if quick else 9)
     commands = _commands()
     failures: dict[str, str] = {}
 
@@ -43,7 +44,7 @@ def measure(quick: bool, context: dict) -> dict:
 
     for argv in commands.values():  # warm the page cache so the first contender is not penalised
         subprocess.run(argv, cwd=REPO, capture_output=True, timeout=120)
-    times = alternate({name: runner(name, argv) for name, argv in commands.items()}, 3 if quick else 9)
+    times = alternate({name: runner(name, argv) for name, argv in commands.items()}, repetitions)
     medians = {name: median(values) for name, values in times.items()}
     bare = medians['python -c "import sagemaker.tensorflow"']
 
@@ -70,7 +71,7 @@ def measure(quick: bool, context: dict) -> dict:
     verdict(result, f"dry run within {DRY_RUN_MARGIN_S} s of the bare import", met,
             f"{fmt(dry - bare, 3)} s over the bare import"
             + (f"; {failures['dfm launch configs/ps.yaml --dry-run']}" if dry_failed else ""))
-    result["notes"].append(f"{3 if quick else 9} alternating repetitions per command; a first untimed "
+    result["notes"].append(f"{repetitions} alternating repetitions per command; a first untimed "
                            "round warms the page cache.")
     result["data"] = {"medians_s": medians, "failures": failures}
     return result

@@ -66,7 +66,7 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
 
 def measure(quick: bool, context: dict) -> dict:
     steps = STEPS[quick]
-    repetitions = 1 if quick else 3
+    repetitions = context.get("repetitions") or (1 if quick else 3)
     result = section(
         "Local distributed runs",
         "recorded, not judged: 2 cores bound every run, so a second host or rank adds processes, not cores",

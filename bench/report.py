@@ -49,7 +49,8 @@ def render(info: dict, results: list[dict]) -> str:
             out += [f"Not run: {result['not_run']}", ""]
             continue
         out += [f"- Goal: {result['goal']}", f"- How: {result['command']}",
-                f"- Took {result['elapsed_s']} s", ""]
+                f"- Took {result['elapsed_s']} s; load average (1 min) when it ended: {result.get('load_after', 'n/a')} "
+                f"on {m['nproc']} cores", ""]
         for table in result["tables"]:
             if table["caption"]:
                 out += [table["caption"], ""]

@@ -1,4 +1,4 @@
-"""`python -m bench.run [--quick] [--out BENCHMARKS.md] [--only a,b]`: run every item, write the report.
+"""`python -m bench.run [--quick] [--out BENCHMARKS.md] [--only a,b] [--repetitions N]`: run every item, write the report.
 
 Each item runs in a child process (`--item NAME`), so a crash, a hang or one item's TensorFlow thread
 pools never reach another; an item that fails is reported as "not run: <reason>", never as a number.
@@ -55,6 +55,7 @@ def run_item(name: str, quick: bool, context: dict) -> dict:
             if "done" in locals() and done.stderr:
                 sys.stderr.write(done.stderr[-4000:])
         result["item"], result["elapsed_s"] = name, round(elapsed, 1)
+        result["load_after"] = round(os.getloadavg()[0], 2)
         print(f"[bench] {name}: {'not run: ' + reason if reason else 'done'} in {elapsed:.0f} s", flush=True)
         return result
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (minutes)")
     parser.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
+    parser.add_argument("--repetitions", type=int, default=0,
+                        help="override every item's number of alternating repetitions")
     parser.add_argument("--only", default="", help="comma-separated items: " + ",".join(ITEMS))
     parser.add_argument("--item", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     info = {"machine": machine(), "versions": versions(), "quick": args.quick,
             "started": started.strftime("%Y-%m-%d %H:%M UTC")}
-    context: dict = {}
+    context: dict = {"repetitions": args.repetitions} if args.repetitions > 0 else {}
     results = []
     for name in names:
         result = run_item(name, args.quick, context)

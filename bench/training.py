@@ -19,7 +19,7 @@ def _configs(quick: bool):
 
 
 def measure(quick: bool, context: dict) -> dict:
-    repetitions = 3 if quick else 7
+    repetitions = context.get("repetitions") or (3 if quick else 7)
     examples_per_window = 16_384 if quick else 65_536
     result = section(
         "Training throughput",
@@ -42,7 +42,8 @@ def measure(quick: bool, context: dict) -> dict:
         ours, top = times["bundled"], model["ceiling_examples_per_s"]
         theirs = times.get("deepctr", float("nan"))
         per_config[f"k{k}/b{batch}"] = {"bundled": ours, "deepctr": theirs, "ceiling": top}
-        rows.append([k, batch, fmt(ours), fmt(theirs), fmt(top), fmt(ours / top, 2), fmt(ours / theirs, 2)])
+        rows.append([k, batch, fmt(ours), fmt(theirs), fmt(top), fmt(ours / top, 2), fmt(ours / theirs, 2),
+                     fmt(top / theirs, 2)])
         step_ms = 1000 * batch / ours
         kernel_ms = 1000 * (model["gemm_s_per_batch"] + model["embedding_s_per_batch"])
         detail_rows.append([k, batch, fmt(model["mlp_flops_per_example"] / 1e6, 2), fmt(model["gemm_gflops"], 1),
@@ -53,7 +54,8 @@ def measure(quick: bool, context: dict) -> dict:
         gc.collect()
 
     add_table(result, ["embedding", "batch", "bundled ex/s", "DeepCTR ex/s", "ceiling ex/s",
-                       f"bundled / ceiling (goal >= {CEILING_GOAL})", f"bundled / DeepCTR (goal >= {DEEPCTR_GOAL})"],
+                       f"bundled / ceiling (goal >= {CEILING_GOAL})", f"bundled / DeepCTR (goal >= {DEEPCTR_GOAL})",
+                       "ceiling / DeepCTR (most any step could gain)"],
               rows, "Medians of examples/s:")
     add_table(result, ["embedding", "batch", "MLP MFLOP/example (fwd+bwd)", "GEMM GFLOP/s", "GEMM ms/batch",
                        "embedding GB/s", "embedding ms/batch", "bundled step ms", "rest of step ms (share)"],
@@ -88,6 +90,9 @@ def measure(quick: bool, context: dict) -> dict:
         "39 `SparseFeat` fields whose vocabularies are the fields' id ranges (same total rows), values ignored "
         "(it has no per-field value scaling), l2_reg_embedding 1e-5, Adagrad 0.01, stepped through "
         "`model.make_train_function()` exactly as `fit` steps it.",
+        "`ceiling / DeepCTR` bounds the DeepCTR goal: where DeepCTR already runs within 1.5x of the ceiling "
+        "(large batches, where the shared GEMMs dominate both steps), no implementation of the same model "
+        "can be 1.5x faster than it on this machine.",
         f"{repetitions} alternating repetitions of all four contenders (bundled, DeepCTR, GEMM kernel, embedding "
         "kernel) per configuration; the ceiling therefore sees the same machine load as the models.",
     ]

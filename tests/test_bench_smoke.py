@@ -1,0 +1,87 @@
+"""The benchmark harness's plumbing: metric-line parsing, the report, and one real quick item end to end.
+No timing is asserted anywhere: timings belong to BENCHMARKS.md, not to tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.common import machine, section, verdict, versions
+from bench.distributed import throughput
+from bench.report import render
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tables(markdown: str) -> list[list[str]]:
+    tables, current = [], []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables + ([current] if current else [])
+
+
+def _assert_well_formed(markdown: str) -> None:
+    for table in _tables(markdown):
+        width = table[0].count("|")
+        assert table[1].replace("---|", "") == "|", table[:2]
+        for row in table[2:]:
+            assert row.count("|") == width, row
+
+
+def test_throughput_uses_steady_reports_and_sums_processes():
+    output = "\n".join([
+        "[algo-1/rank0] [dfm] train step=25 loss=0.6 auc=0.5 examples_per_sec=100.0",  # warm-up, dropped
+        "[algo-1/rank0] [dfm] train step=50 loss=0.6 auc=0.5 examples_per_sec=1000.0",
+        "[algo-1/rank0] [dfm] train step=75 loss=0.6 auc=0.5 examples_per_sec=3000.0",
+        "[algo-1/rank0] [dfm] eval step=75 loss=0.6 auc=0.5",
+        "[algo-2/worker] [dfm] train step=25 loss=0.6 auc=0.5 examples_per_sec=10.0",
+        "[algo-2/worker] [dfm] train step=50 loss=0.6 auc=0.5 examples_per_sec=500.0",
+        "[dfm local] progress: step 75 | 3,500 examples/s",
+    ])
+    rate, reports = throughput(output)
+    assert rate == pytest.approx(2000.0 + 500.0)
+    assert reports == 3
+
+
+def test_throughput_without_metric_lines_is_not_a_number():
+    rate, reports = throughput("[algo-1/master] Traceback (most recent call last):\n")
+    assert reports == 0 and rate != rate
+
+
+def test_report_says_not_run_instead_of_a_number():
+    done = section("CLI latency", "help < 0.5 s", "subprocesses")
+    done.update(item="cli", elapsed_s=1.0, load_after=0.5)
+    done["tables"].append({"caption": "", "headers": ["command", "median s"], "rows": [["`dfm --help`", "0.1"]]})
+    verdict(done, "help < 0.5 s", True, "0.1 s")
+    failed = section("distributed", "", "")
+    failed.update(item="distributed", elapsed_s=3.0, not_run="exit 1: no local backend")
+    info = {"machine": machine(), "versions": versions(), "quick": True, "started": "now", "elapsed_s": 4}
+    markdown = render(info, [done, failed])
+    _assert_well_formed(markdown)
+    assert "Not run: exit 1: no local backend" in markdown
+    assert "| distributed | - | not run | exit 1: no local backend |" in markdown
+    assert "| CLI latency | help < 0.5 s | met | 0.1 s |" in markdown
+    assert "## GPU: not measured (no GPU in this environment)" in markdown
+
+
+@pytest.mark.slow
+def test_quick_cli_item_writes_a_well_formed_report(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    done = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--only", "cli", "--repetitions", "1",
+                           "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    markdown = out.read_text()
+    _assert_well_formed(markdown)
+    assert "## Machine and versions" in markdown and "## 1. CLI latency" in markdown
+    for command in ("`dfm --help`", "`dfm validate configs/ps.yaml`", "`dfm launch configs/ps.yaml --dry-run`",
+                    '`python -c "import sagemaker.tensorflow"`'):
+        assert command in markdown
+    assert "Not run" not in markdown
