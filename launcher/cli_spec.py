@@ -104,7 +104,7 @@ def _fail(errors: list[str], warnings: list[str], output: str) -> None:
 @click.option("--local", "local", is_flag=True, help="Run the same plan on this machine (processes emulating the hosts).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir).")
 @click.option("--channel", "channels", multiple=True, metavar="NAME=PATH", help="--local: read channel NAME from PATH.")
-@click.option("--timeout", type=click.FloatRange(min=1), help="--local: stop the run after this many seconds.")
+@click.option("--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds.")
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
 def launch(
     spec_path: str,
