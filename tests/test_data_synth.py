@@ -106,6 +106,29 @@ def test_write_tfrecords_round_trip_with_equal_counts(tmp_path):
         synth.write_tfrecords(tmp_path / "x", data, files=7)
 
 
+@pytest.mark.parametrize("fmt", ["tfrecord", "libsvm"])
+def test_streamed_parts_equal_the_in_memory_draw_across_chunk_boundaries(tmp_path, monkeypatch, fmt):
+    from launcher.data import libsvm
+    from launcher.data.tfrecord import read_examples
+
+    monkeypatch.setattr(synth, "CHUNK_ROWS", 64)  # files and parts straddle chunks
+    expected = synth.generate(300, 11, field_size=5, feature_size=200)
+    generator = synth.Generator(11, field_size=5, feature_size=200)
+    results = synth.write_parts(generator, [(tmp_path / "a", 200, 4), (tmp_path / "b", 100, 2)], fmt=fmt)
+    assert results[0] == (pytest.approx(expected.take(0, 200).teacher_auc), pytest.approx(expected.labels[:200].mean()))
+    assert results[1][0] == pytest.approx(expected.take(200, 300).teacher_auc)
+    for folder, rows in (("a", slice(0, 200)), ("b", slice(200, 300))):
+        paths = sorted((tmp_path / folder).iterdir())
+        if fmt == "tfrecord":
+            labels, ids, values = read_examples(paths, 5)
+        else:
+            parsed = [libsvm.parse_row(line, 5, 200) for p in paths for line in p.read_text().splitlines()]
+            labels, ids, values = (np.array([row[k] for row in parsed]) for k in range(3))
+        np.testing.assert_array_equal(ids, expected.ids[rows])
+        np.testing.assert_array_equal(labels, expected.labels[rows])
+        np.testing.assert_allclose(values, expected.values[rows], rtol=1e-7)
+
+
 def test_cli_synth_writes_train_eval_and_meta(tmp_path, capsys):
     from launcher.data.tfrecord import read_examples
 

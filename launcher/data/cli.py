@@ -68,27 +68,24 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         raise DfmError(f"--eval-rows {eval_rows} does not split into {eval_files} equal files")
     _clear_outputs(out, ["train", "eval", "meta.json"], force)
     try:
-        drawn = synth_mod.generate(rows + eval_rows, seed, field_size=field_size, feature_size=feature_size,
-                                   numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate)
+        generator = synth_mod.Generator(seed, field_size=field_size, feature_size=feature_size,
+                                        numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate)
     except ValueError as err:
         raise DfmError(str(err)) from None
-    write = synth_mod.write_tfrecords if fmt == "tfrecord" else synth_mod.write_libsvm
-    train = drawn.take(0, rows)
-    write(out / "train", train, files)
+    parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
+    results = synth_mod.write_parts(generator, parts, fmt=fmt)
+    (train_auc, train_rate), held_out = results[0], results[1:]
     meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
             "seed": seed, "field_size": field_size, "feature_size": feature_size,
             "numeric_fields": numeric_fields if numeric_fields is not None else field_size // 3,
-            "signal": signal, "format": fmt, "positive_rate": float(train.labels.mean()),
-            "teacher_auc": train.teacher_auc}
-    if eval_rows:
-        held_out = drawn.take(rows, rows + eval_rows)
-        write(out / "eval", held_out, eval_files)
-        meta["eval_teacher_auc"] = held_out.teacher_auc
+            "signal": signal, "format": fmt, "positive_rate": train_rate, "teacher_auc": train_auc}
+    if held_out:
+        meta["eval_teacher_auc"] = held_out[0][0]
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     click.echo(f"wrote {rows} train rows in {files} files"
                + (f" and {eval_rows} eval rows in {eval_files} files" if eval_rows else "")
-               + f" to {out}; positives {meta['positive_rate']:.1%}, teacher AUC {train.teacher_auc:.4f}"
-               + (f" (eval {meta['eval_teacher_auc']:.4f})" if eval_rows else ""))
+               + f" to {out}; positives {train_rate:.1%}, teacher AUC {train_auc:.4f}"
+               + (f" (eval {held_out[0][0]:.4f})" if held_out else ""))
 
 
 @data.command()

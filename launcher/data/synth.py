@@ -17,6 +17,7 @@ not on the number of rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,13 @@ LATENT_DIM = 4
 INTERACTION_SHARE = 0.3  # share of the teacher logit's variance from pairwise terms
 CALIBRATION_ROWS = 20000
 _CHUNK = 65536
+CHUNK_ROWS = 65536  # rows per random stream: part of what a seed means, keep it fixed
 
 _STREAM_LAYOUT, _STREAM_TEACHER, _STREAM_CALIBRATION, _STREAM_SAMPLE = range(4)
 
 
-def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, stream]))
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, *stream]))
 
 
 @dataclass(frozen=True)
@@ -197,26 +199,40 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[labels].sum() - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
+class Generator:
+    """One seed's layout, feature distributions and teacher; draws rows in chunks of `CHUNK_ROWS`,
+    chunk k from its own random stream, so a long draw can be written without holding it in memory."""
+
+    def __init__(self, seed: int, field_size: int = DEFAULT_FIELD_SIZE, feature_size: int = DEFAULT_FEATURE_SIZE,
+                 numeric_fields: int | None = None, signal: float = 1.5, positive_rate: float = 0.25):
+        if not 0.0 < positive_rate < 1.0:
+            raise ValueError(f"positive_rate must be in (0, 1), got {positive_rate}")
+        self.seed, self.field_size, self.feature_size = seed, field_size, feature_size
+        layout = _layout(field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields)
+        self.sampler = _Sampler(layout, seed)
+        self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate)
+
+    def chunks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Yield (ids, values, labels, probs) for rows 0..rows-1, in order."""
+        for k, start in enumerate(range(0, rows, CHUNK_ROWS)):
+            count = min(CHUNK_ROWS, rows - start)
+            rng = _rng(self.seed, _STREAM_SAMPLE, k)
+            ids, values = self.sampler.draw(count, rng)
+            probs = _sigmoid(self.teacher.logits(ids, values))
+            labels = (rng.random(count) < probs).astype(np.float32)
+            yield ids, values, labels, probs.astype(np.float32)
+
+
 def generate(rows: int, seed: int, field_size: int = DEFAULT_FIELD_SIZE,
              feature_size: int = DEFAULT_FEATURE_SIZE, numeric_fields: int | None = None,
              signal: float = 1.5, positive_rate: float = 0.25) -> SynthData:
-    """Draw `rows` examples. `numeric_fields` defaults to a third of the fields (13 of Criteo's 39);
-    `signal` is the spread (std) of the teacher's logit: larger means an easier task (higher AUC)."""
+    """Draw `rows` examples in memory. `numeric_fields` defaults to a third of the fields (13 of
+    Criteo's 39); `signal` is the spread (std) of the teacher's logit: larger is an easier task."""
     if rows < 1:
         raise ValueError(f"rows must be at least 1, got {rows}")
-    if not 0.0 < positive_rate < 1.0:
-        raise ValueError(f"positive_rate must be in (0, 1), got {positive_rate}")
-    if numeric_fields is None:
-        numeric_fields = field_size // 3
-    layout = _layout(field_size, feature_size, numeric_fields)
-    sampler = _Sampler(layout, seed)
-    teacher = _Teacher(feature_size, seed, sampler, signal, positive_rate)
-    rng = _rng(seed, _STREAM_SAMPLE)
-    ids, values = sampler.draw(rows, rng)
-    probs = _sigmoid(teacher.logits(ids, values))
-    labels = (rng.random(rows) < probs).astype(np.float32)
-    return SynthData(ids, values, labels, probs.astype(np.float32), roc_auc(labels, probs),
-                     field_size, feature_size, seed)
+    generator = Generator(seed, field_size, feature_size, numeric_fields, signal, positive_rate)
+    ids, values, labels, probs = (np.concatenate(part) for part in zip(*generator.chunks(rows)))
+    return SynthData(ids, values, labels, probs, roc_auc(labels, probs), field_size, feature_size, seed)
 
 
 def _check_files(rows: int, files: int) -> int:
@@ -244,6 +260,12 @@ def write_tfrecords(out_dir: str | Path, data: SynthData, files: int, prefix: st
     return paths
 
 
+def _libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Iterator[str]:
+    for label, row_ids, row_values in zip(labels.tolist(), ids.tolist(), values.tolist()):
+        pairs = " ".join(f"{i}:{v:.9g}" for i, v in zip(row_ids, row_values))
+        yield f"{label:g} {pairs}\n"
+
+
 def write_libsvm(out_dir: str | Path, data: SynthData, files: int, prefix: str = "part") -> list[Path]:
     """Write `data` as libsvm text (`label id:value ...`, field order), `files` files of equal rows."""
     per_file = _check_files(data.rows, files)
@@ -252,8 +274,53 @@ def write_libsvm(out_dir: str | Path, data: SynthData, files: int, prefix: str =
     for i, path in enumerate(paths):
         part = slice(i * per_file, (i + 1) * per_file)
         with open(path, "w") as out:
-            for label, row_ids, row_values in zip(data.labels[part].tolist(), data.ids[part].tolist(),
-                                                  data.values[part].tolist()):
-                pairs = " ".join(f"{i}:{v:.9g}" for i, v in zip(row_ids, row_values))
-                out.write(f"{label:g} {pairs}\n")
+            out.writelines(_libsvm_lines(data.labels[part], data.ids[part], data.values[part]))
     return paths
+
+
+def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: str = "tfrecord",
+                prefix: str = "part") -> list[tuple[float, float]]:
+    """Draw the rows of all `parts` [(out_dir, rows, files)] as one sequence, chunk by chunk, and write
+    each part's rows in order into its equal-size files. -> (teacher AUC, positive rate) per part.
+
+    Memory stays at one chunk plus a label and a probability per row (for the AUC)."""
+    from launcher.data.tfrecord import quiet_tensorflow, serialize_examples
+
+    suffix = ".tfrecord" if fmt == "tfrecord" else ".libsvm"
+    targets = []  # (part index, path, rows) in writing order
+    for index, (out_dir, rows, files) in enumerate(parts):
+        per_file = _check_files(rows, files)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        targets += [(index, path, per_file) for path in _file_names(Path(out_dir), files, prefix, suffix)]
+    if fmt == "tfrecord":
+        tf = quiet_tensorflow()
+        opener = lambda path: tf.io.TFRecordWriter(str(path))  # noqa: E731
+        encode = serialize_examples
+    else:
+        opener = lambda path: open(path, "w")  # noqa: E731
+        encode = _libsvm_lines
+    seen = [([], []) for _ in parts]
+    pending = iter(targets)
+    current, left, writer = None, 0, None
+    for ids, values, labels, probs in generator.chunks(sum(rows for _, rows, _ in parts)):
+        offset = 0
+        while offset < len(labels):
+            if left == 0:
+                if writer is not None:
+                    writer.close()
+                current, path, left = next(pending)
+                writer = opener(path)
+            take = slice(offset, offset + min(left, len(labels) - offset))
+            for item in encode(labels[take], ids[take], values[take]):
+                writer.write(item)
+            seen[current][0].append(labels[take])
+            seen[current][1].append(probs[take])
+            left -= take.stop - take.start
+            offset = take.stop
+    if writer is not None:
+        writer.close()
+    results = []
+    for labels, probs in seen:
+        labels, probs = np.concatenate(labels), np.concatenate(probs)
+        results.append((roc_auc(labels, probs), float(labels.mean())))
+    return results
