@@ -1,0 +1,348 @@
+"""The SageMaker backend: Plan -> real SDK estimator -> CreateTrainingJob, against moto and botocore's Stubber."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+import time
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from launcher import sagemaker_backend as sb
+from launcher.errors import DfmError
+from launcher.plan import Channel
+
+REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py
+
+
+def hook_sessions(monkeypatch, event: str, handler) -> None:
+    """Register a botocore event handler on every session the backend creates."""
+    real = sb.boto_session
+
+    def hooked(region):
+        session = real(region)
+        session.events.register(event, handler)
+        return session
+
+    monkeypatch.setattr(sb, "boto_session", hooked)
+
+
+def capture_create_requests(monkeypatch) -> list[dict]:
+    sent: list[dict] = []
+    hook_sessions(monkeypatch, "provide-client-params.sagemaker.CreateTrainingJob",
+                  lambda params, **_: sent.append(json.loads(json.dumps(params))))
+    return sent
+
+
+# --- dry run ---------------------------------------------------------------------------------------
+
+
+def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_network, capsys):
+    plan = sample_plan(spot_max_wait=7200, vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]},
+                       tags={"team": "ads"}, warm_pool_seconds=600)
+    hook = sys.excepthook
+    result = sb.dry_run(plan)
+
+    assert no_network == [] and sys.excepthook is hook
+    assert capsys.readouterr().out == ""  # the SDK's config INFO lines must not reach stdout
+    json.dumps(result)
+    request = result["request"]
+    assert result["estimator"]["class"] == "sagemaker.tensorflow.TensorFlow"
+    assert "sagemaker_program" not in result["estimator"]["kwargs"]["hyperparameters"]  # plan not mutated
+    assert "sagemaker_program" not in plan.estimator_kwargs["hyperparameters"]
+    assert result["image_uri"] == request["AlgorithmSpecification"]["TrainingImage"]
+    assert "tensorflow-training:2.14-cpu-py310" in result["image_uri"]
+    hps = request["HyperParameters"]
+    assert json.loads(hps["sagemaker_submit_directory"]) == (
+        f"s3://{BUCKET}/deepfm/code/{plan.job_name}/source/sourcedir.tar.gz")
+    assert json.loads(hps["sagemaker_program"]) == "train.py"
+    assert hps["sagemaker_parameter_server_enabled"] == "true"
+    assert hps["deep_layers"] == "[400, 400]" and hps["batch_norm"] == "false"
+    channels = {c["ChannelName"]: c for c in request["InputDataConfig"]}
+    assert channels["train"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert channels["eval"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "FullyReplicated"
+    assert result["inputs"]["train"] == {k: v for k, v in channels["train"].items() if k != "ChannelName"}
+    assert request["ResourceConfig"] == {"InstanceType": "ml.c5.18xlarge", "InstanceCount": 2,
+                                         "VolumeSizeInGB": 50, "KeepAlivePeriodInSeconds": 600}
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri
+    assert request["VpcConfig"] == {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}
+    assert {"Key": "team", "Value": "ads"} in request["Tags"]
+    assert request["Environment"] == {"DFM_LOG": "1"}
+    assert request["RoleArn"] == plan.role and request["TrainingJobName"] == plan.job_name
+
+
+def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no_network):
+    channels = [Channel(f"train-{i}" if i else "train", f"s3://{BUCKET}/train/part-{i}/", input_mode="Pipe")
+                for i in range(4)] + [Channel("eval", f"s3://{BUCKET}/eval/", input_mode="Pipe")]
+    plan = sample_plan(distribution="horovod", processes_per_host=4, mpi_options="-x NCCL_DEBUG=INFO",
+                       instance_type="ml.p3.8xlarge", instance_count=1, input_mode="Pipe", channels=channels)
+    request = sb.dry_run(plan)["request"]
+
+    hps = request["HyperParameters"]
+    assert hps["sagemaker_mpi_enabled"] == "true"
+    assert hps["sagemaker_mpi_num_of_processes_per_host"] == "4"
+    assert json.loads(hps["sagemaker_mpi_custom_mpi_options"]) == "-x NCCL_DEBUG=INFO"
+    assert "sagemaker_parameter_server_enabled" not in hps
+    assert request["AlgorithmSpecification"]["TrainingInputMode"] == "Pipe"
+    assert "gpu" in request["AlgorithmSpecification"]["TrainingImage"]
+    assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["train", "train-1", "train-2", "train-3", "eval"]
+    assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("multi_worker_mirrored", {"sagemaker_multi_worker_mirrored_strategy_enabled": "true"}),
+    ("none", {}),
+])
+def test_dry_run_other_distributions(sample_plan, no_aws_env, no_network, kind, expected):
+    hps = sb.dry_run(sample_plan(distribution=kind, instance_count=1))["request"]["HyperParameters"]
+    distribution_keys = {k: v for k, v in hps.items()
+                         if k.startswith(("sagemaker_mpi", "sagemaker_parameter", "sagemaker_multi_worker"))}
+    assert distribution_keys == expected
+
+
+def test_file_system_and_fast_file_channels(sample_plan, no_aws_env, no_network):
+    channels = [Channel("train", f"s3://{BUCKET}/train/", input_mode="FastFile", distribution="ShardedByS3Key"),
+                Channel("ckpt", "/dfm/checkpoints", kind="efs", file_system_id="fs-0123456789abcdef0",
+                        access_mode="rw"),
+                Channel("features", "/fsx/features", kind="fsx", file_system_id="fs-0fedcba9876543210")]
+    inputs = sb.dry_run(sample_plan(input_mode="FastFile", channels=channels,
+                                    vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]}))["inputs"]
+
+    assert inputs["train"]["InputMode"] == "FastFile"
+    assert inputs["ckpt"]["DataSource"]["FileSystemDataSource"] == {
+        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "EFS", "DirectoryPath": "/dfm/checkpoints",
+        "FileSystemAccessMode": "rw"}
+    assert "InputMode" not in inputs["ckpt"]  # no per-channel mode for file systems: the job's applies
+    assert inputs["features"]["DataSource"]["FileSystemDataSource"]["FileSystemType"] == "FSxLustre"
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"channels": [Channel("train", "/home/me/data", kind="file")]}, "local path"),
+    ({"extra_kwargs": {"instance_typ": "ml.c5.xlarge"}}, "instance_typ"),
+    ({"extra_kwargs": {"framework_version": "1.0"}}, "SDK refused"),
+    ({"max_run": 0}, "MaxRuntimeInSeconds"),
+    ({"region": ""}, "no AWS region"),
+])
+def test_invalid_plans_are_refused_offline_with_exit_2(sample_plan, no_aws_env, no_network, overrides, words):
+    with pytest.raises(DfmError) as caught:
+        sb.dry_run(sample_plan(**overrides))
+    assert caught.value.exit_code == 2 and words in caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_sdk_clients_use_the_configured_retries(sample_plan, no_aws_env, no_network):
+    session = sb.sagemaker_session(sample_plan())
+    for client in (session.sagemaker_client, session.s3_client, session.s3_resource.meta.client):
+        assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": sb.MAX_ATTEMPTS}
+
+
+def test_throttling_is_retried_by_botocore(no_aws_env, monkeypatch):
+    """Standard retries: throttled twice, then answered; or throttled until MAX_ATTEMPTS is spent."""
+    from botocore.awsrequest import AWSResponse
+    from urllib3 import HTTPResponse
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setattr("botocore.endpoint.time.sleep", lambda seconds: None)
+    attempts, throttled_for = [], []
+
+    def answer(request, **_):
+        attempts.append(request.url)
+        if len(attempts) <= throttled_for[0]:
+            body = b'{"__type": "ThrottlingException", "message": "Rate exceeded"}'
+            return AWSResponse(request.url, 400, {}, HTTPResponse(body=io.BytesIO(body), preload_content=False))
+        return AWSResponse(request.url, 200, {}, HTTPResponse(body=io.BytesIO(b'{"TrainingJobSummaries": []}'),
+                                                              preload_content=False))
+
+    hook_sessions(monkeypatch, "before-send.sagemaker", answer)
+    throttled_for.append(2)
+    assert sb.list_jobs(REGION) == [] and len(attempts) == 3
+
+    attempts.clear()
+    throttled_for[0] = 100
+    with pytest.raises(DfmError) as caught:
+        sb.list_jobs(REGION)
+    assert len(attempts) == sb.MAX_ATTEMPTS
+    assert caught.value.exit_code == 1 and "throttled" in caught.value.message
+
+
+# --- submit (moto) ---------------------------------------------------------------------------------
+
+
+def test_submit_uploads_the_source_and_creates_the_job(aws, sample_plan, monkeypatch):
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    sent = capture_create_requests(monkeypatch)
+    telemetry: list = []
+    monkeypatch.setattr("sagemaker.telemetry.telemetry_logging._send_telemetry_request",
+                        lambda *args, **kwargs: telemetry.append(args))
+    plan = sample_plan(spot_max_wait=7200, tags={"team": "ads"},
+                       vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]})
+    echoed: list[str] = []
+
+    assert sb.submit(plan, wait=False, echo=echoed.append) == plan.job_name
+
+    assert echoed == [f"submitted {plan.job_name}",
+                      f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}"]
+    assert len(sent) == 1 and telemetry == []  # TelemetryOptOut reached fit()
+    request = sent[0]
+    assert request == sb.dry_run(plan)["request"]  # the dry run shows exactly what is sent
+    key = f"deepfm/code/{plan.job_name}/source/sourcedir.tar.gz"
+    archive = boto3.client("s3", region_name=REGION).get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        assert {"train.py", "helpers.py"} <= set(tar.getnames())
+    assert json.loads(request["HyperParameters"]["sagemaker_submit_directory"]) == f"s3://{BUCKET}/{key}"
+    assert sb.describe(plan.job_name, REGION)["status"] == "Completed"  # moto finishes jobs at once
+
+
+def test_submit_without_the_bucket_is_an_aws_refusal(aws, sample_plan):
+    with pytest.raises(DfmError) as caught:
+        sb.submit(sample_plan(), wait=False, echo=lambda line: None)
+    assert caught.value.exit_code == 1 and "NoSuchBucket" in caught.value.message
+
+
+@pytest.mark.parametrize("final, exit_code", [("Completed", None), ("Failed", 1)])
+def test_submit_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, moto_jobs, moto_logs,
+                                                              monkeypatch, final, exit_code):
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    plan = sample_plan()
+    moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5")
+    moto_logs(plan.job_name, "algo-2", "worker ready")
+
+    def job_ends(**_):
+        moto_jobs.set_state(plan.job_name, final, "AlgorithmError: out of memory" if final == "Failed" else None)
+
+    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob", job_ends)
+    echoed: list[str] = []
+    if exit_code is None:
+        sb.submit(plan, wait=True, echo=echoed.append)
+    else:
+        with pytest.raises(DfmError) as caught:
+            sb.submit(plan, wait=True, echo=echoed.append)
+        assert caught.value.exit_code == 1
+        assert caught.value.message == f"job {plan.job_name} Failed: AlgorithmError: out of memory"
+    assert "[algo-1] [dfm] train step=1 loss=0.5" in echoed and "[algo-2] worker ready" in echoed
+
+
+# --- status, logs, stop, list ----------------------------------------------------------------------
+
+
+def test_describe_summarises_and_unknown_job_is_exit_1(moto_jobs):
+    moto_jobs.create("job-a", instance_count=3)
+    moto_jobs.set_state("job-a", "Failed", "ClientError: bad data")
+    summary = sb.describe("job-a", REGION)
+    assert (summary["status"], summary["failure_reason"], summary["instance_count"]) == (
+        "Failed", "ClientError: bad data", 3)
+    with pytest.raises(DfmError) as caught:
+        sb.raise_for_outcome(summary)
+    assert caught.value.exit_code == 1
+
+    with pytest.raises(DfmError) as caught:
+        sb.describe("no-such-job", REGION)
+    assert caught.value.exit_code == 1
+    assert caught.value.message == f"no training job named no-such-job in {REGION}: check the name and --region"
+
+
+def test_follow_prints_each_line_once_until_the_job_ends(moto_jobs, moto_logs):
+    moto_jobs.create("job-f", instance_count=1)
+    moto_jobs.set_state("job-f", "InProgress")
+    same_ms = int(time.time() * 1000)
+    moto_logs("job-f", "algo-1", "first", timestamp=same_ms)
+    echoed: list[str] = []
+
+    def echo(line: str) -> None:
+        echoed.append(line)
+        if line == "first":  # the job writes one more line at the very same millisecond, then ends
+            moto_logs("job-f", "algo-1", "last", timestamp=same_ms)
+            moto_jobs.set_state("job-f", "Completed")
+
+    status = sb.stream_logs("job-f", REGION, follow=True, echo=echo, poll_seconds=0.01)
+    assert status == "Completed" and echoed == ["first", "last"]
+
+
+def test_logs_before_any_instance_wrote_a_line(moto_jobs):
+    moto_jobs.create("job-quiet")
+    assert sb.stream_logs("job-quiet", REGION, echo=pytest.fail) == "Completed"  # no log group yet: no lines
+
+
+def test_logs_of_other_jobs_are_not_mixed_in(moto_jobs, moto_logs):
+    moto_jobs.create("job-a")
+    moto_jobs.create("job-ab")
+    moto_logs("job-a", "algo-1", "mine")
+    moto_logs("job-ab", "algo-1", "not mine")
+    echoed: list[str] = []
+    sb.stream_logs("job-a", REGION, echo=echoed.append, as_json=True)
+    assert [json.loads(line)["message"] for line in echoed] == ["mine"]
+    assert json.loads(echoed[0])["host"] == "algo-1"
+
+
+def stubbed_sagemaker(monkeypatch) -> Stubber:
+    real = sb.client("sagemaker", REGION)
+    monkeypatch.setattr(sb, "client", lambda service, region: real)
+    return Stubber(real)
+
+
+def test_stop_sends_stop_training_job(aws, monkeypatch):
+    with stubbed_sagemaker(monkeypatch) as stubber:
+        stubber.add_response("stop_training_job", {}, {"TrainingJobName": "job-s"})
+        assert sb.stop("job-s", REGION)["status"] == "Stopping"
+        stubber.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("code, message, words", [
+    ("ValidationException", "The request was rejected because the training job is in status Completed.",
+     "AWS refused stopping job-s (ValidationException): The request was rejected"),
+    ("AccessDeniedException", "User: x is not authorized to perform: sagemaker:StopTrainingJob",
+     "iam:PassRole"),
+    ("ExpiredTokenException", "The security token included in the request is expired", "refresh them"),
+])
+def test_aws_refusals_are_one_line_exit_1(aws, monkeypatch, code, message, words):
+    with stubbed_sagemaker(monkeypatch) as stubber:
+        stubber.add_client_error("stop_training_job", code, message)
+        with pytest.raises(DfmError) as caught:
+            sb.stop("job-s", REGION)
+    assert caught.value.exit_code == 1 and words in caught.value.message
+
+
+def test_list_jobs_filters_and_limits(moto_jobs):
+    for name in ("deepfm-ps-1", "deepfm-ps-2", "deepfm-hvd-1"):
+        moto_jobs.create(name)
+    assert {job["job_name"] for job in sb.list_jobs(REGION, name_contains="ps")} == {"deepfm-ps-1", "deepfm-ps-2"}
+    assert len(sb.list_jobs(REGION, max_results=2)) == 2
+    assert {job["status"] for job in sb.list_jobs(REGION)} == {"Completed"}
+
+
+def test_missing_credentials_are_a_usage_error(no_aws_env, no_network):
+    with pytest.raises(DfmError) as caught:
+        sb.list_jobs(REGION)
+    assert caught.value.exit_code == 2 and "aws configure" in caught.value.message
+    assert no_network == []
+
+
+def test_unreachable_endpoint_is_exit_1(no_aws_env, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setattr(sb, "MAX_ATTEMPTS", 1)
+    with pytest.raises(DfmError) as caught:
+        sb.describe("job-x", REGION)
+    assert caught.value.exit_code == 1 and "cannot reach AWS" in caught.value.message
+
+
+def test_sdk_import_is_quiet_and_keeps_the_excepthook():
+    import subprocess
+
+    code = ("import sys; hook = sys.excepthook\n"
+            "from launcher import sagemaker_backend as sb; sb._sdk()\n"
+            "import sagemaker.session; sagemaker.Session  # noqa\n"
+            "assert sys.excepthook is hook, sys.excepthook\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "SageMakerV2DeprecationWarning" not in done.stderr
