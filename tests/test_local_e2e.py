@@ -6,6 +6,7 @@ psutil, and checks the run's outcome, its tree under the run dir, and that no pr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -123,6 +124,8 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     assert_no_orphans(run)
 
 
+@pytest.mark.horovod
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod not installed")
 def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
     spec = write_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
                       distribution={"horovod": {"processes_per_host": 2}}, count=1, mode="Pipe",

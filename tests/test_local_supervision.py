@@ -6,6 +6,7 @@ TensorFlow servers, so these tests start TensorFlow processes.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,3 +126,42 @@ def test_ctrl_c_or_sigterm_stops_everything(tmp_path, signum):
     pids = set(json.loads(out.split("PIDS ", 1)[1]))
     children = [r["child_pid"] for r in reports(tmp_path / "runs" / "standin-job").values()]
     assert_no_survivors(pids | set(children))
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun not installed")
+def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path):
+    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=2,
+                        hyperparameters={"model_dir": "/opt/ml/model"}, mpi_options="--NCCL_DEBUG WARN")
+    lines = []
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    assert result.exit_code == 0, lines
+    found = reports(result.job_dir)
+    assert set(found) == {"algo-1-rank0", "algo-1-rank1", "algo-2-rank2", "algo-2-rank3"}
+    for name, report in found.items():
+        host = name.split("-rank")[0]
+        base = result.job_dir / "hosts" / host
+        assert report["env"]["SAGEMAKER_BASE_DIR"] == str(base) and report["cwd"] == str(base / "code")
+        assert report["env"]["SM_CURRENT_HOST"] == "algo-1"  # mpirun -x exports the first host's value
+        assert report["argv"][report["argv"].index("--model_dir") + 1] == str(base / "model")
+    # ShardedByS3Key is per host: both ranks of a host see the same files, the hosts disjoint ones
+    assert found["algo-1-rank0"]["files"]["train"] == found["algo-1-rank1"]["files"]["train"]
+    assert not set(found["algo-1-rank0"]["files"]["train"]) & set(found["algo-2-rank2"]["files"]["train"])
+    assert {f"algo-{h}/rank{r}" for h, r in ((1, 0), (1, 1), (2, 2), (2, 3))} <= {
+        line.split("]")[0][1:] for line in lines if line.startswith("[algo-")}
+    assert_no_survivors(result.pids)
+
+
+def test_pipe_mode_feeds_each_host_its_share_epoch_after_epoch(tmp_path):
+    import hashlib
+
+    plan = standin_plan(tmp_path, kind="none", hosts=2, mode="Pipe")
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    assert result.exit_code == 0
+    found = reports(result.job_dir)
+    train = sorted((tmp_path / "data" / "train").iterdir())
+    for index, host in enumerate(("algo-1", "algo-2")):
+        share = hashlib.sha256(b"".join(p.read_bytes() for p in train[index::2])).hexdigest()
+        assert found[host]["pipes"]["train"] == [share, share]  # two epochs, the host's files in key order
+        assert found[host]["files"] == {}
+    assert found["algo-1"]["pipes"]["eval"] == found["algo-2"]["pipes"]["eval"]  # FullyReplicated
+    assert_no_survivors(result.pids)

@@ -61,8 +61,8 @@ def link_files(target_dir: Path, files: list[tuple[str, Path]]) -> None:
 class PipeFeeder(threading.Thread):
     """Pipe mode for one channel on one host: FIFO `<channel>_<epoch>` in the data folder, epoch 0, 1, ...
 
-    Each FIFO carries the host's files back to back and then EOF; as soon as one epoch's FIFO is done the
-    next one is created, until `stop()`. A reader that closes early just ends that epoch.
+    Each FIFO carries the host's files back to back and then EOF; the next epoch's FIFO is created just
+    before, so it is always there for the reader, until `stop()`. A reader that closes early ends that epoch.
     """
 
     CHUNK = 1 << 20
@@ -85,19 +85,24 @@ class PipeFeeder(threading.Thread):
     def run(self) -> None:
         epoch = 0
         try:
+            os.mkfifo(self.fifo_path(epoch))
             while not self._stopping.is_set():
-                path = self.fifo_path(epoch)
-                os.mkfifo(path)
+                fd = self._open_when_read(self.fifo_path(epoch))
+                if fd is None:
+                    return
                 try:
-                    fd = self._open_when_read(path)
-                    if fd is None:
-                        return
                     self._feed(fd)
                 finally:
-                    path.unlink(missing_ok=True)
+                    # The next epoch's FIFO exists before this one reaches EOF, so a reader that moves on
+                    # at once finds it.
+                    os.mkfifo(self.fifo_path(epoch + 1))
+                    os.close(fd)
+                    self.fifo_path(epoch).unlink(missing_ok=True)
                 self.epochs_done = epoch = epoch + 1
         except BaseException as err:  # reported by the runner; a feeder must never kill the launcher
             self.error = err
+        finally:
+            self.fifo_path(epoch).unlink(missing_ok=True)
 
     def _open_when_read(self, path: Path) -> int | None:
         # A non-blocking open for writing fails with ENXIO until a reader has the FIFO open; polling keeps
@@ -116,12 +121,13 @@ class PipeFeeder(threading.Thread):
 
     def _feed(self, fd: int) -> None:
         try:
-            with os.fdopen(fd, "wb", buffering=0) as pipe:
-                for path in self.files:
-                    with open(path, "rb") as source:
-                        while chunk := source.read(self.CHUNK):
-                            if self._stopping.is_set():
-                                return
-                            pipe.write(chunk)
+            for path in self.files:
+                with open(path, "rb") as source:
+                    while chunk := source.read(self.CHUNK):
+                        if self._stopping.is_set():
+                            return
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
         except BrokenPipeError:
             pass

@@ -84,3 +84,63 @@ class Progress:
         if self.eval:
             parts.append("eval " + " ".join(f"{k} {v:.4f}" for k, v in self.eval.items() if k != "step"))
         return " | ".join(parts) if parts else "starting"
+
+
+class PlainDisplay:
+    """Lines through `echo`; the progress line every `every_s` seconds when it changed (logs, pipes, CI)."""
+
+    def __init__(self, echo, every_s: float = 10.0):
+        self.echo, self.every_s, self._last = echo, every_s, 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def line(self, text: str) -> None:
+        self.echo(text)
+
+    def progress(self, progress: Progress, now: float) -> None:
+        if progress.changed and now - self._last >= self.every_s:
+            self.echo(f"[dfm local] progress: {progress.line()}")
+            progress.changed, self._last = False, now
+
+
+class LiveDisplay:
+    """On a terminal: the lines scroll, and the progress line stays at the bottom (rich Live)."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        self._text = Text
+        self.console = Console()
+        self.live = Live(Text("starting"), console=self.console, transient=True, refresh_per_second=4)
+
+    def __enter__(self):
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.__exit__(*exc)
+
+    def line(self, text: str) -> None:
+        self.console.print(self._text(text), highlight=False, soft_wrap=True)
+
+    def progress(self, progress: Progress, now: float) -> None:
+        if progress.changed:
+            self.live.update(self._text(f"[dfm local] {progress.line()}", style="bold"))
+            progress.changed = False
+
+
+def display_for(echo):
+    """Live display when the caller echoes to a terminal the plain way; otherwise plain lines through `echo`."""
+    import sys
+
+    import click
+
+    if echo in (print, click.echo) and sys.stdout.isatty():
+        return LiveDisplay()
+    return PlainDisplay(echo)

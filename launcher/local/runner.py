@@ -24,13 +24,12 @@ from launcher.local import channels as ch
 from launcher.local import cluster, mpi
 from launcher.local.container import (HostTree, build_host_tree, channel_mode, container_env, host_argv,
                                       host_names, to_host_path)
-from launcher.local.progress import Progress
+from launcher.local.progress import Progress, display_for
 from launcher.local.supervisor import Supervisor
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 DEFAULT_RUN_DIR = "runs"
 MASTER_GRACE_S = 60.0  # how long other hosts may keep running once the master's script has finished
-PROGRESS_EVERY_S = 10.0
 
 
 @dataclass
@@ -66,6 +65,7 @@ class LocalRun:
     def __init__(self, plan, *, run_dir=None, timeout_s=None, echo=print):
         self.plan = plan
         self.echo = echo
+        self.display = display_for(echo)
         self.root = Path(run_dir or plan.local.get("run_dir") or DEFAULT_RUN_DIR).resolve()
         self.job_dir = self.root / plan.job_name
         self.timeout_s = timeout_s if timeout_s is not None else plan.local.get("timeout_s")
@@ -169,7 +169,7 @@ class LocalRun:
 
     # ---- supervision ----
     def _on_line(self, label: str, line: str) -> None:
-        self.echo(f"[{label}] {line}")
+        self.display.line(f"[{label}] {line}")
         self.progress.feed(label, line)
 
     def _install_signal_handlers(self):
@@ -183,7 +183,6 @@ class LocalRun:
 
     def supervise(self, sup: Supervisor) -> tuple[int, str]:
         started = time.monotonic()
-        last_progress = started
         master_done_at: float | None = None
         while True:
             sup.drain(timeout=0.2)
@@ -206,9 +205,7 @@ class LocalRun:
                 names = ", ".join(c.label for c in sup.running("script"))
                 return 1, (f"{names} still running {self.master_grace_s:.0f} s after the master finished "
                            f"(on SageMaker this job would run until max_run)")
-            if self.progress.changed and now - last_progress >= PROGRESS_EVERY_S:
-                self.echo(f"[dfm local] progress: {self.progress.line()}")
-                self.progress.changed, last_progress = False, now
+            self.display.progress(self.progress, now)
 
     def run(self) -> RunResult:
         started = time.monotonic()
@@ -222,7 +219,8 @@ class LocalRun:
             self.start_processes(sup)
             self.echo(f"[dfm local] {self.plan.job_name}: {len(sup.children)} processes on "
                       f"{len(self.hosts)} simulated host(s); logs in {self.job_dir / 'logs'}")
-            code, reason = self.supervise(sup)
+            with self.display:
+                code, reason = self.supervise(sup)
         finally:
             failed = [c for c in sup.children if c.returncode not in (None, 0)]
             sup.stop()
