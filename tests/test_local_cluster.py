@@ -67,3 +67,12 @@ def test_layout_matches_the_toolkits_own_functions(hosts):
         mwms = mwms_tf_config(layout, host)
         mwms["cluster"]["worker"] = [f"{h}:8890" for h in hosts]  # MWMS uses port 8890 in the container
         assert mwms == theirs[host]["mwms"]
+
+
+def test_mwms_layout_every_host_a_worker_in_host_order():
+    layout = Layout.allocate(HOSTS, with_ps=False)
+    assert layout.ps == {}
+    for index, host in enumerate(HOSTS):
+        config = mwms_tf_config(layout, host)
+        assert config["cluster"] == {"worker": [layout.script[h] for h in HOSTS]}
+        assert config["task"] == {"index": index, "type": "worker"}

@@ -165,3 +165,35 @@ def test_pipe_mode_feeds_each_host_its_share_epoch_after_epoch(tmp_path):
         assert found[host]["files"] == {}
     assert found["algo-1"]["pipes"]["eval"] == found["algo-2"]["pipes"]["eval"]  # FullyReplicated
     assert_no_survivors(result.pids)
+
+
+def test_hosts_still_running_after_the_master_finished_fail_the_run(tmp_path):
+    # On SageMaker such a job would hang until max_run: the other hosts must end on their own.
+    plan = standin_plan(tmp_path, kind="none", hosts=2, local={"master_grace_s": 1},
+                        hyperparameters={"behave": "sleep", "on_host": "algo-2", "sleep_s": 300})
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    assert result.exit_code == 1 and "algo-2/train still running" in result.reason
+    assert_no_survivors(result.pids)
+
+
+def test_fastfile_behaves_as_file_and_efs_channels_are_shared_folders(tmp_path):
+    from dataclasses import replace
+
+    from launcher.plan import Channel
+
+    shared = tmp_path / "efs"
+    shared.mkdir()
+    (shared / "note.txt").write_text("on the file system")
+    plan = standin_plan(tmp_path, kind="none", hosts=2, mode="FastFile")
+    plan = replace(plan, channels=plan.channels + (Channel("checkpoints", "/efs/ckpt", kind="efs",
+                                                           file_system_id="fs-1", local_path=str(shared)),))
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    assert result.exit_code == 0
+    found = reports(result.job_dir)
+    assert found["algo-1"]["files"]["train"] and found["algo-1"]["files"]["checkpoints"] == ["note.txt"]
+    for host in ("algo-1", "algo-2"):
+        data = result.job_dir / "hosts" / host / "input" / "data"
+        assert (data / "checkpoints").resolve() == shared  # one folder for every host, writable
+        config = json.loads((data.parent / "config" / "inputdataconfig.json").read_text())
+        assert config["train"]["TrainingInputMode"] == "FastFile"
+    assert_no_survivors(result.pids)
