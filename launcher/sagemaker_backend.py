@@ -258,7 +258,10 @@ def _offline_request(plan: Plan) -> tuple[Any, dict, dict, dict]:
     inputs = inputs_from_plan(plan)
 
     def stage_without_upload():
-        script = estimator.entry_point if estimator.source_dir else os.path.basename(estimator.entry_point)
+        source_dir = estimator.source_dir
+        if source_dir and source_dir.lower().startswith("s3://"):  # a tarball already there: no upload either
+            return UploadedCode(s3_prefix=source_dir, script_name=estimator.entry_point)
+        script = estimator.entry_point if source_dir else os.path.basename(estimator.entry_point)
         return UploadedCode(s3_prefix=_would_be_source_uri(estimator), script_name=script)
 
     estimator._stage_user_code_in_s3 = stage_without_upload

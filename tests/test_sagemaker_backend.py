@@ -7,6 +7,7 @@ import json
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -346,3 +347,87 @@ def test_sdk_import_is_quiet_and_keeps_the_excepthook():
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert "SageMakerV2DeprecationWarning" not in done.stderr
+
+
+# --- the example configs, through the real spec -> plan path ---------------------------------------
+
+CONFIGS = sorted(p for p in (Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+def config_plan(path: Path):
+    from launcher.plan import build_plan
+    from launcher.spec import load_spec
+
+    return build_plan(load_spec(path, env={}), job_name=f"{path.stem}-2026-11-21-20-00-00-000")
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_config_dry_runs_offline_and_the_request_matches_the_plan(path, no_aws_env, no_network):
+    plan = config_plan(path)
+    result = sb.dry_run(plan)
+    request = result["request"]
+
+    assert no_network == []
+    assert [c["ChannelName"] for c in request["InputDataConfig"]] == [c.name for c in plan.channels]
+    assert request["AlgorithmSpecification"]["TrainingInputMode"] == plan.input_mode
+    hps = request["HyperParameters"]
+    for key, value in plan.hyperparameters.items():  # what the script receives, after the SDK's JSON encoding
+        assert json.loads(hps[key]) == value, key
+    assert json.loads(hps["sagemaker_program"]) == plan.entry_point
+    assert request["ResourceConfig"]["InstanceCount"] == plan.instance_count
+    assert request["ResourceConfig"]["InstanceType"] == plan.instance_type
+    assert "DebugHookConfig" not in request and request["ProfilerConfig"]["DisableProfiler"] is True
+    assert {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} == {
+        m["Name"] for m in plan.metric_definitions}
+    if plan.checkpoint_s3_uri:
+        assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri
+    else:
+        assert "CheckpointConfig" not in request
+    CONFIG_CHECKS.get(path.stem, lambda request: None)(request)
+
+
+def check_ps(request: dict) -> None:
+    assert request["HyperParameters"]["sagemaker_parameter_server_enabled"] == "true"
+    distributions = [c["DataSource"]["S3DataSource"]["S3DataDistributionType"] for c in request["InputDataConfig"]]
+    assert distributions == ["ShardedByS3Key", "FullyReplicated"]  # train sharded across hosts, eval whole
+    assert {"Key": "team", "Value": "ads"} in request["Tags"]
+
+
+def check_horovod(request: dict) -> None:
+    assert request["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"] == "4"
+    assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
+    assert len(request["InputDataConfig"]) == 5 and "gpu" in request["AlgorithmSpecification"]["TrainingImage"]
+
+
+def check_efs_ps(request: dict) -> None:
+    file_system = next(c for c in request["InputDataConfig"] if "FileSystemDataSource" in c["DataSource"])
+    assert file_system["DataSource"]["FileSystemDataSource"]["FileSystemAccessMode"] == "rw"
+    assert request["VpcConfig"]["Subnets"] and request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+
+
+def check_fastfile_spot(request: dict) -> None:
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["StoppingCondition"]["MaxWaitTimeInSeconds"] == 10800
+    assert {c["InputMode"] for c in request["InputDataConfig"]} == {"FastFile"}
+    assert ":2.16" in request["AlgorithmSpecification"]["TrainingImage"]
+
+
+CONFIG_CHECKS = {"ps": check_ps, "horovod": check_horovod, "efs-ps": check_efs_ps,
+                 "fastfile-spot": check_fastfile_spot}
+
+
+def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):
+    plan = config_plan(Path(__file__).parent.parent / "configs" / "ps.yaml")
+    bucket = plan.output_path.split("/")[2]
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
+    sent = capture_create_requests(monkeypatch)
+
+    sb.submit(plan, wait=False, echo=lambda line: None)
+
+    uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
+    key = uri.split("/", 3)[3]
+    archive = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        shipped = set(tar.getnames())
+    assert plan.entry_point in shipped
+    assert {p.name for p in Path(plan.source_dir).glob("*.py")} <= shipped
