@@ -77,6 +77,8 @@ def parse_int_list(text):
         items = list(text)
     else:
         raw = str(text).strip()
+        if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":  # JSON-encoded twice
+            raw = raw[1:-1].strip()
         items = None
         if raw.startswith("["):
             for loads in (json.loads, ast.literal_eval):

@@ -77,6 +77,14 @@ class InputConfig:
     pipe_state_dir: str = "/opt/ml/pipe_state"
 
 
+def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir, batch_size=None):
+    """InputConfig from parsed hyperparameters; batch_size overrides hp.batch_size (per-worker batch)."""
+    return InputConfig(field_size=hp.field_size, batch_size=batch_size or hp.batch_size,
+                       data_format=hp.data_format, shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch,
+                       cache=hp.cache, input_mode=input_mode, data_dir=data_dir, config_dir=config_dir,
+                       pipe_state_dir=pipe_state_dir)
+
+
 def list_files(channel_dirs):
     """Sorted data files directly under the channel dirs, in-graph; hidden and `_` files left out."""
     found = [tf.io.matching_files(tf.strings.join([d, "/*"])) for d in channel_dirs]
@@ -129,9 +137,10 @@ def parse_tfrecord_batch(serialized, field_size):
 
 def parse_libsvm_batch(lines, field_size):
     """`label id:value id:value ...` with exactly field_size pairs per line."""
-    tokens = tf.strings.split(tf.strings.strip(lines))
+    # A row without exactly field_size pairs fails the reshape (the converter reports such rows).
+    tokens = tf.reshape(tf.strings.split(tf.strings.strip(lines)).flat_values, [-1, field_size + 1])
     labels = tf.strings.to_number(tokens[:, 0], tf.float32)
-    pairs = tf.strings.split(tokens[:, 1:].flat_values, ":")
+    pairs = tf.reshape(tf.strings.split(tf.reshape(tokens[:, 1:], [-1]), ":").flat_values, [-1, 2])
     ids = tf.strings.to_number(pairs[:, 0], tf.int64)
     values = tf.strings.to_number(pairs[:, 1], tf.float32)
     return ({"ids": tf.reshape(ids, [-1, field_size]), "values": tf.reshape(values, [-1, field_size])},
@@ -144,22 +153,32 @@ def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, 
 
     Order: records -> shard -> (cache) -> shuffle -> batch -> parse on the batch -> repeat -> skip
     (resume) -> prefetch. num_shards/index may be tensors (a PS worker reads them from its host).
-    epochs <= 0 repeats forever.
+    epochs <= 0 repeats forever. Pipe mode repeats by opening one new FIFO per epoch (`train_0`,
+    `train_1`, ...): Dataset.repeat would open one FIFO more than there are epochs and wait on it.
     """
-    if cfg.input_mode.lower() == "pipe":
-        records = _pipe_records(channels, cfg, num_shards, index)
+    pipe = cfg.input_mode.lower() == "pipe"
+
+    def one_pass():
+        if pipe:
+            records = _pipe_records(channels, cfg, num_shards, index)
+        else:
+            files = list_files([f"{cfg.data_dir}/{channel}" for channel in channels])
+            records = _file_records(files, cfg, num_shards, index)
+            if cfg.cache:
+                records = records.cache()
+        if training and cfg.shuffle_buffer > 1:
+            records = records.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        batches = records.batch(cfg.batch_size, drop_remainder=drop_remainder)
+        parse = parse_libsvm_batch if cfg.data_format == "libsvm" else parse_tfrecord_batch
+        return batches.map(lambda raw: parse(raw, cfg.field_size), num_parallel_calls=tf.data.AUTOTUNE)
+
+    if training and pipe:
+        passes = tf.data.Dataset.range(epochs) if epochs > 0 else tf.data.Dataset.counter()
+        batches = passes.flat_map(lambda _: one_pass())
+    elif training:
+        batches = one_pass().repeat(epochs if epochs > 0 else None)
     else:
-        files = list_files([f"{cfg.data_dir}/{channel}" for channel in channels])
-        records = _file_records(files, cfg, num_shards, index)
-    if cfg.cache and cfg.input_mode.lower() != "pipe":  # Pipe streams every epoch anew by design
-        records = records.cache()
-    if training and cfg.shuffle_buffer > 1:
-        records = records.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    batches = records.batch(cfg.batch_size, drop_remainder=drop_remainder)
-    parse = parse_libsvm_batch if cfg.data_format == "libsvm" else parse_tfrecord_batch
-    batches = batches.map(lambda raw: parse(raw, cfg.field_size), num_parallel_calls=tf.data.AUTOTUNE)
-    if training:
-        batches = batches.repeat(epochs if epochs > 0 else None)
+        batches = one_pass()
     if skip_batches:
         batches = batches.skip(skip_batches)
     return batches.prefetch(tf.data.AUTOTUNE if cfg.prefetch < 0 else cfg.prefetch)

@@ -278,3 +278,42 @@ def exit_now(code=0):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+# ---- metric windows and evaluation, shared by the training loops ----
+
+class TrainLog:
+    """Prints one train line per window from the trainer's streaming metrics, then resets them.
+    examples_per_sec counts the examples the metrics saw since the previous line."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+        self.started = time.monotonic()
+
+    def report(self, step):
+        loss, auc, examples = self.metrics.result()
+        now = time.monotonic()
+        rate = examples / max(now - self.started, 1e-9)
+        if examples:
+            print(format_metric("train", step, loss, auc, rate), flush=True)
+        self.metrics.reset()
+        self.started = now
+        return loss, auc
+
+
+def evaluate(trainer, dataset, step, max_batches=0, step_fn=None):
+    """Run the eval metrics over `dataset` (max_batches 0 = all), print the eval line; -> (loss, auc)."""
+    import tensorflow as tf
+
+    trainer.eval_metrics.reset()
+    step_fn = step_fn or tf.function(trainer.eval_step)
+    for i, batch in enumerate(dataset):
+        if max_batches and i >= max_batches:
+            break
+        step_fn(batch)
+    loss, auc, examples = trainer.eval_metrics.result()
+    if examples:
+        print(format_metric("eval", step, loss, auc), flush=True)
+    else:
+        log("eval channel is empty: no eval line")
+    return loss, auc

@@ -1,0 +1,145 @@
+"""Test helpers for the bundled entry points: import them as the container does (flat, from their own
+folder), lay out a fake SageMaker container tree, write small datasets, run scripts as processes."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRYPOINTS = REPO / "entrypoints"
+PYTHON = sys.executable
+
+if str(ENTRYPOINTS) not in sys.path:
+    sys.path.insert(0, str(ENTRYPOINTS))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperparameters=None,
+                   input_mode="File", s3_sharded=(), num_cpus=2):
+    """Lay out <base> like /opt/ml and return the environment a script sees there.
+
+    channels: channel names; each gets input/data/<name>/ (File) and an inputdataconfig entry.
+    s3_sharded: names whose S3DistributionType is ShardedByS3Key."""
+    base = Path(base)
+    hosts = list(hosts)
+    current_host = current_host or hosts[0]
+    config = base / "input" / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    for sub in ("model", "output/data", "checkpoints", "code", "input/data"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    input_config = {}
+    for name in channels:
+        input_config[name] = {"TrainingInputMode": input_mode, "RecordWrapperType": "None",
+                              "S3DistributionType": "ShardedByS3Key" if name in s3_sharded else "FullyReplicated"}
+        if input_mode != "Pipe":
+            (base / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
+    hps = dict(hyperparameters or {})
+    (config / "inputdataconfig.json").write_text(json.dumps(input_config))
+    (config / "hyperparameters.json").write_text(json.dumps({k: json.dumps(v) for k, v in hps.items()}))
+    (config / "resourceconfig.json").write_text(json.dumps({"current_host": current_host, "hosts": hosts}))
+    for script in ENTRYPOINTS.glob("*.py"):
+        shutil.copy(script, base / "code" / script.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM_") and k != "TF_CONFIG"}
+    env.update({
+        "SAGEMAKER_BASE_DIR": str(base), "SM_HOSTS": json.dumps(hosts), "SM_CURRENT_HOST": current_host,
+        "SM_CHANNELS": json.dumps(sorted(channels)), "SM_HPS": json.dumps(hps),
+        "SM_MODEL_DIR": str(base / "model"), "SM_OUTPUT_DATA_DIR": str(base / "output" / "data"),
+        "SM_NUM_CPUS": str(num_cpus), "SM_NUM_GPUS": "0", "SM_INPUT_DIR": str(base / "input"),
+        "SM_INPUT_CONFIG_DIR": str(config), "SM_OUTPUT_DIR": str(base / "output"),
+        "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+    })
+    for name in channels:
+        env[f"SM_CHANNEL_{name.upper().replace('-', '_')}"] = str(base / "input" / "data" / name)
+    return env
+
+
+def argv_for(hyperparameters):
+    """Render hyperparameters as the toolkit does: `--key value`, values JSON-encoded, strings bare."""
+    argv = []
+    for key, value in hyperparameters.items():
+        argv += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    return argv
+
+
+def start_script(base, script, hyperparameters, env, log_path, extra_env=None):
+    """Run `python <script> --key value ...` in <base>/code, the way the container does."""
+    run_env = dict(env, **(extra_env or {}))
+    log = open(log_path, "w")
+    return subprocess.Popen([PYTHON, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
+                            env=run_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def synth_split(rows, eval_rows, seed, feature_size, field_size=39):
+    from launcher.data import synth
+
+    data = synth.generate(rows + eval_rows, seed=seed, field_size=field_size, feature_size=feature_size)
+    return data.take(0, rows), data.take(rows, rows + eval_rows)
+
+
+def write_tfrecords(directory, data, files):
+    from launcher.data import synth
+
+    return synth.write_tfrecords(directory, data, files)
+
+
+def write_libsvm(directory, data, files):
+    from launcher.data import synth
+
+    return synth.write_libsvm(directory, data, files)
+
+
+def metric_lines(text, kind):
+    """Parsed `[dfm] <kind> step=.. loss=.. ...` lines -> list of dicts of floats."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith(f"[dfm] {kind} "):
+            rows.append({k: float(v) for k, v in (part.split("=", 1) for part in line.split()[2:])})
+    return rows
+
+
+# The ps server as the SageMaker TensorFlow toolkit starts it: TF_CONFIG's cluster unchanged (job
+# `master`), no GPU; the toolkit's own wait for the master to go down ends it.
+_TOOLKIT_PS = """
+import json, os, socket, sys, time
+import tensorflow as tf
+cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+index = int(sys.argv[1])
+server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="ps", task_index=index,
+                              config=tf.compat.v1.ConfigProto(device_count={"GPU": 0}))
+host, port = cluster["master"][0].rsplit(":", 1)
+def up():
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
+seen, start = False, time.time()
+while time.time() - start < 600:
+    if up():
+        seen = True
+    elif seen:
+        break
+    time.sleep(0.5)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def sagemaker_tf_config(cluster, task_type, index):
+    return json.dumps({"cluster": cluster, "environment": "cloud", "task": {"type": task_type, "index": index}})
+
+
+def start_toolkit_ps(cluster, index, env, log_path):
+    run_env = dict(env, TF_CONFIG=sagemaker_tf_config(cluster, "ps", index))
+    log = open(log_path, "w")
+    return subprocess.Popen([PYTHON, "-c", _TOOLKIT_PS, str(index)], env=run_env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
