@@ -410,19 +410,34 @@ def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
     return f"[{host}] {message}" if multi_host else message
 
 
+def _progress_line(description: dict) -> str:
+    secondary = description.get("SecondaryStatus") or description["TrainingJobStatus"]
+    transitions = description.get("SecondaryStatusTransitions") or []
+    message = transitions[-1].get("StatusMessage") if transitions and transitions[-1].get("Status") == secondary else None
+    return f"-- {secondary}" + (f": {_one_line(message)}" if message else "")
+
+
 def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: Echo = print, *,
                 poll_seconds: float = 10.0, as_json: bool = False) -> str:
-    """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status."""
+    """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status.
+
+    Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
+    downloading, training, uploading...): minutes pass before an instance writes its first line.
+    """
     region = resolve_region(region)
     session = boto_session(region)
     sagemaker_client, logs_client = session.client("sagemaker"), session.client("logs")
     cursor = _LogCursor(logs_client, job_name)
-    was_running = False
+    was_running, last_progress = False, None
     with aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
             description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
             status = description["TrainingJobStatus"]
             multi_host = description.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
+            progress = _progress_line(description)
+            if follow and not as_json and progress != last_progress:
+                echo(progress)
+                last_progress = progress
             for event in cursor.new_events():
                 echo(_render_event(event, multi_host, as_json))
             if not follow:

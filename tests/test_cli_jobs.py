@@ -102,7 +102,7 @@ def test_logs_follow_exits_with_the_jobs_outcome(moto_jobs, moto_logs, capsys):
     moto_logs("deepfm-ps-x", "algo-1", "stopping early")
 
     code, out, err = run(capsys, "logs", "deepfm-ps-x", "--follow", "--poll", "0")
-    assert code == 1 and out.strip() == "stopping early"
+    assert code == 1 and out.splitlines() == ["-- Stopped", "stopping early"]
     assert err.strip() == "dfm: job deepfm-ps-x Stopped"
 
     code, _, _ = run(capsys, "logs", "deepfm-ps-x")  # without --follow: the lines, not a verdict

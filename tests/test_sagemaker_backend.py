@@ -263,7 +263,7 @@ def test_follow_prints_each_line_once_until_the_job_ends(moto_jobs, moto_logs):
             moto_jobs.set_state("job-f", "Completed")
 
     status = sb.stream_logs("job-f", REGION, follow=True, echo=echo, poll_seconds=0.01)
-    assert status == "Completed" and echoed == ["first", "last"]
+    assert status == "Completed" and echoed == ["-- InProgress", "first", "-- Completed", "last"]
 
 
 def test_logs_before_any_instance_wrote_a_line(moto_jobs):
