@@ -124,6 +124,19 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     assert_no_orphans(run)
 
 
+def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-mwms", entry_point="deepfm-mirrored", distribution="multi_worker_mirrored",
+                      count=2, mode="File", train="s3://dfm-test/train/",
+                      channels={"train": sample / "train", "eval": sample / "eval"}, hyperparameters={"max_steps": 6})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    job = run.job_dir(tmp_path / "runs")
+    assert {p.name for p in (job / "logs").iterdir()} == {"algo-1-worker.log", "algo-2-worker.log"}
+    assert "[algo-1/worker] [dfm] eval step=" in run.output
+    assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
+    assert_no_orphans(run)
+
+
 @pytest.mark.horovod
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod not installed")
 def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
