@@ -197,3 +197,14 @@ def test_fastfile_behaves_as_file_and_efs_channels_are_shared_folders(tmp_path):
         config = json.loads((data.parent / "config" / "inputdataconfig.json").read_text())
         assert config["train"]["TrainingInputMode"] == "FastFile"
     assert_no_survivors(result.pids)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun not installed")
+def test_failing_rank_fails_the_mpi_job_and_shows_its_lines(tmp_path):
+    plan = standin_plan(tmp_path, kind="horovod", hosts=2, hyperparameters={"behave": "fail", "on_host": "algo-2"})
+    lines = []
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    assert result.exit_code == 1 and result.reason.startswith("mpirun exited with code")
+    text = "\n".join(lines)
+    assert "last lines of algo-2/rank1:" in text and "stand-in failing on purpose" in text
+    assert_no_survivors(result.pids)

@@ -77,6 +77,7 @@ class LocalRun:
         self.supervisor: Supervisor | None = None
         self._stop_reason: str | None = None
         self.master_label = "mpirun"  # the process whose end the other hosts wait for
+        self.culprit = None  # the child whose exit failed the run
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -188,6 +189,7 @@ class LocalRun:
             sup.drain(timeout=0.2)
             for child in sup.poll():
                 if child.returncode != 0:
+                    self.culprit = child
                     return 1, f"{child.label} exited with code {child.returncode}"
                 if child.label == self.master_label:
                     master_done_at = time.monotonic()
@@ -222,7 +224,6 @@ class LocalRun:
             with self.display:
                 code, reason = self.supervise(sup)
         finally:
-            failed = [c for c in sup.children if c.returncode not in (None, 0)]
             sup.stop()
             for feeder in self.feeders:
                 feeder.stop()
@@ -232,7 +233,7 @@ class LocalRun:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._save_checkpoints()
-        self._report(code, reason, failed, time.monotonic() - started)
+        self._report(code, reason, time.monotonic() - started)
         return RunResult(code, self.job_dir, reason, sup.tracked_pids())
 
     def _save_checkpoints(self) -> None:
@@ -252,12 +253,13 @@ class LocalRun:
         Path(mapped).mkdir(parents=True, exist_ok=True)
         return Path(mapped)
 
-    def _report(self, code: int, reason: str, failed, wall_s: float) -> None:
+    def _report(self, code: int, reason: str, wall_s: float) -> None:
         sup = self.supervisor
         if code != 0:
             self.echo(f"[dfm local] FAILED: {reason}")
-            for child in failed[:1]:
-                # mpirun's ranks have their own labels; show each of them when mpirun is the one that failed
+            child = self.culprit
+            if child is not None:
+                # mpirun's ranks have their own labels: show each of them when mpirun is the one that failed
                 labels = [label for label in sup.tails if label == child.label
                           or (child.rank_labels is not None and "/rank" in label)]
                 for label in labels:

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import psutil
 
@@ -139,18 +139,13 @@ class Supervisor:
     def tracked_pids(self) -> set[int]:
         return set(self._tracked)
 
-    def stop(self, children: Iterable[Child] | None = None, grace_s: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL after `grace_s`: the given children (default: all) and every descendant seen."""
-        targets = list(self.children if children is None else children)
-        for child in targets:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`: every child and every descendant seen (tree or session)."""
+        for child in self.children:
             if child.returncode is None:
                 self._track(child.popen.pid)
-        if children is None:
-            self._track_sessions()
-        pids = {c.popen.pid for c in targets}
-        procs = list(self._tracked.values()) if children is None else [
-            p for p in self._tracked.values() if p.pid in pids or self._descends_from(p, pids)]
-        alive = [p for p in procs if _alive(p)]
+        self._track_sessions()
+        alive = [p for p in self._tracked.values() if _alive(p)]
         for proc in alive:
             try:
                 proc.send_signal(signal.SIGTERM)
@@ -163,19 +158,13 @@ class Supervisor:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(still, timeout=grace_s)
-        for child in targets:
+        for child in self.children:
             try:
                 child.popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
             if child.returncode is None:
                 child.returncode = child.popen.returncode
-
-    def _descends_from(self, proc: psutil.Process, pids: set[int]) -> bool:
-        try:
-            return any(parent.pid in pids for parent in proc.parents())
-        except psutil.NoSuchProcess:
-            return False
 
     def close(self) -> None:
         """Flush the remaining output and close the logs (after stop)."""
