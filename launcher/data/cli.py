@@ -26,6 +26,25 @@ def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> 
     return value
 
 
+class _Quiet:
+    """Stands in for a progress bar when stderr is not a terminal (logs, CI): no partial lines."""
+
+    def __enter__(self) -> "_Quiet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+
+def _progress(length: int, label: str):
+    if sys.stderr.isatty():
+        return click.progressbar(length=length, label=label, file=sys.stderr)
+    return _Quiet()
+
+
 def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
     taken = [out / name for name in names if (out / name).exists()]
     if taken and not force:
@@ -73,7 +92,8 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
     except ValueError as err:
         raise DfmError(str(err)) from None
     parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
-    results = synth_mod.write_parts(generator, parts, fmt=fmt)
+    with _progress(rows + eval_rows, "drawing") as bar:
+        results = synth_mod.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
     (train_auc, train_rate), held_out = results[0], results[1:]
     meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
             "seed": seed, "field_size": field_size, "feature_size": feature_size,
@@ -107,8 +127,7 @@ def convert(inputs: tuple[Path, ...], out: Path, field_size: int, feature_size: 
     paths = input_files(list(inputs))
     if not paths:
         raise DfmError("no input files found")
-    with click.progressbar(length=sum(p.stat().st_size for p in paths), label="converting",
-                           file=sys.stderr) as bar:
+    with _progress(sum(p.stat().st_size for p in paths), "converting") as bar:
         report = libsvm.convert(paths, out, field_size, files=files, prefix=prefix, feature_size=feature_size,
                                 skip_bad=skip_bad, on_bytes=bar.update)
     for bad in report.first_bad:
@@ -151,7 +170,7 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
     _clear_outputs(out, [*layout.channel_names(), "split.json"], force)
     try:
         total = split_mod.count_records(paths)
-        with click.progressbar(length=total, label="splitting", file=sys.stderr) as bar:
+        with _progress(total, "splitting") as bar:
             report = split_mod.split(paths, out, layout, total=total, on_records=bar.update)
     except ValueError as err:
         raise DfmError(str(err)) from None

@@ -17,7 +17,7 @@ not on the number of rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,7 +279,7 @@ def write_libsvm(out_dir: str | Path, data: SynthData, files: int, prefix: str =
 
 
 def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: str = "tfrecord",
-                prefix: str = "part") -> list[tuple[float, float]]:
+                prefix: str = "part", on_rows: Callable[[int], None] = lambda n: None) -> list[tuple[float, float]]:
     """Draw the rows of all `parts` [(out_dir, rows, files)] as one sequence, chunk by chunk, and write
     each part's rows in order into its equal-size files. -> (teacher AUC, positive rate) per part.
 
@@ -317,6 +317,7 @@ def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: s
             seen[current][1].append(probs[take])
             left -= take.stop - take.start
             offset = take.stop
+        on_rows(len(labels))
     if writer is not None:
         writer.close()
     results = []
