@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
 import boto3
-from boto3.exceptions import S3UploadFailedError
 import botocore.session
+from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,

@@ -26,7 +26,7 @@ def test_status_of_a_completed_job(moto_jobs, capsys):
     code, out, err = run(capsys, "status", "deepfm-ps-1", "--region", REGION)
     assert code == 0, err
     assert "status     Completed" in out and "2 x ml.c5.xlarge" in out
-    assert f"#/jobs/deepfm-ps-1" in out
+    assert "#/jobs/deepfm-ps-1" in out
 
     code, out, _ = run(capsys, "status", "deepfm-ps-1", "--output", "json")  # region from AWS_DEFAULT_REGION
     assert code == 0 and json.loads(out)["status"] == "Completed"
