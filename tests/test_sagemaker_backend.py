@@ -335,18 +335,20 @@ def test_unreachable_endpoint_is_exit_1(no_aws_env, monkeypatch):
     assert caught.value.exit_code == 1 and "cannot reach AWS" in caught.value.message
 
 
-def test_sdk_import_is_quiet_and_keeps_the_excepthook():
+def test_sdk_import_and_dry_run_are_quiet_and_keep_the_excepthook():
+    """In a fresh process, where the SDK's first import prints its config INFO lines and warnings."""
     import subprocess
 
     code = ("import sys; hook = sys.excepthook\n"
-            "from launcher import sagemaker_backend as sb; sb._sdk()\n"
-            "import sagemaker.session; sagemaker.Session  # noqa\n"
+            "from launcher import sagemaker_backend as sb, plan, spec\n"
+            "sb.dry_run(plan.build_plan(spec.load_spec('configs/ps.yaml', env={})))\n"
             "assert sys.excepthook is hook, sys.excepthook\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
+                                                                 "AWS_EC2_METADATA_DISABLED": "true"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
-    assert "SageMakerV2DeprecationWarning" not in done.stderr
+    assert "Deprecation" not in done.stderr and "sagemaker.config" not in done.stderr
 
 
 # --- the example configs, through the real spec -> plan path ---------------------------------------
