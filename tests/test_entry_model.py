@@ -1,0 +1,135 @@
+"""DeepFM on core TF: learns planted synthetic data, updates embeddings sparsely, streaming AUC,
+export that loads and predicts, metric lines the launcher's regexes read."""
+
+import re
+
+import numpy as np
+import pytest
+
+import entry_support as es
+import deepfm_hparams as H
+import deepfm_runtime as rt
+
+tf = pytest.importorskip("tensorflow")
+import deepfm_input as I  # noqa: E402
+import deepfm_model as M  # noqa: E402
+
+
+def small_hp(**overrides):
+    argv = ["--feature_size", "2000", "--deep_layers", "[64, 32]", "--batch_size", "256",
+            "--learning_rate", "0.1"]
+    for key, value in overrides.items():
+        argv += [f"--{key}", str(value)]
+    return H.parse_hyperparameters(argv)
+
+
+def random_batch(hp, rows=64, seed=0, id_range=None):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, id_range or hp.feature_size, size=(rows, hp.field_size))
+    return ({"ids": tf.constant(ids, tf.int64),
+             "values": tf.constant(rng.random((rows, hp.field_size)), tf.float32)},
+            tf.constant(rng.integers(0, 2, rows), tf.float32))
+
+
+@pytest.mark.slow
+def test_training_gets_close_to_the_teachers_auc(tmp_path):
+    """50k rows from the planted teacher (600 ids, so most ids are seen often), 2 epochs: eval AUC
+    within 0.05 of the teacher's own AUC on the same eval rows (the best any model can expect)."""
+    train, evaluation = es.synth_split(50000, 6000, seed=11, feature_size=600)
+    es.write_tfrecords(tmp_path / "train", train, 4)
+    es.write_tfrecords(tmp_path / "eval", evaluation, 1)
+    hp = small_hp(epochs=2, feature_size=600, learning_rate=0.3)
+    trainer = M.build_trainer(hp)
+    cfg = I.InputConfig(field_size=39, batch_size=hp.batch_size, data_dir=str(tmp_path))
+    step = tf.function(trainer.train_step)
+    for batch in I.make_dataset(cfg, ["train"], epochs=2):
+        step(batch)
+    assert int(trainer.optimizer.iterations.numpy()) == 2 * int(np.ceil(50000 / 256))
+    loss, auc = rt.evaluate(trainer, I.make_dataset(cfg, ["eval"], training=False), step=0)
+    assert auc > evaluation.teacher_auc - 0.05, (auc, evaluation.teacher_auc)
+    assert loss < 0.55
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "ftrl", "sgd", "adam"])
+def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
+    hp = small_hp(optimizer=kind)
+    trainer = M.build_trainer(hp)
+    before = trainer.model.embeddings.numpy().copy()
+    slots_before = {k: v.numpy().copy() for k, v in trainer.optimizer.slots[1].items()}
+    batch = random_batch(hp, id_range=500)  # ids < 500 only
+    with tf.GradientTape() as tape:
+        logits, _ = trainer.model(batch[0]["ids"], batch[0]["values"], training=True)
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch[1], logits=logits))
+    assert isinstance(tape.gradient(loss, trainer.model.embeddings), tf.IndexedSlices)
+    tf.function(trainer.train_step)(batch)
+    after = trainer.model.embeddings.numpy()
+    used = np.unique(batch[0]["ids"].numpy())
+    untouched = np.setdiff1d(np.arange(hp.feature_size), used)
+    np.testing.assert_array_equal(after[untouched], before[untouched])
+    assert np.all(np.any(after[used] != before[used], axis=1))
+    for name, slot in trainer.optimizer.slots[1].items():  # lazy Adam: moments of other rows untouched
+        np.testing.assert_array_equal(slot.numpy()[untouched], slots_before[name][untouched])
+
+
+def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
+    """Adagrad must see one accumulated gradient per row, not one update per occurrence."""
+    var = tf.Variable(tf.zeros([4, 2]))
+    opt = M.SparseOptimizer("adagrad", 1.0)
+    opt.build([var])
+    grad = tf.IndexedSlices(tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([2, 2]), tf.constant([4, 2]))
+    opt.apply([grad])
+    accum = 0.1 + 2.0 ** 2  # summed gradient 2 squared, once
+    np.testing.assert_allclose(var.numpy()[2], -2.0 / np.sqrt(accum), rtol=1e-5)
+    np.testing.assert_array_equal(var.numpy()[[0, 1, 3]], 0.0)
+
+
+def test_histogram_auc_matches_the_exact_auc():
+    from launcher.data.synth import roc_auc
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 5000).astype(np.float32)
+    probs = np.clip(0.5 * labels + 0.6 * rng.random(5000) - 0.05, 0, 1).astype(np.float32)
+    metrics = M.StreamingMetrics()
+    losses = -np.log(np.where(labels > 0, probs, 1 - probs).clip(1e-7))
+    metrics.update(tf.constant(labels), tf.constant(probs), tf.constant(losses))
+    loss, auc, examples = metrics.result()
+    assert examples == 5000
+    assert abs(auc - roc_auc(labels, probs)) < 2e-3
+    assert loss == pytest.approx(float(np.mean(losses)), rel=1e-5)
+    metrics.reset()
+    assert metrics.result()[2] == 0
+
+
+@pytest.mark.parametrize("batch_norm,dropout", [(False, 0.0), (True, 0.3)])
+def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, dropout):
+    hp = small_hp(batch_norm=batch_norm, dropout=dropout)
+    trainer = M.build_trainer(hp)
+    step = tf.function(trainer.train_step)
+    for seed in range(3):
+        step(random_batch(hp, seed=seed))
+    path = rt.export_saved_model(trainer.model, hp, str(tmp_path), version=7)
+    assert path == str(tmp_path / "7")
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    features, _ = random_batch(hp, rows=16, seed=9)
+    out = serve(feat_ids=features["ids"], feat_vals=features["values"])["probabilities"].numpy()
+    assert out.shape == (16,)
+    assert np.all((out > 0) & (out < 1))
+    np.testing.assert_allclose(out, trainer.model.predict(features["ids"], features["values"]).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_metric_lines_match_the_launchers_metric_definitions():
+    from launcher.contract import METRIC_DEFINITIONS
+
+    train = rt.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
+    evaluation = rt.format_metric("eval", 1200, 0.45, 0.79)
+    assert train == "[dfm] train step=1200 loss=0.456789 auc=0.781234 examples_per_sec=23456.8"
+    found = {}
+    for definition in METRIC_DEFINITIONS:
+        for line in (train, evaluation):
+            match = re.search(definition["Regex"], line)
+            if match:
+                found[definition["Name"]] = float(match.group(1))
+    assert found == {"train:loss": 0.456789, "train:auc": 0.781234, "train:examples_per_sec": 23456.8,
+                     "train:step": 1200, "eval:loss": 0.45, "eval:auc": 0.79}
+    assert rt.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
