@@ -201,6 +201,16 @@ def test_submit_uploads_the_source_and_creates_the_job(aws, sample_plan, monkeyp
     assert sb.describe(plan.job_name, REGION)["status"] == "Completed"  # moto finishes jobs at once
 
 
+def test_submit_refuses_an_invalid_request_before_uploading(aws, sample_plan, monkeypatch):
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    sent = capture_create_requests(monkeypatch)
+    with pytest.raises(DfmError) as caught:
+        sb.submit(sample_plan(max_run=0), wait=False, echo=pytest.fail)
+    assert caught.value.exit_code == 2 and "MaxRuntimeInSeconds" in caught.value.message
+    assert sent == [] and s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
+
+
 def test_submit_without_the_bucket_is_an_aws_refusal(aws, sample_plan):
     with pytest.raises(DfmError) as caught:
         sb.submit(sample_plan(), wait=False, echo=lambda line: None)
