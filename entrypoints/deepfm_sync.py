@@ -56,12 +56,9 @@ def per_process_threads(hp, cpus, processes):
 
 
 def _input_config(hp, env, mode, rank):
-    return di.InputConfig(
-        field_size=hp.field_size, batch_size=hp.batch_size, data_format=hp.data_format,
-        shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch, cache=hp.cache, input_mode=mode,
-        data_dir=env.data_dir, config_dir=env.config_dir,
-        # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
-        pipe_state_dir=os.path.join(env.pipe_state_dir, f"rank-{rank}"))
+    # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
+    return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
+                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"))
 
 
 def train_dataset(hp, env, where, skip_batches=0):
