@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from local_plans import standin_plan
 
+from launcher.local import netns
 from launcher.local.runner import LocalRun
 from launcher.local.supervisor import os_pid_alive
 
@@ -104,6 +105,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from local_plans import standin_plan
+from launcher.local import netns
 from launcher.local.runner import LocalRun
 plan = standin_plan(Path({tmp!r}), hosts=2, hyperparameters={{"behave": "sleep", "sleep_s": 300, "spawn_child": True}})
 result = LocalRun(plan, run_dir={runs!r}, echo=lambda line: print(line, flush=True)).run()
@@ -208,3 +210,28 @@ def test_failing_rank_fails_the_mpi_job_and_shows_its_lines(tmp_path):
     text = "\n".join(lines)
     assert "last lines of algo-2/rank1:" in text and "stand-in failing on purpose" in text
     assert_no_survivors(result.pids)
+
+
+@pytest.mark.skipif(not (netns.wanted() and netns.possible()), reason="no loopback-only namespace on this machine")
+def test_processes_run_in_a_loopback_only_network_namespace(tmp_path):
+    import socket
+
+    plan = standin_plan(tmp_path, kind="none", hosts=1,
+                        hyperparameters={"behave": "sleep", "sleep_s": 300, "listen": True})
+    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
+    thread.start()
+    report = tmp_path / "runs" / plan.job_name / "hosts" / "algo-1" / "output" / "data" / "report-algo-1.json"
+    while not report.exists() and thread.is_alive():
+        time.sleep(0.2)
+    seen = json.loads(report.read_text())
+    try:
+        assert seen["loopback_reachable"]  # inside, 127.0.0.1 works
+        with pytest.raises(OSError):  # outside, the port bound on 0.0.0.0 does not exist
+            socket.create_connection(("127.0.0.1", seen["listen_port"]), timeout=2).close()
+    finally:
+        run._stop_reason = "test over"
+        thread.join(timeout=60)
+    assert outcome["result"].isolated and outcome["result"].exit_code == 1
+    assert_no_survivors(outcome["result"].pids)

@@ -21,7 +21,7 @@ from typing import Callable
 
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import cluster, mpi
+from launcher.local import cluster, mpi, netns
 from launcher.local.container import (HostTree, build_host_tree, channel_mode, container_env, host_argv,
                                       host_names, to_host_path)
 from launcher.local.progress import Progress, display_for
@@ -38,6 +38,7 @@ class RunResult:
     job_dir: Path
     reason: str = ""
     pids: set[int] = field(default_factory=set)  # every process of the run's trees (for the orphan tests)
+    isolated: bool = False  # ran in a loopback-only network namespace
 
 
 def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
@@ -212,7 +213,13 @@ class LocalRun:
     def run(self) -> RunResult:
         started = time.monotonic()
         self.prepare()
-        sup = self.supervisor = Supervisor(self.job_dir / "logs", self._on_line)
+        namespace = netns.LoopbackNamespace()
+        isolated = netns.wanted() and netns.possible() and namespace.start()
+        holder = {namespace.pid} - {None}
+        if not isolated:
+            self.echo("[dfm local] note: processes share this machine's network (TensorFlow servers bind 0.0.0.0); "
+                      "a loopback-only namespace needs root, unshare, nsenter and ip")
+        sup = self.supervisor = Supervisor(self.job_dir / "logs", self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
         code, reason = 1, "not started"
         try:
@@ -230,11 +237,12 @@ class LocalRun:
             for feeder in self.feeders:
                 feeder.join(timeout=5)
             sup.close()
+            namespace.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._save_checkpoints()
         self._report(code, reason, time.monotonic() - started)
-        return RunResult(code, self.job_dir, reason, sup.tracked_pids())
+        return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated)
 
     def _save_checkpoints(self) -> None:
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.

@@ -48,8 +48,10 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, on_line: Callable[[str, str], None], tail: int = 25):
+    def __init__(self, log_dir: Path, on_line: Callable[[str, str], None], tail: int = 25,
+                 wrap: Callable[[list[str]], list[str]] = lambda cmd: cmd):
         self.log_dir = log_dir
+        self.wrap = wrap  # e.g. run inside the run's network namespace
         self.on_line = on_line  # (label, line) for every line of every process, in arrival order
         self.children: list[Child] = []
         self.lines: "queue.Queue[tuple[Child, str | None]]" = queue.Queue()
@@ -60,7 +62,7 @@ class Supervisor:
 
     def start(self, label: str, role: str, cmd: list[str], *, env: dict[str, str], cwd: Path,
               rank_labels: Callable[[int], str] | None = None) -> Child:
-        popen = subprocess.Popen(cmd, env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        popen = subprocess.Popen(self.wrap(cmd), env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         child = Child(label, role, popen, self.log_dir, rank_labels)
         child.log_for(label)  # one log per process, even a silent one

@@ -18,6 +18,7 @@ parser.add_argument("--on_host", default="")  # apply `behave` only on this host
 parser.add_argument("--sleep_s", type=float, default=0)
 parser.add_argument("--pipe_epochs", type=int, default=0)
 parser.add_argument("--spawn_child", default="False")
+parser.add_argument("--listen", default="False")  # bind a port on all interfaces, as a TF server does
 args, unknown = parser.parse_known_args()
 
 host = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")))["current_host"]
@@ -45,6 +46,13 @@ if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as
     report["resumed_from"] = int(open(counter).read()) if os.path.exists(counter) else 0
     with open(counter, "w") as handle:
         handle.write(str(report["resumed_from"] + 1))
+if args.listen == "True":
+    import socket
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen()
+    report["listen_port"] = listener.getsockname()[1]
+    report["loopback_reachable"] = socket.create_connection(("127.0.0.1", report["listen_port"]), 2) is not None
 if args.spawn_child == "True":
     report["child_pid"] = subprocess.Popen(["sleep", "300"]).pid
 out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"report-{name}.json")
