@@ -37,6 +37,21 @@ def seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def run_measured(argv: list[str], **kwargs):
+    """subprocess.run plus (wall seconds, CPU seconds of the child and its waited-for descendants).
+    CPU time tells a slow command from a starved one on a machine shared with other work."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, **kwargs)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done, wall, cpu
+
+
 def machine() -> dict:
     cpu_model = "unknown"
     try:

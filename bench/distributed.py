@@ -6,16 +6,16 @@ echoes with the process label in front; the first report of each process (start-
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.common import REPO, add_table, fmt, median, section, verdict
+from bench.common import REPO, add_table, fmt, median, run_measured, section, verdict
 
-STEPS = {True: 150, False: 600}
+STEPS = {True: 100, False: 400}
 
 
 def _dfm() -> str:
@@ -59,9 +59,7 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
         argv += ["--set", item]
     for name, path in channels.items():
         argv += ["--channel", f"{name}={path}"]
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
-    return done, time.perf_counter() - start
+    return run_measured(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -78,7 +76,8 @@ def measure(quick: bool, context: dict) -> dict:
         split_channels = {name: data["split"] / name for name in ("train", "train-1", "train-2", "train-3")}
         common = [f"hyperparameters.max_steps={steps}", "hyperparameters.log_steps=25",
                   "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
-                  "hyperparameters.eval_steps=2", "hyperparameters.epochs=100"]
+                  "hyperparameters.eval_steps=2", "hyperparameters.epochs=100",
+                  "hyperparameters.batch_size=1024"]
         runs = {
             ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"],
                                              {"train": data["train"], "eval": data["eval"]}),
@@ -94,12 +93,13 @@ def measure(quick: bool, context: dict) -> dict:
         (work / "runs").mkdir()
         rates: dict[tuple, list[float]] = {key: [] for key in runs}
         walls: dict[tuple, list[float]] = {key: [] for key in runs}
+        cpus: dict[tuple, list[float]] = {key: [] for key in runs}
         failures: dict[tuple, str] = {}
         for round_ in range(repetitions):
             for key, (config, sets, channels) in runs.items():
                 if key in failures:
                     continue
-                done, wall = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
+                done, wall, cpu = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
                 rate, reports = throughput(done.stdout + done.stderr)
                 if done.returncode != 0 or not reports:
                     tail = [l for l in (done.stdout + done.stderr).strip().splitlines() if l.strip()]
@@ -107,20 +107,22 @@ def measure(quick: bool, context: dict) -> dict:
                     continue
                 rates[key].append(rate)
                 walls[key].append(wall)
+                cpus[key].append(cpu)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = []
     for (kind, size), values in rates.items():
         if (kind, size) in failures:
-            rows.append([kind, size, "not run", "", "", failures[(kind, size)]])
+            rows.append([kind, size, "not run", "", "", "", failures[(kind, size)]])
             continue
         base_key = (kind, "1 host" if kind == "parameter server" else "1 rank")
         base = median(rates[base_key]) if rates[base_key] else float("nan")
-        rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x",
-                     fmt(median(walls[(kind, size)]), 1), "ok"])
-    add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)", "run"],
-              rows)
+        wall, cpu = median(walls[(kind, size)]), median(cpus[(kind, size)])
+        rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x", fmt(wall, 1),
+                     f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)", "ok"])
+    add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)",
+                       "CPU s (share of all cores)", "run"], rows)
     for kind in ("parameter server", "Horovod"):
         keys = [key for key in runs if key[0] == kind]
         if any(key in failures for key in keys):
@@ -134,6 +136,9 @@ def measure(quick: bool, context: dict) -> dict:
         "`--set instance.count=1|2`; 2 hosts means a chief, a worker and two ps servers on the same 2 cores.",
         "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
         "--set distribution.horovod.processes_per_host=1|2`.",
+        "CPU s: user + system time of every process of the run; a share of the cores far below 100% means "
+        "the run waited (collectives waiting for the slower rank, start-up, or CPUs taken by other work on a "
+        "shared machine) rather than computed.",
         "examples/s: per process, the median of its metric lines after the first, then summed over the "
         "processes that report one.",
         f"Common overrides: {' '.join('--set ' + s for s in common)}; {repetitions} run(s) per size.",

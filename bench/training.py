@@ -96,6 +96,12 @@ def measure(quick: bool, context: dict) -> dict:
         f"{repetitions} alternating repetitions of all four contenders (bundled, DeepCTR, GEMM kernel, embedding "
         "kernel) per configuration; the ceiling therefore sees the same machine load as the models.",
     ]
+    above = [name for name, ratio in ceiling_ratios.items() if ratio > 1.0]
+    if above:
+        result["notes"].append(
+            f"Bundled above its own ceiling ({', '.join(above)}): impossible on a quiet machine, since its step "
+            "contains those kernels; here the kernels' repetitions met bursts of other load. Treat that "
+            "configuration's ceiling ratio as noise and rerun (`make bench`, more repetitions) on a quieter machine.")
     if deepctr_error:
         result["notes"].append(f"DeepCTR not run: {deepctr_error}")
     result["data"] = {"per_config": per_config,
