@@ -53,11 +53,11 @@ def _inherited_env() -> dict[str, str]:
     return env
 
 
-def checkpoint_store(plan, root: Path) -> Path:
-    """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri: shared by runs of the same URI."""
+def checkpoint_store(plan, root: Path) -> Path | None:
+    """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri (None: no sync), per URI."""
     uri = plan.local.get("checkpoint_store") or plan.checkpoint_s3_uri
     if not uri:
-        return root / "checkpoints" / plan.job_name
+        return None
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.split("://", 1)[-1].strip("/"))
     return root / "checkpoints" / slug
 
@@ -93,7 +93,7 @@ class LocalRun:
         for index, host in enumerate(self.hosts):
             tree = build_host_tree(self.plan, self.job_dir / "hosts" / host, host)
             self.trees[host] = tree
-            if store.is_dir():
+            if store is not None and store.is_dir():
                 shutil.copytree(store, self._checkpoint_dir(tree), dirs_exist_ok=True)
             for channel in self.plan.channels:
                 if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
@@ -129,6 +129,7 @@ class LocalRun:
 
         def script(host: str) -> list[str]:
             return [sys.executable, plan.entry_point, *host_argv(plan, self.trees[host])]
+
         if kind == "horovod":
             self._start_mpi(sup)
         elif kind == "parameter_server" and len(self.hosts) > 1:
@@ -247,6 +248,8 @@ class LocalRun:
     def _save_checkpoints(self) -> None:
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
         store = checkpoint_store(self.plan, self.root)
+        if store is None:
+            return
         for tree in self.trees.values():
             folder = self._checkpoint_dir(tree)
             if folder.is_dir() and any(folder.iterdir()):
