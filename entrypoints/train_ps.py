@@ -255,5 +255,9 @@ def train_with_coordinator(hp, env, cluster):
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
+    try:
+        code = main(sys.argv[1:])
+    except deepfm_hparams.HyperparameterError as err:
+        print(f"train_ps.py: {err}", file=sys.stderr, flush=True)
+        code = 2
     rt.exit_now(code or 0)

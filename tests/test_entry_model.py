@@ -133,3 +133,18 @@ def test_metric_lines_match_the_launchers_metric_definitions():
     assert found == {"train:loss": 0.456789, "train:auc": 0.781234, "train:examples_per_sec": 23456.8,
                      "train:step": 1200, "eval:loss": 0.45, "eval:auc": 0.79}
     assert rt.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
+
+
+def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_scale():
+    hp = small_hp(optimizer="adagrad")
+    trainer = M.build_trainer(hp, compute_dtype=tf.float16)
+    step = tf.function(trainer.train_step)
+    loss = step(random_batch(hp, seed=1))
+    assert np.isfinite(loss.numpy()) and trainer.model.kernels[0].dtype == tf.float32
+    assert int(trainer.optimizer.iterations.numpy()) == 1
+    before = trainer.model.kernels[0].numpy().copy()
+    trainer.loss_scale.scale.assign(3e38)  # scaled loss overflows float32: the step must be skipped
+    step(random_batch(hp, seed=2))
+    np.testing.assert_array_equal(trainer.model.kernels[0].numpy(), before)
+    assert int(trainer.optimizer.iterations.numpy()) == 1
+    assert trainer.loss_scale.scale.numpy() == pytest.approx(1.5e38)

@@ -1,0 +1,166 @@
+"""train_ps.py as processes in fake container trees: a parameter-server cluster on loopback (the ps
+servers started the way the toolkit does), resume after a kill, Pipe mode through FIFOs, bad flags."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import entry_support as es
+
+HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "log_steps": 20,
+      "learning_rate": 0.1, "shuffle_buffer": 1000}
+
+
+def group_gone(proc, timeout=15):
+    """True when no process is left in proc's process group (its children included)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stop_all(procs):
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def predict_saved_model(path, field_size=39, rows=8):
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    rng = np.random.default_rng(0)
+    out = serve(feat_ids=tf.constant(rng.integers(0, 600, (rows, field_size)), tf.int64),
+                feat_vals=tf.constant(rng.random((rows, field_size)), tf.float32))
+    return out["probabilities"].numpy()
+
+
+@pytest.mark.slow
+def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
+    hosts = ["algo-1", "algo-2"]
+    ports = [es.free_port() for _ in range(4)]
+    cluster = {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
+               "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+    train, evaluation = es.synth_split(24000, 3000, seed=5, feature_size=20000)
+    hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50)
+    bases, envs = [], []
+    for i, host in enumerate(hosts):  # S3 sharding: each host holds its own half of the objects
+        base = tmp_path / host
+        env = es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
+        es.write_tfrecords(base / "input/data/train", train.take(i * 12000, (i + 1) * 12000), 2)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+        bases.append(base)
+        envs.append(env)
+    procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"ps{i}.log") for i in range(2)]
+    try:
+        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / "worker.log",
+                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
+        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / "chief.log",
+                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0)}))
+        codes = [proc.wait(timeout=300) for proc in reversed(procs)]
+    finally:
+        stop_all(procs)
+    chief, worker = (tmp_path / "chief.log").read_text(), (tmp_path / "worker.log").read_text()
+    assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+    assert all(group_gone(proc) for proc in procs)  # the chief's own worker child included
+    assert "embeddings in 2 shard(s)" in chief
+    assert "worker 1 on algo-1" in chief and "worker 0 on algo-2" in worker  # both hosts' data serve
+    assert "chief finished; exiting" in worker
+    steps = [row["step"] for row in es.metric_lines(chief, "train")]
+    assert steps == [20, 40, 60, 80, 100]
+    (evaluated,) = es.metric_lines(chief, "eval")
+    assert evaluated["step"] == 100 and evaluated["auc"] > 0.55
+    assert sorted(p.name for p in (bases[0] / "checkpoints").glob("ckpt-*.index")) == \
+        ["ckpt-100.index", "ckpt-50.index"]
+    (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
+    probs = predict_saved_model(exported)
+    assert np.all((probs > 0) & (probs < 1))
+
+
+def single_host(tmp_path, data_rows=4000, input_mode="File"):
+    train, evaluation = es.synth_split(data_rows, 1000, seed=2, feature_size=600)
+    env = es.make_container(tmp_path, ["train", "eval"], input_mode=input_mode)
+    return env, train, evaluation
+
+
+@pytest.mark.slow
+def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
+    env, train, evaluation = single_host(tmp_path)
+    es.write_tfrecords(tmp_path / "input/data/train", train, 2)
+    es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
+    hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40)
+    first = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "first.log")
+    try:
+        deadline = time.monotonic() + 180
+        while not list((tmp_path / "checkpoints").glob("ckpt-*.index")) and time.monotonic() < deadline:
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(0.5)  # let the checkpoint state file land, then kill mid-run as a spot reclaim would
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        stop_all([first])
+    killed_at = max(int(p.name.split("-")[1].split(".")[0]) for p in (tmp_path / "checkpoints").glob("ckpt-*.index"))
+    assert first.returncode == -signal.SIGKILL and killed_at < 800
+    second = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "second.log")
+    assert second.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    log = (tmp_path / "second.log").read_text()
+    restored = int(log.split("continuing at step ")[1].split()[0])
+    assert restored >= killed_at > 0
+    steps = [row["step"] for row in es.metric_lines(log, "train")]
+    assert steps[0] == restored + 40 - restored % 40 and steps[-1] == 800
+    assert es.metric_lines(log, "eval")[0]["step"] == 800
+    assert list((tmp_path / "model").iterdir())
+
+
+@pytest.mark.slow
+def test_pipe_mode_run_reads_one_fifo_per_epoch_and_exits(tmp_path):
+    pytest.importorskip("sagemaker_tensorflow")
+    env, train, evaluation = single_host(tmp_path, data_rows=2048, input_mode="Pipe")
+    es.write_tfrecords(tmp_path / "train-src", train, 1)
+    es.write_tfrecords(tmp_path / "eval-src", evaluation, 1)
+    payloads = {"train": next((tmp_path / "train-src").iterdir()).read_bytes(),
+                "eval": next((tmp_path / "eval-src").iterdir()).read_bytes()}
+    fifos = {"train_0": "train", "train_1": "train", "eval_0": "eval"}
+    written = []
+
+    def feed(name, payload):
+        with open(tmp_path / "input/data" / name, "wb") as fifo:
+            fifo.write(payload)
+        written.append(name)
+
+    for name, channel in fifos.items():
+        os.mkfifo(tmp_path / "input/data" / name)
+        threading.Thread(target=feed, args=(name, payloads[channel]), daemon=True).start()
+    hp = dict(HP, feature_size=600, epochs=2, log_steps=8)
+    proc = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "pipe.log")
+    try:
+        code = proc.wait(timeout=180)
+    finally:
+        stop_all([proc])
+    log = (tmp_path / "pipe.log").read_text()
+    assert code == 0, log[-3000:]
+    assert sorted(written) == sorted(fifos)
+    assert es.metric_lines(log, "train")[-1]["step"] == 2 * 2048 // 128
+    assert es.metric_lines(log, "eval")
+
+
+def test_unknown_hyperparameter_fails_fast_naming_it(tmp_path):
+    env = dict(es.make_container(tmp_path, ["train"]), TF_CPP_MIN_LOG_LEVEL="0")  # TF would say hello
+    proc = subprocess.run([es.PYTHON, "train_ps.py", "--epochs", "1", "--batch_sise", "64"], cwd=tmp_path / "code",
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--batch_sise" in proc.stderr
+    assert "oneDNN" not in proc.stderr and "tensorflow" not in proc.stderr  # rejected before TF starts
