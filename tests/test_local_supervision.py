@@ -63,9 +63,7 @@ def test_two_host_ps_job_gets_the_container_layout(tmp_path):
 
 def test_failing_script_stops_everything_and_names_the_process(tmp_path):
     lines = []
-    hps = {"behave": "fail", "on_host": "algo-2", "spawn_child": True}
-    plan = standin_plan(tmp_path, hosts=2, hyperparameters=hps)
-    plan = plan.__class__(**{**plan.__dict__, "hyperparameters": {**plan.hyperparameters, "sleep_s": 0}})
+    plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "fail", "on_host": "algo-2", "spawn_child": True})
     result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
     assert result.exit_code == 1
     assert "algo-2/worker exited with code 3" in result.reason
@@ -105,7 +103,6 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from local_plans import standin_plan
-from launcher.local import netns
 from launcher.local.runner import LocalRun
 plan = standin_plan(Path({tmp!r}), hosts=2, hyperparameters={{"behave": "sleep", "sleep_s": 300, "spawn_child": True}})
 result = LocalRun(plan, run_dir={runs!r}, echo=lambda line: print(line, flush=True)).run()
