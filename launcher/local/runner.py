@@ -30,6 +30,7 @@ from launcher.local.supervisor import Supervisor
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 DEFAULT_RUN_DIR = "runs"
 MASTER_GRACE_S = 60.0  # how long other hosts may keep running once the master's script has finished
+PS_GRACE_S = 5.0  # how long ps servers get to notice the master is down before they are stopped
 
 
 @dataclass
@@ -187,6 +188,7 @@ class LocalRun:
     def supervise(self, sup: Supervisor) -> tuple[int, str]:
         started = time.monotonic()
         master_done_at: float | None = None
+        scripts_done_at: float | None = None
         while True:
             sup.drain(timeout=0.2)
             for child in sup.poll():
@@ -198,9 +200,12 @@ class LocalRun:
             for feeder in self.feeders:
                 if feeder.error is not None:
                     return 1, f"Pipe feeder for '{feeder.channel}' failed: {feeder.error}"
-            if not sup.running("script"):
-                return 0, "all scripts finished"
             now = time.monotonic()
+            if not sup.running("script"):
+                scripts_done_at = scripts_done_at or now
+                if not sup.running("ps") or now - scripts_done_at > PS_GRACE_S:
+                    return 0, "all scripts finished"
+                continue
             if self._stop_reason:
                 return 1, self._stop_reason
             if self.timeout_s and now - started > float(self.timeout_s):
