@@ -24,7 +24,7 @@ import time
 import deepfm_hparams
 import deepfm_runtime as rt
 
-SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index>", in the worker's SAGEMAKER_BASE_DIR
+SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
 
 
@@ -123,7 +123,7 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index):
             import sagemaker_tensorflow  # noqa: F401  registers the PipeModeDataset op in this server
         os.makedirs(env.pipe_state_dir, exist_ok=True)
         with open(os.path.join(env.base_dir, SHARD_FILE), "w") as f:
-            f.write(f"{num_shards} {index}\n")
+            f.write(f"{num_shards} {index} {task_index}\n")
         os.chdir(env.base_dir)  # the chief's dataset function uses paths relative to this
         rt.log(f"worker {task_index} on {env.current_host}: channels={channels} mode={mode} "
                f"shard={index}/{num_shards}")
@@ -219,8 +219,11 @@ def train_with_coordinator(hp, env, cluster):
                                            "pipe_state")
     skip = step // len(cluster["worker"])  # resume: each worker skips its share of the steps done
 
+    def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
+        return tf.strings.to_number(tf.strings.split(tf.strings.strip(tf.io.read_file(SHARD_FILE))), tf.int64)
+
     def dataset_fn():
-        shard = tf.strings.to_number(tf.strings.split(tf.strings.strip(tf.io.read_file(SHARD_FILE))), tf.int64)
+        shard = read_worker_shard_file()
         return deepfm_input.make_dataset(cfg, channels, shard[0], shard[1], training=True, epochs=hp.epochs,
                                          skip_batches=skip)
 
@@ -228,26 +231,34 @@ def train_with_coordinator(hp, env, cluster):
 
     @tf.function
     def worker_step(it):
-        return strategy.run(trainer.train_step, args=(next(it),))
+        # A worker whose data is used up answers with its task index instead of raising
+        # OutOfRangeError, which would cancel the closures of workers that still have data.
+        batch = it.get_next_as_optional()
+        if batch.has_value():
+            strategy.run(trainer.train_step, args=(batch.get_value(),))
+            return tf.constant(-1, tf.int64)
+        return read_worker_shard_file()[2]
 
     train_log = rt.TrainLog(trainer.train_metrics)
-    exhausted = hp.max_steps and step >= hp.max_steps
-    while not exhausted:
+    finished_workers = set()
+    done = bool(hp.max_steps and step >= hp.max_steps)
+    while not done:
         todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
         if hp.max_steps:
             todo = min(todo, hp.max_steps - step)
-        try:
-            for _ in range(todo):
-                coordinator.schedule(worker_step, args=(iterator,))
-            coordinator.join()
-        except tf.errors.OutOfRangeError:
-            exhausted = True  # a worker ran out of data: the epochs are done
-            rt.log("training data exhausted")
-        step = int(trainer.optimizer.iterations.numpy())
-        if step % hp.log_steps == 0 or exhausted:
+        results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
+        coordinator.join()
+        previous, step = step, int(trainer.optimizer.iterations.numpy())
+        if step - previous < todo:  # some closures found no data: note which workers are done
+            finished_workers.update(int(r.fetch()) for r in results)
+            finished_workers.discard(-1)
+        exhausted = len(finished_workers) >= len(cluster["worker"])
+        if exhausted:
+            rt.log("training data exhausted on every worker")
+        if step // hp.log_steps > previous // hp.log_steps:
             train_log.report(step)
-        keeper.maybe_save(step, force=exhausted)
-        exhausted = exhausted or bool(hp.max_steps and step >= hp.max_steps)
+        keeper.maybe_save(step)
+        done = exhausted or bool(hp.max_steps and step >= hp.max_steps)
     train_log.report(step)
     keeper.maybe_save(step, force=True)
     finish(hp, env, trainer, step, tf.function(trainer.eval_step))

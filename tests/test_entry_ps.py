@@ -89,6 +89,66 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     assert np.all((probs > 0) & (probs < 1))
 
 
+def feed_fifos(data_dir, payloads):
+    """mkfifo each name and write its payload from a thread; -> the list the writers append to."""
+    written = []
+
+    def feed(name, payload):
+        with open(data_dir / name, "wb") as fifo:  # blocks until the reader opens it
+            fifo.write(payload)
+        written.append(name)
+
+    for name, payload in payloads.items():
+        os.mkfifo(data_dir / name)
+        threading.Thread(target=feed, args=(name, payload), daemon=True).start()
+    return written
+
+
+def tfrecord_bytes(directory, data):
+    (path,) = es.write_tfrecords(directory, data, 1)
+    return path.read_bytes()
+
+
+@pytest.mark.slow
+def test_parameter_server_in_pipe_mode_trains_on_every_hosts_fifos(tmp_path):
+    """Pipe under PS: both hosts' workers (the chief's own included) open their host's FIFO per
+    epoch; the run ends when the data is exhausted, and nothing waits on an extra FIFO."""
+    hosts = ["algo-1", "algo-2"]
+    ports = [es.free_port() for _ in range(4)]
+    cluster = {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
+               "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+    train, evaluation = es.synth_split(4096, 512, seed=3, feature_size=20000)
+    hp = dict(HP, epochs=2, log_steps=16)
+    written, bases, envs = {}, [], []
+    for i, host in enumerate(hosts):
+        base = tmp_path / host
+        envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
+                                      s3_sharded=("train",), input_mode="Pipe"))
+        part = tfrecord_bytes(tmp_path / f"src{i}", train.take(i * 2048, (i + 1) * 2048))
+        payloads = {"train_0": part, "train_1": part}
+        if i == 0:
+            payloads["eval_0"] = tfrecord_bytes(tmp_path / "src-eval", evaluation)
+        written[host] = feed_fifos(base / "input/data", payloads)
+        bases.append(base)
+    procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"ps{i}.log") for i in range(2)]
+    try:
+        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / "worker.log",
+                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
+        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / "chief.log",
+                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0)}))
+        codes = [proc.wait(timeout=300) for proc in reversed(procs)]
+    finally:
+        stop_all(procs)
+    chief = (tmp_path / "chief.log").read_text()
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert all(group_gone(proc) for proc in procs)
+    assert sorted(written["algo-1"]) == ["eval_0", "train_0", "train_1"]
+    assert sorted(written["algo-2"]) == ["train_0", "train_1"]
+    assert "training data exhausted on every worker" in chief
+    assert es.metric_lines(chief, "train")[-1]["step"] == 2 * 4096 // 128
+    assert es.metric_lines(chief, "eval")
+
+
 def single_host(tmp_path, data_rows=4000, input_mode="File"):
     train, evaluation = es.synth_split(data_rows, 1000, seed=2, feature_size=600)
     env = es.make_container(tmp_path, ["train", "eval"], input_mode=input_mode)
@@ -129,21 +189,10 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
 def test_pipe_mode_run_reads_one_fifo_per_epoch_and_exits(tmp_path):
     pytest.importorskip("sagemaker_tensorflow")
     env, train, evaluation = single_host(tmp_path, data_rows=2048, input_mode="Pipe")
-    es.write_tfrecords(tmp_path / "train-src", train, 1)
-    es.write_tfrecords(tmp_path / "eval-src", evaluation, 1)
-    payloads = {"train": next((tmp_path / "train-src").iterdir()).read_bytes(),
-                "eval": next((tmp_path / "eval-src").iterdir()).read_bytes()}
-    fifos = {"train_0": "train", "train_1": "train", "eval_0": "eval"}
-    written = []
-
-    def feed(name, payload):
-        with open(tmp_path / "input/data" / name, "wb") as fifo:
-            fifo.write(payload)
-        written.append(name)
-
-    for name, channel in fifos.items():
-        os.mkfifo(tmp_path / "input/data" / name)
-        threading.Thread(target=feed, args=(name, payloads[channel]), daemon=True).start()
+    train_bytes = tfrecord_bytes(tmp_path / "train-src", train)
+    fifos = {"train_0": train_bytes, "train_1": train_bytes,
+             "eval_0": tfrecord_bytes(tmp_path / "eval-src", evaluation)}
+    written = feed_fifos(tmp_path / "input/data", fifos)
     hp = dict(HP, feature_size=600, epochs=2, log_steps=8)
     proc = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "pipe.log")
     try:
