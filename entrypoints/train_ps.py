@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 
 import deepfm_hparams
 import deepfm_runtime as rt
@@ -271,4 +272,7 @@ if __name__ == "__main__":
     except deepfm_hparams.HyperparameterError as err:
         print(f"train_ps.py: {err}", file=sys.stderr, flush=True)
         code = 2
+    except BaseException:  # noqa: B902  a failed chief must not hang on the coordinator's threads
+        traceback.print_exc()
+        code = 1
     rt.exit_now(code or 0)

@@ -47,32 +47,50 @@ def predict_saved_model(path, field_size=39, rows=8):
     return out["probabilities"].numpy()
 
 
-@pytest.mark.slow
-def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
-    hosts = ["algo-1", "algo-2"]
+def loopback_cluster():
+    """SageMaker's PS layout for two hosts, ports free on loopback (the hosts map to 127.0.0.1)."""
     ports = [es.free_port() for _ in range(4)]
-    cluster = {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
-               "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
-    train, evaluation = es.synth_split(24000, 3000, seed=5, feature_size=20000)
-    hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50)
-    bases, envs = [], []
-    for i, host in enumerate(hosts):  # S3 sharding: each host holds its own half of the objects
-        base = tmp_path / host
-        env = es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
-        es.write_tfrecords(base / "input/data/train", train.take(i * 12000, (i + 1) * 12000), 2)
-        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-        bases.append(base)
-        envs.append(env)
-    procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"ps{i}.log") for i in range(2)]
+    return {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
+            "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+
+
+def run_cluster(tmp_path, bases, envs, hp, tag="run"):
+    """Start the toolkit-style ps servers, then train_ps.py as worker (algo-2) and master (algo-1);
+    -> (exit codes chief-first, chief log, worker log, processes)."""
+    cluster = loopback_cluster()
+    procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"{tag}-ps{i}.log") for i in range(2)]
     try:
-        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / "worker.log",
+        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / f"{tag}-worker.log",
                                      {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
-        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / "chief.log",
+        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / f"{tag}-chief.log",
                                      {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0)}))
         codes = [proc.wait(timeout=300) for proc in reversed(procs)]
     finally:
         stop_all(procs)
-    chief, worker = (tmp_path / "chief.log").read_text(), (tmp_path / "worker.log").read_text()
+    return (codes, (tmp_path / f"{tag}-chief.log").read_text(), (tmp_path / f"{tag}-worker.log").read_text(),
+            procs)
+
+
+def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
+    hosts = ["algo-1", "algo-2"]
+    train, evaluation = es.synth_split(rows, eval_rows, seed=5, feature_size=20000)
+    bases, envs = [], []
+    for i, host in enumerate(hosts):  # S3 sharding: each host holds its own half of the objects
+        base = tmp_path / host
+        envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
+                                      s3_sharded=("train",), input_mode=input_mode))
+        bases.append(base)
+    return bases, envs, [train.take(0, rows // 2), train.take(rows // 2, rows)], evaluation
+
+
+@pytest.mark.slow
+def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 24000, 3000)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 2)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50)
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)  # the chief's own worker child included
     assert "embeddings in 2 shard(s)" in chief
@@ -87,6 +105,13 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     probs = predict_saved_model(exported)
     assert np.all((probs > 0) & (probs < 1))
+
+    # A new cluster on the same checkpoint dir (a restarted job) continues at step 100.
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=140), tag="again")
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert "continuing at step 100" in chief
+    assert [row["step"] for row in es.metric_lines(chief, "train")] == [120, 140]
+    assert all(group_gone(proc) for proc in procs)
 
 
 def feed_fifos(data_dir, payloads):
@@ -112,38 +137,20 @@ def tfrecord_bytes(directory, data):
 @pytest.mark.slow
 def test_parameter_server_in_pipe_mode_trains_on_every_hosts_fifos(tmp_path):
     """Pipe under PS: both hosts' workers (the chief's own included) open their host's FIFO per
-    epoch; the run ends when the data is exhausted, and nothing waits on an extra FIFO."""
-    hosts = ["algo-1", "algo-2"]
-    ports = [es.free_port() for _ in range(4)]
-    cluster = {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
-               "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
-    train, evaluation = es.synth_split(4096, 512, seed=3, feature_size=20000)
-    hp = dict(HP, epochs=2, log_steps=16)
-    written, bases, envs = {}, [], []
-    for i, host in enumerate(hosts):
-        base = tmp_path / host
-        envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
-                                      s3_sharded=("train",), input_mode="Pipe"))
-        part = tfrecord_bytes(tmp_path / f"src{i}", train.take(i * 2048, (i + 1) * 2048))
-        payloads = {"train_0": part, "train_1": part}
+    epoch; the run ends when every worker's data is used up, and nothing waits on an extra FIFO."""
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 4096, 512, input_mode="Pipe")
+    written = {}
+    for i, (base, part) in enumerate(zip(bases, parts)):
+        payload = tfrecord_bytes(tmp_path / f"src{i}", part)
+        fifos = {"train_0": payload, "train_1": payload}
         if i == 0:
-            payloads["eval_0"] = tfrecord_bytes(tmp_path / "src-eval", evaluation)
-        written[host] = feed_fifos(base / "input/data", payloads)
-        bases.append(base)
-    procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"ps{i}.log") for i in range(2)]
-    try:
-        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / "worker.log",
-                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
-        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / "chief.log",
-                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0)}))
-        codes = [proc.wait(timeout=300) for proc in reversed(procs)]
-    finally:
-        stop_all(procs)
-    chief = (tmp_path / "chief.log").read_text()
+            fifos["eval_0"] = tfrecord_bytes(tmp_path / "src-eval", evaluation)
+        written[i] = feed_fifos(base / "input/data", fifos)
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(HP, epochs=2, log_steps=16))
     assert codes == [0, 0, 0, 0], chief[-3000:]
     assert all(group_gone(proc) for proc in procs)
-    assert sorted(written["algo-1"]) == ["eval_0", "train_0", "train_1"]
-    assert sorted(written["algo-2"]) == ["train_0", "train_1"]
+    assert sorted(written[0]) == ["eval_0", "train_0", "train_1"]
+    assert sorted(written[1]) == ["train_0", "train_1"]
     assert "training data exhausted on every worker" in chief
     assert es.metric_lines(chief, "train")[-1]["step"] == 2 * 4096 // 128
     assert es.metric_lines(chief, "eval")
@@ -213,3 +220,12 @@ def test_unknown_hyperparameter_fails_fast_naming_it(tmp_path):
     assert proc.returncode == 2
     assert "--batch_sise" in proc.stderr
     assert "oneDNN" not in proc.stderr and "tensorflow" not in proc.stderr  # rejected before TF starts
+
+
+@pytest.mark.slow
+def test_a_failing_run_exits_non_zero_with_the_reason(tmp_path):
+    env = es.make_container(tmp_path, ["eval"])  # no training channel
+    proc = subprocess.run([es.PYTHON, "train_ps.py", "--epochs", "1"], cwd=tmp_path / "code", env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "no training channel" in proc.stderr
