@@ -34,8 +34,13 @@ def test_ps_server_serves_then_exits_when_the_master_goes_down():
         host, port = ps_address.split(":")
         socket.create_connection((host, int(port)), timeout=5).close()  # the ps task really serves
         master.close()
-        assert proc.wait(timeout=60) == 0
-        assert "master is down" in proc.stdout.read()
+        try:
+            rest, _ = proc.communicate(timeout=60)  # keep reading: TensorFlow's logs could fill the pipe
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("ps server still up 60 s after the master went down:\n" + proc.communicate()[0][-3000:])
+        assert proc.returncode == 0
+        assert "master is down" in rest
     finally:
         proc.kill()
         master.close()

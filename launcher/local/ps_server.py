@@ -16,8 +16,9 @@ import time
 def port_open(address):
     host, port = address.rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=1):
-            return True
+        with socket.create_connection((host, int(port)), timeout=1) as probe:
+            # A closed loopback port in the ephemeral range can be "connected" to itself by the kernel.
+            return probe.getsockname() != probe.getpeername()
     except OSError:
         return False
 
