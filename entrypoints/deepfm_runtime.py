@@ -252,8 +252,10 @@ def export_saved_model(model, hp, model_dir, version=None):
 
 def port_open(host, port, timeout=1.0):
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
+        with socket.create_connection((host, int(port)), timeout=timeout) as probe:
+            # With nobody listening, the kernel may connect a loopback socket to itself when the port
+            # is in the ephemeral range (free ports picked locally are).
+            return probe.getsockname() != probe.getpeername()
     except OSError:
         return False
 

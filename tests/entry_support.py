@@ -118,8 +118,8 @@ server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="ps", task
 host, port = cluster["master"][0].rsplit(":", 1)
 def up():
     try:
-        socket.create_connection((host, int(port)), timeout=1).close()
-        return True
+        with socket.create_connection((host, int(port)), timeout=1) as probe:
+            return probe.getsockname() != probe.getpeername()
     except OSError:
         return False
 seen, start = False, time.time()

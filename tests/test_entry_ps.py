@@ -229,3 +229,75 @@ def test_a_failing_run_exits_non_zero_with_the_reason(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "no training channel" in proc.stderr
+
+
+# ---- the runtime pieces train_ps.py stands on (no TensorFlow process) ----
+
+def test_container_env_is_read_from_sm_variables_and_inputdataconfig(tmp_path, monkeypatch):
+    import deepfm_hparams
+    import deepfm_runtime as rt
+
+    env = es.make_container(tmp_path, ["train", "train-1", "eval"], hosts=["algo-1", "algo-2"],
+                            current_host="algo-2", input_mode="Pipe", s3_sharded=("train", "train-1"))
+    container = rt.load_env(env)
+    assert (container.host_index, container.num_hosts, container.num_cpus) == (1, 2, 2)
+    assert container.channels == ["eval", "train", "train-1"]
+    assert container.input_mode("train-1") == "Pipe" and container.s3_sharded("train")
+    assert not container.s3_sharded("eval")
+    assert container.config_dir == str(tmp_path / "input" / "config")
+    hp = deepfm_hparams.parse_hyperparameters([])
+    assert rt.resolve_s3_shard(hp, container, ["train", "train-1"]) is True
+    assert rt.resolve_s3_shard(hp, container, ["eval"]) is False
+    forced = deepfm_hparams.parse_hyperparameters(["--s3_shard", "False"])
+    assert rt.resolve_s3_shard(forced, container, ["train"]) is False
+
+
+def test_checkpoint_dir_precedence(tmp_path):
+    import deepfm_hparams
+    import deepfm_runtime as rt
+
+    container = rt.load_env(es.make_container(tmp_path, ["train"]))
+    parse = deepfm_hparams.parse_hyperparameters
+    assert rt.checkpoint_dir(parse([]), container) == str(tmp_path / "checkpoints")
+    assert rt.checkpoint_dir(parse(["--model_dir", "s3://b/job/model"]), container) == str(tmp_path / "checkpoints")
+    assert rt.checkpoint_dir(parse(["--model_dir", str(tmp_path / "model")]), container) == str(tmp_path / "checkpoints")
+    assert rt.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1"]), container) == "/mnt/efs/run1"
+    assert rt.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1", "--checkpoint_dir", "/ckpt"]), container) == "/ckpt"
+
+
+def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
+    import deepfm_hparams
+    import deepfm_runtime as rt
+
+    for key in ("KMP_AFFINITY", "OMP_NUM_THREADS", "KMP_SETTINGS"):
+        monkeypatch.delenv(key, raising=False)
+    container = rt.load_env(dict(es.make_container(tmp_path, ["train"]), SM_NUM_CPUS="16"))
+    rt.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--kmp_settings", "true"]), container)
+    assert (os.environ["OMP_NUM_THREADS"], os.environ["KMP_SETTINGS"]) == ("16", "1")
+    assert os.environ["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
+    rt.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--omp_num_threads", "3"]), container)
+    assert (os.environ["OMP_NUM_THREADS"], os.environ["KMP_SETTINGS"]) == ("3", "0")
+
+
+def test_master_is_renamed_chief_for_the_strategy():
+    import train_ps
+
+    cluster = {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}
+    renamed, task_type, index = train_ps.rename_master(cluster, {"type": "master", "index": 0})
+    assert renamed == {"chief": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}
+    assert (task_type, index) == ("chief", 0)
+    assert train_ps.rename_master(cluster, {"type": "worker", "index": 0})[1:] == ("worker", 0)
+
+
+def test_waiting_for_the_chief_ends_when_its_port_closes():
+    import socket
+
+    import deepfm_runtime as rt
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    threading.Timer(1.5, server.close).start()
+    assert rt.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+    assert rt.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
