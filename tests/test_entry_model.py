@@ -148,3 +148,29 @@ def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_
     np.testing.assert_array_equal(trainer.model.kernels[0].numpy(), before)
     assert int(trainer.optimizer.iterations.numpy()) == 1
     assert trainer.loss_scale.scale.numpy() == pytest.approx(1.5e38)
+
+
+def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_whole(tmp_path):
+    """ParameterServerStrategy turns the tables into ShardedVariables; their per-shard gradients must
+    stay IndexedSlices and the export must hold the whole table."""
+    from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+    hp = small_hp(optimizer="adam", feature_size=1000)
+    model = M.build_model(hp)
+    halves = tf.split(model.embeddings.read_value(), 2)
+    model.embeddings = ShardedVariable([tf.Variable(h, name=f"embeddings/part_{i}") for i, h in enumerate(halves)])
+    trainer = M.Trainer(model, M.SparseOptimizer("adam", 0.01), M.StreamingMetrics())
+    assert len(trainer.variables) == len(model.dense_variables) + 3  # first_order + two shards
+    features, labels = random_batch(hp, id_range=300)  # rows of the first shard only
+    with tf.GradientTape() as tape:
+        logits, _ = model(features["ids"], features["values"], training=True)
+    grads = tape.gradient(logits, M.flat_variables([model.embeddings]))
+    assert all(isinstance(g, tf.IndexedSlices) for g in grads)
+    second_before = model.embeddings.variables[1].numpy().copy()
+    tf.function(trainer.train_step)((features, labels))
+    np.testing.assert_array_equal(model.embeddings.variables[1].numpy(), second_before)
+    whole = M.full_value(model.embeddings).numpy()
+    assert whole.shape == (1000, hp.embedding_size)
+    path = rt.export_saved_model(model, hp, str(tmp_path), version=1)
+    loaded = tf.saved_model.load(path)
+    np.testing.assert_allclose(loaded.deepfm.embeddings.numpy(), whole)
