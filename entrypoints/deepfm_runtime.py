@@ -120,19 +120,12 @@ def input_mode(env, channels):
 # ---- tuning knobs ----
 
 def set_thread_environment(hp, env):
-    """KMP_AFFINITY / OMP_NUM_THREADS / KMP_SETTINGS: call before TensorFlow is imported."""
-    values = {
-        "KMP_AFFINITY": hp.kmp_affinity,
-        "OMP_NUM_THREADS": str(hp.omp_num_threads or env.num_cpus),
-        "KMP_SETTINGS": "1" if hp.kmp_settings else "0",
-        "KMP_BLOCKTIME": os.environ.get("KMP_BLOCKTIME", "0"),
-    }
-    if hp.kmp_affinity:
-        os.environ["KMP_AFFINITY"] = hp.kmp_affinity
-    else:
-        values.pop("KMP_AFFINITY")
-    for key in ("OMP_NUM_THREADS", "KMP_SETTINGS", "KMP_BLOCKTIME"):
-        os.environ[key] = values[key]
+    """KMP_AFFINITY / OMP_NUM_THREADS / KMP_SETTINGS: call before TensorFlow is imported. -> what was set."""
+    values = {"OMP_NUM_THREADS": str(hp.omp_num_threads or env.num_cpus),
+              "KMP_SETTINGS": "1" if hp.kmp_settings else "0"}
+    if hp.kmp_affinity:  # empty: leave the OpenMP default
+        values["KMP_AFFINITY"] = hp.kmp_affinity
+    os.environ.update(values)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     return values
 
