@@ -65,4 +65,11 @@ if ! "$PY" -c "import horovod.tensorflow" >/dev/null 2>&1; then
   step "installing $wheel"
   "$PY" -m pip install -q --no-deps "$wheel"
 fi
+# 6. The SageMaker toolkits themselves, set aside (not on the venv's path: their pins would downgrade numpy
+#    and protobuf). The --local fidelity tests compare our container layout against their own functions.
+TOOLKITS=$VENV/sagemaker-toolkits
+if [ ! -d "$TOOLKITS/sagemaker_tensorflow_container" ]; then
+  step "installing the SageMaker training toolkits aside into $TOOLKITS (for the fidelity tests)"
+  "$PY" -m pip install -q --no-deps --upgrade --target "$TOOLKITS" sagemaker-training sagemaker-tensorflow-training
+fi
 step "ready: $VENV ($("$PY" -c 'import tensorflow as tf, horovod; print("TF", tf.__version__, "Horovod", horovod.__version__)' 2>/dev/null))"

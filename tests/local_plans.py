@@ -47,13 +47,15 @@ def toolkit_pythonpath() -> str | None:
 
     They are not dfm dependencies (their pins would downgrade numpy/protobuf in the venv); install them
     without dependencies anywhere (`pip install --no-deps --target DIR sagemaker-training
-    sagemaker-tensorflow-training`) and point DFM_SAGEMAKER_TOOLKIT at DIR to run the comparison tests.
+    sagemaker-tensorflow-training`) and point DFM_SAGEMAKER_TOOLKIT at DIR to run the comparison tests; scripts/setup.sh puts them
+    in .venv/sagemaker-toolkits, which is looked at too.
     """
     import importlib.util
 
-    configured = os.environ.get("DFM_SAGEMAKER_TOOLKIT")
-    if configured and (Path(configured) / "sagemaker_training").is_dir():
-        return configured
+    set_aside = Path(__file__).resolve().parents[1] / ".venv" / "sagemaker-toolkits"  # scripts/setup.sh
+    for candidate in (os.environ.get("DFM_SAGEMAKER_TOOLKIT"), set_aside):
+        if candidate and (Path(candidate) / "sagemaker_training").is_dir():
+            return str(candidate)
     spec = importlib.util.find_spec("sagemaker_training")
     if spec and spec.submodule_search_locations:
         return str(Path(list(spec.submodule_search_locations)[0]).parent)
