@@ -55,8 +55,8 @@ CHOICES = {
     "mixed_precision": ("auto", "true", "false"),
 }
 
-_TRUE = ("true", "1", "yes", "y", "on")
-_FALSE = ("false", "0", "no", "n", "off")
+TRUE_WORDS = ("true", "1", "yes", "y", "on")
+FALSE_WORDS = ("false", "0", "no", "n", "off")
 
 
 def parse_bool(text):
@@ -64,9 +64,9 @@ def parse_bool(text):
     if isinstance(text, bool):
         return text
     word = str(text).strip().strip("\"'").lower()
-    if word in _TRUE:
+    if word in TRUE_WORDS:
         return True
-    if word in _FALSE:
+    if word in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false/1/0/yes/no), got {text!r}")
 

@@ -1,15 +1,17 @@
 """What the launcher knows of the bundled entry points: names, channels, metric lines, argv rendering.
 
-The other side of this contract is `entrypoints/` (`deepfm_hparams.DEFAULTS`, `deepfm_runtime`); tests
-check that both sides agree. Nothing heavy is imported here.
+The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`,
+and tests check that the metric lines of `deepfm_runtime` match the regexes here. Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 
 
@@ -37,65 +39,23 @@ def training_channel_names(count: int) -> list[str]:
     return [TRAIN_CHANNEL] + [f"{TRAIN_CHANNEL}-{i}" for i in range(1, count)]
 
 
-def channel_env_var(channel: str) -> str:
-    return "SM_CHANNEL_" + channel.upper().replace("-", "_")
-
-
 def container_channel_dir(channel: str) -> str:
     return f"{CONTAINER_BASE_DIR}/input/data/{channel}"
 
 
-# Mirrors entrypoints/deepfm_hparams.py DEFAULTS (a test checks they agree). Types matter: the rules check
-# spec hyperparameters of bundled entry points against them.
-BUNDLED_HYPERPARAMETERS: dict[str, Any] = {
-    # model
-    "field_size": 39,
-    "feature_size": 117581,
-    "embedding_size": 8,
-    "deep_layers": [400, 400, 400],
-    "dropout": 0.0,
-    "batch_norm": False,
-    "l2_reg": 1e-5,
-    # training
-    "optimizer": "adagrad",
-    "learning_rate": 0.01,
-    "batch_size": 1024,
-    "epochs": 1,
-    "max_steps": 0,
-    "log_steps": 100,
-    "checkpoint_steps": 1000,
-    "eval_steps": 0,
-    "scale_lr": True,
-    # data
-    "data_format": "tfrecord",
-    "shuffle_buffer": 10000,
-    "prefetch": 2,
-    "cache": False,
-    "s3_shard": "auto",
-    # tuning
-    "intra_op_threads": 0,
-    "inter_op_threads": 0,
-    "kmp_affinity": "granularity=fine,compact,1,0",
-    "omp_num_threads": 0,
-    "kmp_settings": False,
-    "mixed_precision": "auto",
-    # outputs
-    "model_dir": "",
-    "checkpoint_dir": "",
-    "export": True,
-}
+@functools.cache
+def bundled_hparams() -> ModuleType:
+    """The bundled scripts' own `deepfm_hparams` module (DEFAULTS, CHOICES, TRUE_WORDS, FALSE_WORDS).
 
-# Hyperparameters whose value is one of a few words (booleans also accepted where listed with them).
-BUNDLED_CHOICES: dict[str, tuple[str, ...]] = {
-    "optimizer": ("adam", "adagrad", "ftrl", "sgd"),
-    "data_format": ("tfrecord", "libsvm"),
-    "s3_shard": ("auto", "true", "false"),
-    "mixed_precision": ("auto", "true", "false"),
-}
+    Read from the source dir itself rather than mirrored here, so the rules check spec hyperparameters
+    against exactly what the scripts will parse. It is pure Python (argparse, json): no TensorFlow.
+    """
+    path = Path(bundled_source_dir()) / "deepfm_hparams.py"
+    spec = importlib.util.spec_from_file_location("dfm_bundled_hparams", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-# The scripts' boolean parser accepts these (any case); `False` arrives as the string "False".
-TRUE_WORDS = ("true", "1", "yes")
-FALSE_WORDS = ("false", "0", "no")
 
 _FLOAT = r"([-+]?(?:[0-9]*\.)?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 # SageMaker scrapes these from the job's log; `--local` reads the same lines for its progress line.

@@ -113,8 +113,9 @@ def check_hyperparameter_limits(spec: Spec) -> list[Finding]:
 
 
 def _bundled_type_problem(name: str, value: object) -> str | None:
-    default = contract.BUNDLED_HYPERPARAMETERS[name]
-    choices = contract.BUNDLED_CHOICES.get(name)
+    hparams = contract.bundled_hparams()
+    default = hparams.DEFAULTS[name]
+    choices = hparams.CHOICES.get(name)
     if choices is not None:
         if isinstance(value, bool) and "true" in choices:
             return None
@@ -122,7 +123,7 @@ def _bundled_type_problem(name: str, value: object) -> str | None:
             return f"expected one of {', '.join(choices)}, got {value!r}"
         return None
     if isinstance(default, bool):
-        words = contract.TRUE_WORDS + contract.FALSE_WORDS
+        words = hparams.TRUE_WORDS + hparams.FALSE_WORDS
         if isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in words):
             return None
         return f"expected true or false, got {value!r}"
@@ -144,7 +145,7 @@ def check_bundled_hyperparameters(spec: Spec) -> list[Finding]:
     if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
         return []
     problems = []
-    known = contract.BUNDLED_HYPERPARAMETERS
+    known = contract.bundled_hparams().DEFAULTS
     for name, value in spec.hyperparameters.items():
         field = f"hyperparameters.{name}"
         if name not in known:

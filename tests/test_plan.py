@@ -188,10 +188,10 @@ def test_argv_parses_back_in_the_bundled_scripts():
     assert {k: parsed[k] for k in values} == expected
 
 
-def test_bundled_hyperparameters_mirror_the_entry_points():
-    hparams = entrypoint_module("deepfm_hparams")
-    assert contract.BUNDLED_HYPERPARAMETERS == hparams.DEFAULTS
-    assert contract.BUNDLED_CHOICES == hparams.CHOICES
+def test_rules_read_the_hyperparameters_of_the_shipped_scripts():
+    hparams = contract.bundled_hparams()
+    assert Path(hparams.__file__).parent == Path(contract.bundled_source_dir())
+    assert "embedding_size" in hparams.DEFAULTS and "optimizer" in hparams.CHOICES
     for script in (e.script for e in contract.BUNDLED_ENTRY_POINTS.values()):
         assert (REPO / "entrypoints" / script).is_file()
 

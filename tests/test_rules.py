@@ -130,7 +130,7 @@ def test_user_script_must_exist_next_to_the_spec(tmp_path):
 
 
 def test_every_bundled_default_passes_the_type_checks(tmp_path):
-    defaults = {k: v for k, v in contract.BUNDLED_HYPERPARAMETERS.items() if k != "model_dir"}
+    defaults = {k: v for k, v in contract.bundled_hparams().DEFAULTS.items() if k != "model_dir"}
     assert findings(tmp_path, {"hyperparameters": defaults}, rules.check_bundled_hyperparameters) == []
 
 
