@@ -221,7 +221,13 @@ def train_with_coordinator(hp, env, cluster):
     skip = step // len(cluster["worker"])  # resume: each worker skips its share of the steps done
 
     def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
-        return tf.strings.to_number(tf.strings.split(tf.strings.strip(tf.io.read_file(SHARD_FILE))), tf.int64)
+        # decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the
+        # content, and graph shape inference evaluates such small subgraphs while tracing, so the
+        # ReadFile ran on the chief, in its cwd where the file is absent (NOT_FOUND warnings). With
+        # decode_csv's static shape the file is read only on the worker that runs the function.
+        fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
+                                  [tf.constant(0, tf.int64)] * 3, field_delim=" ")
+        return tf.stack(fields)
 
     def dataset_fn():
         shard = read_worker_shard_file()
