@@ -105,6 +105,7 @@ def _fail(errors: list[str], warnings: list[str], output: str) -> None:
 @click.option("--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir).")
 @click.option("--channel", "channels", multiple=True, metavar="NAME=PATH", help="--local: read channel NAME from PATH.")
 @click.option("--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds.")
+@click.option("--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them).")
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
 def launch(
     spec_path: str,
@@ -116,6 +117,7 @@ def launch(
     run_dir: str | None,
     channels: tuple[str, ...],
     timeout: float | None,
+    verbose: bool,
     job_name: str | None,
 ) -> None:
     """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
@@ -126,8 +128,8 @@ def launch(
         raise DfmError("--dry-run and --local: choose one")
     if dry_run and wait:
         raise DfmError("--wait has nothing to wait for in a --dry-run")
-    if not local and (channels or run_dir or timeout):
-        raise DfmError("--channel, --run-dir and --timeout apply to --local runs")
+    if not local and (channels or run_dir or timeout or verbose):
+        raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
     spec, errors, warnings = _check(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)))
     if job_name is not None:
         errors += [f"{f.field}: {f.message}" for f in rules.check_job_name_override(job_name)]
@@ -141,7 +143,7 @@ def launch(
     if dry_run:
         _dry_run(plan, output)
     elif local:
-        _run_local(plan, output)
+        _run_local(plan, output, verbose)
     else:
         _submit(plan, wait, output)
 
@@ -168,11 +170,12 @@ def _dry_run(plan: Any, output: str) -> None:
         render_dry_run(document, plan)
 
 
-def _run_local(plan: Any, output: str) -> None:
+def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     from launcher.local import run_local
 
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, run_dir=plan.local.get("run_dir"), timeout_s=plan.local.get("timeout_s"), echo=echo)
+    code = run_local(plan, run_dir=plan.local.get("run_dir"), timeout_s=plan.local.get("timeout_s"), echo=echo,
+                     **({"verbose": True} if verbose else {}))
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
     raise SystemExit(code)

@@ -1,4 +1,5 @@
-"""The progress line and the end-of-run summary, read from the entry points' metric log lines.
+"""What a local run shows on the terminal: the processes' lines (less TensorFlow's INFO chatter), the
+progress line and the end-of-run summary, read from the entry points' metric log lines.
 
     [dfm] train step=<int> loss=<float> auc=<float> examples_per_sec=<float>
     [dfm] eval step=<int> loss=<float> auc=<float>
@@ -13,6 +14,40 @@ from dataclasses import dataclass, field
 _METRIC = re.compile(r"\[dfm\] (train|eval) (step=\d+.*)$")
 _PAIR = re.compile(r"(\w+)=(\S+)")
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+
+# The header of a TensorFlow C++ log record, group 1 or 2 the level: TF's own format
+# ("2026-11-21 21:20:07.390735: I tensorflow/core/util/port.cc:111] ...") or absl's (newer TF:
+# "I1121 21:20:07.390735   1234 port.cc:113] ...", "I0000 00:00:1732224007.390735 ..." before absl's init).
+_TF_RECORD = re.compile(r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])|([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+)"
+                        r" \S+:\d+\] ")
+# What the rest of a multi-line record looks like: blank or indented lines, protobuf text
+# (`name {`, `}`, `name: value`, as in the ps servers' SessionOptions dumps) and the second line of
+# the CPU-feature banner. Any other line ends the record (and is shown).
+_CONTINUATION = re.compile(r"^(?:|\s.*|\}|[A-Za-z_][\w.]*(?: \{|: .*)|To enable the following instructions:.*)$")
+
+
+class TerminalFilter:
+    """Which process lines reach the terminal: all but TensorFlow's INFO-level C++ log records (the
+    header line and its continuation lines). Warnings, errors and everything else are shown; the
+    per-process log files get every line regardless. `verbose` shows everything."""
+
+    def __init__(self, verbose: bool = False):
+        self.verbose = verbose
+        self.hidden = 0
+        self._in_info: dict[str, bool] = {}  # label -> inside an INFO record of that process
+
+    def shows(self, label: str, line: str) -> bool:
+        if self.verbose:
+            return True
+        record = _TF_RECORD.match(line)
+        if record:
+            self._in_info[label] = (record.group(1) or record.group(2)) == "I"
+        elif self._in_info.get(label) and not _CONTINUATION.match(line):
+            self._in_info[label] = False
+        if self._in_info.get(label):
+            self.hidden += 1
+            return False
+        return True
 
 
 def parse_metric_line(line: str) -> tuple[str, dict[str, float]] | None:

@@ -24,7 +24,7 @@ from launcher.local import channels as ch
 from launcher.local import cluster, mpi, netns
 from launcher.local.container import (HostTree, build_host_tree, channel_mode, container_env, host_argv,
                                       host_names, to_host_path)
-from launcher.local.progress import Progress, display_for
+from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.supervisor import Supervisor
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
@@ -43,8 +43,8 @@ class RunResult:
 
 
 def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
-              echo: Callable[[str], None] = print) -> int:
-    return LocalRun(plan, run_dir=run_dir, timeout_s=timeout_s, echo=echo).run().exit_code
+              echo: Callable[[str], None] = print, verbose: bool = False) -> int:
+    return LocalRun(plan, run_dir=run_dir, timeout_s=timeout_s, echo=echo, verbose=verbose).run().exit_code
 
 
 def _inherited_env() -> dict[str, str]:
@@ -64,10 +64,11 @@ def checkpoint_store(plan, root: Path) -> Path | None:
 
 
 class LocalRun:
-    def __init__(self, plan, *, run_dir=None, timeout_s=None, echo=print):
+    def __init__(self, plan, *, run_dir=None, timeout_s=None, echo=print, verbose=False):
         self.plan = plan
         self.echo = echo
         self.display = display_for(echo)
+        self.terminal = TerminalFilter(verbose)  # the log files get every line; the terminal less TF's INFO
         self.root = Path(run_dir or plan.local.get("run_dir") or DEFAULT_RUN_DIR).resolve()
         self.job_dir = self.root / plan.job_name
         self.timeout_s = timeout_s if timeout_s is not None else plan.local.get("timeout_s")
@@ -173,7 +174,8 @@ class LocalRun:
 
     # ---- supervision ----
     def _on_line(self, label: str, line: str) -> None:
-        self.display.line(f"[{label}] {line}")
+        if self.terminal.shows(label, line):
+            self.display.line(f"[{label}] {line}")
         self.progress.feed(label, line)
 
     def _install_signal_handlers(self):
@@ -269,6 +271,10 @@ class LocalRun:
         Path(mapped).mkdir(parents=True, exist_ok=True)
         return Path(mapped)
 
+    def _hidden_note(self) -> str:
+        hidden = self.terminal.hidden
+        return f" (all lines; {hidden} TensorFlow INFO lines were not shown here, --verbose shows them)" if hidden else ""
+
     def _report(self, code: int, reason: str, wall_s: float) -> None:
         sup = self.supervisor
         if code != 0:
@@ -288,7 +294,7 @@ class LocalRun:
                  f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
                  "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
                  f"  model: {self.trees[self.hosts[0]].model}" if self.trees else "",
-                 f"  logs: {self.job_dir / 'logs'}"]
+                 f"  logs: {self.job_dir / 'logs'}" + self._hidden_note()]
         lines += [f"  exported: {path}" for path in p.exported]
         for line in lines:
             if line:
