@@ -23,21 +23,25 @@ def mlp_flops_per_example(embedding_size: int, layers: list[int]) -> float:
 
 
 def _gemm_step(tf, batch: int, embedding_size: int, layers: list[int]):
+    """The MLP's matmuls in the order backpropagation runs them: forward x@W layer by layer, then per
+    layer from the top dW = x^T@dy and dy = dy@W^T. No bias, activation or loss: only the GEMMs."""
     dims = [FIELDS * embedding_size, *layers, 1]
     rng = np.random.default_rng(0)
-    weights = [tf.constant(rng.standard_normal((a, b), dtype=np.float32) * 0.05)
+    # 1/sqrt(fan-in) keeps values near 1 through the chain: no overflow and no slow denormals.
+    weights = [tf.constant(rng.standard_normal((a, b), dtype=np.float32) / np.sqrt(a))
                for a, b in zip(dims[:-1], dims[1:])]
-    inputs = [tf.constant(rng.standard_normal((batch, a), dtype=np.float32)) for a in dims[:-1]]
-    grads = [tf.constant(rng.standard_normal((batch, b), dtype=np.float32)) for b in dims[1:]]
+    inputs = tf.constant(rng.standard_normal((batch, dims[0]), dtype=np.float32))
 
     @tf.function
     def step():
-        out = []
-        for x, w, dy in zip(inputs, weights, grads):
-            out.append(tf.matmul(x, w))
-            out.append(tf.matmul(dy, w, transpose_b=True))
+        activations = [inputs]
+        for w in weights:
+            activations.append(tf.matmul(activations[-1], w))
+        dy, out = tf.ones_like(activations[-1]), []
+        for x, w in zip(reversed(activations[:-1]), reversed(weights)):
             out.append(tf.matmul(x, dy, transpose_a=True))
-        return out
+            dy = tf.matmul(dy, w, transpose_b=True)
+        return out + [dy]
 
     return step
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -153,7 +154,10 @@ def measure(quick: bool, context: dict) -> dict:
         })
     except ImportError as err:
         result["notes"].append(f"bundled pipeline not measured: {err}")
-    rates = {key: median(values) for key, values in alternate(contenders, repetitions).items()}
+    try:
+        rates = {key: median(values) for key, values in alternate(contenders, repetitions).items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
     training = context.get("training", {}).get("best_bundled_examples_per_s")
     need = training if training else float("nan")

@@ -78,8 +78,9 @@ def measure(quick: bool, context: dict) -> dict:
 
     result["notes"] += [
         "Ceiling model: seconds per example = MLP GEMM time + embedding time, each measured here on the model's "
-        "exact shapes. GEMM: for each layer X@W, dY@W^T and X^T@dY (backward ~ 2x forward, so 3x the forward "
-        "FLOPs: 2*(39k*400 + 400*400 + 400*400 + 400) per example forward). Embedding: gather of 39 rows of "
+        "exact shapes. GEMM: the MLP's matmuls chained as backpropagation runs them, forward X@W per layer, "
+        "then from the top X^T@dY and dY@W^T (backward ~ 2x forward, so 3x the forward FLOPs: "
+        "2*(39k*400 + 400*400 + 400*400 + 400) per example forward). Embedding: gather of 39 rows of "
         "the k-wide table and of the 1-wide first-order table, then a fused sparse Adagrad update "
         "(`ResourceSparseApplyAdagradV2`) of the same rows; bytes counted as 5 passes over 39*(k+1) floats. "
         "Left out: activations, bias and ReLU, the FM term, loss, metrics, deduplication of ids, and per-op "
