@@ -175,7 +175,7 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
 
     echo = click.echo if output == "text" else _echo_err
     code = run_local(plan, run_dir=plan.local.get("run_dir"), timeout_s=plan.local.get("timeout_s"), echo=echo,
-                     **({"verbose": True} if verbose else {}))
+                     verbose=verbose)
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
     raise SystemExit(code)

@@ -183,14 +183,14 @@ def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_pa
 
     calls = []
 
-    def record(plan, *, run_dir, timeout_s, echo):
-        calls.append((plan, run_dir, timeout_s))
+    def record(plan, *, run_dir, timeout_s, echo, verbose):
+        calls.append((plan, run_dir, timeout_s, verbose))
         return 3
 
     monkeypatch.setattr(launcher.local, "run_local", record)
     code, _, _ = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--local", "--channel", f"train={tmp_path}",
                      "--run-dir", tmp_path / "runs", "--timeout", "30", "--set", "instance.count=1")
     assert code == 3  # the local run's exit code
-    ((plan, run_dir, timeout_s),) = calls
-    assert run_dir == str(tmp_path / "runs") and timeout_s == 30 and plan.instance_count == 1
+    ((plan, run_dir, timeout_s, verbose),) = calls
+    assert run_dir == str(tmp_path / "runs") and timeout_s == 30 and plan.instance_count == 1 and not verbose
     assert {c.name: c.local_path for c in plan.channels}["train"] == str(tmp_path)
