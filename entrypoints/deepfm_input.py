@@ -95,20 +95,21 @@ def list_files(channel_dirs):
 
 
 def _file_records(files, cfg, num_shards, index):
-    """Shard the sorted file list when there are at least num_shards files, else the records."""
+    """Shard the sorted file list when there are at least num_shards files, else the records.
+
+    Which level shards is a tensor (under PS the file list is only known on the worker), so both levels
+    use the native Dataset.shard, the one not sharding with a pass-through (1, 0): a per-record filter
+    function here cost a 5x slower pipeline.
+    """
     num_shards = tf.cast(num_shards, tf.int64)
     index = tf.cast(index, tf.int64)
     by_file = tf.size(files, out_type=tf.int64) >= num_shards
-    names = tf.data.Dataset.from_tensor_slices(files).enumerate()
-    names = names.filter(lambda i, _: tf.logical_or(tf.logical_not(by_file), i % num_shards == index))
-    names = names.map(lambda _, name: name)
-    if cfg.data_format == "libsvm":
-        records = names.flat_map(tf.data.TextLineDataset)
-    else:
-        records = names.flat_map(tf.data.TFRecordDataset)
-    records = records.enumerate()
-    records = records.filter(lambda i, _: tf.logical_or(by_file, i % num_shards == index))
-    return records.map(lambda _, record: record)
+    one, zero = tf.constant(1, tf.int64), tf.constant(0, tf.int64)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    names = names.shard(tf.where(by_file, num_shards, one), tf.where(by_file, index, zero))
+    reader = tf.data.TextLineDataset if cfg.data_format == "libsvm" else tf.data.TFRecordDataset
+    records = names.flat_map(reader)
+    return records.shard(tf.where(by_file, one, num_shards), tf.where(by_file, zero, index))
 
 
 def _pipe_records(channels, cfg, num_shards, index):
