@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-fast demo bench bench-quick bench-deps validate clean
+.PHONY: setup test test-fast demo demo-horovod bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,16 @@ $(SAMPLE)/.done:
 demo: setup
 	@$(MAKE) --no-print-directory $(SAMPLE)/.done
 	$(DFM) launch configs/ps.yaml --local
+
+# configs/horovod.yaml's layout (channels train ... train-3, Pipe mode) scaled down to 2 ranks on one host.
+$(SAMPLE)/split/.done: $(SAMPLE)/.done
+	$(DFM) data split $(SAMPLE)/train --out $(SAMPLE)/split --hosts 2 --workers 4 --multi-path
+	@touch $@
+
+demo-horovod: setup
+	@$(MAKE) --no-print-directory $(SAMPLE)/split/.done
+	$(DFM) launch configs/horovod.yaml --local --set instance.count=1 \
+	    --set distribution.horovod.processes_per_host=2 --set hyperparameters.log_steps=10
 
 # DeepCTR is the reference DeepFM of the benchmark only: 0.9.3 is its last release that runs on TF 2.14's
 # own Keras; --no-deps keeps pip from replacing TensorFlow.
