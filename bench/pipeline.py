@@ -182,9 +182,8 @@ def measure(quick: bool, context: dict) -> dict:
     if bundled_file:
         result["notes"].append(
             f"The bundled File pipeline runs at {bundled_file / same_order:.2f}x of the same order without its "
-            "in-graph sharding (`shuffle 10000, batch then parse` row): the difference is `_file_records`' "
-            "record-level shard fallback, an `enumerate -> filter -> map` applied to every record even when "
-            "whole files are sharded (or there is one shard).")
+            "in-graph sharding (`shuffle 10000, batch then parse` row): what falls short of 1 is the cost of its "
+            "shard step (file-level, else record-level).")
     judged = [key for key in rates if "bundled" in key[1] and key[2] == "no"] or \
         [key for key in rates if key[1] == "batch then parse" and key[2] == "no"]
     slowest_key = min(judged, key=lambda key: rates[key])
