@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import gc
 import inspect
 import json
 import logging
@@ -51,8 +52,8 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 MAX_ATTEMPTS = 8  # in all, first try included: botocore "standard" retries throttling and transient errors, with backoff
 FILE_SYSTEM_TYPES = {"efs": "EFS", "fsx": "FSxLustre"}
-# The SDK reads defaults from /etc/xdg and ~/.config unless given a config; this one also opts out of
-# the telemetry request fit() would otherwise send.
+# The SDK config submit() gives the session just before fit(): it opts out of the telemetry request fit()
+# would otherwise send.
 SDK_CONFIG = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
 
 Echo = Callable[[str], None]
@@ -149,6 +150,7 @@ def console_url(job_name: str, region: str) -> str:
 # Plan -> estimator, inputs, request (the SageMaker SDK)
 
 
+@functools.lru_cache(maxsize=None)
 def _sdk():
     """Import the SDK quietly: its config logger writes INFO lines to stdout (breaking JSON output), its
     import warns about v2's deprecation and replaces sys.excepthook."""
@@ -165,6 +167,9 @@ def _sdk():
         import sagemaker.tensorflow
     finally:
         sys.excepthook = hook
+    # The SDK's modules (~250k objects) live as long as the process: keep them out of the later full
+    # collections, the ones at exit included, which would each walk them again (0.15-0.2 s apiece).
+    gc.freeze()
     return sagemaker
 
 
@@ -179,13 +184,26 @@ def _bucket_of(plan: Plan) -> str:
 def sagemaker_session(plan: Plan):
     """A SageMaker session that never calls STS (default bucket given) nor reads SDK config files."""
     sagemaker = _sdk()
-    session = sagemaker.Session(boto_session=boto_session(plan.region), default_bucket=_bucket_of(plan),
-                                sagemaker_config=SDK_CONFIG)
-    # The SDK re-validates a non-empty config with jsonschema on each of its ~20 lookups (seconds in
-    # all). SDK_CONFIG holds nothing but the telemetry opt-out, which only fit() reads: submit() puts it
-    # back just before calling fit().
-    session.sagemaker_config = {}
-    return session
+    # No SDK defaults: the SDK's own override variables pointed at an empty file. A config dict would do
+    # the same, but the SDK validates it against its JSON schema three times here and on each of its ~20
+    # later lookups (seconds in all). SDK_CONFIG holds nothing but the telemetry opt-out, which only fit()
+    # reads: submit() sets it just before calling fit().
+    with _environ(SAGEMAKER_ADMIN_CONFIG_OVERRIDE=os.devnull, SAGEMAKER_USER_CONFIG_OVERRIDE=os.devnull):
+        return sagemaker.Session(boto_session=boto_session(plan.region), default_bucket=_bucket_of(plan))
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _jsonable(mapping) -> dict:
@@ -212,10 +230,15 @@ def estimator_from_plan(plan: Plan, session):
     unknown = sorted(set(kwargs) - _estimator_parameters(estimator_class) - {"sagemaker_session"})
     if unknown:
         raise DfmError(f"estimator kwargs unknown to {ESTIMATOR_CLASS}: {', '.join(unknown)}", 2)
+    # The estimator makes one more client with boto3.client() (its TensorBoardApp): lend it our session,
+    # whose loader has the sagemaker API model parsed already, instead of a new default one.
+    default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
     try:
         return estimator_class(sagemaker_session=session, **kwargs)
     except (ValueError, TypeError) as err:
         raise DfmError(f"the SageMaker SDK refused the estimator: {_one_line(err)}", 2) from err
+    finally:
+        boto3.DEFAULT_SESSION = default_session
 
 
 def _channel_input(channel: Channel):

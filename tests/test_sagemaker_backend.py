@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import tarfile
 import time
@@ -76,6 +77,25 @@ def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_ne
     assert {"Key": "team", "Value": "ads"} in request["Tags"]
     assert request["Environment"] == {"DFM_LOG": "1"}
     assert request["RoleArn"] == plan.role and request["TrainingJobName"] == plan.job_name
+
+
+def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(sample_plan, no_aws_env, no_network, tmp_path,
+                                                                 monkeypatch):
+    """A user's SageMaker SDK defaults must not slip into the job; the env and boto3's default session,
+    lent to the SDK while it builds, come back as they were."""
+    user_config = tmp_path / "config.yaml"
+    user_config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n"
+                           "    Environment: {FROM_SDK_DEFAULTS: '1'}\n    EnableNetworkIsolation: true\n")
+    monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(user_config))
+    monkeypatch.delenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", raising=False)
+    default_session = boto3.DEFAULT_SESSION
+
+    request = sb.dry_run(sample_plan())["request"]
+
+    assert request["Environment"] == {"DFM_LOG": "1"} and "EnableNetworkIsolation" not in request
+    assert os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] == str(user_config)
+    assert "SAGEMAKER_ADMIN_CONFIG_OVERRIDE" not in os.environ
+    assert boto3.DEFAULT_SESSION is default_session
 
 
 def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no_network):
