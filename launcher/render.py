@@ -14,8 +14,16 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _table(*headers: str, show_header: bool = True) -> Table:
+    # Values wrap instead of being cut with an ellipsis: people check these URIs before paying.
+    table = Table(box=None, pad_edge=False, show_header=show_header)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table
+
+
 def _inputs_table(document: dict[str, Any], plan: Any) -> Table:
-    table = Table("channel", "source", "input mode", "distribution", "--local reads", box=None, pad_edge=False)
+    table = _table("channel", "source", "input mode", "distribution", "--local reads")
     for channel in plan.channels:
         source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
         mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
@@ -25,7 +33,7 @@ def _inputs_table(document: dict[str, Any], plan: Any) -> Table:
 
 
 def _kwargs_table(kwargs: dict[str, Any]) -> Table:
-    table = Table("kwarg", "value", box=None, pad_edge=False, show_header=False)
+    table = _table("kwarg", "value", show_header=False)
     for key in sorted(kwargs):
         if key not in ("hyperparameters", "metric_definitions"):
             table.add_row(key, _value(kwargs[key]))
@@ -47,7 +55,7 @@ def _cost_line(cost: dict[str, Any]) -> str:
 def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None = None) -> None:
     console = console or Console(highlight=False, soft_wrap=True)
     estimator = document["estimator"]
-    console.rule(f"dry run: {document['job_name']} (nothing was sent)")
+    console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
     console.print("\n[bold]Channels[/bold]")

@@ -194,3 +194,13 @@ def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_pa
     ((plan, run_dir, timeout_s, verbose),) = calls
     assert run_dir == str(tmp_path / "runs") and timeout_s == 30 and plan.instance_count == 1 and not verbose
     assert {c.name: c.local_path for c in plan.channels}["train"] == str(tmp_path)
+
+
+def test_text_dry_run_wraps_long_values_instead_of_cutting_them(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, _ = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--dry-run")
+    assert code == 0
+    assert "…" not in out
+    unwrapped = "".join(out.split())  # wrapped cells, rejoined
+    for uri in ("s3://dfm-example-bucket/deepfm/train/", "s3://dfm-example-bucket/deepfm/eval/"):
+        assert uri in unwrapped
