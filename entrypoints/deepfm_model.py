@@ -173,7 +173,8 @@ class SparseOptimizer(tf.Module):
         # Update only once every gradient exists: an apply that runs while a backward matmul still
         # holds the variable's value (the first MLP kernel, read again for the embeddings' gradient)
         # has to copy the whole variable before writing it.
-        with tf.control_dependencies(tf.nest.flatten(grads, expand_composites=True)):
+        ready = [t for t in tf.nest.flatten(grads, expand_composites=True) if t is not None]
+        with tf.control_dependencies(ready):
             self._apply(grads)
 
     def _apply(self, grads):
