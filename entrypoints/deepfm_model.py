@@ -170,14 +170,6 @@ class SparseOptimizer(tf.Module):
 
     def apply(self, grads):
         """grads: one per variable given to build() (None = no update)."""
-        # Update only once every gradient exists: an apply that runs while a backward matmul still
-        # holds the variable's value (the first MLP kernel, read again for the embeddings' gradient)
-        # has to copy the whole variable before writing it.
-        ready = [t for t in tf.nest.flatten(grads, expand_composites=True) if t is not None]
-        with tf.control_dependencies(ready):
-            self._apply(grads)
-
-    def _apply(self, grads):
         self.iterations.assign_add(1)
         lr = self.learning_rate.read_value()
         step = tf.cast(self.iterations, tf.float32)
