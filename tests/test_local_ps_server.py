@@ -28,9 +28,10 @@ def test_ps_server_serves_then_exits_when_the_master_goes_down():
         lines = []
         for line in proc.stdout:
             lines.append(line)
-            if "listening" in line:
+            if "is up" in line:  # the server has seen the master: only a master that was up can go down
                 break
         assert any("listening" in line for line in lines), lines
+        assert any("master" in line and "is up" in line for line in lines), lines
         host, port = ps_address.split(":")
         socket.create_connection((host, int(port)), timeout=5).close()  # the ps task really serves
         master.close()

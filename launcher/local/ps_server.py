@@ -29,6 +29,8 @@ def wait_until_master_is_done(master, launcher_pid, interval=0.5):
         up = port_open(master)
         if seen_up and not up:
             return "master is down"
+        if up and not seen_up:
+            print(f"ps server: master {master} is up", flush=True)
         seen_up = seen_up or up
         time.sleep(interval)
     return "launcher has gone"
