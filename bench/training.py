@@ -94,6 +94,13 @@ def measure(quick: bool, context: dict) -> dict:
         "`ceiling / DeepCTR` bounds the DeepCTR goal: where DeepCTR already runs within 1.5x of the ceiling "
         "(large batches, where the shared GEMMs dominate both steps), no implementation of the same model "
         "can be 1.5x faster than it on this machine.",
+        "What limits the bundled step at batch 512 (a tf.profiler trace of k16/b512, 2 threads, quiet machine, "
+        "2026-11-21; not regenerated): the MLP matmuls take most of the op time but gain only ~1.5x from the "
+        "second core; the `rest of step` is ~1.4 ms of small elementwise ops (bias, ReLU, FM term, loss), "
+        "~1.2 ms of gather + id dedup + sparse update, and ~0.3-0.6 ms of Python call overhead per compiled "
+        "step. Tried and slower: XLA (`jit_compile`; its CPU matmul ran 22% slower than oneDNN's here, and "
+        "`tf.unique` does not compile), one concatenated [feature_size, 1+k] table, a hand-written FM gradient. "
+        "Not tried yet: several steps per compiled call, gathering only the unique rows.",
         f"{repetitions} alternating repetitions of all four contenders (bundled, DeepCTR, GEMM kernel, embedding "
         "kernel) per configuration; the ceiling therefore sees the same machine load as the models.",
     ]
