@@ -36,6 +36,18 @@ def assert_no_survivors(pids):
     assert pids and not [pid for pid in pids if os_pid_alive(pid)]
 
 
+def start_in_background(tmp_path, plan, host):
+    """Run `plan` in a thread; once `host`'s stand-in has reported, return (run, thread, outcome, report)."""
+    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
+    thread.start()
+    report = tmp_path / "runs" / plan.job_name / "hosts" / host / "output" / "data" / f"report-{host}.json"
+    while not report.exists() and thread.is_alive():
+        time.sleep(0.2)
+    return run, thread, outcome, json.loads(report.read_text())
+
+
 def test_two_host_ps_job_gets_the_container_layout(tmp_path):
     lines = []
     plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "sleep", "sleep_s": 1})
@@ -75,14 +87,7 @@ def test_failing_script_stops_everything_and_names_the_process(tmp_path):
 
 def test_worker_killed_mid_run_fails_fast_with_no_orphans(tmp_path):
     plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "sleep", "sleep_s": 300, "spawn_child": True})
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
-    outcome = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
-    thread.start()
-    report = tmp_path / "runs" / plan.job_name / "hosts" / "algo-2" / "output" / "data" / "report-algo-2.json"
-    while not report.exists() and thread.is_alive():
-        time.sleep(0.2)
-    worker = json.loads(report.read_text())
+    _, thread, outcome, worker = start_in_background(tmp_path, plan, "algo-2")
     os.kill(worker["pid"], signal.SIGKILL)
     thread.join(timeout=120)
     result = outcome["result"]
@@ -215,14 +220,7 @@ def test_processes_run_in_a_loopback_only_network_namespace(tmp_path):
 
     plan = standin_plan(tmp_path, kind="none", hosts=1,
                         hyperparameters={"behave": "sleep", "sleep_s": 300, "listen": True})
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
-    outcome = {}
-    thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
-    thread.start()
-    report = tmp_path / "runs" / plan.job_name / "hosts" / "algo-1" / "output" / "data" / "report-algo-1.json"
-    while not report.exists() and thread.is_alive():
-        time.sleep(0.2)
-    seen = json.loads(report.read_text())
+    run, thread, outcome, seen = start_in_background(tmp_path, plan, "algo-1")
     try:
         assert seen["loopback_reachable"]  # inside, 127.0.0.1 works
         with pytest.raises(OSError):  # outside, the port bound on 0.0.0.0 does not exist
