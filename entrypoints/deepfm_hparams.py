@@ -9,6 +9,7 @@ environment variables must be set from these values before TensorFlow starts.
 import argparse
 import ast
 import json
+import sys
 
 DEFAULTS = {
     # model
@@ -164,3 +165,12 @@ def parse_hyperparameters(argv, prog="train"):
         if getattr(args, name) <= 0:
             raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
     return args
+
+
+def parse_or_exit(argv, prog):
+    """parse_hyperparameters, or exit 2 naming the bad flag, before TensorFlow starts (as argparse does)."""
+    try:
+        return parse_hyperparameters(argv, prog=prog)
+    except HyperparameterError as err:
+        print(f"{prog}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

@@ -23,7 +23,6 @@ import time
 
 import numpy as np
 
-import deepfm_input as di
 import deepfm_runtime as rt
 
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
@@ -56,12 +55,14 @@ def per_process_threads(hp, cpus, processes):
 
 
 def _input_config(hp, env, mode, rank):
+    import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
     return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
                                   os.path.join(env.pipe_state_dir, f"rank-{rank}"))
 
 
 def train_dataset(hp, env, where, skip_batches=0):
+    import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     channels = di.training_channels(env.channels, where.workers_per_host, where.local_rank)
     multi_path = di.is_multi_path(env.channels)
     mode = rt.input_mode(env, channels)
@@ -80,6 +81,7 @@ def train_dataset(hp, env, where, skip_batches=0):
 
 def eval_dataset(hp, env, where):
     """This worker's part of `eval`; None when it reads none (Pipe mode: rank 0 alone reads the FIFO)."""
+    import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     mode = env.input_mode(di.EVAL_CHANNEL)
     if mode.lower() == "pipe":
         if where.rank != 0:
@@ -148,6 +150,7 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None):
 
 def evaluate(hp, env, trainer, collectives, where, step, step_fn=None):
     """Every worker evaluates its shard; rank 0 logs the combined line. -> (loss, auc) or None."""
+    import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     import tensorflow as tf
 
     if di.EVAL_CHANNEL not in env.channels:

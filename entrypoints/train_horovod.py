@@ -52,11 +52,7 @@ class HorovodCollectives:
 
 
 def main(argv):
-    try:
-        hp = deepfm_hparams.parse_hyperparameters(argv, prog="train_horovod.py")
-    except deepfm_hparams.HyperparameterError as err:
-        print(f"train_horovod.py: {err}", file=sys.stderr)
-        return 2
+    hp = deepfm_hparams.parse_or_exit(argv, prog="train_horovod.py")
     env = rt.load_env()
     ranks_per_host = max(1, _launcher_size(os.environ) // env.num_hosts)
     hp = deepfm_sync.per_process_threads(hp, env.num_cpus, ranks_per_host)

@@ -69,11 +69,7 @@ class MirroredCollectives:
             var.assign(tf.reshape(tf.cast(part, var.dtype), var.shape))
 
 def main(argv):
-    try:
-        hp = deepfm_hparams.parse_hyperparameters(argv, prog="train_mirrored.py")
-    except deepfm_hparams.HyperparameterError as err:
-        print(f"train_mirrored.py: {err}", file=sys.stderr)
-        return 2
+    hp = deepfm_hparams.parse_or_exit(argv, prog="train_mirrored.py")
     env = rt.load_env()
     if "TF_CONFIG" not in os.environ and env.num_hosts > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config_from_hosts(env.hosts, env.current_host))

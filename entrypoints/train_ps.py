@@ -30,7 +30,7 @@ CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
 
 
 def main(argv):
-    hp = deepfm_hparams.parse_hyperparameters(argv, prog="train_ps.py")
+    hp = deepfm_hparams.parse_or_exit(argv, prog="train_ps.py")
     env = rt.load_env()
     rt.set_thread_environment(hp, env)
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
@@ -275,9 +275,8 @@ def train_with_coordinator(hp, env, cluster):
 if __name__ == "__main__":
     try:
         code = main(sys.argv[1:])
-    except deepfm_hparams.HyperparameterError as err:
-        print(f"train_ps.py: {err}", file=sys.stderr, flush=True)
-        code = 2
+    except SystemExit as done:  # a bad flag: parse_or_exit already said which
+        code = done.code
     except BaseException:  # noqa: B902  a failed chief must not hang on the coordinator's threads
         traceback.print_exc()
         code = 1
