@@ -57,16 +57,16 @@ def test_layout_matches_the_toolkits_own_functions(hosts):
     # the container's fixed ports become this run's loopback ports
     to_container = {**{a: f"{h}:2222" for h, a in layout.script.items()}, **{a: f"{h}:2223" for h, a in layout.ps.items()}}
 
-    def containerized(config):
-        cluster = {job: [to_container[a] for a in addrs] for job, addrs in config["cluster"].items()}
+    to_mwms_container = {a: f"{h}:8890" for h, a in layout.script.items()}  # MWMS uses port 8890 in the container
+
+    def containerized(config, ports=to_container):
+        cluster = {job: [ports[a] for a in addrs] for job, addrs in config["cluster"].items()}
         return {**config, "cluster": cluster}
 
     for host in hosts:
         assert containerized(ps_tf_config(layout, host)) == theirs[host]["script"]
         assert containerized(ps_tf_config(layout, host, ps_task=True)) == theirs[host]["ps"]
-        mwms = mwms_tf_config(layout, host)
-        mwms["cluster"]["worker"] = [f"{h}:8890" for h in hosts]  # MWMS uses port 8890 in the container
-        assert mwms == theirs[host]["mwms"]
+        assert containerized(mwms_tf_config(layout, host), to_mwms_container) == theirs[host]["mwms"]
 
 
 def test_mwms_layout_every_host_a_worker_in_host_order():
