@@ -133,7 +133,8 @@ def measure(quick: bool, context: dict) -> dict:
             verdict(result, f"{kind}: 1 vs 2 recorded", None, f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x)")
     result["notes"] += [
         "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
-        "`--set instance.count=1|2`; 2 hosts means a chief, a worker and two ps servers on the same 2 cores.",
+        "`--set instance.count=1|2`; 2 hosts means a chief, two workers (one of them the chief's own child "
+        "process) and two ps servers on the same 2 cores.",
         "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
         "--set distribution.horovod.processes_per_host=1|2`.",
         "CPU s: user + system time of every process of the run; a share of the cores far below 100% means "
