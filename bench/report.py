@@ -57,7 +57,7 @@ def render(info: dict, results: list[dict]) -> str:
             out += _table(table["headers"], table["rows"]) + [""]
         out += [f"- {note}" for note in result["notes"]]
 
-    out += ["", "## GPU: not measured (no GPU in this environment)", "",
-            "Placeholder: on a machine with a GPU this section should hold Horovod with mixed precision on "
-            "one GPU (examples/s, naming the GPU). None was available where this file was generated.", ""]
+    out += ["", "## GPU: not measured by `make bench` (it measures the CPU path)", "",
+            "`make bench` runs every item on CPU, whatever the machine. A GPU figure (Horovod with mixed "
+            "precision on one GPU: examples/s, naming the GPU) would have to be measured separately.", ""]
     return "\n".join(out)
