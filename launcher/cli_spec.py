@@ -135,7 +135,7 @@ def launch(
         errors += [f"{f.field}: {f.message}" for f in rules.check_job_name_override(job_name)]
     if errors:
         _fail(errors, warnings, output)
-    plan = build_plan(spec, job_name=job_name)
+    plan = build_plan(spec, job_name=job_name, warnings=warnings)
     if output == "text":
         for line in plan.warnings:
             _echo_err(f"warning: {line}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from launcher import catalog, contract
 
@@ -166,15 +166,13 @@ def _cost(spec: Any) -> dict[str, Any]:
     return cost
 
 
-def build_plan(spec: Any, *, job_name: str | None = None) -> Plan:
+def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str] = ()) -> Plan:
     """Turn a validated Spec into a Plan. `job_name` fixes the timestamped name (tests, resubmits).
 
     Pure apart from the clock (the default job name) and the path of the bundled source dir. Run the
-    rules first: build_plan assumes a spec they accept.
+    rules first: build_plan assumes a spec they accept, and stores the rendered warning lines the
+    caller got from them (`warnings`) rather than running the rules again.
     """
-    from launcher import rules
-
-    findings = rules.check(spec)
     job_name = job_name or f"{spec.name}-{job_timestamp()}"
     kind = spec.distribution_kind
     output_path = spec.output.rstrip("/")
@@ -290,7 +288,7 @@ def build_plan(spec: Any, *, job_name: str | None = None) -> Plan:
         output_path=output_path,
         checkpoint_s3_uri=checkpoint_s3_uri,
         metric_definitions=metric_definitions,
-        warnings=tuple(f.render(spec) for f in rules.warnings(findings)),
+        warnings=tuple(warnings),
         cost=_cost(spec),
         local=local,
         model_dir=model_dir,

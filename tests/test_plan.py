@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import catalog, contract
+from launcher import catalog, contract, rules
 from launcher.plan import build_plan, job_timestamp
 from launcher.spec import load_spec
 from spec_helpers import CONFIGS, REPO, write_spec
@@ -24,7 +24,9 @@ BUCKET = "s3://dfm-example-bucket/deepfm"  # the configs' default output when DF
 
 
 def config_plan(name: str, job_name: str = JOB, env: dict | None = None):
-    return build_plan(load_spec(REPO / "configs" / name, env=env or {}), job_name=job_name)
+    """The plan `dfm launch` builds: with the rendered warnings the rules find for the spec."""
+    spec = load_spec(REPO / "configs" / name, env=env or {})
+    return build_plan(spec, job_name=job_name, warnings=[f.render(spec) for f in rules.warnings(rules.check(spec))])
 
 
 def entrypoint_module(name: str):
