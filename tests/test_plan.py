@@ -51,7 +51,7 @@ def test_ps_plan():
     assert kw["checkpoint_s3_uri"] == plan.checkpoint_s3_uri == f"{BUCKET}/{JOB}/checkpoints"
     assert kw["checkpoint_local_path"] == "/opt/ml/checkpoints"
     assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
-    assert kw["metric_definitions"] == [dict(m) for m in contract.METRIC_DEFINITIONS]
+    assert {"train:loss", "train:auc", "eval:loss", "eval:auc"} <= {m["Name"] for m in kw["metric_definitions"]}  # bundled: scraped
     assert "model_dir" not in kw["hyperparameters"] and plan.hyperparameters["model_dir"] == kw["model_dir"]
     assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["epochs"] == 1  # base + child
     assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds", "image_uri"} & set(kw)
@@ -159,7 +159,6 @@ def test_request_for_each_config(config, no_aws_env, no_network):
             assert source["FileSystemDataSource"]["FileSystemAccessMode"] == channel.access_mode
     sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
-    assert contract.render_argv(sent) == list(plan.argv)  # what the container toolkit renders
     resources = request["ResourceConfig"]
     assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
     assert request.get("CheckpointConfig", {}).get("S3Uri") == plan.checkpoint_s3_uri
