@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from bench import ceiling as ceiling_model
-from bench.common import add_table, alternate, fmt, median, section, verdict
+from bench.common import add_table, alternate, fmt, median, section, verdict, versions
 from bench.contenders import bundled, deepctr, synthetic
 
 LAYERS = [400, 400, 400]
@@ -14,8 +14,7 @@ CEILING_GOAL = 0.80
 DEEPCTR_GOAL = 1.5
 
 
-def _configs(quick: bool):
-    return [(k, b) for k in (8, 16) for b in (512, 4096)]
+CONFIGS = [(k, b) for k in (8, 16) for b in (512, 4096)]  # (embedding size, batch), quick or not
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -29,7 +28,7 @@ def measure(quick: bool, context: dict) -> dict:
     data = synthetic(4096 * (4 if quick else 8), FEATURE_SIZE)
     rows, detail_rows, per_config = [], [], {}
     deepctr_error = None
-    for k, batch in _configs(quick):
+    for k, batch in CONFIGS:
         steps = max(4, examples_per_window // batch)
         contenders = {"bundled": bundled(data, batch, k, steps)}
         try:
@@ -87,20 +86,21 @@ def measure(quick: bool, context: dict) -> dict:
         "dispatch: the `rest of step` column is what those cost in the bundled step.",
         "Bundled: `entrypoints/deepfm_model.py` `build_trainer` + `Trainer.train_step` in one `tf.function` "
         "that also pulls the batch, with its streaming loss/AUC metrics (DeepCTR is compiled without metrics).",
-        "DeepCTR 0.9.3 (`deepctr.models.DeepFM`, the last release that runs on TF 2.14's bundled Keras) with "
+        f"DeepCTR {versions(('deepctr',))['deepctr']} (`deepctr.models.DeepFM`; 0.9.3 is the last release "
+        "that runs on TF 2.14's bundled Keras) with "
         "39 `SparseFeat` fields whose vocabularies are the fields' id ranges (same total rows), values ignored "
         "(it has no per-field value scaling), l2_reg_embedding 1e-5, Adagrad 0.01, stepped through "
         "`model.make_train_function()` exactly as `fit` steps it.",
         "`ceiling / DeepCTR` bounds the DeepCTR goal: where DeepCTR already runs within 1.5x of the ceiling "
         "(large batches, where the shared GEMMs dominate both steps), no implementation of the same model "
         "can be 1.5x faster than it on this machine.",
-        "What limits the bundled step at batch 512 (a tf.profiler trace of k16/b512, 2 threads, quiet machine, "
-        "2026-11-21; not regenerated): the MLP matmuls take most of the op time but gain only ~1.5x from the "
-        "second core; the `rest of step` is ~1.4 ms of small elementwise ops (bias, ReLU, FM term, loss), "
-        "~1.2 ms of gather + id dedup + sparse update, and ~0.3-0.6 ms of Python call overhead per compiled "
-        "step. Tried and slower: XLA (`jit_compile`; its CPU matmul ran 22% slower than oneDNN's here, and "
-        "`tf.unique` does not compile), one concatenated [feature_size, 1+k] table, a hand-written FM gradient. "
-        "Not tried yet: several steps per compiled call, gathering only the unique rows.",
+        "Finding of a one-off tf.profiler trace (k16/b512, 2 threads; not part of `make bench`, not "
+        "regenerated): at batch 512 the MLP matmuls take most of the op time but scale poorly to the second "
+        "core; the `rest of step` is small elementwise ops (bias, ReLU, FM term, loss), the gather + id dedup "
+        "+ sparse update, and Python call overhead per compiled step. Tried and slower: XLA (`jit_compile`; "
+        "its CPU matmul was slower than oneDNN's, and `tf.unique` does not compile), one concatenated "
+        "[feature_size, 1+k] table, a hand-written FM gradient. Not tried yet: several steps per compiled "
+        "call, gathering only the unique rows.",
         f"{repetitions} alternating repetitions of all four contenders (bundled, DeepCTR, GEMM kernel, embedding "
         "kernel) per configuration; the ceiling therefore sees the same machine load as the models.",
     ]
