@@ -78,8 +78,7 @@ def logs(job_name: str, follow: bool, poll_seconds: float, region: str | None, o
     final = backend.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
                                 as_json=output == "json")
     if follow:
-        backend.raise_for_outcome(backend.describe(job_name, region) if final in ("Failed", "Stopped")
-                                  else {"job_name": job_name, "status": final})
+        backend.raise_for_final_status(job_name, region, final)
 
 
 @click.command()

@@ -331,9 +331,7 @@ def submit(plan: Plan, *, wait: bool, echo: Echo = print) -> str:
     echo(f"submitted {job_name}")
     echo(console_url(job_name, plan.region))
     if wait:
-        status = stream_logs(job_name, plan.region, follow=True, echo=echo)
-        raise_for_outcome(describe(job_name, plan.region) if status in TERMINAL_STATUSES else
-                          {"job_name": job_name, "status": status})
+        raise_for_final_status(job_name, plan.region, stream_logs(job_name, plan.region, follow=True, echo=echo))
     return job_name
 
 
@@ -379,6 +377,13 @@ def raise_for_outcome(summary: dict) -> None:
     if summary["status"] in ("Failed", "Stopped"):
         reason = f": {_one_line(summary['failure_reason'])}" if summary.get("failure_reason") else ""
         raise DfmError(f"job {summary['job_name']} {summary['status']}{reason}", 1)
+
+
+def raise_for_final_status(job_name: str, region: str | None, status: str) -> None:
+    """After following a job's logs to `status`: exit 1 if it failed or stopped, with the failure reason
+    from a describe (made only then)."""
+    failed = status in ("Failed", "Stopped")
+    raise_for_outcome(describe(job_name, region) if failed else {"job_name": job_name, "status": status})
 
 
 def _host_of(stream_name: str) -> str:
