@@ -230,3 +230,16 @@ def test_processes_run_in_a_loopback_only_network_namespace(tmp_path):
         thread.join(timeout=60)
     assert outcome["result"].isolated and outcome["result"].exit_code == 1
     assert_no_survivors(outcome["result"].pids)
+
+
+def test_checkpoint_path_outside_opt_ml_fails_before_anything_starts(tmp_path):
+    from dataclasses import replace
+
+    from launcher.errors import DfmError
+
+    plan = replace(standin_plan(tmp_path, hosts=2, checkpoint_s3_uri="s3://bucket/ckpt/"),
+                   checkpoint_local_path="/tmp/elsewhere")
+    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=30, echo=lambda line: None)
+    with pytest.raises(DfmError, match="checkpoint_local_path"):
+        run.run()
+    assert run.supervisor is None  # failed in prepare(), before any process started

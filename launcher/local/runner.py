@@ -81,6 +81,7 @@ class LocalRun:
         self._stop_reason: str | None = None
         self.master_label = "mpirun"  # the process whose end the other hosts wait for
         self.culprit = None  # the child whose exit failed the run
+        self.checkpoint_dirs: dict[str, Path] = {}  # host -> folder synced with the checkpoint store (if any)
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -95,8 +96,10 @@ class LocalRun:
         for index, host in enumerate(self.hosts):
             tree = build_host_tree(self.plan, self.job_dir / "hosts" / host, host)
             self.trees[host] = tree
-            if store is not None and store.is_dir():
-                shutil.copytree(store, self._checkpoint_dir(tree), dirs_exist_ok=True)
+            if store is not None:  # resolved now, so a checkpoint_local_path --local cannot emulate fails up front
+                self.checkpoint_dirs[host] = self._checkpoint_dir(tree)
+                if store.is_dir():
+                    shutil.copytree(store, self.checkpoint_dirs[host], dirs_exist_ok=True)
             for channel in self.plan.channels:
                 if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
                     tree.channel_dir(channel.name).symlink_to(ch.channel_source(channel), target_is_directory=True)
@@ -257,14 +260,13 @@ class LocalRun:
         store = checkpoint_store(self.plan, self.root)
         if store is None:
             return
-        for tree in self.trees.values():
-            folder = self._checkpoint_dir(tree)
+        for folder in self.checkpoint_dirs.values():
             if folder.is_dir() and any(folder.iterdir()):
                 shutil.copytree(folder, store, dirs_exist_ok=True)
 
     def _checkpoint_dir(self, tree: HostTree) -> Path:
         """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by default)."""
-        local_path = getattr(self.plan, "checkpoint_local_path", None) or "/opt/ml/checkpoints"
+        local_path = self.plan.checkpoint_local_path or "/opt/ml/checkpoints"
         mapped = to_host_path(local_path, tree)
         if mapped == local_path:
             raise DfmError(f"--local can only emulate checkpoint_local_path under /opt/ml, not {local_path}")
