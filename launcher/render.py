@@ -22,7 +22,7 @@ def _table(*headers: str, show_header: bool = True) -> Table:
     return table
 
 
-def _inputs_table(document: dict[str, Any], plan: Any) -> Table:
+def _inputs_table(plan: Any) -> Table:
     table = _table("channel", "source", "input mode", "distribution", "--local reads")
     for channel in plan.channels:
         source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
@@ -59,7 +59,7 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
     console.print("\n[bold]Channels[/bold]")
-    console.print(_inputs_table(document, plan))
+    console.print(_inputs_table(plan))
     console.print("\n[bold]Script argv[/bold]")
     console.print(shlex.join(["python", plan.entry_point, *document["argv"]]), markup=False)
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
