@@ -1,7 +1,8 @@
 """Commands that read specs: validate, schema, launch (dry run / submit / --local).
 
-Only the spec loader, the rules and the plan are imported at module level; the SageMaker backend and
-the local runner are imported inside `launch`, once the spec is known to be valid.
+Only click and the error type are imported at module level: the spec loader, the rules and the plan are
+imported inside the commands that use them, and the SageMaker backend and the local runner only once
+the spec is known to be valid.
 """
 
 from __future__ import annotations
