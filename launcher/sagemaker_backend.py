@@ -174,10 +174,9 @@ def _sdk():
 
 
 def _bucket_of(plan: Plan) -> str:
-    kwargs = plan.estimator_kwargs
-    for uri in (kwargs.get("output_path"), plan.output_path, kwargs.get("code_location")):
-        if uri and str(uri).startswith("s3://"):
-            return urlparse(str(uri)).netloc
+    """The session's default bucket: the job's output bucket (build_plan also uploads the code there)."""
+    if plan.output_path and str(plan.output_path).startswith("s3://"):
+        return urlparse(str(plan.output_path)).netloc
     raise DfmError("the plan has no s3:// output location: set `output` in the spec", 2)
 
 
