@@ -163,11 +163,12 @@ class LocalRun:
     def _start_mpi(self, sup: Supervisor) -> None:
         plan = self.plan
         per_host = plan.distribution.processes_per_host
-        master_env = self._script_env(self.trees[self.hosts[0]])
-        rank_hosts = mpi.write_rank_hosts(
-            self.job_dir / "rank_hosts.json", per_host,
-            [(container_env(plan, self.trees[h], current_host=self.hosts[0]), self.trees[h]) for h in self.hosts])
-        exported = sorted(k for k in container_env(plan, self.trees[self.hosts[0]]) if k in master_env)
+        # the first host's toolkit exports its environment to every rank, each host's /opt/ml paths its own
+        envs = {h: container_env(plan, self.trees[h], current_host=self.hosts[0]) for h in self.hosts}
+        master_env = {**_inherited_env(), **envs[self.hosts[0]]}
+        rank_hosts = mpi.write_rank_hosts(self.job_dir / "rank_hosts.json", per_host,
+                                          [(envs[h], self.trees[h]) for h in self.hosts])
+        exported = sorted(envs[self.hosts[0]])
         cmd = mpi.launcher_command(ranks=per_host * len(self.hosts), rank_hosts=rank_hosts,
                                    program=mpi.script_command(plan.entry_point, list(plan.argv)),
                                    exported=exported + ["PYTHONUNBUFFERED"],
