@@ -116,8 +116,7 @@ class LocalRun:
     def _check_argv(self) -> None:
         from launcher.contract import render_argv
 
-        user_hps = {k: v for k, v in self.plan.hyperparameters.items() if not k.startswith("sagemaker_")}
-        expected = render_argv(user_hps)
+        expected = render_argv(self.plan.hyperparameters)  # drops sagemaker_* as the toolkit does
         if list(self.plan.argv) != expected:
             self.echo(f"[dfm local] warning: the plan's argv differs from what the container renders from its "
                       f"hyperparameters ({expected}); running the plan's argv")
