@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-TRAIN_CHANNEL = "train"
 EVAL_CHANNEL = "eval"
 _TRAIN_INDEX = re.compile(r"^train(?:-(\d+))?$")
 

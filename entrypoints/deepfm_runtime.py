@@ -44,16 +44,9 @@ class ContainerEnv:
     hosts: list
     current_host: str
     channels: list
-    channel_dirs: dict
     model_dir: str
-    output_data_dir: str
     num_cpus: int
-    num_gpus: int
     input_data_config: dict = field(default_factory=dict)
-
-    @property
-    def host_index(self):
-        return self.hosts.index(self.current_host)
 
     @property
     def num_hosts(self):
@@ -92,15 +85,10 @@ def load_env(environ=None):
     hosts = json.loads(env.get("SM_HOSTS", '["algo-1"]'))
     current = env.get("SM_CURRENT_HOST", hosts[0])
     channels = json.loads(env["SM_CHANNELS"]) if "SM_CHANNELS" in env else sorted(input_config)
-    data_dir = os.path.join(base, "input", "data")
-    channel_dirs = {c: env.get(f"SM_CHANNEL_{c.upper().replace('-', '_')}", os.path.join(data_dir, c))
-                    for c in channels}
     return ContainerEnv(
         base_dir=base, hosts=hosts, current_host=current, channels=sorted(channels),
-        channel_dirs=channel_dirs, model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
-        output_data_dir=env.get("SM_OUTPUT_DATA_DIR", os.path.join(base, "output", "data")),
-        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1),
-        num_gpus=int(env.get("SM_NUM_GPUS") or 0), input_data_config=input_config)
+        model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
+        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1), input_data_config=input_config)
 
 
 def resolve_s3_shard(hp, env, channels):

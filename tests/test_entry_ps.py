@@ -240,7 +240,7 @@ def test_container_env_is_read_from_sm_variables_and_inputdataconfig(tmp_path, m
     env = es.make_container(tmp_path, ["train", "train-1", "eval"], hosts=["algo-1", "algo-2"],
                             current_host="algo-2", input_mode="Pipe", s3_sharded=("train", "train-1"))
     container = rt.load_env(env)
-    assert (container.host_index, container.num_hosts, container.num_cpus) == (1, 2, 2)
+    assert (container.current_host, container.num_hosts, container.num_cpus) == ("algo-2", 2, 2)
     assert container.channels == ["eval", "train", "train-1"]
     assert container.input_mode("train-1") == "Pipe" and container.s3_sharded("train")
     assert not container.s3_sharded("eval")
