@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
+
+import psutil
 
 from launcher.contract import render_argv
 from launcher.plan import Channel, Distribution, Plan
@@ -40,6 +43,21 @@ def standin_plan(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File
                 channels=channels, hyperparameters=hps, argv=tuple(render_argv(hps)),
                 environment={"DFM_FROM_PLAN": "yes"}, estimator_kwargs={}, checkpoint_s3_uri=checkpoint_s3_uri,
                 local=local or {})
+
+
+def assert_no_survivors(pids) -> None:
+    """None of a run's recorded processes is still running (zombies count as gone), after a moment to settle."""
+    time.sleep(0.3)
+    assert pids, "no process of the run was seen"
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    survivors = [pid for pid in pids if alive(pid)]
+    assert not survivors, f"processes of the run still running: {survivors}"
 
 
 def toolkit_pythonpath() -> str | None:

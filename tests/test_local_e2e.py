@@ -17,8 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
-from launcher.local.supervisor import os_pid_alive
+from local_plans import assert_no_survivors
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -100,12 +99,6 @@ class WatchedRun:
         return job
 
 
-def assert_no_orphans(run: WatchedRun) -> None:
-    time.sleep(0.3)
-    assert run.pids, "no process of the run was seen"
-    assert not [pid for pid in run.pids if os_pid_alive(pid)]
-
-
 def test_two_host_parameter_server_job(tmp_path, sample):
     spec = write_spec(tmp_path, name="e2e-ps", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
@@ -121,7 +114,7 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     assert "[algo-1/master] [dfm] eval step=" in run.output and "final eval:" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
     assert "master is down" in (job / "logs" / "algo-2-ps.log").read_text()
-    assert_no_orphans(run)
+    assert_no_survivors(run.pids)
 
 
 def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
@@ -134,7 +127,7 @@ def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
     assert {p.name for p in (job / "logs").iterdir()} == {"algo-1-worker.log", "algo-2-worker.log"}
     assert "[algo-1/worker] [dfm] eval step=" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert_no_orphans(run)
+    assert_no_survivors(run.pids)
 
 
 @pytest.mark.horovod
@@ -156,7 +149,7 @@ def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample)
     assert not list((job / "hosts" / "algo-1" / "input" / "data").iterdir())
     assert "[algo-1/rank0] [dfm] eval step=" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert_no_orphans(run)
+    assert_no_survivors(run.pids)
 
 
 def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
@@ -184,7 +177,7 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
     assert killed
     assert "FAILED: algo-2/worker exited with code -9" in run.output
     assert "last lines of algo-2/worker" in run.output
-    assert_no_orphans(run)
+    assert_no_survivors(run.pids)
 
 
 def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
@@ -202,5 +195,5 @@ def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
     assert "starting at step 0" in first.output
     second = launch(20)
     assert "continuing at step 10" in second.output
-    assert_no_orphans(first)
-    assert_no_orphans(second)
+    assert_no_survivors(first.pids)
+    assert_no_survivors(second.pids)

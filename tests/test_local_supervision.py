@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from local_plans import standin_plan
+from local_plans import assert_no_survivors, standin_plan
 
 from launcher.local import netns
 from launcher.local.runner import LocalRun
-from launcher.local.supervisor import os_pid_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -31,11 +30,6 @@ def reports(result_dir: Path) -> dict:
     return found
 
 
-def assert_no_survivors(pids):
-    time.sleep(0.2)
-    assert pids and not [pid for pid in pids if os_pid_alive(pid)]
-
-
 def start_in_background(tmp_path, plan, host):
     """Run `plan` in a thread; once `host`'s stand-in has reported, return (run, thread, outcome, report)."""
     run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
@@ -45,6 +39,7 @@ def start_in_background(tmp_path, plan, host):
     report = tmp_path / "runs" / plan.job_name / "hosts" / host / "output" / "data" / f"report-{host}.json"
     while not report.exists() and thread.is_alive():
         time.sleep(0.2)
+    assert report.exists(), f"the run ended before {host} reported: {outcome.get('result')}"
     return run, thread, outcome, json.loads(report.read_text())
 
 
