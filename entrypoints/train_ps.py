@@ -215,9 +215,8 @@ def train_with_coordinator(hp, env, cluster):
                                  io_device="/job:chief/replica:0/task:0/device:CPU:0")
     step = keeper.restore_latest()
 
-    channels = deepfm_input.training_channels(env.channels, 1, 0)
-    cfg = deepfm_input.config_from_hparams(hp, rt.input_mode(env, channels), "input/data", env.config_dir,
-                                           "pipe_state")
+    channels, mode = training_input(hp, env, 1, 0)[:2]  # each worker's shard comes from its SHARD_FILE
+    cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
     skip = step // len(cluster["worker"])  # resume: each worker skips its share of the steps done
 
     def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
