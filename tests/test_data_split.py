@@ -7,7 +7,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.data import synth
-from launcher.data.split import Layout
+from launcher.data.split import Layout, split
 from launcher.data.tfrecord import iter_raw_records
 
 
@@ -72,3 +72,11 @@ def test_layout_paths_round_robin_over_channels(tmp_path):
     assert len(Layout(hosts=2, workers=3, files_per_worker=2).paths(tmp_path)) == 12
     with pytest.raises(ValueError, match="only applies with multi-path"):
         Layout(hosts=1, workers=1, channels=2)
+
+
+def test_progress_counts_every_input_record(records, tmp_path):
+    source, originals = records
+    reported = []
+    report = split(sorted(source.iterdir()), tmp_path / "out", Layout(hosts=2, workers=2), on_records=reported.append)
+    assert (report.total, report.dropped) == (103, 3)
+    assert sum(reported) == len(originals)  # written and dropped: a bar over the total ends full

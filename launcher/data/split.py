@@ -103,14 +103,17 @@ def split(inputs: list[Path], out_dir: Path, layout: Layout, total: int | None =
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
     writers = [tf.io.TFRecordWriter(str(path)) for path in paths]
+    written = 0
     try:
         for index, record in enumerate(iter_raw_records(inputs)):
             if index == keep:
                 break
             writers[index % len(writers)].write(record)
-            if index % 4096 == 4095:
+            written += 1
+            if written % 4096 == 0:
                 on_records(4096)
     finally:
         for writer in writers:
             writer.close()
+    on_records(written % 4096 + total - keep)  # the last partial chunk and the dropped records: the bar ends at total
     return SplitReport(paths, per_file, total - keep, total)
