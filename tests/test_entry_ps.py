@@ -3,6 +3,7 @@ servers started the way the toolkit does), resume after a kill, Pipe mode throug
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -171,7 +172,8 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     first = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "first.log")
     try:
         deadline = time.monotonic() + 180
-        while not list((tmp_path / "checkpoints").glob("ckpt-*.index")) and time.monotonic() < deadline:
+        state = tmp_path / "checkpoints" / "checkpoint"  # what a restore follows, written after each ckpt
+        while not state.exists() and time.monotonic() < deadline:
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
             time.sleep(0.2)
         time.sleep(0.5)  # let the checkpoint state file land, then kill mid-run as a spot reclaim would
@@ -179,7 +181,9 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
         first.wait(timeout=30)
     finally:
         stop_all([first])
-    killed_at = max(int(p.name.split("-")[1].split(".")[0]) for p in (tmp_path / "checkpoints").glob("ckpt-*.index"))
+    # The last checkpoint the job recorded (a newer ckpt-*.index may exist whose state was not yet written).
+    latest = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state.read_text(), re.M)
+    killed_at = int(latest.group(1))
     assert first.returncode == -signal.SIGKILL and killed_at < 800
     second = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "second.log")
     assert second.wait(timeout=240) == 0, (tmp_path / "second.log").read_text()[-3000:]
