@@ -6,14 +6,9 @@ cd "$(dirname "$0")/.."
 
 VENV=.venv
 PY=$VENV/bin/python
-TF_VERSION=2.14.1
-HOROVOD_VERSION=0.28.1
-# Horovod compiles against the installed TensorFlow: cache the wheel per TF version.
-WHEELS="${DFM_WHEEL_CACHE:-$HOME/.cache/dfm/wheels}/tf-$TF_VERSION"
-mkdir -p "$WHEELS"
 step() { printf '[setup] %s\n' "$*"; }
 
-# 1. MPI for Horovod (the SageMaker container launches Horovod through mpirun).
+# 1. MPI for Horovod (the SageMaker container launches Horovod through mpirun; the TF 2.12 runtime builds against it).
 if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     step "installing Open MPI (Debian packages)"
@@ -24,7 +19,7 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; t
   fi
 fi
 
-# 2. The virtual environment, on Python 3.11 where available (the reference for TF 2.14.1).
+# 2. The project's virtual environment: the launcher, and the TF 2.14.1 runtime (the TF 2.13/2.14 images) on Python 3.11.
 if [ ! -x "$PY" ]; then
   PYTHON=$(command -v python3.11 || command -v python3)
   step "creating $VENV with $PYTHON"
@@ -51,25 +46,14 @@ if ! "$PY" -c "import sagemaker_tensorflow" >/dev/null 2>&1; then
   echo "$(cd "$SMTF_DIR" && pwd)" > "$site/sagemaker_tensorflow_cp310.pth"
 fi
 
-# 5. Horovod built against this TensorFlow, from the cached wheel when there is one (4-9 min otherwise).
-if ! "$PY" -c "import horovod.tensorflow" >/dev/null 2>&1; then
-  wheel=$(ls "$WHEELS"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n 1 || true)
-  if [ -z "$wheel" ]; then
-    step "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (several minutes, once)"
-    with_mpi=0; command -v mpicxx >/dev/null 2>&1 && with_mpi=1
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=$with_mpi \
-    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j"$(nproc)" \
-      "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$WHEELS" "horovod==$HOROVOD_VERSION"
-    wheel=$(ls "$WHEELS"/horovod-$HOROVOD_VERSION-*.whl | head -n 1)
-  fi
-  step "installing $wheel"
-  "$PY" -m pip install -q --no-deps "$wheel"
-fi
-# 6. The SageMaker toolkits themselves, set aside (not on the venv's path: their pins would downgrade numpy
+# 5. The SageMaker toolkits themselves, set aside (not on the venv's path: their pins would downgrade numpy
 #    and protobuf). The --local fidelity tests compare our container layout against their own functions.
 TOOLKITS=$VENV/sagemaker-toolkits
 if [ ! -d "$TOOLKITS/sagemaker_tensorflow_container" ]; then
   step "installing the SageMaker training toolkits aside into $TOOLKITS (for the fidelity tests)"
   "$PY" -m pip install -q --no-deps --upgrade --target "$TOOLKITS" sagemaker-training sagemaker-tensorflow-training
 fi
-step "ready: $VENV ($("$PY" -c 'import tensorflow as tf, horovod; print("TF", tf.__version__, "Horovod", horovod.__version__)' 2>/dev/null))"
+# 6. The runtimes of the other image families (TF 2.12 + Horovod 0.27 on Python 3.10; TF 2.21 on Python 3.12):
+#    the version matrix of `make test` and `dfm launch --local` for specs naming those images use them.
+for runtime in tf-2.12 tf-2.21; do bash scripts/runtime.sh "$runtime"; done
+step "ready: $VENV ($("$PY" -c 'import tensorflow as tf; print("TF", tf.__version__)' 2>/dev/null))"
