@@ -1,9 +1,7 @@
-"""A small catalogue: SageMaker training instances (size, price) and the TensorFlow images SDK v2 knows.
+"""A small catalogue of SageMaker training instances (size, price); the TensorFlow images are in `images`.
 
 Prices are approximate on-demand SageMaker *training* list prices in us-east-1 (USD per instance-hour);
 other regions differ by up to ~30%. They feed the dry run's cost estimate, never a bill.
-Framework versions mirror sagemaker 2.257's `image_uri_config/tensorflow.json` (training scope);
-tests check them against the installed SDK.
 """
 
 from __future__ import annotations
@@ -45,41 +43,6 @@ INSTANCES: dict[str, InstanceType] = {
     "ml.p4d.24xlarge": InstanceType(96, 1152, 8, "A100", 37.688),
 }
 
-# TensorFlow training images: full version -> the Python versions SDK v2 has images for.
-TF_VERSIONS: dict[str, tuple[str, ...]] = {
-    "2.9.2": ("py39",),
-    "2.10.1": ("py39",),
-    "2.11.0": ("py39",),
-    "2.12.0": ("py310",),
-    "2.13.0": ("py310",),
-    "2.14.1": ("py310",),
-    "2.16.2": ("py310",),
-    "2.18.0": ("py310",),
-    "2.19.0": ("py312",),
-}
-# What the SDK accepts as a short version (`framework_version="2.14"`).
-TF_ALIASES: dict[str, str] = {".".join(v.split(".")[:2]): v for v in TF_VERSIONS}
-
-PIPE_MODE_MAX_TF = (2, 15)  # PipeModeDataset (sagemaker-tensorflow) has no build for TF >= 2.16
-MIRRORED_MIN_TF = (2, 9)  # the SDK's multi_worker_mirrored_strategy distribution needs TF >= 2.9
-
 
 def instance(name: str) -> InstanceType | None:
     return INSTANCES.get(name)
-
-
-def resolve_tf_version(version: str) -> str | None:
-    """`2.14` or `2.14.1` -> `2.14.1`; None if the SDK has no image for it."""
-    if version in TF_VERSIONS:
-        return version
-    return TF_ALIASES.get(version)
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """`2.14.1` -> (2, 14, 1); non-numeric parts end the tuple."""
-    parts: list[int] = []
-    for part in version.split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from launcher import catalog, contract
+from launcher import catalog, contract, images
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,12 @@ def _channels(spec: Any) -> list[Channel]:
     return channels
 
 
+def _has_gpu(instance_type: str) -> bool:
+    """From the catalogue; for a type it lacks, SageMaker's GPU families are ml.p* and ml.g*."""
+    info = catalog.instance(instance_type)
+    return bool(info.gpus) if info is not None else instance_type.split(".")[1][:1] in ("p", "g")
+
+
 def _cost(spec: Any) -> dict[str, Any]:
     info = catalog.instance(spec.instance.type)
     run_hours = spec.max_run / 3600
@@ -206,12 +212,14 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     hyperparameters = {**script_hyperparameters, "model_dir": model_dir}
 
     framework_version = spec.framework.version if spec.framework else None
-    py_version = None
-    if spec.framework is not None and spec.image_uri is None:
-        full = catalog.resolve_tf_version(spec.framework.version)
-        py_version = spec.framework.python or (catalog.TF_VERSIONS[full][0] if full else None)
-    elif spec.framework is not None:
-        py_version = spec.framework.python
+    py_version = spec.framework.python if spec.framework else None
+    image_uri = spec.image_uri
+    image = images.find(spec.framework.version) if spec.framework is not None and spec.image_uri is None else None
+    if image is not None:
+        py_version = py_version or image.python
+        if not image.sdk_v2:  # SDK v2 cannot resolve it: dfm writes the DLC URI; the version still informs the SDK
+            image_uri = images.image_uri(image, spec.region, "gpu" if _has_gpu(spec.instance.type) else "cpu")
+            framework_version = image.version
 
     kwargs: dict[str, Any] = {
         "base_job_name": spec.name,
@@ -229,8 +237,8 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         "hyperparameters": script_hyperparameters,
         **DISABLED_SDK_EXTRAS,
     }
-    if spec.image_uri is not None:
-        kwargs["image_uri"] = spec.image_uri
+    if image_uri is not None:
+        kwargs["image_uri"] = image_uri
     if framework_version is not None:
         kwargs["framework_version"] = framework_version
     if py_version is not None:
@@ -284,7 +292,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         estimator_kwargs=kwargs,
         framework_version=framework_version,
         py_version=py_version,
-        image_uri=spec.image_uri,
+        image_uri=image_uri,
         output_path=output_path,
         checkpoint_s3_uri=checkpoint_s3_uri,
         metric_definitions=metric_definitions,

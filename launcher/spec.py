@@ -120,6 +120,7 @@ class HorovodDistribution(_Strict):
     horovod: Horovod
 
 
+ImageFeature = Literal["horovod", "pipe_mode"]
 DistributionName = Literal["parameter_server", "multi_worker_mirrored", "horovod", "none"]
 Distribution = Annotated[
     Union[Annotated[DistributionName, Tag("~text")], Annotated[HorovodDistribution, Tag("~mapping")]],
@@ -245,6 +246,9 @@ class Spec(_Strict):
     source_dir: str | None = Field(None, description="folder shipped with your script (relative to this file)")
     framework: Framework | None = None
     image_uri: str | None = Field(None, min_length=1, description="an explicit training image instead of framework")
+    image_provides: list[ImageFeature] | None = Field(
+        None, description="with image_uri: what that image holds (horovod, pipe_mode), so dfm can check the job against it"
+    )
     instance: Instance
     distribution: Distribution = "none"
     data: Data

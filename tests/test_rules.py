@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from launcher import contract, rules
@@ -17,6 +19,12 @@ USER_SCRIPT = {"entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/so
 
 def hvd(processes: int, **options) -> dict:
     return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}}}
+
+
+@pytest.fixture(autouse=True)
+def fixed_today(monkeypatch):
+    """End-of-support warnings depend on the date: pin it so the cases stay true."""
+    monkeypatch.setattr(rules, "today", lambda: datetime.date(2026, 11, 22))
 
 
 def findings(tmp_path, changes, rule):
@@ -52,14 +60,35 @@ CASES = [
     (rules.check_entry_point, {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored"},
      {"entry_point": "deepfm-mirrored", "distribution": "horovod"}, ("error", "distribution", "multi_worker_mirrored, not horovod")),
     (rules.check_entry_point, {"entry_point": "deepfm-ps"}, {"source_dir": "src"}, ("error", "source_dir", "ships its own source dir")),
-    (rules.check_framework, {"framework": {"version": "2.14.1", "python": "py310"}},
+    (rules.check_framework, {"framework": {"version": "2.21.0", "python": "py312"}},
      {"framework": {"version": "2.14", "python": "py39"}}, ("error", "framework.python", "have py310, not py39")),
+    (rules.check_framework, {"framework": {"version": "2.21"}}, {"framework": {"version": "2.20"}},
+     ("error", "framework.version", "2.20 has no SageMaker training image: use one of 2.9, 2.10")),
+    (rules.check_framework, {"framework": {"version": "2.21.0"}}, {"framework": {"version": "2.22"}},
+     ("error", "framework.version", "no SageMaker TensorFlow training image 2.22")),
+    (rules.check_framework, {"framework": {"version": "2.21"}}, {"framework": {"version": "2.14"}},
+     ("warning", "framework.version", "past end of support (2024-10-27): no more security patches; the newest is 2.21")),
+    (rules.check_framework, {"framework": DELETE, "image_uri": "my/tf:1", "image_provides": ["horovod"]},
+     {"image_provides": ["horovod"]}, ("error", "image_provides", "describes an image_uri")),
     (rules.check_framework, {"framework": DELETE, "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/tf:1"},
      {"framework": DELETE}, ("error", "framework", "or an image_uri")),
     (rules.check_pipe_mode, {"data": {"mode": "Pipe"}}, {"data": {"mode": "Pipe"}, "framework": {"version": "2.18"}},
-     ("error", "data.mode", "use FastFile, or TF 2.14")),
+     ("error", "data.mode", "the TF 2.18 image lacks (the last with it is TF 2.14): use FastFile, or TF 2.14")),
+    (rules.check_pipe_mode, {**USER_SCRIPT, "data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/tf:1", "image_provides": ["pipe_mode"]},
+     {**USER_SCRIPT, "data": {"mode": "Pipe"}, "framework": {"version": "2.19"}},
+     ("warning", "data.mode", "your script must read the FIFOs")),
+    (rules.check_pipe_mode, {"data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/tf:1", "image_provides": ["pipe_mode"]},
+     {"data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/tf:1", "image_provides": []},
+     ("error", "data.mode", "which this image lacks")),
+    (rules.check_horovod_in_image, {**hvd(4), "framework": {"version": "2.12"}}, hvd(4),
+     ("error", "framework.version", 'TensorFlow 2.14 images have no Horovod (the last image with Horovod is TF 2.12): use framework.version "2.12", or entry_point: deepfm-mirrored with distribution: multi_worker_mirrored')),
+    (rules.check_horovod_in_image, {**hvd(4), "framework": DELETE, "image_uri": "my/tf:1", "image_provides": ["horovod"]},
+     {**hvd(4), "framework": DELETE, "image_uri": "my/tf:1"}, ("warning", "image_uri", "say image_provides: [horovod]")),
+    (rules.check_horovod_in_image, {**USER_SCRIPT, "distribution": {"horovod": {"processes_per_host": 1}}, "framework": {"version": "2.11"}},
+     {**USER_SCRIPT, "distribution": {"horovod": {"processes_per_host": 1}}, "framework": {"version": "2.19"}},
+     ("error", "framework.version", "or distribution: multi_worker_mirrored")),
     (rules.check_pipe_mode, {"data": {"mode": "FastFile"}, "framework": {"version": "2.19"}},
-     {"data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/image:1"}, ("warning", "data.mode", "make sure the image has it")),
+     {"data": {"mode": "Pipe"}, "framework": DELETE, "image_uri": "my/image:1"}, ("warning", "data.mode", "say image_provides: [pipe_mode] if it does")),
     (rules.check_pipe_channels_per_worker, {**hvd(4), "data": {"mode": "Pipe", "train": ["s3://dfm-bucket/t/"] * 4}},
      {**hvd(4), "data": {"mode": "Pipe", "train": ["s3://dfm-bucket/t/"] * 3}}, ("error", "data.train", "at least 4 training paths")),
     (rules.check_pipe_channels_per_worker, {**hvd(4), "data": {"mode": "File"}}, {**hvd(2), "data": {"mode": "Pipe"}},
@@ -105,7 +134,7 @@ def test_every_rule_is_exercised():
 
 
 def test_findings_render_with_the_line_that_set_the_field(tmp_path):
-    path = write_spec(tmp_path, {**hvd(8), "data": {"train": "s3://dfm-bucket/t/"}})
+    path = write_spec(tmp_path, {**hvd(8), "framework": {"version": "2.12"}, "data": {"train": "s3://dfm-bucket/t/"}})
     spec = load_spec(path)
     (finding,) = rules.errors(rules.check(spec))
     assert finding.render(spec) == (
