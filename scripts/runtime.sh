@@ -17,7 +17,7 @@ horovod=""
 case "$name" in
   tf-2.12)
     python=3.10
-    reqs="tensorflow-cpu==2.12.0 sagemaker-tensorflow==2.12.0.1.18.1 mpi4py==3.1.6 cloudpickle packaging pyyaml"
+    reqs='tensorflow-cpu==2.12.0 sagemaker-tensorflow==2.12.0.1.18.1 mpi4py>=4,<5 cloudpickle packaging pyyaml'
     horovod=0.27.0 ;;
   tf-2.21)
     python=3.12

@@ -74,7 +74,7 @@ def test_validate_reports_every_bad_spec_on_one_line_each(capsys):
 
 
 def test_validate_json_output(capsys, tmp_path):
-    good = write_spec(tmp_path, {"instance": {"type": "ml.c5.18xlage"}})
+    good = write_spec(tmp_path, {"instance": {"type": "ml.c5.18xlage"}, "framework": {"version": "2.21"}})
     bad = write_spec(tmp_path, {"instance": {"count": 0}}, name="bad.yaml")
     code, out, _ = run(capsys, "validate", good, bad, "--output", "json")
     result = json.loads(out)
@@ -111,7 +111,7 @@ def test_dry_run_json_is_the_only_stdout_and_makes_no_network_call(capsys, no_aw
     assert document["estimator"]["kwargs"]["distribution"] == {"parameter_server": {"enabled": True}}
     assert set(document["inputs"]) == {"train", "eval"}
     assert document["argv"][document["argv"].index("--epochs") + 1] == "2"
-    assert "tensorflow-training:2.14-cpu-py310" in document["image_uri"]
+    assert document["image_uri"].endswith("tensorflow-training:2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21
     assert document["cost"]["max_usd"] == round(3.672 * 2, 2)
     assert any("data.s3_shard" in w for w in document["warnings"])
 
@@ -121,7 +121,7 @@ def test_dry_run_text_shows_each_section(capsys, no_aws_env, no_network):
     assert code == 0 and no_network == []
     for heading in ("Estimator", "Channels", "Script argv", "Image", "Cost", "CreateTrainingJob request"):
         assert heading in out
-    assert "python train_horovod.py" in out and "train-3" in out and "tensorflow-training:2.14-gpu-py310" in out
+    assert "python train_horovod.py" in out and "train-3" in out and "tensorflow-training:2.12-gpu-py310" in out
     assert err.startswith("warning: ") and "data.s3_shard" in err
 
 

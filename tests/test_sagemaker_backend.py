@@ -428,7 +428,7 @@ def check_ps(request: dict) -> None:
 def check_horovod(request: dict) -> None:
     assert request["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"] == "4"
     assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
-    assert len(request["InputDataConfig"]) == 5 and "gpu" in request["AlgorithmSpecification"]["TrainingImage"]
+    assert len(request["InputDataConfig"]) == 5 and ":2.12-gpu-py310" in request["AlgorithmSpecification"]["TrainingImage"]
 
 
 def check_efs_ps(request: dict) -> None:
@@ -441,7 +441,7 @@ def check_fastfile_spot(request: dict) -> None:
     assert request["EnableManagedSpotTraining"] is True
     assert request["StoppingCondition"]["MaxWaitTimeInSeconds"] == 10800
     assert {c["InputMode"] for c in request["InputDataConfig"]} == {"FastFile"}
-    assert ":2.16" in request["AlgorithmSpecification"]["TrainingImage"]
+    assert ":2.21.0-cpu-py312-amzn2023-sagemaker" in request["AlgorithmSpecification"]["TrainingImage"]
 
 
 CONFIG_CHECKS = {"ps": check_ps, "horovod": check_horovod, "efs-ps": check_efs_ps,
