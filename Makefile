@@ -4,13 +4,25 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-fast demo demo-horovod bench bench-quick bench-deps validate clean
+.PHONY: setup test test-matrix test-fast demo demo-horovod bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
 
+# The runtimes of the other image families, built by make setup (scripts/runtime.sh).
+RUNTIMES := $(or $(DFM_RUNTIMES),$(HOME)/.cache/dfm/runtimes)
+# The entry-point tests, run again by each runtime's own Python: the bundled scripts on the TF of each image.
+ENTRY_TESTS := tests/test_entry_*.py
+
 test: setup
 	$(PY) -m pytest -q
+	@$(MAKE) --no-print-directory test-matrix
+
+# TF 2.12 + Horovod 0.27 (Python 3.10): Horovod (MPI and gloo) and Pipe mode must run, not skip.
+# TF 2.21 (Python 3.12, Keras 3): single host, parameter server and multi_worker_mirrored.
+test-matrix: setup
+	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider $(ENTRY_TESTS)
+	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider $(ENTRY_TESTS)
 
 # The unit tests only (no TensorFlow processes): seconds.
 test-fast: setup
