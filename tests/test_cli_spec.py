@@ -74,13 +74,13 @@ def test_validate_reports_every_bad_spec_on_one_line_each(capsys):
 
 
 def test_validate_json_output(capsys, tmp_path):
-    good = write_spec(tmp_path, {"instance": {"type": "ml.c5.18xlage"}})
+    good = write_spec(tmp_path, {"instance": {"type": "ml.c7i-flex.xlarge"}})
     bad = write_spec(tmp_path, {"instance": {"count": 0}}, name="bad.yaml")
     code, out, _ = run(capsys, "validate", good, bad, "--output", "json")
     result = json.loads(out)
     assert code == 2 and result["valid"] is False
     first, second = result["files"]
-    assert first["valid"] and first["errors"] == [] and "did you mean 'ml.c5.18xlarge'" in first["warnings"][0]
+    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]
     assert not second["valid"] and second["errors"][0].startswith(f"{bad}:")
 
 
@@ -88,6 +88,17 @@ def test_validate_applies_set_overrides(capsys, tmp_path):
     spec = write_spec(tmp_path)
     assert run(capsys, "validate", spec, "--set", "data.mode=Pipe", "--set", "framework.version='2.16'")[0] == 2
     assert run(capsys, "validate", spec, "--set", "data.mode=Pipe")[0] == 0
+
+
+@pytest.mark.parametrize("override, rc, words", [
+    ("instance.type=ml.c5.bogus", 2, "did you mean 'ml.c5.xlarge'"),
+    ("environment.FEATURES=" + "f" * 600, 2, "600 characters, SageMaker allows at most 512"),
+    ("hyperparameters.kmp_affinity=" + "k" * 1000, 0, ""),  # the API allows 2500
+])
+def test_validate_enforces_the_service_models_limits(capsys, tmp_path, override, rc, words):
+    spec = write_spec(tmp_path)
+    code, out, err = run(capsys, "validate", spec, "--set", override)
+    assert code == rc and words in err and "Traceback" not in err
 
 
 def test_schema_prints_the_json_schema(capsys):
