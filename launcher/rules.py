@@ -185,14 +185,20 @@ def check_entry_point(spec: Spec) -> list[Finding]:
         return [_error("entry_point", f"no bundled entry point '{spec.entry_point}'{hint}; bundled: {', '.join(contract.BUNDLED_ENTRY_POINTS)}")]
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):
         return []
-    if spec.source_dir is not None:
-        source_dir = Path(spec.resolve_path("source_dir", spec.source_dir))
-        if not source_dir.is_dir():
-            return [_error("source_dir", f"{source_dir} is not a folder")]
-        script = source_dir / spec.entry_point
-    else:
-        script = Path(spec.resolve_path("entry_point", spec.entry_point))
-    if not script.is_file():
+    field = "entry_point"
+    try:
+        if spec.source_dir is not None:
+            field = "source_dir"
+            source_dir = Path(spec.resolve_path("source_dir", spec.source_dir))
+            if not source_dir.is_dir():
+                return [_error("source_dir", f"{source_dir} is not a folder")]
+            field, script = "entry_point", source_dir / spec.entry_point
+        else:
+            script = Path(spec.resolve_path("entry_point", spec.entry_point))
+        found = script.is_file()
+    except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
+        return [_error(field, f"not a usable path: {getattr(err, 'strerror', None) or err}")]
+    if not found:
         return [_error("entry_point", f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your script's path")]
     return []
 
