@@ -136,6 +136,23 @@ def test_dry_run_text_shows_each_section(capsys, no_aws_env, no_network):
     assert err.startswith("warning: ") and "data.s3_shard" in err
 
 
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_dry_run_masks_secret_looking_environment_values(capsys, no_aws_env, no_network, output):
+    secrets = ["--set", "environment.DB_PASSWORD=hunter2", "--set", "environment.githubToken=ghp_abc123",
+               "--set", "environment.FEATURE_SET=wide"]
+    argv = ["launch", REPO / "configs" / "ps.yaml", "--dry-run", "--output", output, "--job-name", JOB, *secrets]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "hunter2" not in out + err and "ghp_abc123" not in out + err
+    assert "wide" in out and "****" in out
+    if output == "json":
+        document = json.loads(out)
+        assert document["request"]["Environment"] == {"DB_PASSWORD": "****", "githubToken": "****", "FEATURE_SET": "wide"}
+        assert document["estimator"]["kwargs"]["environment"]["DB_PASSWORD"] == "****"
+    code, out, err = run(capsys, *argv, "--show-secrets")
+    assert code == 0 and out.count("hunter2") == 2 and "ghp_abc123" in out
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -176,10 +193,12 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
         return session
 
     monkeypatch.setattr(sagemaker_backend, "boto_session", hooked)
-    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB)
+    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB,
+                         "--set", "environment.DB_PASSWORD=hunter2")
     assert code == 0, err
     assert json.loads(out)["job_name"] == JOB
     (request,) = sent
+    assert request["Environment"] == {"DB_PASSWORD": "hunter2"}  # masking is for what dfm prints, never what it sends
     assert request["TrainingJobName"] == JOB and request["ResourceConfig"]["InstanceCount"] == 2
     assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{bucket}/deepfm/train/"
     assert f"s3://{bucket}/deepfm/train/ holds 1 object(s) for 2 hosts" in err
