@@ -108,6 +108,7 @@ def _fail(errors: list[str], warnings: list[str], output: str) -> None:
 @click.option("--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds.")
 @click.option("--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them).")
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
+@click.option("--show-secrets", is_flag=True, help="Print environment values whose names look secret (*KEY*, *TOKEN*, *PASSWORD*...) instead of ****.")
 def launch(
     spec_path: str,
     dry_run: bool,
@@ -120,6 +121,7 @@ def launch(
     timeout: float | None,
     verbose: bool,
     job_name: str | None,
+    show_secrets: bool,
 ) -> None:
     """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
     from launcher import rules
@@ -142,17 +144,30 @@ def launch(
             _echo_err(f"warning: {line}")
 
     if dry_run:
-        _dry_run(plan, output)
+        _dry_run(plan, output, show_secrets)
     elif local:
         _run_local(plan, output, verbose)
     else:
         _submit(plan, wait, output)
 
 
-def _dry_run(plan: Any, output: str) -> None:
+def _masked(result: dict, show_secrets: bool) -> dict:
+    """The dry-run result with secret-looking environment values hidden (CI logs show dry runs)."""
+    from launcher.secrets import mask_environment
+
+    kwargs = dict(result["estimator"]["kwargs"])
+    if "environment" in kwargs:
+        kwargs["environment"] = mask_environment(kwargs["environment"], show_secrets)
+    request = dict(result["request"])
+    if "Environment" in request:
+        request["Environment"] = mask_environment(request["Environment"], show_secrets)
+    return {**result, "estimator": {**result["estimator"], "kwargs": kwargs}, "request": request}
+
+
+def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
     from launcher import sagemaker_backend
 
-    result = sagemaker_backend.dry_run(plan)
+    result = _masked(sagemaker_backend.dry_run(plan), show_secrets)
     document = {
         "job_name": plan.job_name,
         "estimator": result["estimator"],

@@ -152,6 +152,7 @@ def _has_gpu(instance_type: str) -> bool:
 
 def _cost(spec: Any) -> dict[str, Any]:
     info = catalog.instance(spec.instance.type)
+    info = info if info is not None and info.usd_per_hour is not None else None  # no price, no estimate
     run_hours = spec.max_run / 3600
     warm_hours = spec.warm_pool_seconds / 3600
     cost: dict[str, Any] = {

@@ -8,18 +8,15 @@ Neither the SageMaker SDK nor the API rejects most of these mistakes, so dfm mus
 from __future__ import annotations
 
 import datetime
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from launcher import catalog, contract, images
+from launcher import catalog, contract, images, request_limits, service_model
 from launcher.spec import FileSystem, Spec, did_you_mean
 
 MAX_CHANNELS = 20
-MAX_HYPERPARAMETERS = 100
-MAX_HYPERPARAMETER_CHARS = 256
 TIMESTAMP_SUFFIX = len("-2024-01-01-00-00-00-000")
 MAX_JOB_NAME = 63
 MAX_BASE_NAME = MAX_JOB_NAME - TIMESTAMP_SUFFIX  # 39: sagemaker.utils.name_from_base keeps the same room
@@ -38,7 +35,7 @@ class Finding:
     severity: Literal["error", "warning"] = "error"
 
     def render(self, spec: Spec) -> str:
-        return f"{spec.where(self.field)}: {self.field}: {self.message}"
+        return f"{spec.where(self.field)}: {self.field}: {self.message}" if self.field else f"{spec.where('')}: {self.message}"
 
 
 def _error(field: str, message: str) -> Finding:
@@ -117,21 +114,23 @@ def check_channels(spec: Spec) -> list[Finding]:
 
 
 def check_hyperparameter_limits(spec: Spec) -> list[Finding]:
-    problems = []
+    """The count, SDK additions included; each name's and value's length is a request limit (check_request_limits)."""
     added = SDK_HYPERPARAMETERS + SDK_DISTRIBUTION_HYPERPARAMETERS[spec.distribution_kind]
-    if len(spec.hyperparameters) + added > MAX_HYPERPARAMETERS:
-        problems.append(
-            _error("hyperparameters", f"{len(spec.hyperparameters)} given and the SDK adds {added}; SageMaker allows {MAX_HYPERPARAMETERS} in all")
-        )
-    for key, value in spec.hyperparameters.items():
-        if len(key) > MAX_HYPERPARAMETER_CHARS:
-            problems.append(_error(f"hyperparameters.{key}", f"name longer than {MAX_HYPERPARAMETER_CHARS} characters"))
-        encoded = json.dumps(value)
-        if len(encoded) > MAX_HYPERPARAMETER_CHARS:
-            problems.append(
-                _error(f"hyperparameters.{key}", f"{len(encoded)} characters once JSON-encoded, SageMaker allows {MAX_HYPERPARAMETER_CHARS}: pass big values as a file in a channel")
-            )
-    return problems
+    try:
+        allowed = service_model.limit("HyperParameters", "max")
+    except service_model.ModelUnavailable:
+        return []
+    if allowed is None or len(spec.hyperparameters) + added <= allowed:
+        return []
+    return [_error("hyperparameters", f"{len(spec.hyperparameters)} given and the SDK adds {added}; SageMaker allows {allowed} in all")]
+
+
+def check_request_limits(spec: Spec) -> list[Finding]:
+    """Enums, maximum lengths and values, patterns: what the service model says CreateTrainingJob refuses."""
+    try:
+        return [_error(field, message) for field, message in request_limits.problems(spec)]
+    except service_model.ModelUnavailable as err:
+        return [_warning("", f"{err}; SageMaker's limits on the request are not checked")]
 
 
 def _bundled_type_problem(name: str, value: object) -> str | None:
@@ -208,14 +207,20 @@ def check_entry_point(spec: Spec) -> list[Finding]:
         return [_error("entry_point", f"no bundled entry point '{spec.entry_point}'{hint}; bundled: {', '.join(contract.BUNDLED_ENTRY_POINTS)}")]
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):
         return []
-    if spec.source_dir is not None:
-        source_dir = Path(spec.resolve_path("source_dir", spec.source_dir))
-        if not source_dir.is_dir():
-            return [_error("source_dir", f"{source_dir} is not a folder")]
-        script = source_dir / spec.entry_point
-    else:
-        script = Path(spec.resolve_path("entry_point", spec.entry_point))
-    if not script.is_file():
+    field = "entry_point"
+    try:
+        if spec.source_dir is not None:
+            field = "source_dir"
+            source_dir = Path(spec.resolve_path("source_dir", spec.source_dir))
+            if not source_dir.is_dir():
+                return [_error("source_dir", f"{source_dir} is not a folder")]
+            field, script = "entry_point", source_dir / spec.entry_point
+        else:
+            script = Path(spec.resolve_path("entry_point", spec.entry_point))
+        found = script.is_file()
+    except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
+        return [_error(field, f"not a usable path: {getattr(err, 'strerror', None) or err}")]
+    if not found:
         return [_error("entry_point", f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your script's path")]
     return []
 
@@ -307,10 +312,18 @@ def check_processes_per_host(spec: Spec) -> list[Finding]:
 
 
 def check_instance_known(spec: Spec) -> list[Finding]:
-    if catalog.instance(spec.instance.type) is not None:
+    """A type the API lacks is a request-limit error; one it has but the catalogue lacks, a warning."""
+    info = catalog.instance(spec.instance.type)
+    if info is not None and info.accelerators:
+        return [_warning("instance.type", f"{spec.instance.type} trains on {info.accelerators}, which SageMaker's TensorFlow images do not use: pick a CPU or GPU type")]
+    if info is not None:
         return []
-    hint = did_you_mean(spec.instance.type, catalog.INSTANCES)
-    return [_warning("instance.type", f"{spec.instance.type} is not in dfm's catalogue{hint}: no cost estimate, no GPU/vCPU checks")]
+    try:
+        if spec.instance.type not in service_model.enum("TrainingInstanceType"):
+            return []
+    except service_model.ModelUnavailable:
+        pass
+    return [_warning("instance.type", f"{spec.instance.type} is not in dfm's catalogue: no cost estimate, no GPU/vCPU checks")]
 
 
 def check_parameter_server(spec: Spec) -> list[Finding]:
@@ -337,6 +350,8 @@ def check_spot(spec: Spec) -> list[Finding]:
         problems.append(_error("spot.max_wait", f"{spec.spot.max_wait} is less than max_run {spec.max_run}: max_wait counts the run too; use max_wait >= {spec.max_run}"))
     if spec.checkpoint_config is None:
         problems.append(_error("checkpoints", "spot jobs are interrupted and resume from checkpoints: remove `checkpoints: false`"))
+    if spec.warm_pool_seconds:
+        problems.append(_error("warm_pool_seconds", "SageMaker managed warm pools cannot be used with spot instances: drop warm_pool_seconds, or spot"))
     return problems
 
 
@@ -385,6 +400,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_job_name,
     check_channels,
     check_hyperparameter_limits,
+    check_request_limits,
     check_bundled_hyperparameters,
     check_boolean_hyperparameters,
     check_entry_point,

@@ -301,9 +301,15 @@ def _validate_request(sagemaker_client, request: dict) -> None:
     from botocore.validate import ParamValidator
 
     shape = sagemaker_client.meta.service_model.operation_model("CreateTrainingJob").input_shape
+    from launcher import service_model
+
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
         raise DfmError(f"the CreateTrainingJob request would be refused: {_one_line(report.generate_report())}", 2)
+    # The validator checks types and minimums; the service also refuses enums, maximums and patterns.
+    refused = [f"{path}: {message}" for path, message in service_model.walk(request)]
+    if refused:
+        raise DfmError(f"the CreateTrainingJob request would be refused: {_one_line('; '.join(refused))}", 2)
 
 
 def dry_run(plan: Plan) -> dict:

@@ -258,7 +258,9 @@ class Spec(_Strict):
     max_run: int = Field(86400, ge=1, le=2419200, description="seconds before SageMaker stops the job")
     hyperparameters: dict[str, HyperparameterValue] = Field(default_factory=dict)
     vpc: Vpc | None = None
-    warm_pool_seconds: int = Field(0, ge=0, le=3600, description="keep the hosts warm this long after the job")
+    warm_pool_seconds: int = Field(
+        0, ge=0, description="keep the hosts warm this long after the job (at most the API's KeepAlivePeriodInSeconds maximum)"
+    )
     environment: dict[EnvName, EnvValue] = Field(default_factory=dict)
     tags: dict[Annotated[str, StringConstraints(min_length=1, max_length=128)], Annotated[str, StringConstraints(max_length=256)]] = Field(
         default_factory=dict, max_length=50

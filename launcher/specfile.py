@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -190,15 +191,47 @@ def _parse(text: str, file: str, env: Mapping[str, str] | None) -> tuple[Any, di
         loader.dispose()
 
 
+def _read_capped(path: Path) -> bytes:
+    """At most MAX_SPEC_BYTES + 1 bytes of a regular file, whatever size it claims.
+
+    Opened non-blocking and checked with fstat before any read, so a FIFO or a device is refused at
+    once instead of blocking (a FIFO with no writer) or streaming forever (/dev/zero).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise _NotAFile("a folder, not a spec file")
+        if not stat.S_ISREG(mode):
+            raise _NotAFile("not a regular file (a FIFO, device or socket), not a spec file")
+        chunks, size = [], 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class _NotAFile(Exception):
+    pass
+
+
 def _read_text(path: Path, shown: str) -> str:
     try:
-        raw = path.read_bytes()
+        raw = _read_capped(path)
     except FileNotFoundError:
         raise SpecError([Problem(Location(shown), "", "no such file")]) from None
-    except OSError as err:
-        raise SpecError([Problem(Location(shown), "", f"cannot read: {err.strerror}")]) from None
+    except _NotAFile as err:
+        raise SpecError([Problem(Location(shown), "", str(err))]) from None
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise SpecError([Problem(Location(shown), "", f"cannot read: {reason}")]) from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError([Problem(Location(shown), "", f"{len(raw)} bytes: a spec is at most {MAX_SPEC_BYTES}")])
+        raise SpecError([Problem(Location(shown), "", f"over {MAX_SPEC_BYTES} bytes: a spec is at most {MAX_SPEC_BYTES}")])
     if b"\0" in raw:
         raise SpecError([Problem(Location(shown), "", "binary file, not a YAML spec")])
     try:
@@ -233,11 +266,16 @@ def _load_file(path: Path, shown: str, env: Mapping[str, str], chain: tuple[Path
     where = lines.get(("extends",), Location(shown))
     if not isinstance(base_ref, str) or not base_ref:
         raise SpecError([Problem(where, "extends", "expected the path of a base spec")])
-    base_path = (path.parent / base_ref).resolve()
+    try:
+        base_path = (path.parent / base_ref).resolve()
+        found = base_path.exists()
+    except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
+        reason = getattr(err, "strerror", None) or str(err)
+        raise SpecError([Problem(where, "extends", f"base spec cannot be read: {reason}")]) from None
     if base_path in chain:
         cycle = " -> ".join(p.name for p in (*chain, base_path))
         raise SpecError([Problem(where, "extends", f"cycle: {cycle}")])
-    if not base_path.is_file():
+    if not found:
         raise SpecError([Problem(where, "extends", f"base spec {base_ref} not found (relative to {shown})")])
     base_shown = os.path.relpath(base_path) if not os.path.isabs(shown) else str(base_path)
     base_data, base_lines = _load_file(base_path, base_shown, env, (*chain, base_path))

@@ -74,13 +74,13 @@ def test_validate_reports_every_bad_spec_on_one_line_each(capsys):
 
 
 def test_validate_json_output(capsys, tmp_path):
-    good = write_spec(tmp_path, {"instance": {"type": "ml.c5.18xlage"}, "framework": {"version": "2.21"}})
+    good = write_spec(tmp_path, {"instance": {"type": "ml.c7i-flex.xlarge"}, "framework": {"version": "2.21"}})
     bad = write_spec(tmp_path, {"instance": {"count": 0}}, name="bad.yaml")
     code, out, _ = run(capsys, "validate", good, bad, "--output", "json")
     result = json.loads(out)
     assert code == 2 and result["valid"] is False
     first, second = result["files"]
-    assert first["valid"] and first["errors"] == [] and "did you mean 'ml.c5.18xlarge'" in first["warnings"][0]
+    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]
     assert not second["valid"] and second["errors"][0].startswith(f"{bad}:")
 
 
@@ -88,6 +88,17 @@ def test_validate_applies_set_overrides(capsys, tmp_path):
     spec = write_spec(tmp_path)
     assert run(capsys, "validate", spec, "--set", "data.mode=Pipe", "--set", "framework.version='2.16'")[0] == 2
     assert run(capsys, "validate", spec, "--set", "data.mode=Pipe")[0] == 0
+
+
+@pytest.mark.parametrize("override, rc, words", [
+    ("instance.type=ml.c5.bogus", 2, "did you mean 'ml.c5.xlarge'"),
+    ("environment.FEATURES=" + "f" * 600, 2, "600 characters, SageMaker allows at most 512"),
+    ("hyperparameters.kmp_affinity=" + "k" * 1000, 0, ""),  # the API allows 2500
+])
+def test_validate_enforces_the_service_models_limits(capsys, tmp_path, override, rc, words):
+    spec = write_spec(tmp_path)
+    code, out, err = run(capsys, "validate", spec, "--set", override)
+    assert code == rc and words in err and "Traceback" not in err
 
 
 def test_schema_prints_the_json_schema(capsys):
@@ -123,6 +134,23 @@ def test_dry_run_text_shows_each_section(capsys, no_aws_env, no_network):
         assert heading in out
     assert "python train_horovod.py" in out and "train-3" in out and "tensorflow-training:2.12-gpu-py310" in out
     assert err.startswith("warning: ") and "data.s3_shard" in err
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_dry_run_masks_secret_looking_environment_values(capsys, no_aws_env, no_network, output):
+    secrets = ["--set", "environment.DB_PASSWORD=hunter2", "--set", "environment.githubToken=ghp_abc123",
+               "--set", "environment.FEATURE_SET=wide"]
+    argv = ["launch", REPO / "configs" / "ps.yaml", "--dry-run", "--output", output, "--job-name", JOB, *secrets]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "hunter2" not in out + err and "ghp_abc123" not in out + err
+    assert "wide" in out and "****" in out
+    if output == "json":
+        document = json.loads(out)
+        assert document["request"]["Environment"] == {"DB_PASSWORD": "****", "githubToken": "****", "FEATURE_SET": "wide"}
+        assert document["estimator"]["kwargs"]["environment"]["DB_PASSWORD"] == "****"
+    code, out, err = run(capsys, *argv, "--show-secrets")
+    assert code == 0 and out.count("hunter2") == 2 and "ghp_abc123" in out
 
 
 @pytest.mark.parametrize(
@@ -165,10 +193,12 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
         return session
 
     monkeypatch.setattr(sagemaker_backend, "boto_session", hooked)
-    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB)
+    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB,
+                         "--set", "environment.DB_PASSWORD=hunter2")
     assert code == 0, err
     assert json.loads(out)["job_name"] == JOB
     (request,) = sent
+    assert request["Environment"] == {"DB_PASSWORD": "hunter2"}  # masking is for what dfm prints, never what it sends
     assert request["TrainingJobName"] == JOB and request["ResourceConfig"]["InstanceCount"] == 2
     assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{bucket}/deepfm/train/"
     assert f"s3://{bucket}/deepfm/train/ holds 1 object(s) for 2 hosts" in err

@@ -149,6 +149,11 @@ def test_file_system_and_fast_file_channels(sample_plan, no_aws_env, no_network)
     ({"extra_kwargs": {"framework_version": "1.0"}}, "SDK refused"),
     ({"max_run": 0}, "MaxRuntimeInSeconds"),
     ({"region": ""}, "no AWS region"),
+    # beyond botocore's validator: the service model's maximums, enums and patterns, on the request the SDK built
+    ({"extra_kwargs": {"environment": {"BIG": "x" * 600}}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
+    ({"instance_type": "ml.c5.bogus"}, "ResourceConfig.InstanceType"),
+    ({"hyperparameters": {"k": "x" * 2600}}, "HyperParameters.k: 2602 characters"),
+    ({"tags": {"team": "a;b"}}, "Tags.0.Value: does not match"),
 ])
 def test_invalid_plans_are_refused_offline_with_exit_2(sample_plan, no_aws_env, no_network, overrides, words):
     with pytest.raises(DfmError) as caught:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -183,3 +184,71 @@ def test_spec_is_immutable(tmp_path):
     with pytest.raises(Exception):
         spec.name = "other"
     assert isinstance(spec, Spec) and json.dumps(spec.model_dump(mode="json"))
+
+
+# --- reading: every failure one line, nothing blocks, the byte cap holds whatever the file claims -------
+
+
+def _special(tmp_path, kind: str) -> Path:
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo.yaml")
+        return tmp_path / "fifo.yaml"
+    if kind == "folder":
+        (tmp_path / "folder.yaml").mkdir()
+        return tmp_path / "folder.yaml"
+    if kind == "too long":
+        return tmp_path / ("x" * 300 + ".yaml")
+    return Path(kind)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind, words", [
+    ("/dev/zero", "not a regular file"), ("fifo", "not a regular file"), ("/dev/null", "not a regular file"),
+    ("folder", "a folder, not a spec file"), ("too long", "cannot read: File name too long"),
+])
+def test_unreadable_specs_fail_at_once_on_one_line(tmp_path, kind, words):
+    path = _special(tmp_path, kind)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    (line,) = caught.value.lines()
+    assert line == f"{path}: {words}" or (words in line and line.startswith(str(path)))
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind, words", [
+    ("/dev/zero", "not a regular file"), ("fifo", "not a regular file"), ("folder", "a folder"),
+    ("too long", "extends: base spec cannot be read: File name too long"),
+])
+def test_unreadable_base_specs_fail_at_once_on_one_line(tmp_path, kind, words):
+    base = _special(tmp_path, kind)
+    path = write_spec(tmp_path, {"extends": str(base)})
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    (line,) = caught.value.lines()
+    assert words in line
+
+
+def test_reading_stops_at_the_byte_cap(tmp_path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    path.write_text("# " + "x" * (2 << 20) + "\n")
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert "a spec is at most 1048576" in caught.value.lines()[0]
+    assert sum(reads) <= (1 << 20) + 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_file_in_an_unreadable_folder_is_one_line(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    path = write_spec(folder)
+    folder.chmod(0)
+    try:
+        with pytest.raises(SpecError) as caught:
+            load_spec(path)
+        assert caught.value.lines() == [f"{path}: cannot read: Permission denied"]
+    finally:
+        folder.chmod(0o700)
