@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) a training runtime: a virtual environment holding the TensorFlow, Python and Horovod of one
 # SageMaker TensorFlow image family, so the bundled scripts are proven on what that image really runs.
-#   scripts/runtime.sh tf-2.12    # TF 2.12.0, Python 3.10, Horovod 0.27.0, PipeModeDataset 2.12
+#   scripts/runtime.sh tf-2.12    # TF 2.12.0, Python 3.10, Horovod, PipeModeDataset 2.12
 #   scripts/runtime.sh tf-2.21    # TF 2.21.0, Python 3.12 (Keras 3), no Horovod, no PipeModeDataset
 # Runtimes live in $DFM_RUNTIMES (default ~/.cache/dfm/runtimes), where `dfm launch --local` looks for them,
 # so a fresh clone on the same machine reuses them. A runtime is rebuilt only when its requirements change.
@@ -18,7 +18,9 @@ case "$name" in
   tf-2.12)
     python=3.10
     reqs='tensorflow-cpu==2.12.0 sagemaker-tensorflow==2.12.0.1.18.1 mpi4py>=4,<5 cloudpickle packaging pyyaml'
-    horovod=0.27.0 ;;
+    # The image has Horovod 0.27.0, whose bundled gloo no longer compiles with gcc 12 and current kernel
+    # headers (a flexible array member in linux.cc); 0.28.1 has the fix and the same TensorFlow API.
+    horovod=0.28.1 ;;
   tf-2.21)
     python=3.12
     reqs="tensorflow-cpu==2.21.0" ;;
