@@ -18,7 +18,7 @@ test: setup
 	$(PY) -m pytest -q
 	@$(MAKE) --no-print-directory test-matrix
 
-# TF 2.12 + Horovod 0.27 (Python 3.10): Horovod (MPI and gloo) and Pipe mode must run, not skip.
+# TF 2.12 + Horovod (Python 3.10): Horovod (MPI and gloo) and Pipe mode must run, not skip.
 # TF 2.21 (Python 3.12, Keras 3): single host, parameter server and multi_worker_mirrored.
 test-matrix: setup
 	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider $(ENTRY_TESTS)

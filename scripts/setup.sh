@@ -53,7 +53,7 @@ if [ ! -d "$TOOLKITS/sagemaker_tensorflow_container" ]; then
   step "installing the SageMaker training toolkits aside into $TOOLKITS (for the fidelity tests)"
   "$PY" -m pip install -q --no-deps --upgrade --target "$TOOLKITS" sagemaker-training sagemaker-tensorflow-training
 fi
-# 6. The runtimes of the other image families (TF 2.12 + Horovod 0.27 on Python 3.10; TF 2.21 on Python 3.12):
+# 6. The runtimes of the other image families (TF 2.12 + Horovod on Python 3.10; TF 2.21 on Python 3.12):
 #    the version matrix of `make test` and `dfm launch --local` for specs naming those images use them.
 for runtime in tf-2.12 tf-2.21; do bash scripts/runtime.sh "$runtime"; done
 step "ready: $VENV ($("$PY" -c 'import tensorflow as tf; print("TF", tf.__version__)' 2>/dev/null))"
