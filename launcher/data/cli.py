@@ -213,3 +213,30 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
                f"{', '.join(n + '/' for n in layout.channel_names())} under {out}"
                + (f"; dropped the last {report.dropped} records (not divisible by {len(report.paths)} files)"
                   if report.dropped else ""))
+
+
+@data.command("inspect")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--rows", type=int, default=10000, show_default=True, callback=_positive,
+              help="Rows to sample from the top of the file.")
+@click.option("--columns", default=None, help="Comma-separated column names (default: the header, else col0, col1, ...).")
+@click.option("--header/--no-header", default=None, help="Whether the first line names the columns [default: detect].")
+@click.option("--label", default=None, help="The label column (default: the first 0/1 column).")
+@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def inspect_command(file: Path, rows: int, columns: str | None, header: bool | None, label: str | None,
+                    output: str) -> None:
+    """Propose a spec's `features:` section from a sample of a TSV or CSV file."""
+    from launcher.data import inspect as inspect_mod
+
+    names = [name.strip() for name in columns.split(",")] if columns is not None else None
+    try:
+        sample = inspect_mod.read_sample(file, rows, names, header)
+        proposal = inspect_mod.propose(sample, label)
+    except inspect_mod.InspectError as err:
+        raise DfmError(str(err)) from None
+    if output == "json":
+        click.echo(json.dumps({"features": proposal.features, "stats": proposal.stats,
+                               "sample": {"file": str(file), "rows": len(sample.rows), "header": sample.header,
+                                          "ragged_skipped": sample.ragged}}, indent=2))
+    else:
+        click.echo(inspect_mod.to_yaml(proposal), nl=False)
