@@ -80,7 +80,7 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
           feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, fmt: str,
           missing_rate: float | None, multi_hot: str | None, force: bool) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
-    from launcher.data import synth as synth_mod
+    from launcher.data import stream, synth as synth_mod
 
     if missing_rate is None:
         missing_rate = 0.05 if fmt == "criteo-tsv" else 0.0
@@ -104,7 +104,7 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         raise DfmError(str(err)) from None
     parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
     with _progress(rows + eval_rows, "drawing") as bar:
-        results = synth_mod.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
+        results = stream.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
     (train_auc, train_rate), held_out = results[0], results[1:]
     meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
             "seed": seed, "field_size": field_size, "feature_size": feature_size,

@@ -22,7 +22,7 @@ not on the number of rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,7 +319,7 @@ def generate(rows: int, seed: int, field_size: int = DEFAULT_FIELD_SIZE,
     return SynthData(ids, values, labels, probs, roc_auc(labels, probs), field_size, feature_size, seed)
 
 
-def _check_files(rows: int, files: int) -> int:
+def check_files(rows: int, files: int) -> int:
     if files < 1:
         raise ValueError(f"files must be at least 1, got {files}")
     if rows % files:
@@ -328,7 +328,7 @@ def _check_files(rows: int, files: int) -> int:
     return rows // files
 
 
-def _file_names(out_dir: Path, files: int, prefix: str, suffix: str) -> list[Path]:
+def file_names(out_dir: Path, files: int, prefix: str, suffix: str) -> list[Path]:
     return [Path(out_dir) / f"{prefix}-{i:05d}{suffix}" for i in range(files)]
 
 
@@ -336,15 +336,15 @@ def write_tfrecords(out_dir: str | Path, data: SynthData, files: int, prefix: st
     """Write `data` as `files` TFRecord files of equal record counts; rows must divide evenly."""
     from launcher.data.tfrecord import serialize_examples, write_records
 
-    per_file = _check_files(data.rows, files)
-    paths = _file_names(Path(out_dir), files, prefix, ".tfrecord")
+    per_file = check_files(data.rows, files)
+    paths = file_names(Path(out_dir), files, prefix, ".tfrecord")
     for i, path in enumerate(paths):
         part = slice(i * per_file, (i + 1) * per_file)
         write_records(path, serialize_examples(data.labels[part], data.ids[part], data.values[part]))
     return paths
 
 
-def _libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Iterator[str]:
+def libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Iterator[str]:
     for label, row_ids, row_values in zip(labels.tolist(), ids.tolist(), values.tolist()):
         pairs = " ".join(f"{i}:{v:.9g}" for i, v in zip(row_ids, row_values))
         yield f"{label:g} {pairs}\n"
@@ -352,69 +352,11 @@ def _libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> It
 
 def write_libsvm(out_dir: str | Path, data: SynthData, files: int, prefix: str = "part") -> list[Path]:
     """Write `data` as libsvm text (`label id:value ...`, field order), `files` files of equal rows."""
-    per_file = _check_files(data.rows, files)
-    paths = _file_names(Path(out_dir), files, prefix, ".libsvm")
+    per_file = check_files(data.rows, files)
+    paths = file_names(Path(out_dir), files, prefix, ".libsvm")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for i, path in enumerate(paths):
         part = slice(i * per_file, (i + 1) * per_file)
         with open(path, "w") as out:
-            out.writelines(_libsvm_lines(data.labels[part], data.ids[part], data.values[part]))
+            out.writelines(libsvm_lines(data.labels[part], data.ids[part], data.values[part]))
     return paths
-
-
-def _encoder(generator: Generator, fmt: str) -> tuple[str, Callable[[Path], object], Callable]:
-    """fmt -> (file suffix, opener, encode(draw, labels) -> records to write)."""
-    if fmt == "tfrecord":
-        from launcher.data.tfrecord import quiet_tensorflow, serialize_examples
-
-        tf = quiet_tensorflow()
-        return ".tfrecord", lambda path: tf.io.TFRecordWriter(str(path)), \
-            lambda draw, labels: serialize_examples(labels, draw.ids, draw.values)
-    if fmt == "libsvm":
-        return ".libsvm", lambda path: open(path, "w"), lambda draw, labels: _libsvm_lines(labels, draw.ids, draw.values)
-    if fmt == "criteo-tsv":
-        from launcher.data.raw import Renderer
-
-        renderer = Renderer(generator)
-        return ".tsv", lambda path: open(path, "wb"), lambda draw, labels: [renderer.render(draw, labels)]
-    raise ValueError(f"unknown format {fmt!r}; use tfrecord, libsvm or criteo-tsv")
-
-
-def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: str = "tfrecord",
-                prefix: str = "part", on_rows: Callable[[int], None] = lambda n: None) -> list[tuple[float, float]]:
-    """Draw the rows of all `parts` [(out_dir, rows, files)] as one sequence, chunk by chunk, and write
-    each part's rows in order into its equal-size files. -> (teacher AUC, positive rate) per part.
-
-    Memory stays at one chunk plus a label and a probability per row (for the AUC)."""
-    suffix, opener, encode = _encoder(generator, fmt)
-    targets = []  # (part index, path, rows) in writing order
-    for index, (out_dir, rows, files) in enumerate(parts):
-        per_file = _check_files(rows, files)
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        targets += [(index, path, per_file) for path in _file_names(Path(out_dir), files, prefix, suffix)]
-    seen = [([], []) for _ in parts]
-    pending = iter(targets)
-    current, left, writer = None, 0, None
-    for draw, labels, probs in generator.draws(sum(rows for _, rows, _ in parts)):
-        offset = 0
-        while offset < len(labels):
-            if left == 0:
-                if writer is not None:
-                    writer.close()
-                current, path, left = next(pending)
-                writer = opener(path)
-            take = slice(offset, offset + min(left, len(labels) - offset))
-            for item in encode(draw.slice(take), labels[take]):
-                writer.write(item)
-            seen[current][0].append(labels[take])
-            seen[current][1].append(probs[take])
-            left -= take.stop - take.start
-            offset = take.stop
-        on_rows(len(labels))
-    if writer is not None:
-        writer.close()
-    results = []
-    for labels, probs in seen:
-        labels, probs = np.concatenate(labels), np.concatenate(probs)
-        results.append((roc_auc(labels, probs), float(labels.mean())))
-    return results
