@@ -138,3 +138,6 @@ def test_bad_flags_exit_2(tmp_path, capsys):
     assert "--format criteo-tsv" in capsys.readouterr().err
     assert main(base + ["--format", "criteo-tsv", "--missing-rate", "1.5"]) == 2
     assert "missing_rate" in capsys.readouterr().err
+    assert main(base + ["--format", "criteo-tsv", "--multi-hot", "c3"]) == 2
+    assert "already a column name" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

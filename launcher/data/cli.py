@@ -102,6 +102,12 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
                                         multi_hot=synth_mod.MultiHot() if multi_hot else None)
     except ValueError as err:
         raise DfmError(str(err)) from None
+    if multi_hot is not None:
+        from launcher.data import raw
+
+        layout = generator.layout
+        if multi_hot in raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields):
+            raise DfmError(f"--multi-hot {multi_hot} is already a column name; pick another, e.g. recent_cats")
     parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
     with _progress(rows + eval_rows, "drawing") as bar:
         results = stream.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
