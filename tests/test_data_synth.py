@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main
-from launcher.data import synth
+from launcher.data import stream, synth
 
 
 def test_same_seed_same_data_other_seed_other_data():
@@ -114,7 +114,7 @@ def test_streamed_parts_equal_the_in_memory_draw_across_chunk_boundaries(tmp_pat
     monkeypatch.setattr(synth, "CHUNK_ROWS", 64)  # files and parts straddle chunks
     expected = synth.generate(300, 11, field_size=5, feature_size=200)
     generator = synth.Generator(11, field_size=5, feature_size=200)
-    results = synth.write_parts(generator, [(tmp_path / "a", 200, 4), (tmp_path / "b", 100, 2)], fmt=fmt)
+    results = stream.write_parts(generator, [(tmp_path / "a", 200, 4), (tmp_path / "b", 100, 2)], fmt=fmt)
     assert results[0] == (pytest.approx(expected.take(0, 200).teacher_auc), pytest.approx(expected.labels[:200].mean()))
     assert results[1][0] == pytest.approx(expected.take(200, 300).teacher_auc)
     for folder, rows in (("a", slice(0, 200)), ("b", slice(200, 300))):

@@ -69,14 +69,23 @@ def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
 @click.option("--signal", type=float, default=1.5, show_default=True,
               help="Spread of the teacher's logit; larger is easier (1.5 gives a teacher AUC near 0.81).")
 @click.option("--positive-rate", type=float, default=0.25, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["tfrecord", "libsvm"]), default="tfrecord", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["tfrecord", "libsvm", "criteo-tsv"]), default="tfrecord",
+              show_default=True, help="criteo-tsv: raw text (label, counts, hex categoricals), not pre-indexed.")
+@click.option("--missing-rate", type=float, default=None,
+              help="Share of cells left empty (missing) [default: 0.05 with criteo-tsv, else 0].")
+@click.option("--multi-hot", "multi_hot", default=None, metavar="NAME",
+              help="criteo-tsv: add a multi-hot column NAME (ids joined by '|') that the teacher uses.")
 @click.option("--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out.")
 def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | None, seed: int, field_size: int,
           feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, fmt: str,
-          force: bool) -> None:
+          missing_rate: float | None, multi_hot: str | None, force: bool) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
-    from launcher.data import synth as synth_mod
+    from launcher.data import stream, synth as synth_mod
 
+    if missing_rate is None:
+        missing_rate = 0.05 if fmt == "criteo-tsv" else 0.0
+    if multi_hot is not None and fmt != "criteo-tsv":
+        raise DfmError("--multi-hot needs --format criteo-tsv (the pre-indexed formats have a fixed field count)")
     if eval_rows < 0:
         raise DfmError("--eval-rows must be 0 or more")
     if rows % files:
@@ -88,12 +97,20 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
     _clear_outputs(out, ["train", "eval", "meta.json"], force)
     try:
         generator = synth_mod.Generator(seed, field_size=field_size, feature_size=feature_size,
-                                        numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate)
+                                        numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate,
+                                        missing_rate=missing_rate,
+                                        multi_hot=synth_mod.MultiHot() if multi_hot else None)
     except ValueError as err:
         raise DfmError(str(err)) from None
+    if multi_hot is not None:
+        from launcher.data import raw
+
+        layout = generator.layout
+        if multi_hot in raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields):
+            raise DfmError(f"--multi-hot {multi_hot} is already a column name; pick another, e.g. recent_cats")
     parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
     with _progress(rows + eval_rows, "drawing") as bar:
-        results = synth_mod.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
+        results = stream.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
     (train_auc, train_rate), held_out = results[0], results[1:]
     meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
             "seed": seed, "field_size": field_size, "feature_size": feature_size,
@@ -101,11 +118,30 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
             "signal": signal, "format": fmt, "positive_rate": train_rate, "teacher_auc": train_auc}
     if held_out:
         meta["eval_teacher_auc"] = held_out[0][0]
+    if missing_rate:
+        meta["missing_rate"] = missing_rate
+    if fmt == "criteo-tsv":
+        meta.update(_raw_meta(generator, multi_hot))
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     click.echo(f"wrote {rows} train rows in {files} files"
                + (f" and {eval_rows} eval rows in {eval_files} files" if eval_rows else "")
                + f" to {out}; positives {train_rate:.1%}, teacher AUC {train_auc:.4f}"
                + (f" (eval {held_out[0][0]:.4f})" if held_out else ""))
+
+
+def _raw_meta(generator, multi_hot: str | None) -> dict:
+    from launcher.data import raw, synth as synth_mod
+
+    layout = generator.layout
+    meta = {"columns": raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields, multi_hot),
+            "label": raw.LABEL,
+            # The teacher buckets counts at these boundaries (bucketize reproduces it exactly); log1p is close.
+            "numeric_boundaries": [2**k - 1 for k in range(1, synth_mod.NUMERIC_BUCKETS)]}
+    if multi_hot:
+        bag = generator.sampler.multi_hot
+        meta["multi_hot"] = {"name": multi_hot, "separator": raw.SEPARATOR, "vocabulary": bag.vocabulary,
+                             "max_length": bag.max_length, "pooling": "mean"}
+    return meta
 
 
 @data.command()
@@ -183,3 +219,30 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
                f"{', '.join(n + '/' for n in layout.channel_names())} under {out}"
                + (f"; dropped the last {report.dropped} records (not divisible by {len(report.paths)} files)"
                   if report.dropped else ""))
+
+
+@data.command("inspect")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--rows", type=int, default=10000, show_default=True, callback=_positive,
+              help="Rows to sample from the top of the file.")
+@click.option("--columns", default=None, help="Comma-separated column names (default: the header, else col0, col1, ...).")
+@click.option("--header/--no-header", default=None, help="Whether the first line names the columns [default: detect].")
+@click.option("--label", default=None, help="The label column (default: the first 0/1 column).")
+@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def inspect_command(file: Path, rows: int, columns: str | None, header: bool | None, label: str | None,
+                    output: str) -> None:
+    """Propose a spec's `features:` section from a sample of a TSV or CSV file."""
+    from launcher.data import inspect as inspect_mod
+
+    names = [name.strip() for name in columns.split(",")] if columns is not None else None
+    try:
+        sample = inspect_mod.read_sample(file, rows, names, header)
+        proposal = inspect_mod.propose(sample, label)
+    except inspect_mod.InspectError as err:
+        raise DfmError(str(err)) from None
+    if output == "json":
+        click.echo(json.dumps({"features": proposal.features, "stats": proposal.stats,
+                               "sample": {"file": str(file), "rows": len(sample.rows), "header": sample.header,
+                                          "ragged_skipped": sample.ragged}}, indent=2))
+    else:
+        click.echo(inspect_mod.to_yaml(proposal), nl=False)

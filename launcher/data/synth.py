@@ -11,13 +11,18 @@ spread (`signal`) and shifted so that about `positive_rate` of the labels are 1;
 draws from its probabilities. `teacher_auc` is the teacher's AUC on the drawn sample: no model can
 expect to beat it on this data.
 
+Optional extras for raw renderings (`launcher.data.raw`), both off by default so the pre-indexed
+output is unchanged: `missing_rate` blanks cells (a missing field has value 0, so it adds nothing to
+the teacher's logit, and its id is the field's first), and `multi_hot` adds a variable-length bag of ids
+from its own vocabulary whose mean-pooled weights and latent vector enter the teacher as one more field.
+
 Everything is numpy and deterministic by `seed`; the teacher depends on the seed and the layout only,
 not on the number of rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +38,7 @@ _CHUNK = 65536
 CHUNK_ROWS = 65536  # rows per random stream: part of what a seed means, keep it fixed
 
 _STREAM_LAYOUT, _STREAM_TEACHER, _STREAM_CALIBRATION, _STREAM_SAMPLE = range(4)
+_STREAM_BAG_LAYOUT, _STREAM_BAG_TEACHER, _STREAM_EXTRAS = range(4, 7)
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -60,6 +66,58 @@ class SynthData:
         labels, probs = self.labels[part], self.probs[part]
         return SynthData(self.ids[part], self.values[part], labels, probs, roc_auc(labels, probs),
                          self.field_size, self.feature_size, self.seed)
+
+
+@dataclass(frozen=True)
+class MultiHot:
+    """A bag of ids per row from its own Zipf vocabulary: 1..max_length ids (geometric lengths around
+    `mean_length`), or none when missing."""
+
+    vocabulary: int = 1000
+    max_length: int = 20
+    mean_length: float = 5.0
+
+
+@dataclass(frozen=True)
+class Draw:
+    """Feature rows as the teacher sees them, plus the raw counts and blanks behind them."""
+
+    ids: np.ndarray  # int64[rows, field_size]; a missing field holds its first id
+    values: np.ndarray  # float32[rows, field_size]; 0 where missing
+    counts: np.ndarray  # int64[rows, numeric_fields], the counts the numeric fields encode
+    missing: np.ndarray | None = None  # bool[rows, field_size]
+    bag_ids: np.ndarray | None = None  # int64[rows, max_length], bag vocabulary ids, 0 past the length
+    bag_lengths: np.ndarray | None = None  # int64[rows]; 0 = missing
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slice(self, part: slice) -> "Draw":
+        pick = lambda a: None if a is None else a[part]  # noqa: E731
+        return Draw(self.ids[part], self.values[part], self.counts[part], pick(self.missing),
+                    pick(self.bag_ids), pick(self.bag_lengths))
+
+    def bag_weights(self) -> np.ndarray:
+        """float32[rows, max_length]: 1/length on a row's ids (mean pooling), 0 on padding."""
+        present = np.arange(self.bag_ids.shape[1]) < self.bag_lengths[:, None]
+        return (present / np.maximum(self.bag_lengths, 1)[:, None]).astype(np.float32)
+
+
+def numeric_features(counts: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts -> (global id of their log2 bucket, value min(log1p(count), 10) / 10) for one numeric field."""
+    counts = np.asarray(counts, dtype=np.float64)
+    bucket = np.minimum(np.floor(np.log2(1.0 + counts)), NUMERIC_BUCKETS - 1).astype(np.int64)
+    return offset + bucket, (np.minimum(np.log1p(counts), 10.0) / 10.0).astype(np.float32)
+
+
+def _zipf_cdf(size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    exponent = rng.uniform(1.05, 1.4)
+    cdf = np.cumsum(np.arange(1, size + 1, dtype=np.float64) ** -exponent)
+    return cdf / cdf[-1], rng.permutation(size)
+
+
+def _zipf_draw(cdf: np.ndarray, perm: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    return perm[np.minimum(np.searchsorted(cdf, uniform, side="right"), len(cdf) - 1)]
 
 
 @dataclass(frozen=True)
@@ -96,42 +154,49 @@ def _layout(field_size: int, feature_size: int, numeric_fields: int) -> _Layout:
 class _Sampler:
     """Draws feature rows for a layout; the per-field distributions come from the layout stream."""
 
-    def __init__(self, layout: _Layout, seed: int):
+    def __init__(self, layout: _Layout, seed: int, missing_rate: float = 0.0, multi_hot: MultiHot | None = None):
         rng = _rng(seed, _STREAM_LAYOUT)
-        self.layout = layout
+        self.layout, self.missing_rate, self.multi_hot = layout, missing_rate, multi_hot
         n_num = layout.numeric_fields
         self.lognormal = rng.random(n_num) < 0.5
         self.mu = rng.uniform(0.0, 3.0, n_num)
         self.sigma = rng.uniform(1.0, 2.0, n_num)
         self.pareto_shape = rng.uniform(1.1, 2.5, n_num)
         self.pareto_scale = rng.uniform(1.0, 20.0, n_num)
-        self.cdfs, self.perms = [], []
-        for size in layout.sizes[n_num:]:
-            exponent = rng.uniform(1.05, 1.4)
-            weights = np.arange(1, size + 1, dtype=np.float64) ** -exponent
-            cdf = np.cumsum(weights)
-            self.cdfs.append(cdf / cdf[-1])
-            self.perms.append(rng.permutation(size))
+        self.zipfs = [_zipf_cdf(size, rng) for size in layout.sizes[n_num:]]
+        if multi_hot is not None:
+            self.bag_zipf = _zipf_cdf(multi_hot.vocabulary, _rng(seed, _STREAM_BAG_LAYOUT))
 
-    def draw(self, rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def draw(self, rows: int, rng: np.random.Generator, extras_rng: np.random.Generator | None = None) -> Draw:
+        """Rows from `rng`; blanks and bags (when configured) from `extras_rng`, so turning them on
+        leaves the ids, counts and labels drawn from `rng` as they were."""
         layout = self.layout
         field_size = len(layout.sizes)
         ids = np.empty((rows, field_size), dtype=np.int64)
         values = np.ones((rows, field_size), dtype=np.float32)
+        counts = np.empty((rows, layout.numeric_fields), dtype=np.int64)
         for f in range(layout.numeric_fields):
             if self.lognormal[f]:
                 raw = rng.lognormal(self.mu[f], self.sigma[f], rows)
             else:
                 raw = self.pareto_scale[f] * rng.pareto(self.pareto_shape[f], rows)
-            counts = np.floor(raw)
-            bucket = np.minimum(np.floor(np.log2(1.0 + counts)), NUMERIC_BUCKETS - 1).astype(np.int64)
-            ids[:, f] = layout.offsets[f] + bucket
-            values[:, f] = np.minimum(np.log1p(counts), 10.0) / 10.0
-        for k, (cdf, perm) in enumerate(zip(self.cdfs, self.perms)):
+            counts[:, f] = np.floor(raw)
+            ids[:, f], values[:, f] = numeric_features(np.floor(raw), layout.offsets[f])
+        for k, (cdf, perm) in enumerate(self.zipfs):
             f = layout.numeric_fields + k
-            rank = np.minimum(np.searchsorted(cdf, rng.random(rows), side="right"), len(cdf) - 1)
-            ids[:, f] = layout.offsets[f] + perm[rank]
-        return ids, values
+            ids[:, f] = layout.offsets[f] + _zipf_draw(cdf, perm, rng.random(rows))
+        missing = bag_ids = bag_lengths = None
+        if self.missing_rate > 0:
+            missing = extras_rng.random((rows, field_size)) < self.missing_rate
+            values[missing] = 0.0
+            ids[missing] = np.broadcast_to(layout.offsets, ids.shape)[missing]
+        if self.multi_hot is not None:
+            bag = self.multi_hot
+            bag_lengths = np.minimum(extras_rng.geometric(1.0 / bag.mean_length, rows), bag.max_length)
+            bag_lengths[extras_rng.random(rows) < self.missing_rate] = 0
+            bag_ids = _zipf_draw(*self.bag_zipf, extras_rng.random((rows, bag.max_length)))
+            bag_ids[np.arange(bag.max_length) >= bag_lengths[:, None]] = 0
+        return Draw(ids, values, counts, missing, bag_ids, bag_lengths)
 
 
 class _Teacher:
@@ -141,25 +206,34 @@ class _Teacher:
         rng = _rng(seed, _STREAM_TEACHER)
         self.linear = rng.normal(0.0, 1.0, feature_size).astype(np.float32)
         self.latent = rng.normal(0.0, 1.0, (feature_size, LATENT_DIM)).astype(np.float32)
-        ids, values = sampler.draw(CALIBRATION_ROWS, _rng(seed, _STREAM_CALIBRATION))
-        first, pair = self._terms(ids, values)
+        if sampler.multi_hot is not None:
+            bag_rng = _rng(seed, _STREAM_BAG_TEACHER)
+            self.bag_linear = bag_rng.normal(0.0, 1.0, sampler.multi_hot.vocabulary).astype(np.float32)
+            self.bag_latent = bag_rng.normal(0.0, 1.0, (sampler.multi_hot.vocabulary, LATENT_DIM)).astype(np.float32)
+        draw = sampler.draw(CALIBRATION_ROWS, _rng(seed, _STREAM_CALIBRATION), _rng(seed, _STREAM_CALIBRATION, 1))
+        first, pair = self._terms(draw)
         self.first_stats = (first.mean(), first.std() or 1.0)
         self.pair_stats = (pair.mean(), pair.std() or 1.0)
         self.scale = signal
         self.bias = 0.0
-        self.bias = _bias_for_rate(self.logits(ids, values), positive_rate)
+        self.bias = _bias_for_rate(self.logits(draw), positive_rate)
 
-    def _terms(self, ids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        first = (self.linear[ids] * values).sum(axis=1, dtype=np.float64)
-        embedded = self.latent[ids] * values[:, :, None]
+    def _terms(self, draw: Draw) -> tuple[np.ndarray, np.ndarray]:
+        first = (self.linear[draw.ids] * draw.values).sum(axis=1, dtype=np.float64)
+        embedded = self.latent[draw.ids] * draw.values[:, :, None]
+        if draw.bag_ids is not None:  # one more field: the mean of its ids' weights and latent vectors
+            weights = draw.bag_weights()
+            first = first + (self.bag_linear[draw.bag_ids] * weights).sum(axis=1, dtype=np.float64)
+            pooled = (self.bag_latent[draw.bag_ids] * weights[:, :, None]).sum(axis=1)
+            embedded = np.concatenate([embedded, pooled[:, None, :]], axis=1)
         pair = 0.5 * (embedded.sum(axis=1) ** 2 - (embedded ** 2).sum(axis=1)).sum(axis=1, dtype=np.float64)
         return first, pair
 
-    def logits(self, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-        out = np.empty(len(ids), dtype=np.float64)
-        for start in range(0, len(ids), _CHUNK):
+    def logits(self, draw: Draw) -> np.ndarray:
+        out = np.empty(len(draw), dtype=np.float64)
+        for start in range(0, len(draw), _CHUNK):
             part = slice(start, start + _CHUNK)
-            first, pair = self._terms(ids[part], values[part])
+            first, pair = self._terms(draw.slice(part))
             first = (first - self.first_stats[0]) / self.first_stats[1]
             pair = (pair - self.pair_stats[0]) / self.pair_stats[1]
             mixed = np.sqrt(1.0 - INTERACTION_SHARE) * first + np.sqrt(INTERACTION_SHARE) * pair
@@ -204,23 +278,33 @@ class Generator:
     chunk k from its own random stream, so a long draw can be written without holding it in memory."""
 
     def __init__(self, seed: int, field_size: int = DEFAULT_FIELD_SIZE, feature_size: int = DEFAULT_FEATURE_SIZE,
-                 numeric_fields: int | None = None, signal: float = 1.5, positive_rate: float = 0.25):
+                 numeric_fields: int | None = None, signal: float = 1.5, positive_rate: float = 0.25,
+                 missing_rate: float = 0.0, multi_hot: MultiHot | None = None):
         if not 0.0 < positive_rate < 1.0:
             raise ValueError(f"positive_rate must be in (0, 1), got {positive_rate}")
+        if not 0.0 <= missing_rate < 1.0:
+            raise ValueError(f"missing_rate must be in [0, 1), got {missing_rate}")
+        if multi_hot is not None and (multi_hot.vocabulary < 1 or multi_hot.max_length < 1 or multi_hot.mean_length < 1):
+            raise ValueError(f"a multi-hot bag needs a vocabulary, max_length and mean_length of at least 1, got {multi_hot}")
         self.seed, self.field_size, self.feature_size = seed, field_size, feature_size
-        layout = _layout(field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields)
-        self.sampler = _Sampler(layout, seed)
+        self.layout = _layout(field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields)
+        self.sampler = _Sampler(self.layout, seed, missing_rate, multi_hot)
         self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate)
 
-    def chunks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Yield (ids, values, labels, probs) for rows 0..rows-1, in order."""
+    def draws(self, rows: int) -> Iterator[tuple[Draw, np.ndarray, np.ndarray]]:
+        """Yield (draw, labels, probs) for rows 0..rows-1, in order."""
         for k, start in enumerate(range(0, rows, CHUNK_ROWS)):
             count = min(CHUNK_ROWS, rows - start)
             rng = _rng(self.seed, _STREAM_SAMPLE, k)
-            ids, values = self.sampler.draw(count, rng)
-            probs = _sigmoid(self.teacher.logits(ids, values))
+            draw = self.sampler.draw(count, rng, _rng(self.seed, _STREAM_EXTRAS, k))
+            probs = _sigmoid(self.teacher.logits(draw))
             labels = (rng.random(count) < probs).astype(np.float32)
-            yield ids, values, labels, probs.astype(np.float32)
+            yield draw, labels, probs.astype(np.float32)
+
+    def chunks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Yield (ids, values, labels, probs) for rows 0..rows-1, in order."""
+        for draw, labels, probs in self.draws(rows):
+            yield draw.ids, draw.values, labels, probs
 
 
 def generate(rows: int, seed: int, field_size: int = DEFAULT_FIELD_SIZE,
@@ -235,7 +319,7 @@ def generate(rows: int, seed: int, field_size: int = DEFAULT_FIELD_SIZE,
     return SynthData(ids, values, labels, probs, roc_auc(labels, probs), field_size, feature_size, seed)
 
 
-def _check_files(rows: int, files: int) -> int:
+def check_files(rows: int, files: int) -> int:
     if files < 1:
         raise ValueError(f"files must be at least 1, got {files}")
     if rows % files:
@@ -244,7 +328,7 @@ def _check_files(rows: int, files: int) -> int:
     return rows // files
 
 
-def _file_names(out_dir: Path, files: int, prefix: str, suffix: str) -> list[Path]:
+def file_names(out_dir: Path, files: int, prefix: str, suffix: str) -> list[Path]:
     return [Path(out_dir) / f"{prefix}-{i:05d}{suffix}" for i in range(files)]
 
 
@@ -252,15 +336,15 @@ def write_tfrecords(out_dir: str | Path, data: SynthData, files: int, prefix: st
     """Write `data` as `files` TFRecord files of equal record counts; rows must divide evenly."""
     from launcher.data.tfrecord import serialize_examples, write_records
 
-    per_file = _check_files(data.rows, files)
-    paths = _file_names(Path(out_dir), files, prefix, ".tfrecord")
+    per_file = check_files(data.rows, files)
+    paths = file_names(Path(out_dir), files, prefix, ".tfrecord")
     for i, path in enumerate(paths):
         part = slice(i * per_file, (i + 1) * per_file)
         write_records(path, serialize_examples(data.labels[part], data.ids[part], data.values[part]))
     return paths
 
 
-def _libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Iterator[str]:
+def libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Iterator[str]:
     for label, row_ids, row_values in zip(labels.tolist(), ids.tolist(), values.tolist()):
         pairs = " ".join(f"{i}:{v:.9g}" for i, v in zip(row_ids, row_values))
         yield f"{label:g} {pairs}\n"
@@ -268,60 +352,11 @@ def _libsvm_lines(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> It
 
 def write_libsvm(out_dir: str | Path, data: SynthData, files: int, prefix: str = "part") -> list[Path]:
     """Write `data` as libsvm text (`label id:value ...`, field order), `files` files of equal rows."""
-    per_file = _check_files(data.rows, files)
-    paths = _file_names(Path(out_dir), files, prefix, ".libsvm")
+    per_file = check_files(data.rows, files)
+    paths = file_names(Path(out_dir), files, prefix, ".libsvm")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for i, path in enumerate(paths):
         part = slice(i * per_file, (i + 1) * per_file)
         with open(path, "w") as out:
-            out.writelines(_libsvm_lines(data.labels[part], data.ids[part], data.values[part]))
+            out.writelines(libsvm_lines(data.labels[part], data.ids[part], data.values[part]))
     return paths
-
-
-def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: str = "tfrecord",
-                prefix: str = "part", on_rows: Callable[[int], None] = lambda n: None) -> list[tuple[float, float]]:
-    """Draw the rows of all `parts` [(out_dir, rows, files)] as one sequence, chunk by chunk, and write
-    each part's rows in order into its equal-size files. -> (teacher AUC, positive rate) per part.
-
-    Memory stays at one chunk plus a label and a probability per row (for the AUC)."""
-    from launcher.data.tfrecord import quiet_tensorflow, serialize_examples
-
-    suffix = ".tfrecord" if fmt == "tfrecord" else ".libsvm"
-    targets = []  # (part index, path, rows) in writing order
-    for index, (out_dir, rows, files) in enumerate(parts):
-        per_file = _check_files(rows, files)
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        targets += [(index, path, per_file) for path in _file_names(Path(out_dir), files, prefix, suffix)]
-    if fmt == "tfrecord":
-        tf = quiet_tensorflow()
-        opener = lambda path: tf.io.TFRecordWriter(str(path))  # noqa: E731
-        encode = serialize_examples
-    else:
-        opener = lambda path: open(path, "w")  # noqa: E731
-        encode = _libsvm_lines
-    seen = [([], []) for _ in parts]
-    pending = iter(targets)
-    current, left, writer = None, 0, None
-    for ids, values, labels, probs in generator.chunks(sum(rows for _, rows, _ in parts)):
-        offset = 0
-        while offset < len(labels):
-            if left == 0:
-                if writer is not None:
-                    writer.close()
-                current, path, left = next(pending)
-                writer = opener(path)
-            take = slice(offset, offset + min(left, len(labels) - offset))
-            for item in encode(labels[take], ids[take], values[take]):
-                writer.write(item)
-            seen[current][0].append(labels[take])
-            seen[current][1].append(probs[take])
-            left -= take.stop - take.start
-            offset = take.stop
-        on_rows(len(labels))
-    if writer is not None:
-        writer.close()
-    results = []
-    for labels, probs in seen:
-        labels, probs = np.concatenate(labels), np.concatenate(probs)
-        results.append((roc_auc(labels, probs), float(labels.mean())))
-    return results

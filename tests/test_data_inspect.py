@@ -1,0 +1,131 @@
+"""`dfm data inspect FILE`: a proposed `features:` section from a sample of TSV or CSV text."""
+
+import csv
+import gzip
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from launcher.cli import main
+from launcher.data import inspect
+
+
+def _inspect(capsys, *argv):
+    assert main(["data", "inspect", *map(str, argv)]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def criteo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("criteo")
+    assert main(["data", "synth", "--format", "criteo-tsv", "--out", str(out), "--rows", "3000", "--seed", "2",
+                 "--multi-hot", "recent_cats"]) == 0
+    return out / "train" / "part-00000.tsv", json.loads((out / "meta.json").read_text())
+
+
+def test_synth_output_gets_13_log1p_counts_26_categoricals_and_the_bag(criteo, capsys):
+    path, meta = criteo
+    text = _inspect(capsys, path)
+    features = yaml.safe_load(text)["features"]
+    assert features["format"] == "tsv" and features["label"] == "col0"
+    assert features["columns"] == [f"col{k}" for k in range(41)]
+    assert features["numeric"] == {f"col{k}": {"transform": "log1p"} for k in range(1, 14)}
+    assert list(features["categorical"]) == [f"col{k}" for k in range(14, 40)]
+    assert all(entry["hash_buckets"] in {2**k for k in range(4, 21)} for entry in features["categorical"].values())
+    bag = features["multi_hot"]["col40"]
+    assert (bag["separator"], bag["pooling"]) == ("|", "mean")
+    assert 5 <= bag["max_length"] <= meta["multi_hot"]["max_length"]
+    assert bag["hash_buckets"] >= meta["multi_hot"]["vocabulary"]
+    assert "% missing" in text and "(tab-separated, no header)" in text
+
+    named = _inspect(capsys, path, "--columns", ",".join(meta["columns"]), "--output", "json")
+    proposal = json.loads(named)
+    assert proposal["features"]["label"] == "clicked" and "recent_cats" in proposal["features"]["multi_hot"]
+    assert proposal["stats"]["i1"]["kind"] == "integer" and proposal["stats"]["i1"]["min"] >= 0
+    assert 0.0 < proposal["stats"]["c1"]["missing"] < 0.2 and proposal["sample"]["rows"] == 3000
+
+
+def test_a_header_line_names_the_columns(criteo, tmp_path, capsys):
+    path, meta = criteo
+    with_header = tmp_path / "with-header.tsv"
+    with_header.write_text("\t".join(meta["columns"]) + "\n" + path.read_text())
+    features = yaml.safe_load(_inspect(capsys, with_header, "--rows", "500"))["features"]
+    assert features["columns"] == meta["columns"] and features["label"] == "clicked"
+    assert set(features["numeric"]) == set(meta["columns"][1:14])
+    # Forced off, the names are a data row: every column holds text now, so no label is found.
+    assert main(["data", "inspect", str(with_header), "--no-header"]) == 2
+    assert "--label" in capsys.readouterr().err
+
+
+def _write_csv(path, rows=400, seed=0):
+    rng = np.random.default_rng(seed)
+    tags = [f"t{k}" for k in range(30)]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["user", "clicked", "price", "clicks", "is_mobile", "tags"])
+        for r in range(rows):
+            chosen = rng.choice(tags, size=rng.integers(1, 6))
+            writer.writerow([f"u{rng.integers(50)}", int(rng.random() < 0.3), f"{rng.normal(0, 5):.3f}",
+                             "" if r % 10 == 0 else int(rng.pareto(1.5) * 3), int(rng.random() < 0.5),
+                             ",".join(chosen)])
+
+
+def test_csv_with_quoted_lists_and_a_label_that_is_not_first(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    _write_csv(path)
+    out = json.loads(_inspect(capsys, path, "--output", "json"))
+    features, stats = out["features"], out["stats"]
+    assert (features["format"], features["label"]) == ("csv", "clicked")  # the first 0/1 column
+    assert features["numeric"] == {"price": {"transform": "none"}, "clicks": {"transform": "log1p"},
+                                   "is_mobile": {"transform": "none"}}
+    assert features["categorical"] == {"user": {"hash_buckets": 512}}  # 50 users x 10 -> 512
+    assert features["multi_hot"]["tags"]["separator"] == ","
+    assert features["multi_hot"]["tags"]["max_length"] == 5 and stats["tags"]["distinct"] == 30
+    assert stats["clicks"]["missing"] == pytest.approx(0.1)
+    assert stats["price"]["kind"] == "float" and stats["price"]["min"] < 0
+
+
+def test_bucket_suggestions_are_powers_of_two_with_room_and_a_cap():
+    assert [inspect.buckets(n) for n in (0, 1, 100, 103, 2_000_000)] == [16, 16, 1024, 2048, 1 << 20]
+
+
+def test_a_few_ragged_rows_are_skipped_and_reported(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    _write_csv(path, rows=400)
+    path.write_text(path.read_text() + "u1,1,2.0\n")
+    text = _inspect(capsys, path)
+    assert "skipped 1 rows with another field count" in text
+    assert yaml.safe_load(text)["features"]["label"] == "clicked"
+
+
+def _bad_inputs(tmp_path):
+    ragged = tmp_path / "ragged.tsv"
+    ragged.write_text("".join("1\t2\t3\n" if k % 10 else "1\t2\n" for k in range(1, 101)))
+    binary = tmp_path / "data.tfrecord"
+    binary.write_bytes(bytes(range(256)) * 4)
+    packed = tmp_path / "data.tsv.gz"
+    packed.write_bytes(gzip.compress(b"1\ta\n0\tb\n"))
+    text = tmp_path / "notes.txt"
+    text.write_text("just one column\nof prose\n")
+    no_label = tmp_path / "no-label.tsv"
+    no_label.write_text("3\ta\n4\tb\n")
+    return [
+        ([tmp_path / "absent.tsv"], "no such file"),
+        ([tmp_path], "is a folder"),
+        ([binary], "binary"),
+        ([packed], "gzip"),
+        ([ragged], "ragged.tsv:10: 2 fields, expected 3"),
+        ([text], "no tab or comma"),
+        ([no_label], "--label"),
+        ([no_label, "--label", "c9"], "is not a column"),
+        ([no_label, "--columns", "a,b,c"], "--columns names 3 columns"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    for argv, message in _bad_inputs(tmp_path):
+        assert main(["data", "inspect", *map(str, argv)]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
