@@ -113,7 +113,8 @@ def test_two_host_parameter_server_job(tmp_path, sample):
         assert len(list((job / "hosts" / host / "input" / "data" / "train").iterdir())) == 2
     assert "[algo-1/master] [dfm] eval step=" in run.output and "final eval:" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert "master is down" in (job / "logs" / "algo-2-ps.log").read_text()
+    for host in ("algo-1", "algo-2"):  # each host's ps went with its host's script
+        assert "ps server stopping: SIGTERM" in (job / "logs" / f"{host}-ps.log").read_text()
     assert_no_survivors(run.pids)
 
 

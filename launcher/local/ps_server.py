@@ -10,6 +10,7 @@ Python; needs only TensorFlow.
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -19,8 +20,14 @@ def wait_for_launcher_to_go(launcher_pid, interval=0.5):
         time.sleep(interval)
 
 
+def stop(signum, _frame):
+    print(f"ps server stopping: {signal.Signals(signum).name} (its host's script has ended, or the run)", flush=True)
+    os._exit(0)
+
+
 def main():
     launcher_pid = os.getppid()
+    signal.signal(signal.SIGTERM, stop)
     config = json.loads(os.environ["TF_CONFIG"])
     import tensorflow as tf
 
