@@ -40,6 +40,7 @@ for channel, spec in config.items():
         files[channel] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root, followlinks=True) for f in fs)
 
 report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+          "python": sys.executable, "path": os.environ.get("PATH", ""), "pythonpath": os.environ.get("PYTHONPATH", ""),
           "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
           "files": files, "pipes": pipes}
 if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as its "checkpoint"
