@@ -62,7 +62,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot"}
     local: Mapping[str, Any] = field(default_factory=dict)  # `local:` section: run_dir, timeout_s, ...
-    model_dir: str | None = None  # the --model_dir the SDK passes: <output>/<job>/model, /opt/ml/model for MPI
+    model_dir: str | None = None  # the --model_dir: <output>/<job>/model (SDK default), /opt/ml/model for MPI and bundled
     code_location: str | None = None  # the SDK uploads <code_location>/<job>/source/sourcedir.tar.gz
     checkpoint_local_path: str | None = None  # container folder synced with checkpoint_s3_uri
     checkpoint_dir: str | None = None  # container folder the bundled scripts checkpoint to (EFS/FSx channel)
@@ -196,7 +196,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
 
     channels = _channels(spec)
     job_input_mode = "File" if any(c.kind != "s3" for c in channels) else spec.data.mode
-    model_dir = "/opt/ml/model" if kind == "horovod" else f"{output_path}/{job_name}/model"
+    # The SDK passes an s3:// model_dir to non-MPI jobs, and the toolkit then calls S3 GetBucketLocation before
+    # the script starts. The bundled scripts save to SM_MODEL_DIR anyway: give them the local folder.
+    model_dir = "/opt/ml/model" if kind == "horovod" or bundled is not None else f"{output_path}/{job_name}/model"
 
     checkpoint_s3_uri = checkpoint_local_path = checkpoint_dir = None
     config = spec.checkpoint_config
@@ -234,10 +236,11 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         "input_mode": job_input_mode,
         "output_path": output_path,
         "code_location": output_path,
-        "model_dir": model_dir,
         "hyperparameters": script_hyperparameters,
         **DISABLED_SDK_EXTRAS,
     }
+    if bundled is not None:  # a user's script keeps the SDK's own default (the value predicted above)
+        kwargs["model_dir"] = model_dir
     if image_uri is not None:
         kwargs["image_uri"] = image_uri
     if framework_version is not None:

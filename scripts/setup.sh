@@ -47,11 +47,24 @@ if ! "$PY" -c "import sagemaker_tensorflow" >/dev/null 2>&1; then
 fi
 
 # 5. The SageMaker toolkits themselves, set aside (not on the venv's path: their pins would downgrade numpy
-#    and protobuf). The --local fidelity tests compare our container layout against their own functions.
+#    and protobuf), at the versions the images pin (scripts/sagemaker-toolkits.txt). The --local fidelity tests
+#    compare our container layout against their own functions. Re-installed when the versions do not match.
 TOOLKITS=$VENV/sagemaker-toolkits
-if [ ! -d "$TOOLKITS/sagemaker_tensorflow_container" ]; then
+if ! "$PY" - "$TOOLKITS" scripts/sagemaker-toolkits.txt <<'PYCHECK' >/dev/null 2>&1
+import importlib.metadata, sys
+from packaging.requirements import Requirement
+folder, pins = sys.argv[1], sys.argv[2]
+found = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in importlib.metadata.distributions(path=[folder])}
+for line in open(pins):
+    line = line.split("#", 1)[0].strip()
+    if line:
+        req = Requirement(line)
+        assert req.specifier.contains(found[req.name], prereleases=True), (req, found.get(req.name))
+PYCHECK
+then
   step "installing the SageMaker training toolkits aside into $TOOLKITS (for the fidelity tests)"
-  "$PY" -m pip install -q --no-deps --upgrade --target "$TOOLKITS" sagemaker-training sagemaker-tensorflow-training
+  rm -rf "$TOOLKITS"
+  "$PY" -m pip install -q --no-deps --target "$TOOLKITS" -r scripts/sagemaker-toolkits.txt
 fi
 # 6. The runtimes of the other image families (TF 2.12 + Horovod on Python 3.10; TF 2.21 on Python 3.12):
 #    the version matrix of `make test` and `dfm launch --local` for specs naming those images use them.

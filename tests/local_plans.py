@@ -64,9 +64,9 @@ def toolkit_pythonpath() -> str | None:
     """Where the SageMaker toolkits (sagemaker-training, sagemaker-tensorflow-training) can be imported from.
 
     They are not dfm dependencies (their pins would downgrade numpy/protobuf in the venv); install them
-    without dependencies anywhere (`pip install --no-deps --target DIR sagemaker-training
-    sagemaker-tensorflow-training`) and point DFM_SAGEMAKER_TOOLKIT at DIR to run the comparison tests; scripts/setup.sh puts them
-    in .venv/sagemaker-toolkits, which is looked at too.
+    without dependencies anywhere (`pip install --no-deps --target DIR -r scripts/sagemaker-toolkits.txt`, the
+    versions the images pin) and point DFM_SAGEMAKER_TOOLKIT at DIR to run the comparison tests;
+    scripts/setup.sh puts them in .venv/sagemaker-toolkits, which is looked at too.
     """
     import importlib.util
 
@@ -78,3 +78,20 @@ def toolkit_pythonpath() -> str | None:
     if spec and spec.submodule_search_locations:
         return str(Path(list(spec.submodule_search_locations)[0]).parent)
     return None
+
+
+TOOLKIT_PINS = Path(__file__).resolve().parents[1] / "scripts" / "sagemaker-toolkits.txt"
+
+
+def toolkit_versions_off_pin(folder: str) -> list[str]:
+    """The toolkits in `folder` whose versions are not those the images pin (scripts/sagemaker-toolkits.txt)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    found = {d.metadata["Name"].lower().replace("_", "-"): d.version
+             for d in importlib.metadata.distributions(path=[folder])}
+    pins = [Requirement(line.split("#", 1)[0]) for line in TOOLKIT_PINS.read_text().splitlines()
+            if line.split("#", 1)[0].strip()]
+    return [f"{pin.name} {found.get(pin.name, 'missing')} (images pin {pin.specifier})" for pin in pins
+            if pin.name not in found or not pin.specifier.contains(found[pin.name], prereleases=True)]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from local_plans import standin_plan, toolkit_pythonpath
+from local_plans import standin_plan, toolkit_pythonpath, toolkit_versions_off_pin
 
 from launcher.local.container import build_host_tree, container_env, host_names
 
@@ -89,14 +89,35 @@ print(json.dumps(environment.Environment().to_env_vars()))
 """
 
 
+def _with_efs_channel(plan, folder):
+    from dataclasses import replace
+
+    from launcher.plan import Channel
+
+    return replace(plan, channels=plan.channels + (Channel("checkpoints", "/efs/ckpt", kind="efs",
+                                                           file_system_id="fs-1", local_path=str(folder)),))
+
+
+PLANS = {  # name -> (plan for tmp_path, host whose environment is compared)
+    "ps-file": (lambda tmp: standin_plan(tmp, hosts=2), "algo-2"),
+    "horovod-pipe": (lambda tmp: standin_plan(tmp, kind="horovod", hosts=2, per_host=2, mode="Pipe",
+                                              mpi_options="--NCCL_DEBUG WARN"), "algo-1"),
+    "mwms-fastfile": (lambda tmp: standin_plan(tmp, kind="multi_worker_mirrored", hosts=3, mode="FastFile"), "algo-3"),
+    "single-pipe": (lambda tmp: standin_plan(tmp, kind="none", hosts=1, mode="Pipe"), "algo-1"),
+    "ps-efs": (lambda tmp: _with_efs_channel(standin_plan(tmp, hosts=2), tmp), "algo-1"),
+}
+
+
 @pytest.mark.skipif(toolkit_pythonpath() is None, reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
-def test_environment_matches_what_the_toolkit_derives_from_the_same_tree(tmp_path):
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_environment_matches_what_the_toolkit_derives_from_the_same_tree(tmp_path, name):
     import os
     import subprocess
     import sys
 
-    plan = standin_plan(tmp_path, hosts=2)
-    tree = build_host_tree(plan, tmp_path / "algo-2", "algo-2")
+    make_plan, host = PLANS[name]
+    plan = make_plan(tmp_path)
+    tree = build_host_tree(plan, tmp_path / host, host)
     ours = container_env(plan, tree)
     env = {"PYTHONPATH": toolkit_pythonpath(), "SAGEMAKER_BASE_DIR": str(tree.base), "PATH": os.environ["PATH"],
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
@@ -107,8 +128,14 @@ def test_environment_matches_what_the_toolkit_derives_from_the_same_tree(tmp_pat
     theirs = json.loads(result.stdout.strip().splitlines()[-1])
     # The toolkit counts the whole machine's CPUs; --local gives each simulated host its share.
     differ = {"SM_NUM_CPUS"}
-    mismatched = [name for name in sorted(set(theirs) - differ - {"SM_TRAINING_ENV"}) if ours.get(name) != theirs[name]]
+    names = (set(theirs) | {n for n in ours if n.startswith("SM_")}) - differ - {"SM_TRAINING_ENV"}
+    mismatched = [name for name in sorted(names) if ours.get(name) != theirs.get(name)]
     mine, toolkit = json.loads(ours["SM_TRAINING_ENV"]), json.loads(theirs["SM_TRAINING_ENV"])
     mismatched += [f"SM_TRAINING_ENV.{key}" for key in sorted((set(toolkit) | set(mine)) - {"num_cpus"})
-                   if mine.get(key) != toolkit[key]]
+                   if mine.get(key) != toolkit.get(key)]
     assert mismatched == []
+
+
+@pytest.mark.skipif(toolkit_pythonpath() is None, reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
+def test_the_toolkits_compared_against_are_the_versions_the_images_pin():
+    assert toolkit_versions_off_pin(toolkit_pythonpath()) == []

@@ -6,7 +6,6 @@ psutil, and checks the run's outcome, its tree under the run dir, and that no pr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -42,10 +41,10 @@ def sample(tmp_path_factory) -> Path:
 
 
 def write_spec(tmp_path: Path, *, name: str, entry_point: str, distribution, count: int, mode: str, train,
-               channels: dict[str, Path], hyperparameters: dict, checkpoints=None) -> Path:
+               channels: dict[str, Path], hyperparameters: dict, checkpoints=None, framework="2.14") -> Path:
     spec = {
         "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test/out/",
+        "framework": {"version": framework, "python": "py310"}, "output": "s3://dfm-test/out/",
         "entry_point": entry_point, "instance": {"type": "ml.c5.2xlarge", "count": count},
         "distribution": distribution,
         "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://dfm-test/eval/"},
@@ -113,7 +112,8 @@ def test_two_host_parameter_server_job(tmp_path, sample):
         assert len(list((job / "hosts" / host / "input" / "data" / "train").iterdir())) == 2
     assert "[algo-1/master] [dfm] eval step=" in run.output and "final eval:" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert "master is down" in (job / "logs" / "algo-2-ps.log").read_text()
+    for host in ("algo-1", "algo-2"):  # each host's ps went with its host's script
+        assert "ps server stopping: SIGTERM" in (job / "logs" / f"{host}-ps.log").read_text()
     assert_no_survivors(run.pids)
 
 
@@ -130,17 +130,49 @@ def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
     assert_no_survivors(run.pids)
 
 
+def horovod_runtime_missing() -> str | None:
+    """Why the TF 2.12 runtime (the last image with Horovod) cannot run a Horovod job here, or None."""
+    from launcher.local import runtime
+
+    chosen = runtime.choose_runtime("2.12", root=runtime.runtimes_root(), own_python=sys.executable,
+                                    own_tf=runtime.tf_version_in())
+    if runtime.major_minor(chosen.tf_version) != "2.12":
+        return f"runtime tf-2.12 not built (scripts/runtime.sh tf-2.12): {chosen.note}"
+    if not chosen.has_module("horovod.tensorflow"):
+        return f"runtime tf-2.12 at {chosen.python} has no Horovod (scripts/runtime.sh tf-2.12 builds it)"
+    return None
+
+
 @pytest.mark.horovod
-@pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod not installed")
+@pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
 def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
+    # TF 2.12 is the last image with Horovod: the job runs on that image's runtime, whatever the launcher's TF
     spec = write_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
                       distribution={"horovod": {"processes_per_host": 2}}, count=1, mode="Pipe",
                       train=["s3://dfm-test/split/train/", "s3://dfm-test/split/train-1/"],
                       channels={"train": sample / "split" / "train", "train-1": sample / "split" / "train-1",
                                 "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 6})
+                      hyperparameters={"max_steps": 6}, framework="2.12")
     run = WatchedRun("launch", str(spec), "--local")
-    assert run.wait() == 0, run.output[-3000:]
+    commands: list[list[str]] = []
+
+    def record_commands(found, lines):
+        for proc in found:
+            try:
+                commands.append(proc.cmdline())
+            except psutil.NoSuchProcess:
+                continue
+        return False
+
+    assert run.wait(until=record_commands) == 0, run.output[-3000:]
+    assert "ran on: TF 2.12.0 (runtime tf-2.12)" in run.output
+    # the ranks run `python -m mpi4py` with the runtime's Python, which has mpi4py (the launcher's need not)
+    from launcher.local import runtime
+
+    python = str(runtime.runtimes_root() / "tf-2.12" / "bin" / "python")
+    assert [python, "-m", "mpi4py", "train_horovod.py"] in [command[:4] for command in commands]
+    for rank in (0, 1):  # each rank's own report of the TensorFlow it imported
+        assert f"[algo-1/rank{rank}] [dfm] tensorflow 2.12.0 " in run.output
     job = run.job_dir(tmp_path / "runs")
     assert {"algo-1-rank0.log", "algo-1-rank1.log", "mpirun.log"} <= {p.name for p in (job / "logs").iterdir()}
     config = json.loads((job / "hosts" / "algo-1" / "input" / "config" / "inputdataconfig.json").read_text())

@@ -26,9 +26,9 @@ gpu_options {
 }
 allow_soft_placement: true
 
-ps server stopping: master is down"""
+ps server stopping: SIGTERM (its host's script has ended, or the run)"""
 
-SHOWN = ["ps server 1 listening on grpc://127.0.0.1:56999", "ps server stopping: master is down"]
+SHOWN = ["ps server 1 listening on grpc://127.0.0.1:56999", "ps server stopping: SIGTERM (its host's script has ended, or the run)"]
 
 
 def shown(terminal, label, text):

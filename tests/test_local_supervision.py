@@ -68,6 +68,19 @@ def test_two_host_ps_job_gets_the_container_layout(tmp_path):
     assert_no_survivors(result.pids)
 
 
+def test_a_hosts_ps_ends_with_that_hosts_script_as_on_sagemaker(tmp_path):
+    # The toolkit serves each host's ps from its own process, which on a non-master host ends as soon as the
+    # host's script does: a worker that exits early takes its ps shard with it while the master still trains.
+    plan = standin_plan(tmp_path, hosts=3, hyperparameters={"probe_ps_s": 40})
+    lines = []
+    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lines.append).run()
+    assert result.exit_code == 0, lines
+    master = reports(result.job_dir)["algo-1"]
+    assert master["ps_all_up"]
+    assert master["ps_up"] == [True, False, False]  # the master's own ps lives on; the finished workers' are gone
+    assert_no_survivors(result.pids)
+
+
 def test_failing_script_stops_everything_and_names_the_process(tmp_path):
     lines = []
     plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "fail", "on_host": "algo-2", "spawn_child": True})

@@ -48,7 +48,7 @@ def test_ps_plan():
     assert kw["image_uri"].endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21: dfm names it
     assert kw["entry_point"] == "train_ps.py" and Path(kw["source_dir"], "train_ps.py").is_file()
     assert kw["output_path"] == kw["code_location"] == BUCKET
-    assert kw["model_dir"] == plan.model_dir == f"{BUCKET}/{JOB}/model"
+    assert kw["model_dir"] == plan.model_dir == "/opt/ml/model"  # bundled: no S3 call by the toolkit at start
     assert kw["checkpoint_s3_uri"] == plan.checkpoint_s3_uri == f"{BUCKET}/{JOB}/checkpoints"
     assert kw["checkpoint_local_path"] == "/opt/ml/checkpoints"
     assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
@@ -125,6 +125,25 @@ def test_user_script_plan_resolves_paths_from_the_spec_file(tmp_path, monkeypatc
     single = write_spec(tmp_path, {"entry_point": "src/train.py"}, name="single.yaml")
     plan = build_plan(load_spec(single), job_name=JOB)
     assert (plan.entry_point, plan.source_dir) == ("train.py", str(tmp_path / "src"))
+
+
+@pytest.mark.parametrize("distribution", [None, "parameter_server"])
+def test_bundled_scripts_get_a_local_model_dir_and_user_scripts_the_sdks_default(tmp_path, no_aws_env, no_network,
+                                                                                 distribution):
+    # The toolkit calls S3 GetBucketLocation on an s3:// model_dir before the script starts (non-MPI jobs).
+    from launcher import sagemaker_backend
+
+    (tmp_path / "train.py").write_text("")
+    changes = {"distribution": distribution} if distribution else {}
+    bundled = build_plan(load_spec(write_spec(tmp_path, changes, name="bundled.yaml")), job_name=JOB)
+    own = build_plan(load_spec(write_spec(tmp_path, {**changes, "entry_point": "train.py"}, name="own.yaml")),
+                     job_name=JOB)
+    sent = {name: json.loads(sagemaker_backend.dry_run(plan)["request"]["HyperParameters"]["model_dir"])
+            for name, plan in (("bundled", bundled), ("own", own))}
+    assert sent["bundled"] == bundled.model_dir == "/opt/ml/model"
+    assert "model_dir" not in own.estimator_kwargs  # the SDK picks it, as it would without dfm
+    assert sent["own"] == own.model_dir == "s3://dfm-bucket/out/" + JOB + "/model"
+    assert own.argv[own.argv.index("--model_dir") + 1] == sent["own"]
 
 
 def test_file_system_training_channel_makes_the_job_file_mode(tmp_path):

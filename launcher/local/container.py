@@ -212,8 +212,7 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
         **{renamed.get(k, k): v for k, v in fields.items() if k not in ("user_args", "channels")},
         "job_name": plan.job_name, "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
         "distribution_hosts": hosts if framework_params else [], "master_hostname": hosts[0],
-        "is_master": host == hosts[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False,
-        "topology": []}
+        "is_master": host == hosts[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
     for name in channels:
         fields[f"channel_{name}"] = str(tree.channel_dir(name))
     for key, value in user_hps.items():

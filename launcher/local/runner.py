@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Callable
 
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import cluster, mpi, netns
+from launcher.local import cluster, mpi, netns, runtime
 from launcher.local.container import (HostTree, build_host_tree, channel_mode, container_env, host_argv,
                                       host_names, to_host_path)
 from launcher.local.progress import Progress, TerminalFilter, display_for
@@ -30,7 +29,7 @@ from launcher.local.supervisor import Supervisor
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 DEFAULT_RUN_DIR = "runs"
 MASTER_GRACE_S = 60.0  # how long other hosts may keep running once the master's script has finished
-PS_GRACE_S = 5.0  # how long ps servers get to notice the master is down before they are stopped
+PS_GRACE_S = 5.0  # how long stopped ps servers get to exit once every script has finished
 
 
 @dataclass
@@ -82,6 +81,7 @@ class LocalRun:
         self.master_label = "mpirun"  # the process whose end the other hosts wait for
         self.culprit = None  # the child whose exit failed the run
         self.checkpoint_dirs: dict[str, Path] = {}  # host -> folder synced with the checkpoint store (if any)
+        self.runtime = runtime.for_plan(plan)  # the Python (and TensorFlow) of every process of the job
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -89,6 +89,8 @@ class LocalRun:
             raise DfmError(f"run directory {self.job_dir} already exists; pick another job name or run_dir")
         if self.plan.distribution.kind not in ("none", "parameter_server", "horovod", "multi_worker_mirrored"):
             raise DfmError(f"--local cannot run distribution '{self.plan.distribution.kind}'")
+        if self.plan.distribution.kind == "horovod":
+            mpi.parse_custom_mpi_options(self.plan.distribution.mpi_options)  # refuses what the toolkit cannot read
         sources = {c.name: ch.list_objects(ch.channel_source(c)) for c in self.plan.channels
                    if c.kind not in ("efs", "fsx")}
         (self.job_dir / "logs").mkdir(parents=True)
@@ -122,8 +124,21 @@ class LocalRun:
                       f"hyperparameters ({expected}); running the plan's argv")
 
     # ---- starting the processes ----
+    def _process_env(self) -> dict[str, str]:
+        env = _inherited_env()
+        # the runtime's bin first, as in an activated virtual environment: `python` there is the job's Python
+        env["PATH"] = os.pathsep.join([str(self.runtime.bin_dir), *filter(None, [env.get("PATH")])])
+        return env
+
+    def _host_env(self, tree: HostTree, **kw) -> dict[str, str]:
+        """What the toolkit adds for the script besides SM_*: PYTHONPATH, its own sys.path with the code dir
+        first (here the host's code dir, then the launcher's PYTHONPATH, if any)."""
+        env = container_env(self.plan, tree, **kw)
+        env["PYTHONPATH"] = os.pathsep.join([str(tree.code), *filter(None, [os.environ.get("PYTHONPATH")])])
+        return env
+
     def _script_env(self, tree: HostTree, tf_config: dict | None = None, **kw) -> dict[str, str]:
-        env = {**_inherited_env(), **container_env(self.plan, tree, **kw)}
+        env = {**self._process_env(), **self._host_env(tree, **kw)}
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
         return env
@@ -132,7 +147,7 @@ class LocalRun:
         plan, kind = self.plan, self.plan.distribution.kind
 
         def script(host: str) -> list[str]:
-            return [sys.executable, plan.entry_point, *host_argv(plan, self.trees[host])]
+            return [self.runtime.python, plan.entry_point, *host_argv(plan, self.trees[host])]
 
         if kind == "horovod":
             self._start_mpi(sup)
@@ -140,8 +155,8 @@ class LocalRun:
             layout = cluster.Layout.allocate(self.hosts, with_ps=True)
             for host in self.hosts:
                 tree = self.trees[host]
-                ps_env = {**_inherited_env(), "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, host, ps_task=True))}
-                sup.start(f"{host}/ps", "ps", [sys.executable, str(PS_SERVER)], env=ps_env, cwd=tree.base)
+                ps_env = {**self._process_env(), "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, host, ps_task=True))}
+                sup.start(f"{host}/ps", "ps", [self.runtime.python, str(PS_SERVER)], env=ps_env, cwd=tree.base)
             for host in self.hosts:
                 role = "master" if host == layout.master else "worker"
                 env = self._script_env(self.trees[host], cluster.ps_tf_config(layout, host))
@@ -159,20 +174,27 @@ class LocalRun:
                           cwd=self.trees[host].code)
             self.master_label = f"{self.hosts[0]}/train"
 
-    def _start_mpi(self, sup: Supervisor) -> None:
+    def mpi_command(self) -> tuple[list[str], dict[str, str]]:
+        """The mpirun (or horovodrun) command of a Horovod plan and its environment (after prepare)."""
         plan = self.plan
         per_host = plan.distribution.processes_per_host
         # the first host's toolkit exports its environment to every rank, each host's /opt/ml paths its own
-        envs = {h: container_env(plan, self.trees[h], current_host=self.hosts[0]) for h in self.hosts}
-        master_env = {**_inherited_env(), **envs[self.hosts[0]]}
+        envs = {h: self._host_env(self.trees[h], current_host=self.hosts[0]) for h in self.hosts}
+        master_env = {**self._process_env(), **envs[self.hosts[0]]}
         rank_hosts = mpi.write_rank_hosts(self.job_dir / "rank_hosts.json", per_host,
                                           [(envs[h], self.trees[h]) for h in self.hosts])
-        exported = sorted(envs[self.hosts[0]])
+        # the toolkit exports what it sets for the script (SM_*, PYTHONPATH); PYTHONUNBUFFERED is dfm's own
+        exported = sorted(n for n in envs[self.hosts[0]] if n.startswith("SM_")) + ["PYTHONPATH", "PYTHONUNBUFFERED"]
         cmd = mpi.launcher_command(ranks=per_host * len(self.hosts), rank_hosts=rank_hosts,
-                                   program=mpi.script_command(plan.entry_point, list(plan.argv)),
-                                   exported=exported + ["PYTHONUNBUFFERED"],
-                                   custom_options=plan.distribution.mpi_options)
-        sup.start("mpirun", "script", cmd, env=master_env, cwd=self.trees[self.hosts[0]].code,
+                                   program=mpi.script_command(self.runtime, plan.entry_point, list(plan.argv)),
+                                   exported=exported, custom_options=plan.distribution.mpi_options,
+                                   runtime=self.runtime, environ=master_env)
+        return cmd, master_env
+
+    def _start_mpi(self, sup: Supervisor) -> None:
+        per_host = self.plan.distribution.processes_per_host
+        cmd, env = self.mpi_command()
+        sup.start("mpirun", "script", cmd, env=env, cwd=self.trees[self.hosts[0]].code,
                   rank_labels=lambda rank: f"{self.hosts[rank // per_host]}/rank{rank}")
 
     # ---- supervision ----
@@ -197,11 +219,15 @@ class LocalRun:
         while True:
             sup.drain(timeout=0.2)
             for child in sup.poll():
+                if child.stopped:
+                    continue
                 if child.returncode != 0:
                     self.culprit = child
                     return 1, f"{child.label} exited with code {child.returncode}"
                 if child.label == self.master_label:
                     master_done_at = time.monotonic()
+                if child.role == "script":
+                    self._end_host_ps(sup, child.label.split("/")[0])
             for feeder in self.feeders:
                 if feeder.error is not None:
                     return 1, f"Pipe feeder for '{feeder.channel}' failed: {feeder.error}"
@@ -221,6 +247,14 @@ class LocalRun:
                            f"(on SageMaker this job would run until max_run)")
             self.display.progress(self.progress, now)
 
+    @staticmethod
+    def _end_host_ps(sup: Supervisor, host: str) -> None:
+        """The toolkit serves a host's ps from its own process, which ends once that host's script has ended
+        (a non-master host's check of the master, `curl algo-1:2222`, fails against a gRPC port at once)."""
+        for ps in sup.running("ps"):
+            if ps.label == f"{host}/ps":
+                sup.terminate(ps)
+
     def run(self) -> RunResult:
         started = time.monotonic()
         self.prepare()
@@ -238,7 +272,7 @@ class LocalRun:
                 feeder.start()
             self.start_processes(sup)
             self.echo(f"[dfm local] {self.plan.job_name}: {len(sup.children)} processes on "
-                      f"{len(self.hosts)} simulated host(s); logs in {self.job_dir / 'logs'}")
+                      f"{len(self.hosts)} simulated host(s); {self.runtime.note}; logs in {self.job_dir / 'logs'}")
             with self.display:
                 code, reason = self.supervise(sup)
         finally:
@@ -295,6 +329,7 @@ class LocalRun:
         lines = [f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
                  f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
                  "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
+                 f"  ran on: {self.runtime.note}",
                  f"  model: {self.trees[self.hosts[0]].model}" if self.trees else "",
                  f"  logs: {self.job_dir / 'logs'}" + self._hidden_note()]
         lines += [f"  exported: {path}" for path in p.exported]

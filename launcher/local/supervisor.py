@@ -36,6 +36,7 @@ class Child:
     rank_labels: Callable[[int], str] | None = None  # for mpirun/horovodrun: rank -> "algo-2/rank1"
     returncode: int | None = None
     logs: dict[str, object] = field(default_factory=dict)
+    stopped: bool = False  # ended on purpose by the supervisor (its exit code says nothing about the job)
 
     def log_for(self, label: str):
         if label not in self.logs:
@@ -140,6 +141,18 @@ class Supervisor:
 
     def tracked_pids(self) -> set[int]:
         return set(self._tracked)
+
+    def terminate(self, child: Child) -> None:
+        """SIGTERM to one child and its descendants, without waiting; `stop` kills what is left at the end."""
+        child.stopped = True
+        self._track(child.popen.pid)
+        sessions = {child.popen.pid}
+        for proc in list(self._tracked.values()):
+            try:
+                if os.getsid(proc.pid) in sessions and _alive(proc):
+                    proc.send_signal(signal.SIGTERM)
+            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+                continue
 
     def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after `grace_s`: every child and every descendant seen (tree or session)."""

@@ -19,6 +19,7 @@ parser.add_argument("--sleep_s", type=float, default=0)
 parser.add_argument("--pipe_epochs", type=int, default=0)
 parser.add_argument("--spawn_child", default="False")
 parser.add_argument("--listen", default="False")  # bind a port on all interfaces, as a TF server does
+parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
 host = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")))["current_host"]
@@ -39,6 +40,7 @@ for channel, spec in config.items():
         files[channel] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root, followlinks=True) for f in fs)
 
 report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+          "python": sys.executable, "path": os.environ.get("PATH", ""), "pythonpath": os.environ.get("PYTHONPATH", ""),
           "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
           "files": files, "pipes": pipes}
 if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as its "checkpoint"
@@ -53,6 +55,36 @@ if args.listen == "True":
     listener.listen()
     report["listen_port"] = listener.getsockname()[1]
     report["loopback_reachable"] = socket.create_connection(("127.0.0.1", report["listen_port"]), 2) is not None
+if args.probe_ps_s:
+    import socket
+
+    def port_open(address):
+        host_, port = address.rsplit(":", 1)
+        try:
+            with socket.create_connection((host_, int(port)), timeout=1) as probe:
+                return probe.getsockname() != probe.getpeername()  # not the kernel connecting a port to itself
+        except OSError:
+            return False
+
+    def wait_until(predicate, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return predicate()
+
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    ps, master = tf_config["cluster"]["ps"], tf_config["cluster"]["master"][0]
+    if tf_config["task"]["type"] == "master":  # once every ps serves, open the master's port for the workers
+        report["ps_all_up"] = wait_until(lambda: all(map(port_open, ps)), 90)
+        chief = socket.socket()
+        chief.bind(tuple([master.rsplit(":", 1)[0], int(master.rsplit(":", 1)[1])]))
+        chief.listen()
+        # then watch the ps servers while the workers' scripts end
+        wait_until(lambda: not all(map(port_open, ps)), args.probe_ps_s)
+        time.sleep(1)
+        report["ps_up"] = [port_open(address) for address in ps]
+    else:  # a worker leaves as soon as the master is up
+        report["master_seen"] = wait_until(lambda: port_open(master), 90)
 if args.spawn_child == "True":
     report["child_pid"] = subprocess.Popen(["sleep", "300"]).pid
 out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"report-{name}.json")
