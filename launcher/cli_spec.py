@@ -190,7 +190,7 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     from launcher.local import run_local
 
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, run_dir=plan.local.get("run_dir"), timeout_s=plan.local.get("timeout_s"), echo=echo,
+    code = run_local(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s, echo=echo,
                      verbose=verbose)
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))

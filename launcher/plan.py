@@ -37,6 +37,16 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class LocalOptions:
+    """The spec's `local:` section, for `dfm launch --local` only."""
+
+    channels: Mapping[str, str] = field(default_factory=dict)  # channel -> local folder (absolute)
+    run_dir: str = "runs"
+    timeout_s: int | None = None
+    master_grace_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class Plan:
     spec_path: str
     job_name: str  # base name + timestamp, <= 63 chars, SageMaker's pattern
@@ -61,7 +71,7 @@ class Plan:
     metric_definitions: tuple[Mapping[str, str], ...] = ()
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot"}
-    local: Mapping[str, Any] = field(default_factory=dict)  # `local:` section: run_dir, timeout_s, ...
+    local: LocalOptions = field(default_factory=LocalOptions)
     model_dir: str | None = None  # the --model_dir: <output>/<job>/model (SDK default), /opt/ml/model for MPI and bundled
     code_location: str | None = None  # the SDK uploads <code_location>/<job>/source/sourcedir.tar.gz
     checkpoint_local_path: str | None = None  # container folder synced with checkpoint_s3_uri
@@ -269,11 +279,12 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     if metric_definitions:
         kwargs["metric_definitions"] = [dict(m) for m in metric_definitions]
 
-    local = {
-        "channels": {c.name: c.local_path for c in channels if c.local_path},
-        "run_dir": os.path.abspath(os.path.expanduser(spec.local.run_dir)),
-        "timeout_s": spec.local.timeout_s,
-    }
+    local = LocalOptions(
+        channels={c.name: c.local_path for c in channels if c.local_path},
+        run_dir=os.path.abspath(os.path.expanduser(spec.local.run_dir)),
+        timeout_s=spec.local.timeout_s,
+        master_grace_s=spec.local.master_grace_s,
+    )
     return Plan(
         spec_path=spec.path,
         job_name=job_name,

@@ -202,6 +202,9 @@ class Local(_Strict):
     channels: dict[ChannelName, str] = Field(default_factory=dict, description="channel -> local folder")
     run_dir: str = Field("runs", description="where local runs write their $SAGEMAKER_BASE_DIR trees")
     timeout_s: int | None = Field(None, ge=1, description="stop the local run after this many seconds")
+    master_grace_s: float = Field(
+        60, gt=0, description="fail the run when another host's script is still running this long after the master's ended"
+    )
 
 
 _SCALAR = (bool, int, float, str)

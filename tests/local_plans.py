@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from launcher.contract import render_argv
-from launcher.plan import Channel, Distribution, Plan
+from launcher.plan import Channel, Distribution, LocalOptions, Plan
 
 STANDIN = Path(__file__).with_name("local_scripts") / "standin.py"
 
@@ -42,7 +42,7 @@ def standin_plan(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File
                 instance_count=hosts, distribution=Distribution(kind, per_host, mpi_options), input_mode=mode,
                 channels=channels, hyperparameters=hps, argv=tuple(render_argv(hps)),
                 environment={"DFM_FROM_PLAN": "yes"}, estimator_kwargs={}, checkpoint_s3_uri=checkpoint_s3_uri,
-                local=local or {})
+                local=LocalOptions(**(local or {})))
 
 
 def assert_no_survivors(pids) -> None:

@@ -60,7 +60,7 @@ def test_ps_plan():
     train, evaluation = plan.channels
     assert (train.name, train.distribution, train.input_mode) == ("train", "ShardedByS3Key", "File")
     assert (evaluation.name, evaluation.distribution) == ("eval", "FullyReplicated")
-    assert train.local_path == os.path.abspath("data/sample/train") and plan.local["timeout_s"] == 900
+    assert train.local_path == os.path.abspath("data/sample/train") and (plan.local.timeout_s, plan.local.master_grace_s) == (900, 60)
     assert plan.distribution.kind == "parameter_server" and plan.instance_count == 2
     assert plan.cost["max_usd"] == round(3.672 * 2 * 1.0, 2) and plan.cost["spot"] is False
     assert any("data.s3_shard" in w for w in plan.warnings)

@@ -28,7 +28,6 @@ from launcher.local.supervisor import Supervisor
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 DEFAULT_RUN_DIR = "runs"
-MASTER_GRACE_S = 60.0  # how long other hosts may keep running once the master's script has finished
 PS_GRACE_S = 5.0  # how long stopped ps servers get to exit once every script has finished
 
 
@@ -55,7 +54,7 @@ def _inherited_env() -> dict[str, str]:
 
 def checkpoint_store(plan, root: Path) -> Path | None:
     """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri (None: no sync), per URI."""
-    uri = plan.local.get("checkpoint_store") or plan.checkpoint_s3_uri
+    uri = plan.checkpoint_s3_uri
     if not uri:
         return None
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.split("://", 1)[-1].strip("/"))
@@ -68,10 +67,10 @@ class LocalRun:
         self.echo = echo
         self.display = display_for(echo)
         self.terminal = TerminalFilter(verbose)  # the log files get every line; the terminal less TF's INFO
-        self.root = Path(run_dir or plan.local.get("run_dir") or DEFAULT_RUN_DIR).resolve()
+        self.root = Path(run_dir or plan.local.run_dir or DEFAULT_RUN_DIR).resolve()
         self.job_dir = self.root / plan.job_name
-        self.timeout_s = timeout_s if timeout_s is not None else plan.local.get("timeout_s")
-        self.master_grace_s = float(plan.local.get("master_grace_s", MASTER_GRACE_S))
+        self.timeout_s = timeout_s if timeout_s is not None else plan.local.timeout_s
+        self.master_grace_s = plan.local.master_grace_s
         self.hosts = host_names(plan.instance_count)
         self.trees: dict[str, HostTree] = {}
         self.feeders: list[ch.PipeFeeder] = []
