@@ -70,11 +70,34 @@ def argv_for(hyperparameters):
     return argv
 
 
-def start_script(base, script, hyperparameters, env, log_path, extra_env=None):
-    """Run `python <script> --key value ...` in <base>/code, the way the container does."""
+# Stand-ins for a host's GPUs: the CPU split into N logical devices, and MultiWorkerMirroredStrategy told
+# to place one replica on each (it takes only GPUs, or one CPU; the hook is TensorFlow-internal and
+# test-only). The script then runs unchanged, as __main__.
+_LOCAL_CPU_REPLICAS = """
+import os, runpy, sys
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+count = int(sys.argv[1])
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+
+def cpu_replicas(self, cluster_resolver, worker_device):
+    return tuple(f"{worker_device}/device:CPU:{i}" for i in range(count)), "CPU"
+
+cars.CollectiveAllReduceExtended._initialize_local_devices = cpu_replicas
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None):
+    """Run `python <script> --key value ...` in <base>/code, the way the container does;
+    local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs."""
     run_env = dict(env, **(extra_env or {}))
     log = open(log_path, "w")
-    return subprocess.Popen([PYTHON, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
+    boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else []
+    return subprocess.Popen([PYTHON, *boot, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
                             env=run_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
