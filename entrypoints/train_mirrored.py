@@ -104,6 +104,7 @@ def replica_train_step(trainer, collectives, batch_size):
 def main(argv):
     hp = deepfm_hparams.parse_or_exit(argv, prog="train_mirrored.py")
     env = rt.load_env()
+    rt.check_environment_or_exit(env, prog="train_mirrored.py")
     if "TF_CONFIG" not in os.environ and env.num_hosts > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config_from_hosts(env.hosts, env.current_host))
     rt.set_thread_environment(hp, env)

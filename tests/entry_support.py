@@ -1,6 +1,12 @@
 """Test helpers for the bundled entry points: import them as the container does (flat, from their own
-folder), lay out a fake SageMaker container tree, write small datasets, run scripts as processes."""
+folder), lay out a fake SageMaker container tree, write small datasets, run scripts as processes.
 
+The entry-point tests run under each TensorFlow runtime's own pytest (TF, numpy, pytest, psutil, and
+Horovod / sagemaker-tensorflow where that image family has them; no dfm dependencies). From launcher/
+they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.contract).
+"""
+
+import importlib.util
 import json
 import os
 import shutil
@@ -9,12 +15,46 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 ENTRYPOINTS = REPO / "entrypoints"
 PYTHON = sys.executable
 
-if str(ENTRYPOINTS) not in sys.path:
-    sys.path.insert(0, str(ENTRYPOINTS))
+for _folder in (ENTRYPOINTS, REPO):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
+
+# What some tests need beyond TensorFlow: the module that provides it, and the runtimes that have it.
+FEATURES = {
+    "horovod": ("horovod", "Horovod is in SageMaker's TensorFlow images up to 2.12: the tf-2.12 runtime "
+                           "(~/.cache/dfm/runtimes/tf-2.12, made by make setup) runs this test"),
+    "pipe": ("sagemaker_tensorflow", "PipeModeDataset (sagemaker-tensorflow) is in SageMaker's TensorFlow images "
+                                     "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test"),
+}
+EXPECT_ENV = "DFM_EXPECT"  # e.g. "horovod,pipe": in this runtime those tests must run, not skip
+
+
+def have(feature):
+    return importlib.util.find_spec(FEATURES[feature][0]) is not None
+
+
+def require(feature):
+    """Skip the calling test when this runtime lacks `feature`, naming the runtime that has it; fail
+    instead when $DFM_EXPECT lists the feature (the runtime of an image family that has it)."""
+    module, where = FEATURES[feature]
+    if have(feature):
+        return
+    expected = {name.strip() for name in os.environ.get(EXPECT_ENV, "").split(",") if name.strip()}
+    unknown = expected - set(FEATURES)
+    if unknown:
+        pytest.fail(f"{EXPECT_ENV} names unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
+    import tensorflow as tf
+
+    message = f"no {module} in this runtime ({sys.executable}, TF {tf.__version__}). {where}"
+    if feature in expected:
+        pytest.fail(f"{EXPECT_ENV} says this runtime has {feature}, but: {message}")
+    pytest.skip(message)
 
 
 def free_port():
