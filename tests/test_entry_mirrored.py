@@ -63,7 +63,7 @@ def test_two_workers_end_identical_and_only_the_first_exports(tmp_path):
     assert not list((tmp_path / HOSTS[1] / "checkpoints").iterdir())
 
 
-def _run_workers(tmp_path, hps, parts, held_out, local_cpu_replicas=None, tag="run"):
+def _run_workers(tmp_path, hps, parts, held_out, local_cpu_replicas=None, tag="run", input_mode="File"):
     """One worker per host on loopback, host i reading parts[i]; -> (exit codes, logs, dumps)."""
     hosts = [f"algo-{i + 1}" for i in range(len(parts))]
     ports = [es.free_port() for _ in hosts]
@@ -72,7 +72,7 @@ def _run_workers(tmp_path, hps, parts, held_out, local_cpu_replicas=None, tag="r
     for index, (host, part) in enumerate(zip(hosts, parts)):
         base = tmp_path / tag / host
         env = es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
-                                s3_sharded=("train", "eval"), num_cpus=1)
+                                s3_sharded=("train", "eval"), num_cpus=1, input_mode=input_mode)
         es.write_tfrecords(base / "input" / "data" / "train", part, 2)
         es.write_tfrecords(base / "input" / "data" / "eval", held_out, 1)
         extra = {"DFM_DUMP_WEIGHTS": str(tmp_path / tag / "dump")}
@@ -129,12 +129,14 @@ def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_
 @pytest.mark.slow
 def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
     """4 replicas: every copy on every host ends equal; host 2's shard (512 rows = 4 steps of
-    2 x 64) decides the step count; the learning rate scales by replicas."""
+    2 x 64) decides the step count; the learning rate scales by replicas. FastFile channels (files
+    streamed from S3 on first read) look like File to the script."""
     hps = dict(HPS, batch_size=64, log_steps=2)
     train, held_out = es.synth_split(1536, 256, seed=5, feature_size=HPS["feature_size"],
                                      field_size=HPS["field_size"])
     texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1536)], held_out,
-                                local_cpu_replicas=2)
+                                local_cpu_replicas=2, input_mode="FastFile")
+    assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
     assert f"learning_rate={HPS['learning_rate'] * 4:g} (scale_lr=True)" in texts[0]
     assert [int(d["step"]) for d in dumps] == [4, 4]
