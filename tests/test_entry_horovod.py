@@ -19,7 +19,8 @@ import deepfm_runtime as rt
 import deepfm_sync
 
 MPIRUN = shutil.which("mpirun")
-HOROVODRUN = shutil.which("horovodrun") or str(Path(es.PYTHON).with_name("horovodrun"))
+_OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
+HOROVODRUN = str(_OWN_HOROVODRUN) if _OWN_HOROVODRUN.exists() else shutil.which("horovodrun")
 HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
        "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8}
 TIMEOUT = 150
