@@ -1,8 +1,14 @@
 """DeepFM on core TensorFlow (tf.Module, tf.Variable, GradientTape), plus its sparse-aware optimizers,
 streaming metrics and the train/eval steps shared by every entry point.
 
-No Keras: the same code runs on TF 2.14 and on Keras-3 era TensorFlow, under no strategy,
-ParameterServerStrategy (embedding tables become ShardedVariables across the ps tasks) or Horovod.
+No Keras: the same code runs on TF 2.12 to Keras-3 era TensorFlow, under no strategy,
+ParameterServerStrategy (embedding tables become ShardedVariables across the ps tasks), Horovod, or
+(Multi-worker) MirroredStrategy with several local replicas.
+
+Every update inside a step writes through the variable's handle (the helpers below): under a mirrored
+strategy that is the copy of the replica running the step, so each replica applies the same all-reduced
+update to its own copy and the copies stay identical without a merge_call (tf.Variable.assign on a
+mirrored variable in a replica would demand an aggregation mode); everywhere else it is the variable.
 """
 
 import numpy as np
@@ -16,6 +22,26 @@ def flat_variables(variables):
         shards = getattr(var, "variables", None)
         flat.extend(shards if isinstance(shards, (list, tuple)) else [var])
     return flat
+
+
+def _assign(var, value):
+    tf.raw_ops.AssignVariableOp(resource=var.handle, value=tf.cast(value, var.dtype))
+
+
+def _assign_add(var, value):
+    tf.raw_ops.AssignAddVariableOp(resource=var.handle, value=tf.cast(value, var.dtype))
+
+
+def _assign_sub(var, value):
+    tf.raw_ops.AssignSubVariableOp(resource=var.handle, value=tf.cast(value, var.dtype))
+
+
+def _scatter_sub(var, indices, rows):
+    tf.raw_ops.ResourceScatterSub(resource=var.handle, indices=indices, updates=rows)
+
+
+def _scatter_update(var, indices, rows):
+    tf.raw_ops.ResourceScatterUpdate(resource=var.handle, indices=indices, updates=rows)
 
 
 def full_value(var):
@@ -108,8 +134,12 @@ class DeepFM(tf.Module):
         x32 = tf.cast(x, tf.float32)
         if training:
             mean, var = tf.nn.moments(x32, axes=[0])
-            p["mean"].assign(momentum * p["mean"] + (1 - momentum) * mean)
-            p["var"].assign(momentum * p["var"] + (1 - momentum) * var)
+            moving_mean, moving_var = mean, var
+            replica = tf.distribute.get_replica_context()
+            if replica is not None and replica.num_replicas_in_sync > 1:  # same moving stats in every copy
+                moving_mean, moving_var = replica.all_reduce(tf.distribute.ReduceOp.MEAN, [mean, var])
+            _assign(p["mean"], momentum * p["mean"] + (1 - momentum) * moving_mean)
+            _assign(p["var"], momentum * p["var"] + (1 - momentum) * moving_var)
         else:
             mean, var = p["mean"], p["var"]
         y = tf.nn.batch_normalization(x32, mean, var, p["beta"], p["gamma"], epsilon)
@@ -170,7 +200,7 @@ class SparseOptimizer(tf.Module):
 
     def apply(self, grads):
         """grads: one per variable given to build() (None = no update)."""
-        self.iterations.assign_add(1)
+        _assign_add(self.iterations, 1)
         lr = self.learning_rate.read_value()
         step = tf.cast(self.iterations, tf.float32)
         for var, slots, grad in zip(self._variables, self.slots, grads):
@@ -184,7 +214,7 @@ class SparseOptimizer(tf.Module):
 
     def _sparse(self, var, slots, indices, rows, lr, step):
         if self.kind == "sgd":
-            var.scatter_sub(tf.IndexedSlices(lr * rows, indices))
+            _scatter_sub(var, indices, lr * rows)
         elif self.kind == "adagrad":
             tf.raw_ops.ResourceSparseApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
                                                      epsilon=self.epsilon, grad=rows, indices=indices)
@@ -195,14 +225,13 @@ class SparseOptimizer(tf.Module):
         else:
             m = self.beta1 * tf.gather(slots["m"], indices) + (1 - self.beta1) * rows
             v = self.beta2 * tf.gather(slots["v"], indices) + (1 - self.beta2) * tf.square(rows)
-            slots["m"].scatter_update(tf.IndexedSlices(m, indices))
-            slots["v"].scatter_update(tf.IndexedSlices(v, indices))
-            var.scatter_sub(tf.IndexedSlices(self._adam_lr(lr, step) * m / (tf.sqrt(v) + self.epsilon),
-                                             indices))
+            _scatter_update(slots["m"], indices, m)
+            _scatter_update(slots["v"], indices, v)
+            _scatter_sub(var, indices, self._adam_lr(lr, step) * m / (tf.sqrt(v) + self.epsilon))
 
     def _dense(self, var, slots, grad, lr, step):
         if self.kind == "sgd":
-            var.assign_sub(lr * grad)
+            _assign_sub(var, lr * grad)
         elif self.kind == "adagrad":
             tf.raw_ops.ResourceApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
                                               epsilon=self.epsilon, grad=grad)
@@ -211,9 +240,9 @@ class SparseOptimizer(tf.Module):
                                            linear=slots["linear"].handle, grad=grad, lr=lr, l1=self.l1,
                                            l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
         else:
-            slots["m"].assign(self.beta1 * slots["m"] + (1 - self.beta1) * grad)
-            slots["v"].assign(self.beta2 * slots["v"] + (1 - self.beta2) * tf.square(grad))
-            var.assign_sub(self._adam_lr(lr, step) * slots["m"] / (tf.sqrt(slots["v"]) + self.epsilon))
+            _assign(slots["m"], self.beta1 * slots["m"] + (1 - self.beta1) * grad)
+            _assign(slots["v"], self.beta2 * slots["v"] + (1 - self.beta2) * tf.square(grad))
+            _assign_sub(var, self._adam_lr(lr, step) * slots["m"] / (tf.sqrt(slots["v"]) + self.epsilon))
 
     def _adam_lr(self, lr, step):
         return lr * tf.sqrt(1 - tf.pow(self.beta2, step)) / (1 - tf.pow(self.beta1, step))
@@ -287,13 +316,13 @@ class LossScale(tf.Module):
 
     def update(self, finite):
         if finite:
-            self.good_steps.assign_add(1)
+            _assign_add(self.good_steps, 1)
             if self.good_steps >= self.period:
-                self.scale.assign(self.scale * 2.0)
-                self.good_steps.assign(0)
+                _assign(self.scale, self.scale * 2.0)
+                _assign(self.good_steps, 0)
         else:
-            self.scale.assign(tf.maximum(self.scale / 2.0, 1.0))
-            self.good_steps.assign(0)
+            _assign(self.scale, tf.maximum(self.scale / 2.0, 1.0))
+            _assign(self.good_steps, 0)
 
 
 class Trainer:
@@ -336,12 +365,18 @@ class Trainer:
         return tf.reduce_mean(losses)
 
 
-def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=None, grad_transform=None):
-    """Model + optimizer + metrics created in the strategy's scope (tables partitioned under PS)."""
+def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=None, grad_transform=None,
+                  process_metrics=False):
+    """Model + optimizer + metrics created in the strategy's scope (tables partitioned under PS).
+
+    process_metrics: metrics as plain variables of this process, outside the scope, that every local
+    replica adds into (in the scope of a mirrored strategy each replica would count into its own copy)."""
     scope = strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope()
+    metrics = [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")] \
+        if process_metrics else None
     with scope:
         model = build_model(hp, compute_dtype)
         optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
         loss_scale = LossScale() if tf.as_dtype(compute_dtype) == tf.float16 else None
-        return Trainer(model, optimizer, StreamingMetrics(name="train_metrics"),
-                       StreamingMetrics(name="eval_metrics"), loss_scale, grad_transform)
+        metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
+        return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)

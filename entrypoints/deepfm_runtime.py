@@ -5,6 +5,7 @@ TensorFlow is imported inside the functions that need it: `set_thread_environmen
 TensorFlow starts its thread pools, so importing this module must not start TensorFlow.
 """
 
+import importlib.util
 import json
 import os
 import socket
@@ -103,6 +104,28 @@ def input_mode(env, channels):
     if len(modes) > 1:
         raise ValueError(f"channels {channels} mix input modes {sorted(modes)}")
     return modes.pop()
+
+
+PIPE_MODE_PACKAGE = "sagemaker_tensorflow"  # PipeModeDataset; in SageMaker's TensorFlow images up to 2.14
+
+
+def pipe_mode_problem(env, find_spec=importlib.util.find_spec):
+    """-> why this environment cannot read its Pipe-mode channels (no PipeModeDataset), or None."""
+    piped = [c for c in env.channels if env.input_mode(c).lower() == "pipe"]
+    if not piped or find_spec(PIPE_MODE_PACKAGE) is not None:
+        return None
+    return (f"channel(s) {', '.join(piped)} stream in Pipe mode, but this TensorFlow has no PipeModeDataset "
+            "(package sagemaker-tensorflow, in SageMaker's TensorFlow images up to 2.14): use input mode "
+            "File or FastFile, or an image of TensorFlow 2.14 or older")
+
+
+def check_environment_or_exit(env, prog):
+    """Exit 1 with the reason, before TensorFlow starts, when the job cannot run in this image:
+    failing at once beats a cluster whose other tasks wait for a worker that died on an import."""
+    problem = pipe_mode_problem(env)
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 # ---- tuning knobs ----

@@ -9,6 +9,7 @@ is only how workers talk, passed in as a `collectives` object with:
 - `all_have(flag) -> bool`: True when every worker has `flag` (one small collective per step)
 - `sum(tensor) -> tensor`: elementwise sum over workers
 - `broadcast(variables)`: rank 0's values everywhere
+- optionally `local_copies(var)`: every copy a worker holds of a variable (several local replicas)
 
 Uneven shards never deadlock: before each step every worker says whether it still has a batch, and
 all stop at the first step where any worker has none, so every worker runs the same number of steps.
@@ -54,14 +55,15 @@ def per_process_threads(hp, cpus, processes):
     return argparse.Namespace(**values)
 
 
-def _input_config(hp, env, mode, rank):
+def _input_config(hp, env, mode, rank, batch_size=None):
     import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
     return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
-                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"))
+                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"), batch_size=batch_size)
 
 
-def train_dataset(hp, env, where, skip_batches=0):
+def train_dataset(hp, env, where, skip_batches=0, batch_size=None):
+    """This worker's training batches (of `batch_size`, default hp.batch_size: what one step consumes)."""
     import deepfm_input as di  # imports TensorFlow: not before the thread environment is set
     channels = di.training_channels(env.channels, where.workers_per_host, where.local_rank)
     multi_path = di.is_multi_path(env.channels)
@@ -75,7 +77,7 @@ def train_dataset(hp, env, where, skip_batches=0):
     rt.log(f"{where} channels={','.join(channels)} mode={mode} multi_path={multi_path} s3_shard={s3_shard} "
            f"shard={shards[1]}/{shards[0]}")
     # Whole batches only: every step has the same shapes on every worker (one trace, no ragged tail).
-    return di.make_dataset(_input_config(hp, env, mode, where.rank), channels, *shards, training=True,
+    return di.make_dataset(_input_config(hp, env, mode, where.rank, batch_size), channels, *shards, training=True,
                            epochs=hp.epochs, skip_batches=skip_batches, drop_remainder=True, seed=where.rank)
 
 
@@ -121,14 +123,14 @@ def model_state(trainer):
     return list(unique.values())
 
 
-def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None):
+def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None):
     """Run the synchronous loop; -> the global step reached. `step_fn(batch)` defaults to the
-    trainer's train step traced once."""
+    trainer's train step traced once; `batch_size` is what one step of this worker consumes."""
     import tensorflow as tf
 
     step = int(trainer.optimizer.iterations.numpy())
     step_fn = step_fn or tf.function(trainer.train_step)
-    iterator = iter(train_dataset(hp, env, where, skip_batches=step))
+    iterator = iter(train_dataset(hp, env, where, skip_batches=step, batch_size=batch_size))
     window_start = time.monotonic()
     while not hp.max_steps or step < hp.max_steps:
         batch = iterator.get_next_as_optional()
@@ -170,8 +172,9 @@ def evaluate(hp, env, trainer, collectives, where, step, step_fn=None):
     return loss, auc
 
 
-def dump_weights(trainer, rank, step):
-    """Test hook: `$DFM_DUMP_WEIGHTS/rank-<r>.npz` with every model variable, by position."""
+def dump_weights(trainer, rank, step, local_copies=None):
+    """Test hook: `$DFM_DUMP_WEIGHTS/rank-<r>.npz` with every model variable, by position (`vNN`), and
+    with `local_copies(var)` (a mirrored variable's per-replica copies) the other copies as `vNN_cK`."""
     folder = os.environ.get(DUMP_WEIGHTS_ENV)
     if not folder:
         return None
@@ -179,20 +182,25 @@ def dump_weights(trainer, rank, step):
 
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"rank-{rank}.npz")
-    arrays = {f"v{i:02d}": full_value(v).numpy() for i, v in enumerate(trainer.model.all_variables)}
+    arrays = {}
+    for i, var in enumerate(trainer.model.all_variables):
+        arrays[f"v{i:02d}"] = full_value(var).numpy()
+        for k, copy in enumerate(local_copies(var)[1:] if local_copies else [], start=1):
+            arrays[f"v{i:02d}_c{k}"] = copy.numpy()
     np.savez(path, step=step, **arrays)
     return path
 
 
-def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None):
-    """Restore (rank 0) -> broadcast -> train -> final checkpoint -> evaluate -> export (rank 0)."""
+def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None):
+    """Restore (rank 0) -> broadcast -> train -> final checkpoint -> evaluate -> export (rank 0).
+    `batch_size`: examples one step of this worker consumes (default hp.batch_size)."""
     keeper = None
     if where.rank == 0:
         keeper = rt.CheckpointKeeper(trainer, rt.checkpoint_dir(hp, env), hp.checkpoint_steps)
         keeper.restore_latest()
     collectives.broadcast(model_state(trainer))
     start = int(trainer.optimizer.iterations.numpy())
-    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn)
+    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size)
     if where.rank == 0:
         rt.log(f"trained steps {start}..{step} on {where.size} workers")
         if step == start and not (hp.max_steps and step >= hp.max_steps):
@@ -200,7 +208,7 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
     if keeper is not None:
         keeper.maybe_save(step, force=True)
     evaluate(hp, env, trainer, collectives, where, step, eval_step_fn)
-    dump_weights(trainer, where.rank, step)
+    dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))
     if where.rank == 0 and hp.export:
         rt.export_saved_model(trainer.model, hp, env.model_dir)
     return step

@@ -10,6 +10,7 @@ Horovod's Keras DistributedOptimizer and callbacks are not used: with Keras 3 th
 averaging; explicit allreduce and broadcast work on every TensorFlow version.
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -54,6 +55,12 @@ class HorovodCollectives:
 def main(argv):
     hp = deepfm_hparams.parse_or_exit(argv, prog="train_horovod.py")
     env = rt.load_env()
+    rt.check_environment_or_exit(env, prog="train_horovod.py")
+    if importlib.util.find_spec("horovod") is None:
+        print("train_horovod.py: error: this TensorFlow has no Horovod (SageMaker's TensorFlow images ship it "
+              "up to 2.12): use a TF 2.12 image, or distribution multi_worker_mirrored (train_mirrored.py)",
+              file=sys.stderr, flush=True)
+        return 1
     ranks_per_host = max(1, _launcher_size(os.environ) // env.num_hosts)
     hp = deepfm_sync.per_process_threads(hp, env.num_cpus, ranks_per_host)
     rt.set_thread_environment(hp, env)  # before TensorFlow starts

@@ -32,6 +32,7 @@ CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
 def main(argv):
     hp = deepfm_hparams.parse_or_exit(argv, prog="train_ps.py")
     env = rt.load_env()
+    rt.check_environment_or_exit(env, prog="train_ps.py")
     rt.set_thread_environment(hp, env)
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})

@@ -1,12 +1,13 @@
-"""Shared fixtures: simulated AWS (moto, in-process) and Plans built directly, without a spec."""
+"""Shared fixtures: simulated AWS (moto, in-process) and Plans built directly, without a spec.
+
+Nothing from launcher/ (or moto, or the SDK) is imported at module level: the entry-point tests run
+under each TensorFlow runtime's own pytest, which has TensorFlow but not dfm's dependencies."""
 
 from __future__ import annotations
 
 import socket
 
 import pytest
-
-from launcher.plan import Channel, Distribution, Plan
 
 REGION = "us-east-1"
 BUCKET = "dfm-test-bucket"
@@ -75,12 +76,13 @@ def source_dir(tmp_path):
 @pytest.fixture
 def sample_plan(source_dir):
     """make(**overrides) -> Plan; estimator kwargs derived from the fields the way build_plan does."""
+    from launcher.plan import Channel, Distribution, Plan
 
     def make(*, job_name="deepfm-ps-2026-11-21-20-00-00-000", distribution="parameter_server",
              processes_per_host=1, mpi_options="", instance_type="ml.c5.18xlarge", instance_count=2,
              input_mode="File", channels=None, hyperparameters=None, spot_max_wait=None, max_run=3600,
              vpc=None, tags=None, checkpoint=True, warm_pool_seconds=None, extra_kwargs=None,
-             region=REGION, image_uri=None) -> Plan:
+             region=REGION, image_uri=None):
         dist = Distribution(kind=distribution, processes_per_host=processes_per_host, mpi_options=mpi_options)
         if channels is None:
             sharded = "ShardedByS3Key"

@@ -1,6 +1,12 @@
 """Test helpers for the bundled entry points: import them as the container does (flat, from their own
-folder), lay out a fake SageMaker container tree, write small datasets, run scripts as processes."""
+folder), lay out a fake SageMaker container tree, write small datasets, run scripts as processes.
 
+The entry-point tests run under each TensorFlow runtime's own pytest (TF, numpy, pytest, psutil, and
+Horovod / sagemaker-tensorflow where that image family has them; no dfm dependencies). From launcher/
+they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.contract).
+"""
+
+import importlib.util
 import json
 import os
 import shutil
@@ -9,12 +15,46 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 ENTRYPOINTS = REPO / "entrypoints"
 PYTHON = sys.executable
 
-if str(ENTRYPOINTS) not in sys.path:
-    sys.path.insert(0, str(ENTRYPOINTS))
+for _folder in (ENTRYPOINTS, REPO):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
+
+# What some tests need beyond TensorFlow: the module that provides it, and the runtimes that have it.
+FEATURES = {
+    "horovod": ("horovod", "Horovod is in SageMaker's TensorFlow images up to 2.12: the tf-2.12 runtime "
+                           "(~/.cache/dfm/runtimes/tf-2.12, made by make setup) runs this test"),
+    "pipe": ("sagemaker_tensorflow", "PipeModeDataset (sagemaker-tensorflow) is in SageMaker's TensorFlow images "
+                                     "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test"),
+}
+EXPECT_ENV = "DFM_EXPECT"  # e.g. "horovod,pipe": in this runtime those tests must run, not skip
+
+
+def have(feature):
+    return importlib.util.find_spec(FEATURES[feature][0]) is not None
+
+
+def require(feature):
+    """Skip the calling test when this runtime lacks `feature`, naming the runtime that has it; fail
+    instead when $DFM_EXPECT lists the feature (the runtime of an image family that has it)."""
+    module, where = FEATURES[feature]
+    if have(feature):
+        return
+    expected = {name.strip() for name in os.environ.get(EXPECT_ENV, "").split(",") if name.strip()}
+    unknown = expected - set(FEATURES)
+    if unknown:
+        pytest.fail(f"{EXPECT_ENV} names unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
+    import tensorflow as tf
+
+    message = f"no {module} in this runtime ({sys.executable}, TF {tf.__version__}). {where}"
+    if feature in expected:
+        pytest.fail(f"{EXPECT_ENV} says this runtime has {feature}, but: {message}")
+    pytest.skip(message)
 
 
 def free_port():
@@ -70,11 +110,34 @@ def argv_for(hyperparameters):
     return argv
 
 
-def start_script(base, script, hyperparameters, env, log_path, extra_env=None):
-    """Run `python <script> --key value ...` in <base>/code, the way the container does."""
+# Stand-ins for a host's GPUs: the CPU split into N logical devices, and MultiWorkerMirroredStrategy told
+# to place one replica on each (it takes only GPUs, or one CPU; the hook is TensorFlow-internal and
+# test-only). The script then runs unchanged, as __main__.
+_LOCAL_CPU_REPLICAS = """
+import os, runpy, sys
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+count = int(sys.argv[1])
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+
+def cpu_replicas(self, cluster_resolver, worker_device):
+    return tuple(f"{worker_device}/device:CPU:{i}" for i in range(count)), "CPU"
+
+cars.CollectiveAllReduceExtended._initialize_local_devices = cpu_replicas
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None):
+    """Run `python <script> --key value ...` in <base>/code, the way the container does;
+    local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs."""
     run_env = dict(env, **(extra_env or {}))
     log = open(log_path, "w")
-    return subprocess.Popen([PYTHON, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
+    boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else []
+    return subprocess.Popen([PYTHON, *boot, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
                             env=run_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -136,7 +136,7 @@ def _feed_fifo(path, payload):
 
 @pytest.mark.slow
 def test_pipe_mode_reads_each_epoch_from_its_fifo_and_shards_records(tmp_path):
-    pytest.importorskip("sagemaker_tensorflow")
+    es.require("pipe")
     env = es.make_container(tmp_path, ["train"], input_mode="Pipe")
     write_ids(tmp_path / "records.tfrecord", list(range(40)))
     payload = (tmp_path / "records.tfrecord").read_bytes()

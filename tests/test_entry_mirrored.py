@@ -1,4 +1,5 @@
-"""train_mirrored.py for real: two hosts' workers on loopback under MultiWorkerMirroredStrategy."""
+"""train_mirrored.py for real: hosts' workers on loopback under MultiWorkerMirroredStrategy, with one
+replica per worker and with several local replicas (logical CPUs standing in for a host's GPUs)."""
 
 import json
 import os
@@ -60,6 +61,92 @@ def test_two_workers_end_identical_and_only_the_first_exports(tmp_path):
     assert len(list((tmp_path / HOSTS[0] / "model").iterdir())) == 1
     assert not list((tmp_path / HOSTS[1] / "model").iterdir())
     assert not list((tmp_path / HOSTS[1] / "checkpoints").iterdir())
+
+
+def _run_workers(tmp_path, hps, parts, held_out, local_cpu_replicas=None, tag="run", input_mode="File"):
+    """One worker per host on loopback, host i reading parts[i]; -> (exit codes, logs, dumps)."""
+    hosts = [f"algo-{i + 1}" for i in range(len(parts))]
+    ports = [es.free_port() for _ in hosts]
+    cluster = {"worker": [f"localhost:{port}" for port in ports]}
+    procs, logs = [], []
+    for index, (host, part) in enumerate(zip(hosts, parts)):
+        base = tmp_path / tag / host
+        env = es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
+                                s3_sharded=("train", "eval"), num_cpus=1, input_mode=input_mode)
+        es.write_tfrecords(base / "input" / "data" / "train", part, 2)
+        es.write_tfrecords(base / "input" / "data" / "eval", held_out, 1)
+        extra = {"DFM_DUMP_WEIGHTS": str(tmp_path / tag / "dump")}
+        if len(hosts) > 1:
+            extra["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index},
+                                             "environment": "cloud"})
+        logs.append(tmp_path / tag / f"{host}.log")
+        procs.append(es.start_script(base, "train_mirrored.py", hps, env, logs[-1], extra,
+                                     local_cpu_replicas=local_cpu_replicas))
+    try:
+        codes = [proc.wait(200) for proc in procs]
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("workers did not finish: " + "".join(log.read_text()[-2000:] for log in logs))
+    texts = [log.read_text() for log in logs]
+    assert codes == [0] * len(hosts), "".join(text[-3000:] for text in texts)
+    dumps = [dict(np.load(tmp_path / tag / "dump" / f"rank-{r}.npz")) for r in range(len(hosts))]
+    return texts, dumps
+
+
+def _variables(dump):
+    return [key for key in dump if "_c" not in key]
+
+
+def _copies(dump, key):
+    """Every local copy of variable `key` a worker dumped (the first, then `_c1`, `_c2`, ...)."""
+    return [dump[key]] + [dump[k] for k in sorted(dump) if k.startswith(key + "_c")]
+
+
+@pytest.mark.slow
+def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_batch(tmp_path):
+    """2 local replicas x batch 64 vs 1 device x batch 128, same data in the same order, no LR scaling:
+    equal weights only if each replica computed the gradient of its own half and they were averaged."""
+    hps = dict(HPS, batch_size=64, shuffle_buffer=0, scale_lr=False, optimizer="adam", log_steps=4)
+    train, held_out = es.synth_split(1024, 256, seed=9, feature_size=HPS["feature_size"],
+                                     field_size=HPS["field_size"])
+    (two_log,), (two,) = _run_workers(tmp_path, hps, [train], held_out, local_cpu_replicas=2, tag="two")
+    (one_log,), (one,) = _run_workers(tmp_path, dict(hps, batch_size=128), [train], held_out, tag="one")
+    assert "local_replicas=2 replicas=2 per_replica_batch=64 global_batch=128" in two_log
+    assert "device:CPU:0,/job:localhost/replica:0/task:0/device:CPU:1" in two_log
+    assert int(two["step"]) == int(one["step"]) == 8
+    for key in one:
+        copies = _copies(two, key)
+        assert len(copies) == (1 if key == "step" else 2)
+        for copy in copies[1:]:
+            np.testing.assert_array_equal(copies[0], copy, err_msg=f"{key}: local copies differ")
+        np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
+    assert not np.allclose(one["v01"], 0)  # the embeddings did train
+    losses = [[row["loss"] for row in es.metric_lines(log, "train")] for log in (two_log, one_log)]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
+    """4 replicas: every copy on every host ends equal; host 2's shard (512 rows = 4 steps of
+    2 x 64) decides the step count; the learning rate scales by replicas. FastFile channels (files
+    streamed from S3 on first read) look like File to the script."""
+    hps = dict(HPS, batch_size=64, log_steps=2)
+    train, held_out = es.synth_split(1536, 256, seed=5, feature_size=HPS["feature_size"],
+                                     field_size=HPS["field_size"])
+    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1536)], held_out,
+                                local_cpu_replicas=2, input_mode="FastFile")
+    assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
+    assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
+    assert f"learning_rate={HPS['learning_rate'] * 4:g} (scale_lr=True)" in texts[0]
+    assert [int(d["step"]) for d in dumps] == [4, 4]
+    for key in _variables(dumps[0]):
+        copies = _copies(dumps[0], key) + _copies(dumps[1], key)
+        assert len(copies) == (2 if key == "step" else 4)
+        for copy in copies[1:]:
+            np.testing.assert_array_equal(copies[0], copy, err_msg=key)
+    assert [int(r["step"]) for r in es.metric_lines(texts[0], "train")] == [2, 4]
+    assert not es.metric_lines(texts[1], "train") and len(es.metric_lines(texts[0], "eval")) == 1
 
 
 _SPARSE_CHECK = """

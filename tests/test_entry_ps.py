@@ -139,6 +139,7 @@ def tfrecord_bytes(directory, data):
 def test_parameter_server_in_pipe_mode_trains_on_every_hosts_fifos(tmp_path):
     """Pipe under PS: both hosts' workers (the chief's own included) open their host's FIFO per
     epoch; the run ends when every worker's data is used up, and nothing waits on an extra FIFO."""
+    es.require("pipe")
     bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 4096, 512, input_mode="Pipe")
     written = {}
     for i, (base, part) in enumerate(zip(bases, parts)):
@@ -198,7 +199,7 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_pipe_mode_run_reads_one_fifo_per_epoch_and_exits(tmp_path):
-    pytest.importorskip("sagemaker_tensorflow")
+    es.require("pipe")
     env, train, evaluation = single_host(tmp_path, data_rows=2048, input_mode="Pipe")
     train_bytes = tfrecord_bytes(tmp_path / "train-src", train)
     fifos = {"train_0": train_bytes, "train_1": train_bytes,
