@@ -81,3 +81,19 @@ def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):
               " file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, []]
+
+
+def test_mpi_listing_shows_mpirun_and_what_each_rank_changes(tmp_path):
+    from local_plans import standin_plan
+
+    from launcher.local.describe import render_request
+    from launcher.local.request import build_request
+
+    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=1)
+    text = render_request(build_request(plan))
+    mpirun = text.split("  mpirun  (mpirun)\n", 1)[1]
+    assert mpirun.startswith("    command  ") and " -x SM_HOSTS " in mpirun.split("\n", 1)[0]
+    rank1 = text.split("  algo-2/rank1  (rank 1, started by mpirun through rank_exec.py)\n", 1)[1]
+    assert "    env      mpirun's, with\n" in rank1
+    assert f"SAGEMAKER_BASE_DIR={tmp_path}/runs/standin-job/hosts/algo-2" in rank1
+    assert "SM_CURRENT_HOST" not in rank1  # every rank keeps the first host's, as mpirun exports it

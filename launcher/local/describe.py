@@ -32,23 +32,23 @@ def _short(name: str, value: str) -> str:
     return value if len(value) <= LONG_VALUE or not name.startswith("SM_") else f"{value[:LONG_VALUE]}... ({len(value)} chars; --output json has all)"
 
 
-def _env_lines(env: dict[str, str], indent: str) -> list[str]:
-    if not env:
-        return [f"{indent}env      (nothing more)"]
-    lines = []
-    for i, name in enumerate(sorted(env)):
-        lines.append(f"{indent}{'env' if i == 0 else '':<9}{name}={_short(name, str(env[name]))}")
-    return lines
+def _env_lines(env: dict[str, str], indent: str, first: str = "") -> list[str]:
+    """`env      NAME=value` lines, sorted; `first` (e.g. "mpirun's, then") leads them."""
+    entries = [first] if first else []
+    entries += [f"{name}={_short(name, str(env[name]))}" for name in sorted(env)]
+    return [f"{indent}{'env' if i == 0 else '':<9}{entry}" for i, entry in enumerate(entries or ["(none)"])]
 
 
 def _process_lines(process: LocalProcess, env: dict[str, str], launcher: dict[str, str] | None) -> list[str]:
+    first = ""
     if process.supervision == "rank":
         head = f"  {process.label}  (rank {process.rank}, started by mpirun through rank_exec.py)"
         env = {k: v for k, v in env.items() if launcher.get(k) != v}  # what its host changes in mpirun's env
+        first = "mpirun's" + (", with" if env else "")
     else:
         head = f"  {process.label}  ({process.role})"
     return [head, f"    command  {shlex.join(process.argv)}", f"    cwd      {process.cwd}",
-            f"    log      {process.log_file}", *_env_lines(env, "    ")]
+            f"    log      {process.log_file}", *_env_lines(env, "    ", first)]
 
 
 def _channel_line(feed: dict[str, Any]) -> str:
@@ -70,8 +70,9 @@ def render_request(request: LocalRequest, show_secrets: bool = False) -> str:
         f"Local run {request.job_name} (dry run: nothing started, nothing written)",
         f"  runtime      {request.runtime.note}: {request.runtime.python}",
         f"  job folder   {request.job_dir}",
-        f"  limits       {timeout}; the other scripts may run {request.master_grace_s:g} s after {request.master} "
-        f"ends; ps servers get {request.ps_grace_s:g} s once the scripts have ended",
+        f"  limits       {timeout}; the other scripts may run {request.master_grace_s:g} s after {request.master} ends"
+        + (f"; ps servers get {request.ps_grace_s:g} s once the scripts have ended"
+           if any(p.role == "ps" for p in request.processes) else ""),
         f"  checkpoints  {request.checkpoint_store or 'not synced (no checkpoint_s3_uri)'}",
         f"  environment  {document['inherits']}",
     ]
