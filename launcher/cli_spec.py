@@ -98,7 +98,7 @@ def _fail(errors: list[str], warnings: list[str], output: str) -> None:
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--dry-run", is_flag=True, help="Print what would be sent to SageMaker; no network call.")
+@click.option("--dry-run", is_flag=True, help="Print what would be sent to SageMaker (with --local: what would run here); no network call.")
 @click.option("--wait", is_flag=True, help="After submitting, stream the logs and exit with the job's outcome.")
 @SET
 @OUTPUT
@@ -127,8 +127,6 @@ def launch(
     from launcher import rules
     from launcher.plan import build_plan
 
-    if dry_run and local:
-        raise DfmError("--dry-run and --local: choose one")
     if dry_run and wait:
         raise DfmError("--wait has nothing to wait for in a --dry-run")
     if not local and (channels or run_dir or timeout or verbose):
@@ -143,7 +141,9 @@ def launch(
         for line in plan.warnings:
             _echo_err(f"warning: {line}")
 
-    if dry_run:
+    if dry_run and local:
+        _local_dry_run(plan, output, show_secrets)
+    elif dry_run:
         _dry_run(plan, output, show_secrets)
     elif local:
         _run_local(plan, output, verbose)
@@ -184,6 +184,17 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
         from launcher.render import render_dry_run
 
         render_dry_run(document, plan)
+
+
+def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
+    from launcher.local.describe import render_request, request_document
+    from launcher.local.request import build_request
+
+    request = build_request(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s)
+    if output == "json":
+        click.echo(json.dumps(request_document(request, show_secrets), indent=2))
+    else:
+        click.echo(render_request(request, show_secrets))
 
 
 def _run_local(plan: Any, output: str, verbose: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""Plans and data for the --local tests, built directly (no spec): the stand-in script and small channels."""
+"""Plans and data for the --local tests: the stand-in script and small channels, in a spec built the real way
+(load_spec + build_plan, as `dfm launch` does)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
-from launcher.contract import render_argv
-from launcher.plan import Channel, Distribution, LocalOptions, Plan
+from launcher.local.request import build_request
+from launcher.local.runner import LocalRun
+from launcher.plan import Plan, build_plan
+from launcher.spec import load_spec
 
 STANDIN = Path(__file__).with_name("local_scripts") / "standin.py"
+ROLE = "arn:aws:iam::123456789012:role/dfm"
 
 
 def make_channel_data(root: Path, name: str, files: int, size: int = 64) -> Path:
@@ -23,26 +28,57 @@ def make_channel_data(root: Path, name: str, files: int, size: int = 64) -> Path
     return folder
 
 
-def standin_plan(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File", per_host=1,
-                 train_files=5, hyperparameters=None, job_name="standin-job", mpi_options="",
-                 checkpoint_s3_uri=None, local=None) -> Plan:
+def _distribution(kind: str, per_host: int, mpi_options: str):
+    if kind == "horovod":
+        return {"horovod": {"processes_per_host": per_host, "mpi_options": mpi_options}}
+    return kind
+
+
+def standin_spec(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File", per_host=1, train_files=5,
+                 hyperparameters=None, mpi_options="", checkpoint_s3_uri=None, checkpoint_local_path=None,
+                 local=None, second_train: Path | None = None, efs: Path | None = None) -> Path:
+    """A spec for the stand-in script (tests/local_scripts/standin.py) with `train` (sharded by S3 key) and
+    `eval` channels of small files; `second_train` adds channel train-1, `efs` an EFS channel `checkpoints`."""
     source = tmp_path / "src"
-    source.mkdir(exist_ok=True)
+    source.mkdir(parents=True, exist_ok=True)
     shutil.copy(STANDIN, source / "standin.py")
     data = tmp_path / "data"
-    train = make_channel_data(data, "train", train_files)
-    evaluation = make_channel_data(data, "eval", 1)
-    hps = {"behave": "ok", "pipe_epochs": 2 if mode == "Pipe" else 0, "batch_norm": False,
-           "deep_layers": [8, 4], **(hyperparameters or {})}
-    channels = (Channel("train", "s3://bucket/train/", input_mode=mode, distribution="ShardedByS3Key",
-                        local_path=str(train)),
-                Channel("eval", "s3://bucket/eval/", input_mode=mode, local_path=str(evaluation)))
-    return Plan(spec_path="test.yaml", job_name=job_name, region="us-east-1", role="arn:aws:iam::1:role/r",
-                entry_point="standin.py", source_dir=str(source), instance_type="ml.c5.2xlarge",
-                instance_count=hosts, distribution=Distribution(kind, per_host, mpi_options), input_mode=mode,
-                channels=channels, hyperparameters=hps, argv=tuple(render_argv(hps)),
-                environment={"DFM_FROM_PLAN": "yes"}, estimator_kwargs={}, checkpoint_s3_uri=checkpoint_s3_uri,
-                local=LocalOptions(**(local or {})))
+    channels = {"train": make_channel_data(data, "train", train_files), "eval": make_channel_data(data, "eval", 1)}
+    train = ["s3://bucket/train/", "s3://bucket/train-1/"] if second_train else "s3://bucket/train/"
+    if second_train:
+        channels["train-1"] = second_train
+    extra = {}
+    if efs:
+        extra["checkpoints"] = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/efs/ckpt"}
+        channels["checkpoints"] = efs
+    checkpoints = False
+    if checkpoint_s3_uri:
+        checkpoints = {"s3": checkpoint_s3_uri, **({"local_path": checkpoint_local_path} if checkpoint_local_path else {})}
+    spec = {
+        "name": "standin", "role": ROLE, "region": "us-east-1", "entry_point": "standin.py", "source_dir": "src",
+        "framework": {"version": "2.14"}, "instance": {"type": "ml.c5.2xlarge", "count": hosts},
+        "distribution": _distribution(kind, per_host, mpi_options),
+        "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://bucket/eval/", "channels": extra},
+        "output": "s3://bucket/out/", "checkpoints": checkpoints,
+        "hyperparameters": {"behave": "ok", "pipe_epochs": 2 if mode == "Pipe" else 0, "batch_norm": False,
+                            "deep_layers": [8, 4], **(hyperparameters or {})},
+        "environment": {"DFM_FROM_PLAN": "yes"},
+        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(tmp_path / "runs"),
+                  **(local or {})},
+    }
+    path = tmp_path / "standin.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def standin_plan(tmp_path: Path, *, job_name="standin-job", **options) -> Plan:
+    """The Plan `dfm launch` builds from standin_spec(tmp_path, **options)."""
+    return build_plan(load_spec(standin_spec(tmp_path, **options)), job_name=job_name)
+
+
+def local_run(plan: Plan, tmp_path: Path, *, timeout_s: float | None = None, echo=lambda line: None) -> LocalRun:
+    """The runner for `plan`'s request, its runs under tmp_path/runs."""
+    return LocalRun(build_request(plan, run_dir=str(tmp_path / "runs"), timeout_s=timeout_s), echo=echo)
 
 
 def assert_no_survivors(pids) -> None:

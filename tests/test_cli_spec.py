@@ -156,7 +156,6 @@ def test_dry_run_masks_secret_looking_environment_values(capsys, no_aws_env, no_
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--dry-run", "--local"], "choose one"),
         (["--dry-run", "--wait"], "nothing to wait for"),
         (["--dry-run", "--channel", "train=x"], "apply to --local runs"),
         (["--local", "--channel", "train"], "expected NAME=PATH"),

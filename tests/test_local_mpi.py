@@ -14,8 +14,9 @@ from local_plans import standin_plan, toolkit_pythonpath
 
 from launcher.errors import DfmError
 from launcher.local import mpi
-from launcher.local.container import to_host_path
-from launcher.local.runner import LocalRun
+from launcher.local.container import HostTree, to_host_path
+from launcher.local.request import build_request
+from launcher.local.runner import write_host_tree
 
 needs_toolkit = pytest.mark.skipif(toolkit_pythonpath() is None,
                                    reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
@@ -97,14 +98,14 @@ def test_mpirun_command_is_the_toolkits_but_for_the_loopback_differences(tmp_pat
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/lib")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    plan = standin_plan(tmp_path, kind="horovod", hosts=hosts, per_host=per_host, mpi_options=options,
-                        hyperparameters={"model_dir": "/opt/ml/model"})
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), echo=lambda line: None)
-    run.prepare()
-    ours, environ = run.mpi_command()
-    first = run.trees["algo-1"]
+    plan = standin_plan(tmp_path, kind="horovod", hosts=hosts, per_host=per_host, mpi_options=options)
+    request = build_request(plan, run_dir=str(tmp_path / "runs"))
+    mpirun = request.process("mpirun")
+    ours, environ = list(mpirun.argv), mpirun.env
+    first = request.hosts[0]
+    write_host_tree(first, request.source_dir)  # the toolkit reads the host's config files
     theirs = toolkit(TOOLKIT_MPIRUN, cwd=tmp_path, env={
-        "SAGEMAKER_BASE_DIR": str(first.base), "LD_LIBRARY_PATH": "/opt/lib", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "SAGEMAKER_BASE_DIR": first.root, "LD_LIBRARY_PATH": "/opt/lib", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
         "AWS_DEFAULT_REGION": "us-east-1", "TRAINING_JOB_NAME": plan.job_name,
         "SAGEMAKER_TRAINING_MODULE": environ["SAGEMAKER_TRAINING_MODULE"]})
 
@@ -117,12 +118,12 @@ def test_mpirun_command_is_the_toolkits_but_for_the_loopback_differences(tmp_pat
     del expected[expected.index(gethostname) - 1:expected.index(gethostname) + 1]
     program_at = next(i for i, t in enumerate(expected) if t == sys.executable)
     program = expected[program_at:]
-    if not run.runtime.has_module("mpi4py"):  # `-m mpi4py` only where the runtime has it
+    if not request.runtime.has_module("mpi4py"):  # `-m mpi4py` only where the runtime has it
         program = [t for t in program if t not in ("-m", "mpi4py")]
     # each rank goes through rank_exec.py, which maps /opt/ml arguments into its host's tree
-    expected = expected[:program_at] + [run.runtime.python, str(mpi.RANK_EXEC), str(run.job_dir / "rank_hosts.json"),
-                                        *program]
-    mapped = [to_host_path(token, first) for token in ours]
+    expected = expected[:program_at] + [request.runtime.python, str(mpi.RANK_EXEC),
+                                        f"{request.job_dir}/rank_hosts.json", *program]
+    mapped = [to_host_path(token, HostTree(first.name, Path(first.root))) for token in ours]
 
     ours_rest, ours_exported = normalized(mapped)
     theirs_rest, theirs_exported = normalized(expected)
@@ -130,11 +131,3 @@ def test_mpirun_command_is_the_toolkits_but_for_the_loopback_differences(tmp_pat
     assert ours_exported - theirs_exported == {"PYTHONUNBUFFERED"}  # lines stream as they are written
     assert theirs_exported - ours_exported == set()
     assert {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "AWS_ACCESS_KEY_ID", "SM_HOSTS"} <= ours_exported
-
-
-def test_options_the_toolkit_cannot_read_fail_before_anything_starts(tmp_path):
-    plan = standin_plan(tmp_path, kind="horovod", mpi_options="-x A=1 --NCCL_DEBUG")
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), echo=lambda line: None)
-    with pytest.raises(DfmError, match="mpi_options: .*--NCCL_DEBUG"):
-        run.run()
-    assert run.supervisor is None

@@ -25,5 +25,5 @@ def test_progress_sums_speed_over_processes_and_keeps_the_last_eval():
     progress.feed("algo-1/rank0", "[dfm] exported /tmp/model/123")
     assert progress.step == 20 and progress.examples_per_sec == 5000
     assert progress.mean_examples_per_sec == 1500 + 3000
-    assert progress.eval == {"step": 20, "loss": 0.45, "auc": 0.71} and progress.exported == ["/tmp/model/123"]
+    assert progress.eval == {"loss": 0.45, "auc": 0.71} and progress.exported == ["/tmp/model/123"]
     assert "step 20" in progress.line() and "eval loss 0.4500 auc 0.7100" in progress.line()

@@ -11,10 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from local_plans import assert_no_survivors, standin_plan
+from local_plans import assert_no_survivors, local_run, standin_plan
 
 from launcher.local import runtime
-from launcher.local.runner import LocalRun
 
 OWN = "/opt/launcher/bin/python"
 
@@ -113,7 +112,7 @@ def test_a_runtimes_modules_are_looked_up_in_that_runtime(runtime_venv):
 def test_every_process_of_a_ps_job_runs_on_the_images_runtime(tmp_path, runtime_venv):
     plan = replace(standin_plan(tmp_path, hosts=2, hyperparameters={"probe_ps_s": 1}), framework_version="2.12.0")
     lines = []
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lines.append).run()
+    result = local_run(plan, tmp_path, timeout_s=150, echo=lines.append).run()
     assert result.exit_code == 0, lines
     python = str(runtime_venv / "bin" / "python")
     for host in ("algo-1", "algo-2"):

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from local_plans import assert_no_survivors, standin_plan
+from local_plans import assert_no_survivors, local_run, standin_plan
 
 from launcher.local import netns
-from launcher.local.runner import LocalRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -32,7 +31,7 @@ def reports(result_dir: Path) -> dict:
 
 def start_in_background(tmp_path, plan, host):
     """Run `plan` in a thread; once `host`'s stand-in has reported, return (run, thread, outcome, report)."""
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lambda line: None)
+    run = local_run(plan, tmp_path, timeout_s=150)
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", run.run()))
     thread.start()
@@ -43,25 +42,32 @@ def start_in_background(tmp_path, plan, host):
     return run, thread, outcome, json.loads(report.read_text())
 
 
-def test_two_host_ps_job_gets_the_container_layout(tmp_path):
+REPORTED = ("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME")  # what standin.py reports
+
+
+def assert_ran_as_requested(report: dict, process) -> None:
+    """The script saw its request entry: argv, working directory, Python and (the reported part of) env."""
+    script_at = process.argv.index("standin.py")
+    assert report["argv"] == list(process.argv[script_at + 1:]) and report["cwd"] == process.cwd
+    assert report["python"] == process.argv[0]
+    wanted = {k: v for k, v in process.env.items() if k.startswith(REPORTED)}
+    assert wanted and {k: report["env"].get(k) for k in wanted} == wanted
+
+
+def test_two_host_ps_job_runs_what_the_request_says(tmp_path):
     lines = []
     plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "sleep", "sleep_s": 1})
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    run = local_run(plan, tmp_path, timeout_s=120, echo=lines.append)
+    result = run.run()
     assert result.exit_code == 0, lines
     found = reports(result.job_dir)
     assert set(found) == {"algo-1", "algo-2"}
-    master, worker = json.loads(found["algo-1"]["env"]["TF_CONFIG"]), json.loads(found["algo-2"]["env"]["TF_CONFIG"])
-    assert master["task"] == {"type": "master", "index": 0} and worker["task"] == {"type": "worker", "index": 0}
-    assert master["cluster"] == worker["cluster"] and len(master["cluster"]["ps"]) == 2
-    for host, report in found.items():
-        assert report["argv"] == list(plan.argv)  # exactly the plan's argv
-        assert report["cwd"] == str(result.job_dir / "hosts" / host / "code")
-        assert report["env"]["SAGEMAKER_BASE_DIR"] == str(result.job_dir / "hosts" / host)
-        assert report["files"]["eval"] == ["part-000.tfrecord"]
-    train = found["algo-1"]["files"]["train"] + found["algo-2"]["files"]["train"]
-    assert sorted(train) == [f"part-{i:03d}.tfrecord" for i in range(5)] and len(set(train)) == 5
+    for host, role in (("algo-1", "master"), ("algo-2", "worker")):
+        assert_ran_as_requested(found[host], run.request.process(f"{host}/{role}"))
+        feeds = {c.name: [key for key, _ in c.files] for c in run.request.hosts[int(host[-1]) - 1].channels}
+        assert found[host]["files"] == feeds  # the channel folders hold the request's share of files
     logs = sorted(p.name for p in (result.job_dir / "logs").iterdir())
-    assert logs == ["algo-1-master.log", "algo-1-ps.log", "algo-2-ps.log", "algo-2-worker.log"]
+    assert logs == sorted(Path(p.log_file).name for p in run.request.processes)
     assert "[dfm] eval" in (result.job_dir / "logs" / "algo-2-worker.log").read_text()
     assert any(line.startswith("[algo-2/worker] [dfm] train step=") for line in lines)
     assert any("final eval:" in line and "auc=0.7" in line for line in lines)
@@ -73,7 +79,7 @@ def test_a_hosts_ps_ends_with_that_hosts_script_as_on_sagemaker(tmp_path):
     # host's script does: a worker that exits early takes its ps shard with it while the master still trains.
     plan = standin_plan(tmp_path, hosts=3, hyperparameters={"probe_ps_s": 40})
     lines = []
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=150, echo=lines.append).run()
+    result = local_run(plan, tmp_path, timeout_s=150, echo=lines.append).run()
     assert result.exit_code == 0, lines
     master = reports(result.job_dir)["algo-1"]
     assert master["ps_all_up"]
@@ -84,7 +90,7 @@ def test_a_hosts_ps_ends_with_that_hosts_script_as_on_sagemaker(tmp_path):
 def test_failing_script_stops_everything_and_names_the_process(tmp_path):
     lines = []
     plan = standin_plan(tmp_path, hosts=2, hyperparameters={"behave": "fail", "on_host": "algo-2", "spawn_child": True})
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    result = local_run(plan, tmp_path, timeout_s=120, echo=lines.append).run()
     assert result.exit_code == 1
     assert "algo-2/worker exited with code 3" in result.reason
     text = "\n".join(lines)
@@ -106,7 +112,7 @@ def test_worker_killed_mid_run_fails_fast_with_no_orphans(tmp_path):
 
 def test_overall_timeout_stops_the_run(tmp_path):
     plan = standin_plan(tmp_path, kind="none", hosts=1, hyperparameters={"behave": "sleep", "sleep_s": 300})
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=2, echo=lambda line: None).run()
+    result = local_run(plan, tmp_path, timeout_s=2).run()
     assert result.exit_code == 1 and "timed out" in result.reason
     assert_no_survivors(result.pids)
 
@@ -115,10 +121,9 @@ DRIVER = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from local_plans import standin_plan
-from launcher.local.runner import LocalRun
+from local_plans import local_run, standin_plan
 plan = standin_plan(Path({tmp!r}), hosts=2, hyperparameters={{"behave": "sleep", "sleep_s": 300, "spawn_child": True}})
-result = LocalRun(plan, run_dir={runs!r}, echo=lambda line: print(line, flush=True)).run()
+result = local_run(plan, Path({tmp!r}), echo=lambda line: print(line, flush=True)).run()
 print("PIDS", json.dumps(sorted(result.pids)), flush=True)
 sys.exit(result.exit_code)
 """
@@ -126,7 +131,7 @@ sys.exit(result.exit_code)
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_everything(tmp_path, signum):
-    driver = DRIVER.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), runs=str(tmp_path / "runs"))
+    driver = DRIVER.format(tests=str(Path(__file__).parent), tmp=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
     report = tmp_path / "runs" / "standin-job" / "hosts" / "algo-2" / "output" / "data" / "report-algo-2.json"
     while not report.exists() and proc.poll() is None:
@@ -141,25 +146,23 @@ def test_ctrl_c_or_sigterm_stops_everything(tmp_path, signum):
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun not installed")
-def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path):
-    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=2,
-                        hyperparameters={"model_dir": "/opt/ml/model"}, mpi_options="--NCCL_DEBUG WARN")
+def test_mpi_ranks_run_on_their_hosts_as_the_request_says(tmp_path):
+    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=2, mpi_options="--NCCL_DEBUG WARN")
     lines = []
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    run = local_run(plan, tmp_path, timeout_s=120, echo=lines.append)
+    result = run.run()
     assert result.exit_code == 0, lines
     found = reports(result.job_dir)
     assert set(found) == {"algo-1-rank0", "algo-1-rank1", "algo-2-rank2", "algo-2-rank3"}
-    for name, report in found.items():
-        host = name.split("-rank")[0]
-        base = result.job_dir / "hosts" / host
-        assert report["env"]["SAGEMAKER_BASE_DIR"] == str(base) and report["cwd"] == str(base / "code")
-        assert report["env"]["SM_CURRENT_HOST"] == "algo-1"  # mpirun -x exports the first host's value
-        assert report["argv"][report["argv"].index("--model_dir") + 1] == str(base / "model")
+    for name, report in found.items():  # rank_exec.py put each rank into its host: env, cwd, /opt/ml arguments
+        assert_ran_as_requested(report, run.request.process(name.replace("-rank", "/rank")))
+        assert report["env"]["SM_CURRENT_HOST"] == "algo-1"
     # ShardedByS3Key is per host: both ranks of a host see the same files, the hosts disjoint ones
     assert found["algo-1-rank0"]["files"]["train"] == found["algo-1-rank1"]["files"]["train"]
     assert not set(found["algo-1-rank0"]["files"]["train"]) & set(found["algo-2-rank2"]["files"]["train"])
     assert {f"algo-{h}/rank{r}" for h, r in ((1, 0), (1, 1), (2, 2), (2, 3))} <= {
         line.split("]")[0][1:] for line in lines if line.startswith("[algo-")}
+    assert {"algo-1-rank0.log", "algo-2-rank3.log", "mpirun.log"} <= {p.name for p in (result.job_dir / "logs").iterdir()}
     assert_no_survivors(result.pids)
 
 
@@ -167,7 +170,7 @@ def test_pipe_mode_feeds_each_host_its_share_epoch_after_epoch(tmp_path):
     import hashlib
 
     plan = standin_plan(tmp_path, kind="none", hosts=2, mode="Pipe")
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    result = local_run(plan, tmp_path, timeout_s=120).run()
     assert result.exit_code == 0
     found = reports(result.job_dir)
     train = sorted((tmp_path / "data" / "train").iterdir())
@@ -183,23 +186,17 @@ def test_hosts_still_running_after_the_master_finished_fail_the_run(tmp_path):
     # On SageMaker such a job would hang until max_run: the other hosts must end on their own.
     plan = standin_plan(tmp_path, kind="none", hosts=2, local={"master_grace_s": 1},
                         hyperparameters={"behave": "sleep", "on_host": "algo-2", "sleep_s": 300})
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    result = local_run(plan, tmp_path, timeout_s=120).run()
     assert result.exit_code == 1 and "algo-2/train still running" in result.reason
     assert_no_survivors(result.pids)
 
 
 def test_fastfile_behaves_as_file_and_efs_channels_are_shared_folders(tmp_path):
-    from dataclasses import replace
-
-    from launcher.plan import Channel
-
     shared = tmp_path / "efs"
     shared.mkdir()
     (shared / "note.txt").write_text("on the file system")
-    plan = standin_plan(tmp_path, kind="none", hosts=2, mode="FastFile")
-    plan = replace(plan, channels=plan.channels + (Channel("checkpoints", "/efs/ckpt", kind="efs",
-                                                           file_system_id="fs-1", local_path=str(shared)),))
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lambda line: None).run()
+    plan = standin_plan(tmp_path, kind="none", hosts=2, mode="FastFile", efs=shared)
+    result = local_run(plan, tmp_path, timeout_s=120).run()
     assert result.exit_code == 0
     found = reports(result.job_dir)
     assert found["algo-1"]["files"]["train"] and found["algo-1"]["files"]["checkpoints"] == ["note.txt"]
@@ -215,7 +212,7 @@ def test_fastfile_behaves_as_file_and_efs_channels_are_shared_folders(tmp_path):
 def test_failing_rank_fails_the_mpi_job_and_shows_its_lines(tmp_path):
     plan = standin_plan(tmp_path, kind="horovod", hosts=2, hyperparameters={"behave": "fail", "on_host": "algo-2"})
     lines = []
-    result = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=120, echo=lines.append).run()
+    result = local_run(plan, tmp_path, timeout_s=120, echo=lines.append).run()
     assert result.exit_code == 1 and result.reason.startswith("mpirun exited with code")
     text = "\n".join(lines)
     assert "last lines of algo-2/rank1:" in text and "stand-in failing on purpose" in text
@@ -238,16 +235,3 @@ def test_processes_run_in_a_loopback_only_network_namespace(tmp_path):
         thread.join(timeout=60)
     assert outcome["result"].isolated and outcome["result"].exit_code == 1
     assert_no_survivors(outcome["result"].pids)
-
-
-def test_checkpoint_path_outside_opt_ml_fails_before_anything_starts(tmp_path):
-    from dataclasses import replace
-
-    from launcher.errors import DfmError
-
-    plan = replace(standin_plan(tmp_path, hosts=2, checkpoint_s3_uri="s3://bucket/ckpt/"),
-                   checkpoint_local_path="/tmp/elsewhere")
-    run = LocalRun(plan, run_dir=str(tmp_path / "runs"), timeout_s=30, echo=lambda line: None)
-    with pytest.raises(DfmError, match="checkpoint_local_path"):
-        run.run()
-    assert run.supervisor is None  # failed in prepare(), before any process started

@@ -1,6 +1,8 @@
 """`dfm launch SPEC --local`: the Plan run on this machine, emulating SageMaker's TensorFlow container.
 
-Importing this package stays light (no TensorFlow): TensorFlow runs only in the child processes.
+request.py turns the Plan into a LocalRequest (hosts, channels, processes: all computed, nothing started);
+runner.py executes it; describe.py prints it for `--local --dry-run`. Importing this package stays light
+(no TensorFlow): TensorFlow runs only in the child processes.
 """
 
 from __future__ import annotations

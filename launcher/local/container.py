@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -142,22 +141,13 @@ def resource_config(plan: Plan, host: str) -> dict[str, Any]:
     }
 
 
-def build_host_tree(plan: Plan, base: Path, host: str) -> HostTree:
-    """Create the host's tree, its three config files and its copy of the source dir (as the container unpacks it)."""
-    tree = HostTree(host, base)
-    for folder in (tree.config, tree.data, tree.model, tree.output_data, tree.checkpoints):
-        folder.mkdir(parents=True, exist_ok=True)
-    if tree.code.exists():
-        shutil.rmtree(tree.code)
-    shutil.copytree(plan.source_dir, tree.code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    files = {
+def config_files(plan: Plan, tree: HostTree) -> dict[str, Any]:
+    """The host's `input/config/*.json` as the platform writes them (the executor writes them into the tree)."""
+    return {
         "hyperparameters.json": encode_hyperparameters(sdk_hyperparameters(plan, tree)),
-        "resourceconfig.json": resource_config(plan, host),
+        "resourceconfig.json": resource_config(plan, tree.host),
         "inputdataconfig.json": input_data_config(plan),
     }
-    for name, content in files.items():
-        (tree.config / name).write_text(json.dumps(content, indent=1))
-    return tree
 
 
 def local_cpu_share(plan: Plan) -> int:

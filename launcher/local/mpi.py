@@ -11,7 +11,6 @@ Without mpirun, `horovodrun --gloo` launches the same ranks.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -58,12 +57,10 @@ def script_command(runtime: "Runtime", entry_point: str, argv: list[str]) -> lis
     return [runtime.python, entry_point, *argv]
 
 
-def write_rank_hosts(path: Path, processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree"]]) -> Path:
-    """What rank_exec.py needs to place a rank on its host: env, code dir, and the tree standing in for /opt/ml."""
-    layout = {"processes_per_host": processes_per_host, "container_base": CONTAINER_BASE_DIR,
-              "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base)} for env, tree in hosts]}
-    path.write_text(json.dumps(layout))
-    return path
+def rank_hosts_layout(processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree"]]) -> dict:
+    """What rank_exec.py reads to place a rank on its host: env, code dir, and the tree standing in for /opt/ml."""
+    return {"processes_per_host": processes_per_host, "container_base": CONTAINER_BASE_DIR,
+            "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base)} for env, tree in hosts]}
 
 
 def launcher_command(*, ranks: int, rank_hosts: Path, program: list[str], exported: list[str],

@@ -1,19 +1,24 @@
 """What a local run shows on the terminal: the processes' lines (less TensorFlow's INFO chatter), the
-progress line and the end-of-run summary, read from the entry points' metric log lines.
-
-    [dfm] train step=<int> loss=<float> auc=<float> examples_per_sec=<float>
-    [dfm] eval step=<int> loss=<float> auc=<float>
-    [dfm] exported <path>
+progress line and the end-of-run summary, read from the entry points' metric lines with the regexes
+SageMaker scrapes them with (contract.METRIC_DEFINITIONS), and their `[dfm] exported <path>` lines.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
-_METRIC = re.compile(r"\[dfm\] (train|eval) (step=\d+.*)$")
-_PAIR = re.compile(r"(\w+)=(\S+)")
+from launcher.contract import METRIC_DEFINITIONS
+
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+
+
+@functools.cache
+def _metric_patterns() -> tuple[tuple[str, str, re.Pattern], ...]:
+    """(kind, metric, regex) per metric definition: "train:loss" -> ("train", "loss", ...)."""
+    return tuple((*d["Name"].split(":", 1), re.compile(d["Regex"])) for d in METRIC_DEFINITIONS)
+
 
 # The header of a TensorFlow C++ log record, group 1 or 2 the level: TF's own format
 # ("2026-11-21 21:20:07.390735: I tensorflow/core/util/port.cc:111] ...") or absl's (newer TF:
@@ -51,17 +56,16 @@ class TerminalFilter:
 
 
 def parse_metric_line(line: str) -> tuple[str, dict[str, float]] | None:
-    """("train" | "eval", {name: value}) for a metric line, else None."""
-    match = _METRIC.search(line)
-    if not match:
+    """("train" | "eval", {metric: value}) for a metric line, as SageMaker's metric definitions read it; else None."""
+    found: dict[str, dict[str, float]] = {}
+    for kind, metric, pattern in _metric_patterns():
+        match = pattern.search(line)
+        if match:
+            found.setdefault(kind, {})[metric] = float(match.group(1))
+    if not found:
         return None
-    values: dict[str, float] = {}
-    for name, raw in _PAIR.findall(match.group(2)):
-        try:
-            values[name] = float(raw)
-        except ValueError:
-            continue
-    return match.group(1), values
+    kind = next(iter(found))
+    return kind, found[kind]
 
 
 @dataclass

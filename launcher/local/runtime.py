@@ -41,6 +41,8 @@ class Runtime:
         """Whether `module` is importable in this runtime (asked of the runtime's own interpreter)."""
         if self.own:
             return importlib.util.find_spec(module) is not None
+        if not os.access(self.python, os.X_OK):
+            return False
         probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
         return subprocess.run([self.python, "-c", probe], capture_output=True, timeout=60).returncode == 0
 

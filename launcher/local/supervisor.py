@@ -32,15 +32,16 @@ class Child:
     label: str  # "algo-1/master", "algo-2/ps", "mpirun"
     role: str  # "script" (its exit ends or fails the job), "ps" (stopped when the job ends)
     popen: subprocess.Popen
-    log_dir: Path
+    log_files: dict[str, str]  # label -> its log file (the child's own, and its ranks')
     rank_labels: Callable[[int], str] | None = None  # for mpirun/horovodrun: rank -> "algo-2/rank1"
     returncode: int | None = None
     logs: dict[str, object] = field(default_factory=dict)
     stopped: bool = False  # ended on purpose by the supervisor (its exit code says nothing about the job)
 
     def log_for(self, label: str):
-        if label not in self.logs:
-            self.logs[label] = open(self.log_dir / (label.replace("/", "-") + ".log"), "a", encoding="utf-8")
+        if label not in self.logs:  # a label without a file of its own (a rank mpirun invented) logs to the child's
+            path = self.log_files.get(label, self.log_files[self.label])
+            self.logs[label] = open(path, "a", encoding="utf-8")
         return self.logs[label]
 
     def close_logs(self) -> None:
@@ -49,9 +50,8 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, on_line: Callable[[str, str], None], tail: int = 25,
+    def __init__(self, on_line: Callable[[str, str], None], tail: int = 25,
                  wrap: Callable[[list[str]], list[str]] = lambda cmd: cmd):
-        self.log_dir = log_dir
         self.wrap = wrap  # e.g. run inside the run's network namespace
         self.on_line = on_line  # (label, line) for every line of every process, in arrival order
         self.children: list[Child] = []
@@ -62,10 +62,10 @@ class Supervisor:
         self._readers: list[threading.Thread] = []
 
     def start(self, label: str, role: str, cmd: list[str], *, env: dict[str, str], cwd: Path,
-              rank_labels: Callable[[int], str] | None = None) -> Child:
+              log_files: dict[str, str], rank_labels: Callable[[int], str] | None = None) -> Child:
         popen = subprocess.Popen(self.wrap(cmd), env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
-        child = Child(label, role, popen, self.log_dir, rank_labels)
+        child = Child(label, role, popen, dict(log_files), rank_labels)
         child.log_for(label)  # one log per process, even a silent one
         self.children.append(child)
         self._track(popen.pid)

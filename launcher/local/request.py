@@ -1,0 +1,264 @@
+"""A local run as data: everything `dfm launch --local` will do, computed before anything starts.
+
+`build_request(plan)` gives, per simulated host, its /opt/ml tree, its config files and how each channel is
+fed; per process, its host, role, command, environment, working directory and log file; plus the runtime
+and the time limits. It reads (channel folders, the runtime's package metadata, free loopback ports) but
+writes nothing and starts nothing: runner.py executes the request, `--local --dry-run` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from launcher.contract import render_argv
+from launcher.errors import DfmError
+from launcher.local import channels as ch
+from launcher.local import cluster, mpi
+from launcher.local import runtime as runtimes
+from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_names,
+                                      to_host_path)
+from launcher.local.runtime import Runtime
+
+PS_SERVER = Path(__file__).with_name("ps_server.py")
+DEFAULT_RUN_DIR = "runs"
+PS_GRACE_S = 5.0  # how long stopped ps servers get to exit once every script has finished
+SUPPORTED_DISTRIBUTIONS = ("none", "parameter_server", "horovod", "multi_worker_mirrored")
+# A launcher started inside a job (or a test) must not leak its own container variables to the children.
+NOT_INHERITED = ("SM_*", "TF_CONFIG", "SAGEMAKER_BASE_DIR")
+INHERITS = "the launcher's environment without " + ", ".join(NOT_INHERITED) + ", then each process's env"
+
+
+@dataclass(frozen=True)
+class ChannelFeed:
+    """How one channel reaches one host: `link` (File/FastFile: the host's files symlinked under their keys),
+    `pipe` (a feeder writes the host's files into FIFOs `<target>_0`, `_1`, ...) or `mount` (EFS/FSx: the
+    folder itself, shared by every host)."""
+
+    name: str
+    mode: str  # the container's TrainingInputMode: File | FastFile | Pipe
+    feed: str  # link | pipe | mount
+    distribution: str  # FullyReplicated | ShardedByS3Key
+    source: str | None  # the local folder standing in for the S3 prefix or file system (None: not usable)
+    target: str  # <root>/input/data/<name>
+    files: tuple[tuple[str, str], ...] = ()  # (key, local file) this host gets, in key order (link, pipe)
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    name: str  # algo-1 ...
+    root: str  # the folder that plays /opt/ml (SAGEMAKER_BASE_DIR)
+    config_files: Mapping[str, Any]  # input/config/<name> -> its JSON content
+    channels: tuple[ChannelFeed, ...]
+    checkpoint_dir: str | None = None  # synced with the run's checkpoint store (checkpoint_s3_uri)
+
+
+@dataclass(frozen=True)
+class LocalProcess:
+    label: str  # "algo-1/master", "algo-2/ps", "mpirun", "algo-2/rank3"
+    host: str
+    role: str  # ps | master | worker | train | mpirun | rank
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # set over the inherited environment (INHERITS)
+    cwd: str
+    log_file: str
+    supervision: str = "script"  # script: its exit ends or fails the job; ps: stopped with its host;
+    #                              rank: started by mpirun (argv as the rank runs it, after rank_exec.py)
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    job_name: str
+    job_dir: str
+    log_dir: str
+    source_dir: str  # copied into every host's code/
+    runtime: Runtime
+    hosts: tuple[LocalHost, ...]
+    processes: tuple[LocalProcess, ...]
+    master: str  # the process whose end the other hosts' scripts have master_grace_s to follow
+    timeout_s: float | None
+    master_grace_s: float
+    ps_grace_s: float = PS_GRACE_S
+    checkpoint_store: str | None = None  # where this machine keeps what SageMaker syncs to checkpoint_s3_uri
+    files: Mapping[str, Any] = field(default_factory=dict)  # more files written before the start: path -> JSON
+    warnings: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # why it cannot run (yet): shown by the dry run, refused by the runner
+
+    def started(self) -> tuple[LocalProcess, ...]:
+        """The processes the launcher starts itself (mpirun starts the ranks)."""
+        return tuple(p for p in self.processes if p.supervision != "rank")
+
+    def process(self, label: str) -> LocalProcess:
+        return next(p for p in self.processes if p.label == label)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "inherits": INHERITS}
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if not (k.startswith("SM_") or k in NOT_INHERITED)}
+
+
+def checkpoint_store(plan, root: Path) -> Path | None:
+    """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri (None: no sync), per URI."""
+    uri = plan.checkpoint_s3_uri
+    if not uri:
+        return None
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.split("://", 1)[-1].strip("/"))
+    return root / "checkpoints" / slug
+
+
+def log_file(log_dir: Path, label: str) -> str:
+    return str(log_dir / (label.replace("/", "-") + ".log"))
+
+
+def build_request(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
+                  environ: Mapping[str, str] | None = None, runtime: Runtime | None = None) -> LocalRequest:
+    """The local run of `plan`; DfmError for what no run of this plan could do. `environ`: the launcher's
+    environment (default os.environ); `runtime`: the Python of the job (default: the image's runtime)."""
+    environ = dict(os.environ if environ is None else environ)
+    kind = plan.distribution.kind
+    if kind not in SUPPORTED_DISTRIBUTIONS:
+        raise DfmError(f"--local cannot run distribution '{kind}'")
+    if kind == "horovod":
+        mpi.parse_custom_mpi_options(plan.distribution.mpi_options)  # refuses what the toolkit cannot read
+    runtime = runtime or runtimes.for_plan(plan)
+    root = Path(run_dir or plan.local.run_dir or DEFAULT_RUN_DIR).resolve()
+    job_dir = root / plan.job_name
+    trees = [HostTree(name, job_dir / "hosts" / name) for name in host_names(plan.instance_count)]
+    store = checkpoint_store(plan, root)
+    warnings: list[str] = []
+    problems: list[str] = []
+    sources = _channel_sources(plan, problems)
+    hosts = tuple(_host(plan, tree, index, len(trees), sources, store, warnings) for index, tree in enumerate(trees))
+    expected = render_argv(plan.hyperparameters)  # drops sagemaker_* as the toolkit does
+    if list(plan.argv) != expected:
+        warnings.append(f"warning: the plan's argv differs from what the container renders from its "
+                        f"hyperparameters ({expected}); running the plan's argv")
+    processes, master, files = _processes(plan, trees, runtime, environ, job_dir)
+    return LocalRequest(
+        job_name=plan.job_name, job_dir=str(job_dir), log_dir=str(job_dir / "logs"), source_dir=plan.source_dir,
+        runtime=runtime, hosts=hosts, processes=processes, master=master,
+        timeout_s=timeout_s if timeout_s is not None else plan.local.timeout_s,
+        master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
+        warnings=tuple(warnings), problems=tuple(problems))
+
+
+# ---- hosts and channels ----
+def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tuple[str, Path]]] | None]:
+    """channel -> (local source, its objects in key order); None where the channel has no usable source."""
+    found: dict[str, tuple[str, list[tuple[str, Path]]] | None] = {}
+    for channel in plan.channels:
+        try:
+            source = ch.channel_source(channel)
+        except DfmError as err:
+            problems.append(err.message)
+            found[channel.name] = None
+            continue
+        objects = [] if channel.kind in ("efs", "fsx") else ch.list_objects(source)
+        found[channel.name] = (str(source), objects)
+    return found
+
+
+def _host(plan, tree: HostTree, index: int, count: int, sources, store: Path | None,
+          warnings: list[str]) -> LocalHost:
+    feeds = []
+    for channel in plan.channels:
+        source = sources[channel.name]
+        mode = channel_mode(plan, channel)
+        if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
+            feeds.append(ChannelFeed(channel.name, mode, "mount", channel.distribution, source and source[0],
+                                     str(tree.channel_dir(channel.name))))
+            continue
+        files = ch.files_for_host(source[1], channel.distribution, index, count) if source else []
+        if source and not files:
+            warnings.append(f"{tree.host}: channel '{channel.name}' has no files on this host")
+        feeds.append(ChannelFeed(channel.name, mode, "pipe" if mode == "Pipe" else "link", channel.distribution,
+                                 source and source[0], str(tree.channel_dir(channel.name)),
+                                 tuple((key, str(path)) for key, path in files)))
+    return LocalHost(tree.host, str(tree.base), config_files(plan, tree), tuple(feeds),
+                     _checkpoint_dir(plan, tree) if store is not None else None)
+
+
+def _checkpoint_dir(plan, tree: HostTree) -> str:
+    """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by default)."""
+    local_path = plan.checkpoint_local_path or "/opt/ml/checkpoints"
+    mapped = to_host_path(local_path, tree)
+    if mapped == local_path:
+        raise DfmError(f"--local can only emulate checkpoint_local_path under /opt/ml, not {local_path}")
+    return mapped
+
+
+# ---- processes ----
+def _base_env(runtime: Runtime, environ: Mapping[str, str]) -> dict[str, str]:
+    # the runtime's bin first, as in an activated virtual environment: `python` there is the job's Python
+    return {"PATH": os.pathsep.join([str(runtime.bin_dir), *filter(None, [environ.get("PATH")])]),
+            "PYTHONUNBUFFERED": "1"}  # lines reach the terminal as they are written
+
+
+def _host_env(plan, tree: HostTree, environ: Mapping[str, str], current_host: str | None = None) -> dict[str, str]:
+    """What the toolkit sets for the script: SM_* and the rest (container_env), and PYTHONPATH, its own sys.path
+    with the code dir first (here the host's code dir, then the launcher's PYTHONPATH, if any)."""
+    env = container_env(plan, tree, current_host=current_host)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree.code), *filter(None, [environ.get("PYTHONPATH")])])
+    return env
+
+
+def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path):
+    """(processes, the master's label, files to write) for the plan's distribution."""
+    kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
+
+    def script(tree: HostTree, label: str, role: str, tf_config: dict | None = None) -> LocalProcess:
+        env = {**base, **_host_env(plan, tree, environ)}
+        if tf_config is not None:
+            env["TF_CONFIG"] = json.dumps(tf_config)
+        return LocalProcess(label, tree.host, role, (runtime.python, plan.entry_point, *host_argv(plan, tree)), env,
+                            str(tree.code), log_file(logs, label))
+
+    if kind == "horovod":
+        return _mpi_processes(plan, trees, runtime, environ, job_dir)
+    if kind == "parameter_server" and len(trees) > 1:
+        layout = cluster.Layout.allocate([t.host for t in trees], with_ps=True)
+        servers = [LocalProcess(f"{t.host}/ps", t.host, "ps", (runtime.python, str(PS_SERVER)),
+                                {**base, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
+                                str(t.base), log_file(logs, f"{t.host}/ps"), "ps") for t in trees]
+        roles = {t.host: "master" if t.host == layout.master else "worker" for t in trees}
+        scripts = [script(t, f"{t.host}/{roles[t.host]}", roles[t.host], cluster.ps_tf_config(layout, t.host))
+                   for t in trees]
+        return (*servers, *scripts), f"{layout.master}/master", {}
+    if kind == "multi_worker_mirrored":
+        layout = cluster.Layout.allocate([t.host for t in trees], with_ps=False)
+        scripts = [script(t, f"{t.host}/worker", "worker", cluster.mwms_tf_config(layout, t.host)) for t in trees]
+        return tuple(scripts), scripts[0].label, {}
+    # no distribution (or PS on one host): the toolkit just runs the script on every host
+    scripts = [script(t, f"{t.host}/train", "train") for t in trees]
+    return tuple(scripts), scripts[0].label, {}
+
+
+def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path):
+    """The first host's toolkit runs mpirun, exporting its own environment to every rank; rank_exec.py then
+    gives each rank its host's tree (the rank's host is rank // processes_per_host)."""
+    per_host, first, logs = plan.distribution.processes_per_host, trees[0], job_dir / "logs"
+    envs = {t.host: _host_env(plan, t, environ, current_host=first.host) for t in trees}
+    mpirun_env = {**_base_env(runtime, environ), **envs[first.host]}
+    rank_hosts = job_dir / "rank_hosts.json"
+    # the toolkit exports what it sets for the script (SM_*, PYTHONPATH); PYTHONUNBUFFERED is dfm's own
+    exported = sorted(n for n in envs[first.host] if n.startswith("SM_")) + ["PYTHONPATH", "PYTHONUNBUFFERED"]
+    program = mpi.script_command(runtime, plan.entry_point, list(plan.argv))
+    cmd = mpi.launcher_command(ranks=per_host * len(trees), rank_hosts=rank_hosts, program=program,
+                               exported=exported, custom_options=plan.distribution.mpi_options, runtime=runtime,
+                               environ={**inherited_env(environ), **mpirun_env})
+    processes = [LocalProcess("mpirun", first.host, "mpirun", tuple(cmd), mpirun_env, str(first.code),
+                              log_file(logs, "mpirun"))]
+    for rank in range(per_host * len(trees)):
+        tree = trees[rank // per_host]
+        label = f"{tree.host}/rank{rank}"
+        processes.append(LocalProcess(label, tree.host, "rank", tuple(to_host_path(a, tree) for a in program),
+                                      {**mpirun_env, **envs[tree.host]}, str(tree.code), log_file(logs, label),
+                                      "rank", rank))
+    layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t) for t in trees])
+    return tuple(processes), "mpirun", {str(rank_hosts): layout}

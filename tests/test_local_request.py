@@ -1,0 +1,264 @@
+"""A local run as data (launcher/local/request.py): hosts, channels, and every process's command, environment,
+working directory and log file, checked without starting anything. The e2e and supervision tests check that
+the processes really get what the request says."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from local_plans import local_run, make_channel_data, standin_plan
+
+from launcher.errors import DfmError
+from launcher.local import mpi
+from launcher.local.request import PS_SERVER, build_request
+from launcher.local.runner import write_host_tree
+from launcher.local.runtime import Runtime
+
+FAKE_RUNTIME = Runtime("/opt/runtimes/tf-2.12/bin/python", "2.12.0", "tf-2.12", False, "TF 2.12.0 (runtime tf-2.12)")
+
+
+def request_for(tmp_path, **options):
+    """(plan, request) for standin_plan(**options) on FAKE_RUNTIME; the PATH has an `mpirun` (never run)."""
+    plan = standin_plan(tmp_path, **options)
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    (tools / "mpirun").write_text("#!/bin/sh\nexit 1\n")
+    (tools / "mpirun").chmod(0o755)
+    return plan, build_request(plan, run_dir=str(tmp_path / "runs"), environ={"PATH": str(tools)},
+                               runtime=FAKE_RUNTIME)
+
+
+def by_label(request):
+    return {p.label: p for p in request.processes}
+
+
+def test_two_host_ps_job_gets_the_container_layout(tmp_path):
+    plan, request = request_for(tmp_path, hosts=2)
+    job = tmp_path / "runs" / "standin-job"
+    processes = by_label(request)
+    assert list(processes) == ["algo-1/ps", "algo-2/ps", "algo-1/master", "algo-2/worker"]
+    assert [p.label for p in request.started()] == list(processes) and request.master == "algo-1/master"
+    master, worker = (json.loads(processes[k].env["TF_CONFIG"]) for k in ("algo-1/master", "algo-2/worker"))
+    assert master["task"] == {"type": "master", "index": 0} and worker["task"] == {"type": "worker", "index": 0}
+    assert master["cluster"] == worker["cluster"] and len(master["cluster"]["ps"]) == 2
+    for host, role in (("algo-1", "master"), ("algo-2", "worker")):
+        script = processes[f"{host}/{role}"]
+        assert script.argv == (FAKE_RUNTIME.python, "standin.py", *plan.argv)  # exactly the plan's argv
+        assert script.cwd == str(job / "hosts" / host / "code") and script.role == role
+        assert script.env["SAGEMAKER_BASE_DIR"] == str(job / "hosts" / host)
+        assert script.log_file == str(job / "logs" / f"{host}-{role}.log")
+        ps = processes[f"{host}/ps"]
+        assert ps.argv == (FAKE_RUNTIME.python, str(PS_SERVER)) and ps.supervision == "ps"
+        assert ps.cwd == str(job / "hosts" / host) and ps.log_file == str(job / "logs" / f"{host}-ps.log")
+        ps_config = json.loads(ps.env["TF_CONFIG"])
+        assert ps_config["task"] == {"type": "ps", "index": int(host[-1]) - 1}
+        assert ps_config["cluster"] == master["cluster"]
+        assert not any(name.startswith("SM_") for name in ps.env)  # the toolkit's ps has no script environment
+    hosts = {h.name: {c.name: c for c in h.channels} for h in request.hosts}
+    assert [key for key, _ in hosts["algo-1"]["eval"].files] == ["part-000.tfrecord"] == \
+        [key for key, _ in hosts["algo-2"]["eval"].files]
+    train = [key for host in hosts.values() for key, _ in host["train"].files]
+    assert sorted(train) == [f"part-{i:03d}.tfrecord" for i in range(5)] and len(set(train)) == 5
+
+
+def test_every_process_runs_on_the_runtime_with_the_host_code_first(tmp_path):
+    _, request = request_for(tmp_path, hosts=2)
+    for process in request.processes:
+        assert process.argv[0] == FAKE_RUNTIME.python
+        assert process.env["PATH"] == f"/opt/runtimes/tf-2.12/bin:{tmp_path}/bin"  # `python` is the runtime's
+        assert process.env["PYTHONUNBUFFERED"] == "1"
+        if process.role != "ps":
+            assert process.env["PYTHONPATH"].split(":")[0] == str(Path(request.job_dir) / "hosts" / process.host / "code")
+
+
+def test_the_launchers_pythonpath_follows_the_code_dir(tmp_path):
+    plan = standin_plan(tmp_path, kind="none", hosts=1)
+    request = build_request(plan, environ={"PATH": "/bin", "PYTHONPATH": "/mine"}, runtime=FAKE_RUNTIME)
+    assert request.processes[0].env["PYTHONPATH"] == f"{request.hosts[0].root}/code:/mine"
+    assert request.job_dir == str(tmp_path / "runs" / "standin-job")  # the spec's local.run_dir
+
+
+def test_multi_worker_mirrored_every_host_a_worker(tmp_path):
+    _, request = request_for(tmp_path, kind="multi_worker_mirrored", hosts=3)
+    assert [p.label for p in request.processes] == ["algo-1/worker", "algo-2/worker", "algo-3/worker"]
+    configs = [json.loads(p.env["TF_CONFIG"]) for p in request.processes]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(3)]
+    assert len({json.dumps(c["cluster"]) for c in configs}) == 1 and request.master == "algo-1/worker"
+
+
+def test_no_distribution_runs_the_script_on_every_host_without_tf_config(tmp_path):
+    _, request = request_for(tmp_path, kind="none", hosts=2, local={"master_grace_s": 7, "timeout_s": 30})
+    assert [p.label for p in request.processes] == ["algo-1/train", "algo-2/train"]
+    assert not any("TF_CONFIG" in p.env for p in request.processes) and request.master == "algo-1/train"
+    assert (request.master_grace_s, request.timeout_s) == (7, 30)
+    # one host of a parameter_server job: the toolkit runs the script alone, no ps
+    _, single = request_for(tmp_path / "one", hosts=1)
+    assert [p.label for p in single.processes] == ["algo-1/train"]
+
+
+def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path):
+    plan, request = request_for(tmp_path, kind="horovod", hosts=2, per_host=2, mpi_options="--NCCL_DEBUG WARN")
+    processes = by_label(request)
+    assert [p.label for p in request.started()] == ["mpirun"] and request.master == "mpirun"
+    ranks = [p for p in request.processes if p.supervision == "rank"]
+    assert processes["mpirun"].argv[0] == str(tmp_path / "bin" / "mpirun")
+    assert [(p.label, p.rank) for p in ranks] == [("algo-1/rank0", 0), ("algo-1/rank1", 1), ("algo-2/rank2", 2),
+                                                  ("algo-2/rank3", 3)]
+    program = mpi.script_command(FAKE_RUNTIME, "standin.py", list(plan.argv))
+    rank_hosts = str(Path(request.job_dir) / "rank_hosts.json")
+    assert processes["mpirun"].argv[-len(program) - 3:] == (FAKE_RUNTIME.python, str(mpi.RANK_EXEC), rank_hosts,
+                                                              *program)
+    layout = request.files[rank_hosts]
+    assert layout["processes_per_host"] == 2 and [h["base"] for h in layout["hosts"]] == [h.root for h in request.hosts]
+    for rank in ranks:
+        base = Path(request.job_dir) / "hosts" / rank.host
+        assert rank.env["SAGEMAKER_BASE_DIR"] == str(base) and rank.cwd == str(base / "code")
+        assert rank.env["SM_CURRENT_HOST"] == "algo-1"  # mpirun -x exports the first host's value
+        assert rank.argv[rank.argv.index("--model_dir") + 1] == str(base / "model")  # rank_exec maps /opt/ml
+        assert layout["hosts"][rank.rank // 2]["env"]["SAGEMAKER_BASE_DIR"] == str(base)
+    # the files are each host's own: its resourceconfig names it, whatever SM_CURRENT_HOST says
+    assert [h.config_files["resourceconfig.json"]["current_host"] for h in request.hosts] == ["algo-1", "algo-2"]
+    # ShardedByS3Key is per host: both ranks of a host read the host's files, the hosts disjoint ones
+    train = {h.name: {key for key, _ in next(c for c in h.channels if c.name == "train").files} for h in request.hosts}
+    assert train["algo-1"] and not train["algo-1"] & train["algo-2"]
+
+
+def horovod_runtime():
+    from launcher.local import runtime
+
+    chosen = runtime.choose_runtime("2.12", root=runtime.runtimes_root(), own_python=sys.executable,
+                                    own_tf=runtime.tf_version_in())
+    return chosen if runtime.major_minor(chosen.tf_version) == "2.12" and chosen.has_module("mpi4py") else None
+
+
+@pytest.mark.skipif(horovod_runtime() is None, reason="runtime tf-2.12 with mpi4py not built (scripts/runtime.sh tf-2.12)")
+def test_horovod_ranks_run_mpi4py_with_the_tf_2_12_runtimes_python(tmp_path):
+    from launcher.plan import build_plan
+    from launcher.spec import load_spec
+    from spec_helpers import REPO
+
+    spec = load_spec(REPO / "configs" / "horovod.yaml", ["instance.count=1", "distribution.horovod.processes_per_host=2"])
+    request = build_request(build_plan(spec, job_name="hvd"), run_dir=str(tmp_path))
+    python = horovod_runtime().python
+    ranks = [p for p in request.processes if p.role == "rank"]
+    assert len(ranks) == 2 and all(p.argv[:4] == (python, "-m", "mpi4py", "train_horovod.py") for p in ranks)
+    assert request.runtime.note == "TF 2.12.0 (runtime tf-2.12)"
+
+
+def test_pipe_mode_feeds_each_host_its_share_in_key_order(tmp_path):
+    _, request = request_for(tmp_path, kind="none", hosts=2, mode="Pipe")
+    train = sorted((tmp_path / "data" / "train").iterdir())
+    for index, host in enumerate(request.hosts):
+        feeds = {c.name: c for c in host.channels}
+        assert feeds["train"].feed == "pipe" and feeds["train"].mode == "Pipe"
+        assert [path for _, path in feeds["train"].files] == [str(p) for p in train[index::2]]
+        assert feeds["eval"].files == request.hosts[0].channels[1].files  # FullyReplicated
+        assert feeds["train"].target == f"{host.root}/input/data/train"
+
+
+def test_fastfile_is_linked_like_file_and_efs_is_one_shared_folder(tmp_path):
+    shared = tmp_path / "efs"
+    shared.mkdir()
+    _, request = request_for(tmp_path, kind="none", hosts=2, mode="FastFile", efs=shared)
+    for host in request.hosts:
+        feeds = {c.name: c for c in host.channels}
+        assert (feeds["train"].feed, feeds["train"].mode) == ("link", "FastFile")
+        assert (feeds["checkpoints"].feed, feeds["checkpoints"].source) == ("mount", str(shared))
+        assert host.config_files["inputdataconfig.json"]["train"]["TrainingInputMode"] == "FastFile"
+
+
+def test_checkpoints_sync_per_uri_into_each_hosts_folder(tmp_path):
+    _, request = request_for(tmp_path, checkpoint_s3_uri="s3://bucket/ckpt/run/", checkpoint_local_path="/opt/ml/ck")
+    assert request.checkpoint_store == str(tmp_path / "runs" / "checkpoints" / "bucket_ckpt_run")
+    assert [h.checkpoint_dir for h in request.hosts] == [f"{h.root}/ck" for h in request.hosts]
+    _, without = request_for(tmp_path / "none")
+    assert without.checkpoint_store is None and {h.checkpoint_dir for h in without.hosts} == {None}
+
+
+def test_checkpoint_path_outside_opt_ml_is_refused(tmp_path):
+    with pytest.raises(DfmError, match="checkpoint_local_path"):
+        request_for(tmp_path, checkpoint_s3_uri="s3://bucket/ckpt/", checkpoint_local_path="/tmp/elsewhere")
+
+
+def test_options_the_toolkit_cannot_read_are_refused(tmp_path):
+    with pytest.raises(DfmError, match="mpi_options: .*--NCCL_DEBUG"):
+        request_for(tmp_path, kind="horovod", mpi_options="-x A=1 --NCCL_DEBUG")
+
+
+def test_a_channel_without_local_data_is_a_problem_the_runner_refuses(tmp_path):
+    plan = standin_plan(tmp_path)
+    plan = replace(plan, channels=tuple(replace(c, local_path=str(tmp_path / "gone")) if c.name == "eval" else c
+                                        for c in plan.channels))
+    request = build_request(plan, run_dir=str(tmp_path / "runs"), runtime=FAKE_RUNTIME)
+    assert request.problems == (f"channel 'eval': local data {tmp_path / 'gone'} does not exist",)
+    assert len(request.processes) == 4  # the rest of the run is still described
+    run = local_run(plan, tmp_path)
+    with pytest.raises(DfmError, match="does not exist"):
+        run.run()
+    assert run.supervisor is None and not (tmp_path / "runs").exists()
+
+
+def test_warnings_name_idle_hosts_and_a_hand_made_argv(tmp_path):
+    plan, request = request_for(tmp_path, kind="none", hosts=3, train_files=2)
+    assert request.warnings == ("algo-3: channel 'train' has no files on this host",)
+    odd = build_request(replace(plan, argv=("--x", "1")), runtime=FAKE_RUNTIME)
+    assert any("argv differs" in w for w in odd.warnings)
+    assert odd.processes[0].argv[2:] == ("--x", "1")
+
+
+def test_the_request_is_json_and_the_launchers_container_variables_stay_out(tmp_path):
+    plan, _ = request_for(tmp_path, kind="horovod", hosts=2)
+    environ = {"PATH": str(tmp_path / "bin"), "SM_HOSTS": "leak", "TF_CONFIG": "leak", "SAGEMAKER_BASE_DIR": "leak"}
+    request = build_request(plan, run_dir=str(tmp_path / "runs"), environ=environ, runtime=FAKE_RUNTIME)
+    document = json.loads(json.dumps(request.to_dict()))
+    assert [p["label"] for p in document["processes"]][0] == "mpirun" and len(document["hosts"]) == 2
+    assert document["runtime"]["python"] == FAKE_RUNTIME.python and "without SM_*" in document["inherits"]
+    assert "leak" not in json.dumps(document)
+
+
+def test_the_runner_writes_each_host_tree_as_the_request_says(tmp_path):
+    _, request = request_for(tmp_path, hosts=3)
+    host = request.hosts[1]
+    write_host_tree(host, request.source_dir)
+    root = Path(host.root)
+    for folder in ("input/config", "input/data", "model", "output/data", "checkpoints"):
+        assert (root / folder).is_dir()
+    assert (root / "code" / "standin.py").read_text() == (tmp_path / "src" / "standin.py").read_text()
+    for name, content in host.config_files.items():
+        assert json.loads((root / "input" / "config" / name).read_text()) == content
+
+
+def test_config_files_as_the_container_gets_them(tmp_path):
+    _, request = request_for(tmp_path, hosts=3)
+    config = request.hosts[1].config_files
+    hps = config["hyperparameters.json"]
+    assert all(isinstance(v, str) for v in hps.values())  # the SDK sends every value JSON-encoded
+    assert json.loads(hps["deep_layers"]) == [8, 4] and hps["batch_norm"] == "false" and hps["behave"] == '"ok"'
+    assert json.loads(hps["sagemaker_program"]) == "standin.py"
+    assert json.loads(hps["sagemaker_parameter_server_enabled"]) is True
+    resources = config["resourceconfig.json"]
+    assert resources["current_host"] == "algo-2" and resources["hosts"] == ["algo-1", "algo-2", "algo-3"]
+    channels = config["inputdataconfig.json"]
+    assert channels["train"] == {"TrainingInputMode": "File", "S3DistributionType": "ShardedByS3Key",
+                                 "RecordWrapperType": "None"}
+    assert channels["eval"]["S3DistributionType"] == "FullyReplicated"
+
+
+def test_horovod_hyperparameters_carry_the_mpi_settings(tmp_path):
+    _, request = request_for(tmp_path, kind="horovod", per_host=3, mpi_options="-x FOO=1")
+    hps = {k: json.loads(v) for k, v in request.hosts[0].config_files["hyperparameters.json"].items()}
+    assert hps["sagemaker_mpi_enabled"] is True and hps["sagemaker_mpi_num_of_processes_per_host"] == 3
+    assert hps["sagemaker_mpi_custom_mpi_options"] == "-x FOO=1"
+    assert "sagemaker_parameter_server_enabled" not in hps
+
+
+def test_channel_files_are_the_folders_files(tmp_path):
+    more = make_channel_data(tmp_path / "more", "train-1", 3)
+    _, request = request_for(tmp_path, kind="none", hosts=1, second_train=more)
+    feeds = {c.name: c for c in request.hosts[0].channels}
+    assert [key for key, _ in feeds["train-1"].files] == [f"part-{i:03d}.tfrecord" for i in range(3)]
+    assert feeds["train-1"].source == str(more)
