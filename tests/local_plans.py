@@ -37,11 +37,12 @@ def standin_plan(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File
     channels = (Channel("train", "s3://bucket/train/", input_mode=mode, distribution="ShardedByS3Key",
                         local_path=str(train)),
                 Channel("eval", "s3://bucket/eval/", input_mode=mode, local_path=str(evaluation)))
-    return Plan(spec_path="test.yaml", job_name=job_name, region="us-east-1", role="arn:aws:iam::1:role/r",
-                entry_point="standin.py", source_dir=str(source), instance_type="ml.c5.2xlarge",
+    return Plan(job_name=job_name, region="us-east-1", role="arn:aws:iam::1:role/r",
+                entry_point="standin.py", source_dir=str(source), bundled=False, instance_type="ml.c5.2xlarge",
+                volume_gb=30, max_run=3600, output_path="s3://bucket/out",
                 instance_count=hosts, distribution=Distribution(kind, per_host, mpi_options), input_mode=mode,
                 channels=channels, hyperparameters=hps, argv=tuple(render_argv(hps)),
-                environment={"DFM_FROM_PLAN": "yes"}, estimator_kwargs={}, checkpoint_s3_uri=checkpoint_s3_uri,
+                environment={"DFM_FROM_PLAN": "yes"}, checkpoint_s3_uri=checkpoint_s3_uri,
                 local=LocalOptions(**(local or {})))
 
 
