@@ -1,4 +1,4 @@
-"""Commands about submitted jobs: status, logs, stop, list. Owner: issue 2 (SageMaker backend).
+"""Commands about submitted jobs: status, logs, stop, list.
 
 The backend is imported inside each command: `dfm --help` stays free of boto3, and none of these
 commands needs the SageMaker SDK at all (plain boto3 clients).
@@ -10,10 +10,7 @@ import json
 
 import click
 
-region_option = click.option("--region", default=None, metavar="REGION",
-                             help="AWS region of the job [default: AWS_REGION, AWS_DEFAULT_REGION or the profile's].")
-output_option = click.option("--output", "output", type=click.Choice(["text", "json"]), default="text",
-                             show_default=True, help="Human-readable text, or JSON for scripts.")
+from launcher.cli_options import OUTPUT, REGION
 
 
 def _backend():
@@ -49,8 +46,8 @@ def _status_text(summary: dict) -> str:
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
-@region_option
-@output_option
+@REGION
+@OUTPUT
 def status(job_name: str, region: str | None, output: str) -> None:
     """Show a training job's state. Exits 1 when it failed or was stopped."""
     backend = _backend()
@@ -67,8 +64,8 @@ def status(job_name: str, region: str | None, output: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends (exit 1 if it fails).")
 @click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
               help="Seconds between polls with --follow.")
-@region_option
-@output_option
+@REGION
+@OUTPUT
 def logs(job_name: str, follow: bool, poll_seconds: float, region: str | None, output: str) -> None:
     """Print a training job's CloudWatch log lines, from every instance, in time order.
 
@@ -83,8 +80,8 @@ def logs(job_name: str, follow: bool, poll_seconds: float, region: str | None, o
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
-@region_option
-@output_option
+@REGION
+@OUTPUT
 def stop(job_name: str, region: str | None, output: str) -> None:
     """Ask SageMaker to stop a running training job."""
     result = _backend().stop(job_name, region)
@@ -98,8 +95,8 @@ def stop(job_name: str, region: str | None, output: str) -> None:
 @click.option("--name-contains", default=None, metavar="TEXT", help="Only jobs whose name contains TEXT.")
 @click.option("--max", "max_results", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="At most this many jobs, newest first.")
-@region_option
-@output_option
+@REGION
+@OUTPUT
 def list_(name_contains: str | None, max_results: int, region: str | None, output: str) -> None:
     """List recent training jobs, newest first."""
     jobs = _backend().list_jobs(region, name_contains=name_contains, max_results=max_results)

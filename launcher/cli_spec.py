@@ -12,31 +12,12 @@ from typing import Any
 
 import click
 
+from launcher.cli_options import OUTPUT, SET
 from launcher.errors import DfmError
-
-OUTPUT = click.option(
-    "--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
-)
-SET = click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a spec field, e.g. instance.count=1 (value parsed as YAML)."
-)
 
 
 def _echo_err(message: str) -> None:
     click.echo(message, err=True)
-
-
-def _check(path: str, overrides: tuple[str, ...]) -> tuple[Any, list[str], list[str]]:
-    """(spec or None, error lines, warning lines) for one file."""
-    from launcher import rules
-    from launcher.spec import SpecError, load_spec
-
-    try:
-        spec = load_spec(path, overrides)
-    except SpecError as err:
-        return None, err.lines(), []
-    findings = rules.check(spec)
-    return spec, [f.render(spec) for f in rules.errors(findings)], [f.render(spec) for f in rules.warnings(findings)]
 
 
 @click.command()
@@ -45,10 +26,13 @@ def _check(path: str, overrides: tuple[str, ...]) -> tuple[Any, list[str], list[
 @OUTPUT
 def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) -> None:
     """Check job specs offline: exit 0 if all are valid, 2 with `file:line: field: message` lines if not."""
+    from launcher.compile import compile_spec
+
     results = []
     for path in specs:
-        _, errors, warnings = _check(path, overrides)
-        results.append({"path": path, "valid": not errors, "errors": errors, "warnings": warnings})
+        compiled = compile_spec(path, overrides)
+        results.append({"path": path, "valid": compiled.ok, "errors": list(compiled.errors),
+                        "warnings": list(compiled.warnings)})
     valid = all(r["valid"] for r in results)
     if output == "json":
         click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
@@ -124,19 +108,16 @@ def launch(
     show_secrets: bool,
 ) -> None:
     """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
-    from launcher import rules
-    from launcher.plan import build_plan
+    from launcher.compile import compile_spec
 
     if dry_run and wait:
         raise DfmError("--wait has nothing to wait for in a --dry-run")
     if not local and (channels or run_dir or timeout or verbose):
         raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
-    spec, errors, warnings = _check(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)))
-    if job_name is not None:
-        errors += [f"{f.field}: {f.message}" for f in rules.check_job_name_override(job_name)]
-    if errors:
-        _fail(errors, warnings, output)
-    plan = build_plan(spec, job_name=job_name, warnings=warnings)
+    compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
+    if not compiled.ok:
+        _fail(list(compiled.errors), list(compiled.warnings), output)
+    plan = compiled.plan
     if output == "text":
         for line in plan.warnings:
             _echo_err(f"warning: {line}")

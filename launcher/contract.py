@@ -1,18 +1,23 @@
-"""What the launcher knows of the bundled entry points: names, channels, metric lines, argv rendering.
+"""What the launcher knows of the bundled entry points: their names, distributions, hyperparameters, source dir.
 
-The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`,
-and tests check that the metric lines of `deepfm_runtime` match the regexes here. Nothing heavy is imported here.
+The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`.
+What SageMaker does to every job (channels, container paths, metric regexes, argv) is in
+`launcher.conventions`; the names below are re-exported from there for the modules that read them here.
+Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+
+from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
+
+__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "bundled_hparams", "bundled_source_dir",
+           "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
 
 
 @dataclass(frozen=True)
@@ -28,20 +33,6 @@ BUNDLED_ENTRY_POINTS: dict[str, BundledEntryPoint] = {
     "deepfm-mirrored": BundledEntryPoint("train_mirrored.py", ("multi_worker_mirrored",)),
 }
 
-TRAIN_CHANNEL = "train"
-EVAL_CHANNEL = "eval"
-CHECKPOINT_CHANNEL = "checkpoints"  # the EFS/FSx channel that holds checkpoints (spec `checkpoints.file_system`)
-CONTAINER_BASE_DIR = "/opt/ml"  # SAGEMAKER_BASE_DIR inside the SageMaker container
-
-
-def training_channel_names(count: int) -> list[str]:
-    """`train` for one path; `train`, `train-1`, ... `train-{N-1}` for N paths (multi-path)."""
-    return [TRAIN_CHANNEL] + [f"{TRAIN_CHANNEL}-{i}" for i in range(1, count)]
-
-
-def container_channel_dir(channel: str) -> str:
-    return f"{CONTAINER_BASE_DIR}/input/data/{channel}"
-
 
 @functools.cache
 def bundled_hparams() -> ModuleType:
@@ -55,43 +46,6 @@ def bundled_hparams() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-_FLOAT = r"([-+]?(?:[0-9]*\.)?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-# SageMaker scrapes these from the job's log; `--local` reads the same lines for its progress line.
-METRIC_DEFINITIONS: tuple[dict[str, str], ...] = (
-    {"Name": "train:loss", "Regex": r"\[dfm\] train step=\d+ loss=" + _FLOAT},
-    {"Name": "train:auc", "Regex": r"\[dfm\] train step=\d+ loss=\S+ auc=" + _FLOAT},
-    {"Name": "train:examples_per_sec", "Regex": r"\[dfm\] train step=\d+ .*examples_per_sec=" + _FLOAT},
-    {"Name": "train:step", "Regex": r"\[dfm\] train step=(\d+)"},
-    {"Name": "eval:loss", "Regex": r"\[dfm\] eval step=\d+ loss=" + _FLOAT},
-    {"Name": "eval:auc", "Regex": r"\[dfm\] eval step=\d+ loss=\S+ auc=" + _FLOAT},
-)
-
-
-def _render_value(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-    if value is None:
-        return ""
-    return str(value)
-
-
-def render_argv(hyperparameters: Mapping[str, Any]) -> list[str]:
-    """The script's argv as SageMaker delivers it.
-
-    The SDK JSON-encodes each value into the CreateTrainingJob request; the container toolkit
-    (sagemaker-training `environment` + `mapping.to_cmd_args`) JSON-decodes them, drops `sagemaker_*`
-    keys, sorts the names and renders `--name str(value)` (`-n` for one-letter names, mappings as
-    `k=v,k2=v2`, null as an empty string). So `False` arrives as "False" and a list as "[400, 400]".
-    """
-    decoded = {str(k): json.loads(json.dumps(v)) for k, v in hyperparameters.items()}
-    argv: list[str] = []
-    for name in sorted(decoded):
-        if name.startswith("sagemaker_"):
-            continue
-        argv += [f"--{name}" if len(name) > 1 else f"-{name}", _render_value(decoded[name])]
-    return argv
 
 
 def bundled_source_dir() -> str:

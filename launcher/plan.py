@@ -1,16 +1,17 @@
-"""Spec -> Plan: everything a job is, as one immutable value. Pure: no I/O, no SageMaker import.
+"""Spec -> Plan: everything a job is, as one immutable value of typed fields. Pure: no I/O, no SageMaker import.
 
-The dry run, the SageMaker backend and the local backend all read the same Plan, so they cannot disagree.
+The dry run, the SageMaker backend and the local backend all read the same Plan, so they cannot disagree:
+the SageMaker backend derives its estimator arguments and request from it, the local backend its processes.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from launcher import catalog, contract, images
+from launcher import catalog, contract, conventions, images
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,6 @@ class Channel:
     file_system_id: str | None = None  # EFS/FSx
     access_mode: str = "ro"  # EFS/FSx
     local_path: str | None = None  # where `--local` reads this channel from (spec `local:` or --channel)
-
-    @property
-    def is_training(self) -> bool:
-        return self.name == "train" or self.name.startswith("train-")
 
 
 @dataclass(frozen=True)
@@ -47,72 +44,50 @@ class LocalOptions:
 
 
 @dataclass(frozen=True)
+class Vpc:
+    subnets: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
-    spec_path: str
     job_name: str  # base name + timestamp, <= 63 chars, SageMaker's pattern
     region: str
     role: str
     entry_point: str  # script file name, relative to source_dir
-    source_dir: str  # absolute local folder shipped as the source dir
+    source_dir: str  # absolute local folder (or an s3:// tarball) shipped as the source dir
+    bundled: bool  # entry_point is one of dfm's bundled scripts
     instance_type: str
     instance_count: int
+    volume_gb: int
+    max_run: int  # seconds
     distribution: Distribution
     input_mode: str  # the job's input mode: File | Pipe | FastFile
     channels: tuple[Channel, ...]
-    hyperparameters: Mapping[str, Any]  # Python values, as the spec gives them (plus derived ones)
+    hyperparameters: Mapping[str, Any]  # what the container sees: the spec's (plus derived ones) and model_dir
     argv: tuple[str, ...]  # the script's argv exactly as the container renders it
     environment: Mapping[str, str]
-    estimator_kwargs: Mapping[str, Any]  # JSON-able kwargs for sagemaker.tensorflow.TensorFlow(...)
+    output_path: str  # s3:// prefix; the job writes under <output_path>/<job_name>/, the source dir goes there too
     framework_version: str | None = None
     py_version: str | None = None
-    image_uri: str | None = None
-    output_path: str | None = None
+    image_uri: str | None = None  # set when the SDK cannot name the image itself
     checkpoint_s3_uri: str | None = None
-    metric_definitions: tuple[Mapping[str, str], ...] = ()
-    warnings: tuple[str, ...] = ()
-    cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot"}
-    local: LocalOptions = field(default_factory=LocalOptions)
-    model_dir: str | None = None  # the --model_dir: <output>/<job>/model (SDK default), /opt/ml/model for MPI and bundled
-    code_location: str | None = None  # the SDK uploads <code_location>/<job>/source/sourcedir.tar.gz
     checkpoint_local_path: str | None = None  # container folder synced with checkpoint_s3_uri
-    checkpoint_dir: str | None = None  # container folder the bundled scripts checkpoint to (EFS/FSx channel)
-
-    @property
-    def training_channels(self) -> tuple[Channel, ...]:
-        return tuple(c for c in self.channels if c.is_training)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    spot_max_wait: int | None = None  # seconds; set for managed spot training
+    vpc: Vpc | None = None
+    warm_pool_seconds: int = 0
+    tags: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot", ...}
+    local: LocalOptions = field(default_factory=LocalOptions)
 
 
 # ------------------------------------------------------------------------------------------- building
-DISABLED_SDK_EXTRAS = {
-    # SageMaker Debugger/Profiler hooks are on by default in TF images; dfm's scripts do not use them and
-    # they add a Debugger rule job and hook overhead. Off keeps the request to what the spec says.
-    "disable_profiler": True,
-    "debugger_hook_config": False,
-}
-
-
 def job_timestamp(now: float | None = None) -> str:
     """`YYYY-MM-DD-HH-MM-SS-mmm` in UTC, the suffix sagemaker.utils.name_from_base appends."""
     now = time.time() if now is None else now
     millis = int(round(now * 1000)) % 1000
     return time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{millis:03d}"
-
-
-def _sdk_distribution(spec: Any) -> dict[str, Any] | None:
-    kind = spec.distribution_kind
-    if kind == "parameter_server":
-        return {"parameter_server": {"enabled": True}}
-    if kind == "multi_worker_mirrored":
-        return {"multi_worker_mirrored_strategy": {"enabled": True}}
-    if kind == "horovod":
-        mpi: dict[str, Any] = {"enabled": True, "processes_per_host": spec.processes_per_host}
-        if isinstance(spec.distribution, str) or not spec.distribution.horovod.mpi_options:
-            return {"mpi": mpi}
-        return {"mpi": {**mpi, "custom_mpi_options": spec.distribution.horovod.mpi_options}}
-    return None
 
 
 def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
@@ -140,17 +115,12 @@ def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
 
 
 def _channels(spec: Any) -> list[Channel]:
-    names = contract.training_channel_names(len(spec.train_sources))
-    channels = [_channel(spec, n, s, training=True) for n, s in zip(names, spec.train_sources)]
-    if spec.data.eval is not None:
-        channels.append(_channel(spec, contract.EVAL_CHANNEL, spec.data.eval, training=False))
-    channels += [_channel(spec, n, s, training=False) for n, s in spec.data.channels.items()]
-    config = spec.checkpoint_config
-    if config is not None and config.file_system is not None:
-        file_system = config.file_system
-        if "access_mode" not in file_system.model_fields_set:
-            file_system = file_system.model_copy(update={"access_mode": "rw"})  # checkpoints are written
-        channels.append(_channel(spec, contract.CHECKPOINT_CHANNEL, file_system, training=False))
+    channels = []
+    for found in conventions.channel_sources(spec):
+        source = found.source
+        if found.name == conventions.CHECKPOINT_CHANNEL and "access_mode" not in source.model_fields_set:
+            source = source.model_copy(update={"access_mode": "rw"})  # checkpoints are written
+        channels.append(_channel(spec, found.name, source, training=found.training))
     return channels
 
 
@@ -206,23 +176,21 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
 
     channels = _channels(spec)
     job_input_mode = "File" if any(c.kind != "s3" for c in channels) else spec.data.mode
-    # The SDK passes an s3:// model_dir to non-MPI jobs, and the toolkit then calls S3 GetBucketLocation before
-    # the script starts. The bundled scripts save to SM_MODEL_DIR anyway: give them the local folder.
-    model_dir = "/opt/ml/model" if kind == "horovod" or bundled is not None else f"{output_path}/{job_name}/model"
+    model_dir = conventions.model_dir(output_path, job_name, distribution=kind, bundled=bundled is not None)
 
     checkpoint_s3_uri = checkpoint_local_path = checkpoint_dir = None
     config = spec.checkpoint_config
     if config is not None and config.file_system is not None:
-        checkpoint_dir = f"{contract.container_channel_dir(contract.CHECKPOINT_CHANNEL)}/{job_name}"
+        checkpoint_dir = f"{conventions.container_channel_dir(conventions.CHECKPOINT_CHANNEL)}/{job_name}"
     elif config is not None:
         checkpoint_s3_uri = f"{output_path}/{job_name}/checkpoints" if config.s3 == "auto" else config.s3
         checkpoint_local_path = config.local_path
 
-    script_hyperparameters = dict(spec.hyperparameters)
+    hyperparameters = dict(spec.hyperparameters)
     if checkpoint_dir is not None and bundled is not None:
-        script_hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+        hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
     # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
-    hyperparameters = {**script_hyperparameters, "model_dir": model_dir}
+    hyperparameters["model_dir"] = model_dir
 
     framework_version = spec.framework.version if spec.framework else None
     py_version = spec.framework.python if spec.framework else None
@@ -234,51 +202,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
             image_uri = images.image_uri(image, spec.region, "gpu" if _has_gpu(spec.instance.type) else "cpu")
             framework_version = image.version
 
-    kwargs: dict[str, Any] = {
-        "base_job_name": spec.name,
-        "entry_point": entry_point,
-        "source_dir": source_dir,
-        "role": spec.role,
-        "instance_type": spec.instance.type,
-        "instance_count": spec.instance.count,
-        "volume_size": spec.instance.volume_gb,
-        "max_run": spec.max_run,
-        "input_mode": job_input_mode,
-        "output_path": output_path,
-        "code_location": output_path,
-        "hyperparameters": script_hyperparameters,
-        **DISABLED_SDK_EXTRAS,
-    }
-    if bundled is not None:  # a user's script keeps the SDK's own default (the value predicted above)
-        kwargs["model_dir"] = model_dir
-    if image_uri is not None:
-        kwargs["image_uri"] = image_uri
-    if framework_version is not None:
-        kwargs["framework_version"] = framework_version
-    if py_version is not None:
-        kwargs["py_version"] = py_version
-    distribution = _sdk_distribution(spec)
-    if distribution is not None:
-        kwargs["distribution"] = distribution
-    if checkpoint_s3_uri is not None:
-        kwargs["checkpoint_s3_uri"] = checkpoint_s3_uri
-        kwargs["checkpoint_local_path"] = checkpoint_local_path
-    if spec.spot is not None:
-        kwargs["use_spot_instances"] = True
-        kwargs["max_wait"] = spec.spot.max_wait
-    if spec.vpc is not None:
-        kwargs["subnets"] = list(spec.vpc.subnets)
-        kwargs["security_group_ids"] = list(spec.vpc.security_group_ids)
-    if spec.warm_pool_seconds:
-        kwargs["keep_alive_period_in_seconds"] = spec.warm_pool_seconds
-    if spec.environment:
-        kwargs["environment"] = dict(spec.environment)
-    if spec.tags:
-        kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
-    metric_definitions = tuple(dict(m) for m in contract.METRIC_DEFINITIONS) if bundled is not None else ()
-    if metric_definitions:
-        kwargs["metric_definitions"] = [dict(m) for m in metric_definitions]
-
+    mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
     local = LocalOptions(
         channels={c.name: c.local_path for c in channels if c.local_path},
         run_dir=os.path.abspath(os.path.expanduser(spec.local.run_dir)),
@@ -286,36 +210,33 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         master_grace_s=spec.local.master_grace_s,
     )
     return Plan(
-        spec_path=spec.path,
         job_name=job_name,
         region=spec.region,
         role=spec.role,
         entry_point=entry_point,
         source_dir=source_dir,
+        bundled=bundled is not None,
         instance_type=spec.instance.type,
         instance_count=spec.instance.count,
-        distribution=Distribution(
-            kind=kind,
-            processes_per_host=spec.processes_per_host,
-            mpi_options=distribution["mpi"].get("custom_mpi_options", "") if kind == "horovod" else "",
-        ),
+        volume_gb=spec.instance.volume_gb,
+        max_run=spec.max_run,
+        distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options),
         input_mode=job_input_mode,
         channels=tuple(channels),
         hyperparameters=hyperparameters,
-        argv=tuple(contract.render_argv(hyperparameters)),
+        argv=tuple(conventions.render_argv(hyperparameters)),
         environment=dict(spec.environment),
-        estimator_kwargs=kwargs,
+        output_path=output_path,
         framework_version=framework_version,
         py_version=py_version,
         image_uri=image_uri,
-        output_path=output_path,
         checkpoint_s3_uri=checkpoint_s3_uri,
-        metric_definitions=metric_definitions,
+        checkpoint_local_path=checkpoint_local_path,
+        spot_max_wait=spec.spot.max_wait if spec.spot is not None else None,
+        vpc=Vpc(tuple(spec.vpc.subnets), tuple(spec.vpc.security_group_ids)) if spec.vpc is not None else None,
+        warm_pool_seconds=spec.warm_pool_seconds or 0,
+        tags=dict(spec.tags),
         warnings=tuple(warnings),
         cost=_cost(spec),
         local=local,
-        model_dir=model_dir,
-        code_location=output_path,
-        checkpoint_local_path=checkpoint_local_path,
-        checkpoint_dir=checkpoint_dir,
     )

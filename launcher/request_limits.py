@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, NamedTuple
 
-from launcher import contract, service_model
+from launcher import contract, conventions, service_model
 from launcher.spec import FileSystem, Spec, did_you_mean
 
 LONG_VALUE_FIX = "pass big values as a file in a channel"
@@ -29,24 +29,10 @@ class Entry(NamedTuple):
     fix: str = ""
 
 
-def _channels(spec: Spec) -> Iterator[tuple[str, str | FileSystem, str]]:
-    """(channel name, source, spec field) in request order."""
-    names = contract.training_channel_names(len(spec.train_sources))
-    listed = isinstance(spec.data.train, list)
-    for index, (name, source) in enumerate(zip(names, spec.train_sources)):
-        yield name, source, f"data.train.{index}" if listed else "data.train"
-    if spec.data.eval is not None:
-        yield contract.EVAL_CHANNEL, spec.data.eval, "data.eval"
-    for name, source in spec.data.channels.items():
-        yield name, source, f"data.channels.{name}"
-    config = spec.checkpoint_config
-    if config is not None and config.file_system is not None:
-        yield contract.CHECKPOINT_CHANNEL, config.file_system, "checkpoints.file_system"
-
-
 def _channel_entries(spec: Spec) -> Iterator[Entry]:
     channel = "InputDataConfig.member"
-    for name, source, field in _channels(spec):
+    for found in conventions.channel_sources(spec):
+        name, source, field = found.name, found.source, found.field
         yield Entry(f"{channel}.ChannelName", name, field)
         if isinstance(source, FileSystem):
             data = f"{channel}.DataSource.FileSystemDataSource"

@@ -9,9 +9,10 @@ and the shapes CreateTrainingJob uses (~130 of 3200) are cached as a small JSON 
 $XDG_CACHE_HOME/dfm (~/.cache/dfm), keyed by the model file's path, size and mtime.
 
 Patterns are Java regular expressions (the service runs on Java) matched against the whole value: the
-service refuses `a_b` as a job name although its pattern has no `$`. `java_regex` translates them for
-Python's `re`: `\\p{L}`-style classes become explicit ranges, `.` stops at Java's line terminators, and
-`\\w \\d \\s` stay ASCII as in Java; a construct it cannot translate leaves that pattern unchecked.
+service refuses `a_b` as a job name although its pattern has no `$`. `java_regex` translates them for the
+`regex` package (which knows Unicode categories such as `\\p{L}`): `.` stops at Java's line terminators,
+and `\\w \\d \\s` and the POSIX classes stay ASCII as in Java; a construct it cannot translate leaves that
+pattern unchecked.
 """
 
 from __future__ import annotations
@@ -25,20 +26,22 @@ import os
 import re
 import sys
 import tempfile
-import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
 
 REQUEST_SHAPE = "CreateTrainingJobRequest"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 # Java's `.` matches anything but these (without DOTALL / UNIX_LINES).
 _JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
-_POSIX = {  # Java's POSIX classes are US-ASCII unless UNICODE_CHARACTER_CLASS is set
+# Java's POSIX classes and \w \d \s are US-ASCII (without UNICODE_CHARACTER_CLASS). Unicode categories
+# (\p{L}, \p{IsN}, \P{Z}) are left to the `regex` package, which knows them.
+_ASCII_CLASSES = {
     "Lower": "a-z", "Upper": "A-Z", "ASCII": "\\x00-\\x7f", "Alpha": "a-zA-Z", "Digit": "0-9",
     "Alnum": "a-zA-Z0-9", "Punct": "!-/:-@\\[-`{-~", "Graph": "!-~", "Print": " -~", "Blank": " \\t",
     "Cntrl": "\\x00-\\x1f\\x7f", "XDigit": "0-9a-fA-F", "Space": " \\t\\n\\x0b\\f\\r",
+    "w": "a-zA-Z0-9_", "d": "0-9", "s": " \\t\\n\\x0b\\f\\r",
 }
-_UNTRANSLATED_ESCAPES = set("QEGZRXHVek")  # no Python `re` equivalent worth emulating here
+_UNTRANSLATED_ESCAPES = set("QEGZRXHVek")  # no equivalent worth emulating here
 _JAVA_ESCAPES = {"z": "\\Z", "h": "[ \\t\\xa0\\u1680\\u180e\\u2000-\\u200a\\u202f\\u205f\\u3000]",
                  "v": "[\\n\\x0b\\f\\r\\x85\\u2028\\u2029]"}
 
@@ -48,34 +51,28 @@ class ModelUnavailable(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- Java regex
-def _escape(code: int) -> str:
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+def _complement(body: str) -> str:
+    """A class body matching every code point but the ASCII ones `body` matches (for \\S, \\P{Alpha} inside [])."""
+    inside = [code for code in range(128) if re.fullmatch(f"[{body}]", chr(code))]
+    ranges, start = [], 0
+    for code in [*inside, sys.maxunicode + 1]:
+        if code > start:
+            ranges.append(f"\\x{start:02x}" if code - 1 == start else f"\\U{start:08x}-\\U{code - 1:08x}")
+        start = code + 1
+    return "".join(ranges)
 
 
-@functools.lru_cache(maxsize=1)
-def _category_runs() -> tuple[tuple[int, int, str], ...]:
-    """(first, last, category) for each run of code points of one Unicode general category."""
-    runs: list[list] = []
-    for code in range(sys.maxunicode + 1):
-        category = unicodedata.category(chr(code))
-        if runs and runs[-1][2] == category:
-            runs[-1][1] = code
-        else:
-            runs.append([code, code, category])
-    return tuple((lo, hi, category) for lo, hi, category in runs)
-
-
-@functools.lru_cache(maxsize=None)
-def _category_ranges(category: str, negated: bool) -> str:
-    """The body of a character class for a Unicode general category (`L`, `Lu`, ...), as ranges."""
-    ranges: list[tuple[int, int]] = []
-    for lo, hi, name in _category_runs():
-        if name.startswith(category) != negated:
-            if ranges and ranges[-1][1] == lo - 1:
-                ranges[-1] = (ranges[-1][0], hi)
-            else:
-                ranges.append((lo, hi))
-    return "".join(_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges)
+def _class(name: str, negated: bool, in_class: bool) -> str:
+    """Java's `\\p{name}` / `\\P{name}` (or `\\w`-style shorthand) in `regex` syntax."""
+    if name in _ASCII_CLASSES:
+        body = _ASCII_CLASSES[name]
+        if in_class:
+            return _complement(body) if negated else body
+        return f"[{'^' if negated else ''}{body}]"
+    category = name[2:] if name.startswith("Is") else name
+    if not re.fullmatch(r"[LMNPSZC][a-z]?", category):
+        raise ValueError(f"unsupported property \\p{{{name}}}")
+    return f"\\{'P' if negated else 'p'}{{{category}}}"
 
 
 def _property(pattern: str, start: int) -> tuple[str, int]:
@@ -90,21 +87,23 @@ def _property(pattern: str, start: int) -> tuple[str, int]:
     return pattern[start], start + 1
 
 
-def _property_class(name: str, negated: bool, in_class: bool) -> str:
-    if name in _POSIX:
-        body = _POSIX[name]
-        if negated and in_class:
-            raise ValueError(f"\\P{{{name}}} inside a class")
-        return body if in_class else f"[{'^' if negated else ''}{body}]"
-    category = name[2:] if name.startswith("Is") else name
-    if not re.fullmatch(r"[LMNPSZC][a-z]?", category):
-        raise ValueError(f"unsupported property \\p{{{name}}}")
-    body = _category_ranges(category, negated and in_class)
-    return body if in_class else f"[{'^' if negated else ''}{body}]"
+def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
+    """The translation of the escape at `pattern[i]` (a backslash) and the index after it."""
+    if i + 1 >= len(pattern):
+        raise ValueError("trailing backslash")
+    following = pattern[i + 1]
+    if following in "pP":
+        name, end = _property(pattern, i + 2)
+        return _class(name, following == "P", in_class), end
+    if following.lower() in "wds":
+        return _class(following.lower(), following.isupper(), in_class), i + 2
+    if following in _UNTRANSLATED_ESCAPES or (following in _JAVA_ESCAPES and in_class):
+        raise ValueError(f"unsupported escape \\{following}")
+    return _JAVA_ESCAPES.get(following, pattern[i : i + 2]), i + 2
 
 
 def java_regex(pattern: str) -> str:
-    """A Python `re` pattern (to use with re.ASCII and fullmatch) equivalent to Java's `pattern`.
+    """A pattern for the `regex` package (to use with fullmatch) equivalent to Java's `pattern`.
 
     Raises ValueError for what it does not translate (nested or intersected classes, \\Q..\\E, ...).
     """
@@ -113,59 +112,50 @@ def java_regex(pattern: str) -> str:
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
-            if i + 1 >= len(pattern):
-                raise ValueError("trailing backslash")
-            following = pattern[i + 1]
-            if following in "pP":
-                name, i = _property(pattern, i + 2)
-                out.append(_property_class(name, following == "P", in_class))
-                continue
-            if following in _UNTRANSLATED_ESCAPES:
-                raise ValueError(f"unsupported escape \\{following}")
-            if following in _JAVA_ESCAPES and not in_class:
-                out.append(_JAVA_ESCAPES[following])
-            elif following in _JAVA_ESCAPES:
-                raise ValueError(f"\\{following} inside a class")
-            else:
-                out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
+            translated, i = _escape(pattern, i, in_class)
+            out.append(translated)
+        elif in_class:
             if char == "[" or pattern.startswith("&&", i):
                 raise ValueError("nested or intersected character class")
-            if char == "]":
-                in_class = False
+            in_class = char != "]"
             out.append(char)
             i += 1
-            continue
-        if char == "[":
+        elif char == "[":
             in_class = True
             head = "[^" if pattern.startswith("[^", i) else "["
-            out.append(head)
             i += len(head)
             if pattern.startswith("]", i):  # a leading ] is a literal in both languages
-                out.append("\\]")
+                head += "\\]"
                 i += 1
-            continue
-        out.append(_JAVA_DOT if char == "." else char)
-        i += 1
+            out.append(head)
+        else:
+            out.append(_JAVA_DOT if char == "." else char)
+            i += 1
     if in_class:
         raise ValueError("unclosed character class")
     return "".join(out)
 
 
 def _python_pattern(pattern: str) -> str | None:
+    import regex
+
     try:
         translated = java_regex(pattern)
-        re.compile(translated, re.ASCII)
-    except (ValueError, re.error):
+        regex.compile(translated)
+    except (ValueError, regex.error):
         return None
     return translated
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(python_pattern: str) -> re.Pattern:
-    return re.compile(python_pattern, re.ASCII)
+def compiled(python_pattern: str):
+    import regex  # only when a value is checked against a pattern
+
+    return regex.compile(python_pattern)
+
+
+def java_fullmatch(java_pattern: str, value: str) -> bool:
+    return compiled(java_regex(java_pattern)).fullmatch(value) is not None
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -277,8 +267,8 @@ def value_problems(name: str, value: Any) -> list[str]:
             problems.append(f"{len(value)} characters, SageMaker allows at most {high}")
         if low is not None and len(value) < low:
             problems.append(f"{len(value)} characters, SageMaker needs at least {low}")
-        compiled = current.get("python_pattern")
-        if compiled is not None and not _compiled(compiled).fullmatch(value):
+        pattern = current.get("python_pattern")
+        if pattern is not None and not compiled(pattern).fullmatch(value):
             problems.append(f"does not match SageMaker's pattern {current['pattern']}")
     elif kind in ("integer", "long") and isinstance(value, int) and not isinstance(value, bool):
         if high is not None and value > high:

@@ -1,10 +1,11 @@
-"""Shared fixtures: simulated AWS (moto, in-process) and Plans built directly, without a spec.
+"""Shared fixtures: simulated AWS (moto, in-process) and Plans compiled from small specs.
 
 Nothing from launcher/ (or moto, or the SDK) is imported at module level: the entry-point tests run
 under each TensorFlow runtime's own pytest, which has TensorFlow but not dfm's dependencies."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -55,15 +56,6 @@ def no_network(monkeypatch):
     return attempts
 
 
-_DISTRIBUTION_KWARGS = {
-    "none": None,
-    "parameter_server": lambda d: {"parameter_server": {"enabled": True}},
-    "horovod": lambda d: {"mpi": {"enabled": True, "processes_per_host": d.processes_per_host,
-                                  "custom_mpi_options": d.mpi_options}},
-    "multi_worker_mirrored": lambda d: {"multi_worker_mirrored_strategy": {"enabled": True}},
-}
-
-
 @pytest.fixture
 def source_dir(tmp_path):
     folder = tmp_path / "src"
@@ -73,57 +65,38 @@ def source_dir(tmp_path):
     return folder
 
 
+JOB = "deepfm-ps-2026-11-21-20-00-00-000"
+# A user's script (source_dir: src) on a two-host parameter server, with S3 channels and checkpoints.
+SAMPLE_SPEC = {
+    "name": "deepfm-ps",
+    "role": ROLE,
+    "region": REGION,
+    "entry_point": "train.py",
+    "source_dir": "src",
+    "framework": {"version": "2.14"},
+    "instance": {"type": "ml.c5.18xlarge", "count": 2, "volume_gb": 50},
+    "distribution": "parameter_server",
+    "data": {"train": f"s3://{BUCKET}/data/train/", "eval": f"s3://{BUCKET}/data/eval/", "s3_shard": True},
+    "output": f"s3://{BUCKET}/deepfm/",
+    "max_run": 3600,
+    "hyperparameters": {"batch_size": 1024, "epochs": 1, "deep_layers": [400, 400], "batch_norm": False},
+    "environment": {"DFM_LOG": "1"},
+}
+
+
 @pytest.fixture
 def sample_plan(source_dir):
-    """make(**overrides) -> Plan; estimator kwargs derived from the fields the way build_plan does."""
-    from launcher.plan import Channel, Distribution, Plan
+    """make(changes, job_name=JOB, **beyond) -> the Plan `dfm launch` compiles from SAMPLE_SPEC deep-merged
+    with `changes`. `beyond` replaces Plan fields afterwards: values no valid spec can give, for the
+    checks the backend makes on its own."""
+    from launcher.compile import compile_spec
+    from spec_helpers import write_spec
 
-    def make(*, job_name="deepfm-ps-2026-11-21-20-00-00-000", distribution="parameter_server",
-             processes_per_host=1, mpi_options="", instance_type="ml.c5.18xlarge", instance_count=2,
-             input_mode="File", channels=None, hyperparameters=None, spot_max_wait=None, max_run=3600,
-             vpc=None, tags=None, checkpoint=True, warm_pool_seconds=None, extra_kwargs=None,
-             region=REGION, image_uri=None):
-        dist = Distribution(kind=distribution, processes_per_host=processes_per_host, mpi_options=mpi_options)
-        if channels is None:
-            sharded = "ShardedByS3Key"
-            channels = (Channel("train", f"s3://{BUCKET}/data/train/", input_mode=input_mode, distribution=sharded),
-                        Channel("eval", f"s3://{BUCKET}/data/eval/", input_mode=input_mode))
-        hps = {"batch_size": 1024, "epochs": 1, "deep_layers": [400, 400], "batch_norm": False}
-        hps.update(hyperparameters or {})
-        output = f"s3://{BUCKET}/deepfm/{job_name}/"
-        checkpoint_uri = f"{output}checkpoints/" if checkpoint else None
-        kwargs = {
-            "entry_point": "train.py", "source_dir": str(source_dir), "role": ROLE,
-            "instance_type": instance_type, "instance_count": instance_count, "volume_size": 50,
-            "hyperparameters": hps, "output_path": f"{output}output/", "code_location": f"s3://{BUCKET}/deepfm/code",
-            "max_run": max_run, "input_mode": input_mode, "base_job_name": "deepfm-ps",
-            "environment": {"DFM_LOG": "1"}, "metric_definitions": [{"Name": "train:loss", "Regex": "loss=(\\S+)"}],
-        }
-        if image_uri:
-            kwargs["image_uri"] = image_uri
-        else:
-            kwargs.update(framework_version="2.14", py_version="py310")
-        if _DISTRIBUTION_KWARGS[distribution]:
-            kwargs["distribution"] = _DISTRIBUTION_KWARGS[distribution](dist)
-        if checkpoint_uri:
-            kwargs.update(checkpoint_s3_uri=checkpoint_uri, checkpoint_local_path="/opt/ml/checkpoints")
-        if spot_max_wait:
-            kwargs.update(use_spot_instances=True, max_wait=spot_max_wait)
-        if vpc:
-            kwargs.update(subnets=vpc["subnets"], security_group_ids=vpc["security_group_ids"])
-        if tags:
-            kwargs["tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
-        if warm_pool_seconds:
-            kwargs["keep_alive_period_in_seconds"] = warm_pool_seconds
-        kwargs.update(extra_kwargs or {})
-        return Plan(
-            spec_path="test.yaml", job_name=job_name, region=region, role=ROLE, entry_point="train.py",
-            source_dir=str(source_dir), instance_type=instance_type, instance_count=instance_count,
-            distribution=dist, input_mode=input_mode, channels=tuple(channels), hyperparameters=hps,
-            argv=tuple(), environment=kwargs["environment"], estimator_kwargs=kwargs,
-            framework_version=kwargs.get("framework_version"), py_version=kwargs.get("py_version"),
-            image_uri=image_uri, output_path=kwargs["output_path"], checkpoint_s3_uri=checkpoint_uri,
-        )
+    def make(changes: dict | None = None, *, job_name: str = JOB, **beyond) -> Plan:
+        path = write_spec(source_dir.parent, changes, base=SAMPLE_SPEC)
+        compiled = compile_spec(path, job_name=job_name, env={})
+        assert compiled.ok, compiled.errors
+        return dataclasses.replace(compiled.plan, **beyond) if beyond else compiled.plan
 
     return make
 

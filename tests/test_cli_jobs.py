@@ -9,7 +9,7 @@ import sys
 import pytest
 from botocore.stub import Stubber
 
-from launcher import sagemaker_backend as sb
+from launcher.sagemaker_backend import aws as sm_aws
 from launcher.cli import main
 
 REGION = "us-east-1"  # as in conftest.py
@@ -111,8 +111,8 @@ def test_logs_follow_exits_with_the_jobs_outcome(moto_jobs, moto_logs, capsys):
 
 @pytest.fixture
 def stubbed_sagemaker(aws, monkeypatch):
-    real = sb.client("sagemaker", REGION)
-    monkeypatch.setattr(sb, "client", lambda service, region: real)
+    real = sm_aws.client("sagemaker", REGION)
+    monkeypatch.setattr(sm_aws, "client", lambda service, region: real)
     with Stubber(real) as stubber:
         yield stubber
 

@@ -9,7 +9,7 @@ import sys
 import boto3
 import pytest
 
-from launcher import sagemaker_backend
+from launcher.sagemaker_backend import aws as sm_aws
 from launcher.cli import main
 from spec_helpers import CONFIGS, REPO, write_spec
 
@@ -184,14 +184,14 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
     s3.put_object(Bucket=bucket, Key="deepfm/eval/part-0.tfrecord", Body=b"x")
     monkeypatch.setenv("DFM_BUCKET", bucket)
     sent = []
-    real = sagemaker_backend.boto_session
+    real = sm_aws.boto_session
 
     def hooked(region):
         session = real(region)
         session.events.register("provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(params))
         return session
 
-    monkeypatch.setattr(sagemaker_backend, "boto_session", hooked)
+    monkeypatch.setattr(sm_aws, "boto_session", hooked)
     code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB,
                          "--set", "environment.DB_PASSWORD=hunter2")
     assert code == 0, err

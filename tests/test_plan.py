@@ -3,6 +3,7 @@ contract with the bundled entry points (names, hyperparameters, argv, metric lin
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -14,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import contract, rules
-from launcher.plan import build_plan, job_timestamp
-from launcher.spec import load_spec
+from launcher import contract, conventions
+from launcher.compile import compile_spec
+from launcher.plan import job_timestamp
+from launcher.sagemaker_backend.request import estimator_kwargs
 from spec_helpers import CONFIGS, REPO, write_spec
 
 JOB = "deepfm-test-2026-11-21-20-00-00-000"
@@ -24,9 +26,14 @@ BUCKET = "s3://dfm-example-bucket/deepfm"  # the configs' default output when DF
 
 
 def config_plan(name: str, job_name: str = JOB, env: dict | None = None):
-    """The plan `dfm launch` builds: with the rendered warnings the rules find for the spec."""
-    spec = load_spec(REPO / "configs" / name, env=env or {})
-    return build_plan(spec, job_name=job_name, warnings=[f.render(spec) for f in rules.warnings(rules.check(spec))])
+    """The plan `dfm launch` builds, with the warnings the rules find for the spec."""
+    return compiled_plan(REPO / "configs" / name, job_name, env=env or {})
+
+
+def compiled_plan(path, job_name: str | None = JOB, env: dict | None = None):
+    compiled = compile_spec(path, job_name=job_name, env=env if env is not None else {})
+    assert compiled.ok, compiled.errors
+    return compiled.plan
 
 
 def entrypoint_module(name: str):
@@ -41,14 +48,14 @@ def entrypoint_module(name: str):
 
 def test_ps_plan():
     plan = config_plan("ps.yaml")
-    kw = plan.estimator_kwargs
+    kw = estimator_kwargs(plan)
     assert kw["distribution"] == {"parameter_server": {"enabled": True}}
     assert (kw["instance_type"], kw["instance_count"], kw["volume_size"]) == ("ml.c5.18xlarge", 2, 100)
     assert (kw["framework_version"], kw["py_version"], kw["input_mode"]) == ("2.21.0", "py312", "File")
     assert kw["image_uri"].endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21: dfm names it
     assert kw["entry_point"] == "train_ps.py" and Path(kw["source_dir"], "train_ps.py").is_file()
     assert kw["output_path"] == kw["code_location"] == BUCKET
-    assert kw["model_dir"] == plan.model_dir == "/opt/ml/model"  # bundled: no S3 call by the toolkit at start
+    assert kw["model_dir"] == plan.hyperparameters["model_dir"] == "/opt/ml/model"  # bundled: no S3 call by the toolkit at start
     assert kw["checkpoint_s3_uri"] == plan.checkpoint_s3_uri == f"{BUCKET}/{JOB}/checkpoints"
     assert kw["checkpoint_local_path"] == "/opt/ml/checkpoints"
     assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
@@ -64,12 +71,12 @@ def test_ps_plan():
     assert plan.distribution.kind == "parameter_server" and plan.instance_count == 2
     assert plan.cost["max_usd"] == round(3.672 * 2 * 1.0, 2) and plan.cost["spot"] is False
     assert any("data.s3_shard" in w for w in plan.warnings)
-    json.dumps(plan.to_dict())
+    json.dumps(dataclasses.asdict(plan))
 
 
 def test_horovod_plan():
     plan = config_plan("horovod.yaml")
-    kw = plan.estimator_kwargs
+    kw = estimator_kwargs(plan)
     assert kw["distribution"] == {
         "mpi": {"enabled": True, "processes_per_host": 4, "custom_mpi_options": "-x NCCL_DEBUG=WARN -x OMPI_MCA_btl_vader_single_copy_mechanism=none"}
     }
@@ -77,14 +84,14 @@ def test_horovod_plan():
     assert kw["model_dir"] == "/opt/ml/model"  # what the SDK passes to MPI jobs
     assert [c.name for c in plan.channels] == ["train", "train-1", "train-2", "train-3", "eval"]
     assert all(c.input_mode == "Pipe" for c in plan.channels)
-    assert [c.distribution for c in plan.training_channels] == ["ShardedByS3Key"] * 4
+    assert [c.distribution for c in plan.channels if c.name != "eval"] == ["ShardedByS3Key"] * 4
     assert plan.channels[3].uri == "s3://dfm-example-bucket/deepfm/split/train-3/"
     assert (plan.distribution.kind, plan.distribution.processes_per_host) == ("horovod", 4)
 
 
 def test_fastfile_spot_plan():
     plan = config_plan("fastfile-spot.yaml", env={"DFM_BUCKET": "my-bucket"})
-    kw = plan.estimator_kwargs
+    kw = estimator_kwargs(plan)
     assert kw["use_spot_instances"] is True and (kw["max_wait"], kw["max_run"]) == (10800, 7200)
     assert kw["checkpoint_s3_uri"] == "s3://my-bucket/deepfm/checkpoints/spot/"  # as given: resubmits resume
     assert kw["input_mode"] == "FastFile" and "distribution" not in kw
@@ -95,18 +102,18 @@ def test_fastfile_spot_plan():
 
 def test_efs_ps_plan():
     plan = config_plan("efs-ps.yaml", env={"DFM_EFS_ID": "fs-0abc1234"})
-    kw = plan.estimator_kwargs
+    kw = estimator_kwargs(plan)
     (checkpoints,) = [c for c in plan.channels if c.name == "checkpoints"]
     assert (checkpoints.kind, checkpoints.file_system_id, checkpoints.uri, checkpoints.access_mode) == ("efs", "fs-0abc1234", "/dfm/checkpoints", "rw")
     assert kw["input_mode"] == "File" and "checkpoint_s3_uri" not in kw and plan.checkpoint_s3_uri is None
-    assert kw["hyperparameters"]["checkpoint_dir"] == plan.checkpoint_dir == f"/opt/ml/input/data/checkpoints/{JOB}"
+    assert kw["hyperparameters"]["checkpoint_dir"] == plan.hyperparameters["checkpoint_dir"] == f"/opt/ml/input/data/checkpoints/{JOB}"
     assert kw["subnets"] == ["subnet-0123456789abcdef0"] and kw["security_group_ids"] == ["sg-0123456789abcdef0"]
     assert kw["keep_alive_period_in_seconds"] == 600
     assert plan.cost["max_usd"] == round(0.922 * 3 * (1 + 600 / 3600), 2)
 
 
 def test_default_job_name_is_timestamped_and_valid(tmp_path):
-    plan = build_plan(load_spec(write_spec(tmp_path, {"name": "d" * 39})))
+    plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 39}), job_name=None)
     assert len(plan.job_name) == 63 and re.fullmatch(r"d{39}-\d{4}(-\d\d){5}-\d{3}", plan.job_name)
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", plan.job_name)
     assert job_timestamp(0.25) == "1970-01-01-00-00-00-250"
@@ -117,13 +124,14 @@ def test_user_script_plan_resolves_paths_from_the_spec_file(tmp_path, monkeypatc
     (tmp_path / "src" / "train.py").write_text("")
     path = write_spec(tmp_path, {"entry_point": "train.py", "source_dir": "src", "hyperparameters": {"flag": False}})
     monkeypatch.chdir("/")
-    plan = build_plan(load_spec(path), job_name=JOB)
+    plan = compiled_plan(path)
     assert (plan.entry_point, plan.source_dir) == ("train.py", str(tmp_path / "src"))
-    assert plan.estimator_kwargs["hyperparameters"] == {"flag": False} and plan.metric_definitions == ()
+    kwargs = estimator_kwargs(plan)
+    assert kwargs["hyperparameters"] == {"flag": False} and "metric_definitions" not in kwargs and not plan.bundled
     assert "--flag" in plan.argv and plan.argv[plan.argv.index("--flag") + 1] == "False"
 
     single = write_spec(tmp_path, {"entry_point": "src/train.py"}, name="single.yaml")
-    plan = build_plan(load_spec(single), job_name=JOB)
+    plan = compiled_plan(single)
     assert (plan.entry_point, plan.source_dir) == ("train.py", str(tmp_path / "src"))
 
 
@@ -135,14 +143,13 @@ def test_bundled_scripts_get_a_local_model_dir_and_user_scripts_the_sdks_default
 
     (tmp_path / "train.py").write_text("")
     changes = {"distribution": distribution} if distribution else {}
-    bundled = build_plan(load_spec(write_spec(tmp_path, changes, name="bundled.yaml")), job_name=JOB)
-    own = build_plan(load_spec(write_spec(tmp_path, {**changes, "entry_point": "train.py"}, name="own.yaml")),
-                     job_name=JOB)
+    bundled = compiled_plan(write_spec(tmp_path, changes, name="bundled.yaml"))
+    own = compiled_plan(write_spec(tmp_path, {**changes, "entry_point": "train.py"}, name="own.yaml"))
     sent = {name: json.loads(sagemaker_backend.dry_run(plan)["request"]["HyperParameters"]["model_dir"])
             for name, plan in (("bundled", bundled), ("own", own))}
-    assert sent["bundled"] == bundled.model_dir == "/opt/ml/model"
-    assert "model_dir" not in own.estimator_kwargs  # the SDK picks it, as it would without dfm
-    assert sent["own"] == own.model_dir == "s3://dfm-bucket/out/" + JOB + "/model"
+    assert sent["bundled"] == bundled.hyperparameters["model_dir"] == "/opt/ml/model"
+    assert "model_dir" not in estimator_kwargs(own)  # the SDK picks it, as it would without dfm
+    assert sent["own"] == own.hyperparameters["model_dir"] == "s3://dfm-bucket/out/" + JOB + "/model"
     assert own.argv[own.argv.index("--model_dir") + 1] == sent["own"]
 
 
@@ -150,7 +157,7 @@ def test_file_system_training_channel_makes_the_job_file_mode(tmp_path):
     efs = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/data", "type": "FSxLustre"}
     vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
     path = write_spec(tmp_path, {"data": {"mode": "FastFile", "train": efs, "eval": "s3://dfm-bucket/e/"}, "vpc": vpc})
-    plan = build_plan(load_spec(path), job_name=JOB)
+    plan = compiled_plan(path)
     train, evaluation = plan.channels
     assert (train.kind, train.access_mode, plan.input_mode) == ("fsx", "ro", "File")
     assert evaluation.input_mode == "FastFile"  # S3 channels keep their own mode
@@ -163,7 +170,7 @@ def test_file_system_training_channel_makes_the_job_file_mode(tmp_path):
 def test_request_for_each_config(config, no_aws_env, no_network):
     from launcher import sagemaker_backend
 
-    plan = build_plan(load_spec(config, env={}), job_name=JOB)
+    plan = compiled_plan(config)
     request = sagemaker_backend.dry_run(plan)["request"]
     assert no_network == []
     assert request["TrainingJobName"] == JOB and request["RoleArn"] == plan.role
@@ -182,17 +189,18 @@ def test_request_for_each_config(config, no_aws_env, no_network):
     resources = request["ResourceConfig"]
     assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
     assert request.get("CheckpointConfig", {}).get("S3Uri") == plan.checkpoint_s3_uri
-    assert request.get("EnableManagedSpotTraining", False) == ("use_spot_instances" in plan.estimator_kwargs)
-    assert ("VpcConfig" in request) == ("subnets" in plan.estimator_kwargs)
-    assert resources.get("KeepAlivePeriodInSeconds") == plan.estimator_kwargs.get("keep_alive_period_in_seconds")
-    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [m["Name"] for m in contract.METRIC_DEFINITIONS]
+    assert request.get("EnableManagedSpotTraining", False) == (plan.spot_max_wait is not None)
+    assert request["StoppingCondition"].get("MaxWaitTimeInSeconds") == plan.spot_max_wait
+    assert ("VpcConfig" in request) == (plan.vpc is not None)
+    assert resources.get("KeepAlivePeriodInSeconds") == (plan.warm_pool_seconds or None)
+    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [m["Name"] for m in conventions.METRIC_DEFINITIONS]
 
 
 # --- the contract with the bundled entry points ----------------------------------------------------
 
 
 def test_render_argv_follows_the_container_toolkit():
-    argv = contract.render_argv(
+    argv = conventions.render_argv(
         {"model_dir": "/opt/ml/model", "batch_size": 25, "b": True, "layers": [400, 400], "opts": {"y": 2, "x": 1},
          "none": None, "lr": 1e-05, "sagemaker_program": "train.py"}
     )
@@ -204,7 +212,7 @@ def test_argv_parses_back_in_the_bundled_scripts():
     hparams = entrypoint_module("deepfm_hparams")
     values = {"batch_norm": False, "scale_lr": True, "deep_layers": [200, 100], "l2_reg": 1e-05, "optimizer": "adam",
               "s3_shard": False, "epochs": 3, "kmp_affinity": "granularity=fine,compact,1,0", "model_dir": "s3://b/j/model"}
-    parsed = vars(hparams.parse_hyperparameters(contract.render_argv(values)))
+    parsed = vars(hparams.parse_hyperparameters(conventions.render_argv(values)))
     expected = {**values, "s3_shard": "false"}
     assert {k: parsed[k] for k in values} == expected
 
@@ -222,14 +230,14 @@ def test_metric_definitions_match_the_entry_points_lines():
     train = runtime.format_metric("train", 1200, 0.45125, 0.7891, 15234.5)
     evaluation = runtime.format_metric("eval", 1200, 0.46, 0.78)
     found = {}
-    for definition in contract.METRIC_DEFINITIONS:
+    for definition in conventions.METRIC_DEFINITIONS:
         for line in (train, evaluation):
             match = re.search(definition["Regex"], line)
             if match:
                 found.setdefault(definition["Name"], float(match.group(1)))
     assert found == {"train:loss": 0.45125, "train:auc": 0.7891, "train:examples_per_sec": 15234.5, "train:step": 1200,
                      "eval:loss": 0.46, "eval:auc": 0.78}
-    assert all(len(d["Regex"]) <= 500 and re.compile(d["Regex"]).groups == 1 for d in contract.METRIC_DEFINITIONS)
+    assert all(len(d["Regex"]) <= 500 and re.compile(d["Regex"]).groups == 1 for d in conventions.METRIC_DEFINITIONS)
 
 
 def test_bundled_source_dir_in_a_checkout():
@@ -244,3 +252,24 @@ def test_bundled_source_dir_in_an_installed_layout(tmp_path):
     code = "import launcher.contract as c; print(c.bundled_source_dir())"
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(site / "launcher" / "_bundled")
+
+
+def test_the_entry_points_copies_of_the_conventions_agree():
+    """The entry points never import the launcher: their own channel names and container paths must equal
+    launcher.conventions' (the metric line format is pinned by the test above)."""
+    from types import SimpleNamespace
+
+    inputs, runtime = entrypoint_module("deepfm_input"), entrypoint_module("deepfm_runtime")
+    assert inputs.EVAL_CHANNEL == conventions.EVAL_CHANNEL
+    names = conventions.training_channel_names(12)
+    assert [inputs.train_channel_index(name) for name in names] == list(range(12))
+    assert inputs.train_channel_index(conventions.EVAL_CHANNEL) is None
+    assert inputs.train_channel_index(conventions.CHECKPOINT_CHANNEL) is None
+    config = inputs.InputConfig(field_size=1, batch_size=1)
+    assert (config.data_dir, config.config_dir, config.pipe_state_dir) == (
+        conventions.CONTAINER_DATA_DIR, conventions.CONTAINER_CONFIG_DIR, conventions.CONTAINER_PIPE_STATE_DIR)
+    container = runtime.load_env({})
+    assert (container.base_dir, container.model_dir) == (conventions.CONTAINER_BASE_DIR, conventions.CONTAINER_MODEL_DIR)
+    no_dirs = SimpleNamespace(checkpoint_dir=None, model_dir=None)
+    assert runtime.checkpoint_dir(no_dirs, container) == conventions.CONTAINER_CHECKPOINT_DIR
+    assert runtime.format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")

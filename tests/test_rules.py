@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from launcher import contract, rules
+from launcher import contract, rules, rules_images
 from launcher.spec import load_spec
 from spec_helpers import CONFIGS, DELETE, line_of, write_spec
 
@@ -24,7 +24,7 @@ def hvd(processes: int, **options) -> dict:
 @pytest.fixture(autouse=True)
 def fixed_today(monkeypatch):
     """End-of-support warnings depend on the date: pin it so the cases stay true."""
-    monkeypatch.setattr(rules, "today", lambda: datetime.date(2026, 11, 22))
+    monkeypatch.setattr(rules_images, "today", lambda: datetime.date(2026, 11, 22))
 
 
 def findings(tmp_path, changes, rule):

@@ -14,23 +14,25 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from launcher import sagemaker_backend as sb
+from conftest import _moto_training_job
+from launcher import conventions, sagemaker_backend as sb
 from launcher.errors import DfmError
 from launcher.plan import Channel
+from launcher.sagemaker_backend import aws as sm_aws, request as sm_request
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py
 
 
 def hook_sessions(monkeypatch, event: str, handler) -> None:
     """Register a botocore event handler on every session the backend creates."""
-    real = sb.boto_session
+    real = sm_aws.boto_session
 
     def hooked(region):
         session = real(region)
         session.events.register(event, handler)
         return session
 
-    monkeypatch.setattr(sb, "boto_session", hooked)
+    monkeypatch.setattr(sm_aws, "boto_session", hooked)
 
 
 def capture_create_requests(monkeypatch) -> list[dict]:
@@ -40,12 +42,16 @@ def capture_create_requests(monkeypatch) -> list[dict]:
     return sent
 
 
+SPOT_VPC_TAGS_WARM = {"spot": {"max_wait": 7200}, "checkpoints": "auto",
+                      "vpc": {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]},
+                      "tags": {"team": "ads"}}
+
+
 # --- dry run ---------------------------------------------------------------------------------------
 
 
 def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_network, capsys):
-    plan = sample_plan(spot_max_wait=7200, vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]},
-                       tags={"team": "ads"}, warm_pool_seconds=600)
+    plan = sample_plan({**SPOT_VPC_TAGS_WARM, "spot": {"max_wait": 7200}})
     hook = sys.excepthook
     result = sb.dry_run(plan)
 
@@ -55,12 +61,12 @@ def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_ne
     request = result["request"]
     assert result["estimator"]["class"] == "sagemaker.tensorflow.TensorFlow"
     assert "sagemaker_program" not in result["estimator"]["kwargs"]["hyperparameters"]  # plan not mutated
-    assert "sagemaker_program" not in plan.estimator_kwargs["hyperparameters"]
+    assert "sagemaker_program" not in plan.hyperparameters
     assert result["image_uri"] == request["AlgorithmSpecification"]["TrainingImage"]
     assert "tensorflow-training:2.14-cpu-py310" in result["image_uri"]
     hps = request["HyperParameters"]
     assert json.loads(hps["sagemaker_submit_directory"]) == (
-        f"s3://{BUCKET}/deepfm/code/{plan.job_name}/source/sourcedir.tar.gz")
+        f"s3://{BUCKET}/deepfm/{plan.job_name}/source/sourcedir.tar.gz")
     assert json.loads(hps["sagemaker_program"]) == "train.py"
     assert hps["sagemaker_parameter_server_enabled"] == "true"
     assert hps["deep_layers"] == "[400, 400]" and hps["batch_norm"] == "false"
@@ -68,15 +74,19 @@ def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_ne
     assert channels["train"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "ShardedByS3Key"
     assert channels["eval"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "FullyReplicated"
     assert result["inputs"]["train"] == {k: v for k, v in channels["train"].items() if k != "ChannelName"}
-    assert request["ResourceConfig"] == {"InstanceType": "ml.c5.18xlarge", "InstanceCount": 2,
-                                         "VolumeSizeInGB": 50, "KeepAlivePeriodInSeconds": 600}
+    assert request["ResourceConfig"] == {"InstanceType": "ml.c5.18xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}
     assert request["EnableManagedSpotTraining"] is True
-    assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri
-    assert request["VpcConfig"] == {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}
+    assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri == f"s3://{BUCKET}/deepfm/{plan.job_name}/checkpoints"
+    assert request["VpcConfig"] == {"Subnets": ["subnet-0123456789abcdef0"], "SecurityGroupIds": ["sg-0123456789abcdef0"]}
     assert {"Key": "team", "Value": "ads"} in request["Tags"]
     assert request["Environment"] == {"DFM_LOG": "1"}
     assert request["RoleArn"] == plan.role and request["TrainingJobName"] == plan.job_name
+
+
+def test_warm_pool_reaches_the_resource_config(sample_plan, no_aws_env, no_network):
+    request = sb.dry_run(sample_plan({"warm_pool_seconds": 600}))["request"]
+    assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
 
 
 def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(sample_plan, no_aws_env, no_network, tmp_path,
@@ -99,10 +109,12 @@ def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(sample_plan, no
 
 
 def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no_network):
-    channels = [Channel(f"train-{i}" if i else "train", f"s3://{BUCKET}/train/part-{i}/", input_mode="Pipe")
-                for i in range(4)] + [Channel("eval", f"s3://{BUCKET}/eval/", input_mode="Pipe")]
-    plan = sample_plan(distribution="horovod", processes_per_host=4, mpi_options="-x NCCL_DEBUG=INFO",
-                       instance_type="ml.p3.8xlarge", instance_count=1, input_mode="Pipe", channels=channels)
+    plan = sample_plan({
+        "framework": {"version": "2.12"}, "instance": {"type": "ml.p3.8xlarge", "count": 1},
+        "distribution": {"horovod": {"processes_per_host": 4, "mpi_options": "-x NCCL_DEBUG=INFO"}},
+        "data": {"mode": "Pipe", "train": [f"s3://{BUCKET}/train/part-{i}/" for i in range(4)],
+                 "eval": f"s3://{BUCKET}/eval/", "s3_shard": False},
+    })
     request = sb.dry_run(plan)["request"]
 
     hps = request["HyperParameters"]
@@ -110,60 +122,73 @@ def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no
     assert hps["sagemaker_mpi_num_of_processes_per_host"] == "4"
     assert json.loads(hps["sagemaker_mpi_custom_mpi_options"]) == "-x NCCL_DEBUG=INFO"
     assert "sagemaker_parameter_server_enabled" not in hps
+    assert json.loads(hps["model_dir"]) == "/opt/ml/model"  # the SDK's choice for MPI jobs
     assert request["AlgorithmSpecification"]["TrainingInputMode"] == "Pipe"
     assert "gpu" in request["AlgorithmSpecification"]["TrainingImage"]
     assert [c["ChannelName"] for c in request["InputDataConfig"]] == ["train", "train-1", "train-2", "train-3", "eval"]
     assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("multi_worker_mirrored", {"sagemaker_multi_worker_mirrored_strategy_enabled": "true"}),
-    ("none", {}),
-])
-def test_dry_run_other_distributions(sample_plan, no_aws_env, no_network, kind, expected):
-    hps = sb.dry_run(sample_plan(distribution=kind, instance_count=1))["request"]["HyperParameters"]
-    distribution_keys = {k: v for k, v in hps.items()
-                         if k.startswith(("sagemaker_mpi", "sagemaker_parameter", "sagemaker_multi_worker"))}
-    assert distribution_keys == expected
+@pytest.mark.parametrize("distribution", ["parameter_server", "multi_worker_mirrored", "none",
+                                          {"horovod": {"processes_per_host": 2, "mpi_options": "-x A=1"}},
+                                          {"horovod": {"processes_per_host": 2}}])
+def test_the_sdk_adds_exactly_the_hyperparameters_conventions_names(sample_plan, no_aws_env, no_network,
+                                                                    distribution):
+    plan = sample_plan({"distribution": distribution, "instance": {"count": 1},
+                        "framework": {"version": "2.12" if "horovod" in distribution else "2.14"}})
+    sent = set(sb.dry_run(plan)["request"]["HyperParameters"])
+    added = sent - (set(plan.hyperparameters) - {"model_dir"})
+    expected = conventions.SDK_HYPERPARAMETERS + conventions.SDK_DISTRIBUTION_HYPERPARAMETERS[plan.distribution.kind]
+    assert added == set(expected) and len(expected) == len(set(expected))
 
 
 def test_file_system_and_fast_file_channels(sample_plan, no_aws_env, no_network):
-    channels = [Channel("train", f"s3://{BUCKET}/train/", input_mode="FastFile", distribution="ShardedByS3Key"),
-                Channel("ckpt", "/dfm/checkpoints", kind="efs", file_system_id="fs-0123456789abcdef0",
-                        access_mode="rw"),
-                Channel("features", "/fsx/features", kind="fsx", file_system_id="fs-0fedcba9876543210")]
-    inputs = sb.dry_run(sample_plan(input_mode="FastFile", channels=channels,
-                                    vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]}))["inputs"]
+    plan = sample_plan({
+        "data": {"mode": "FastFile", "eval": None,
+                 "channels": {"features": {"file_system_id": "fs-0fedcba9876543210", "type": "FSxLustre",
+                                           "directory_path": "/fsx/features"}}},
+        "checkpoints": {"file_system": {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm/checkpoints"}},
+        "vpc": SPOT_VPC_TAGS_WARM["vpc"],
+    })
+    inputs = sb.dry_run(plan)["inputs"]
 
     assert inputs["train"]["InputMode"] == "FastFile"
-    assert inputs["ckpt"]["DataSource"]["FileSystemDataSource"] == {
+    assert inputs["checkpoints"]["DataSource"]["FileSystemDataSource"] == {
         "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "EFS", "DirectoryPath": "/dfm/checkpoints",
         "FileSystemAccessMode": "rw"}
-    assert "InputMode" not in inputs["ckpt"]  # no per-channel mode for file systems: the job's applies
+    assert "InputMode" not in inputs["checkpoints"]  # no per-channel mode for file systems: the job's applies
     assert inputs["features"]["DataSource"]["FileSystemDataSource"]["FileSystemType"] == "FSxLustre"
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ({"channels": [Channel("train", "/home/me/data", kind="file")]}, "local path"),
-    ({"extra_kwargs": {"instance_typ": "ml.c5.xlarge"}}, "instance_typ"),
-    ({"extra_kwargs": {"framework_version": "1.0"}}, "SDK refused"),
+# Values no valid spec gives (the rules refuse them first): the backend still refuses them on its own.
+@pytest.mark.parametrize("beyond, words", [
+    ({"channels": (Channel("train", "/home/me/data", kind="file"),)}, "local path"),
+    ({"framework_version": "1.0"}, "SDK refused"),
     ({"max_run": 0}, "MaxRuntimeInSeconds"),
     ({"region": ""}, "no AWS region"),
     # beyond botocore's validator: the service model's maximums, enums and patterns, on the request the SDK built
-    ({"extra_kwargs": {"environment": {"BIG": "x" * 600}}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
+    ({"environment": {"BIG": "x" * 600}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
     ({"instance_type": "ml.c5.bogus"}, "ResourceConfig.InstanceType"),
-    ({"hyperparameters": {"k": "x" * 2600}}, "HyperParameters.k: 2602 characters"),
+    ({"hyperparameters": {"k": "x" * 2600, "model_dir": "/opt/ml/model"}}, "HyperParameters.k: 2602 characters"),
     ({"tags": {"team": "a;b"}}, "Tags.0.Value: does not match"),
 ])
-def test_invalid_plans_are_refused_offline_with_exit_2(sample_plan, no_aws_env, no_network, overrides, words):
+def test_invalid_plans_are_refused_offline_with_exit_2(sample_plan, no_aws_env, no_network, beyond, words):
     with pytest.raises(DfmError) as caught:
-        sb.dry_run(sample_plan(**overrides))
+        sb.dry_run(sample_plan(**beyond))
     assert caught.value.exit_code == 2 and words in caught.value.message
     assert "\n" not in caught.value.message
 
 
+def test_estimator_kwargs_the_sdk_does_not_name_are_refused(sample_plan, no_aws_env, no_network):
+    plan = sample_plan()
+    kwargs = {**sb.estimator_kwargs(plan), "instance_typ": "ml.c5.xlarge"}
+    with pytest.raises(DfmError) as caught:
+        sm_request.estimator(kwargs, sm_request.sagemaker_session(plan))
+    assert caught.value.exit_code == 2 and "instance_typ" in caught.value.message
+
+
 def test_sdk_clients_use_the_configured_retries(sample_plan, no_aws_env, no_network):
-    session = sb.sagemaker_session(sample_plan())
+    session = sm_request.sagemaker_session(sample_plan())
     for client in (session.sagemaker_client, session.s3_client, session.s3_resource.meta.client):
         assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": sb.MAX_ATTEMPTS}
 
@@ -201,29 +226,41 @@ def test_throttling_is_retried_by_botocore(no_aws_env, monkeypatch):
 # --- submit (moto) ---------------------------------------------------------------------------------
 
 
-def test_submit_uploads_the_source_and_creates_the_job(aws, sample_plan, monkeypatch):
+def test_submit_sends_exactly_the_dry_runs_request_and_uploads_the_source(aws, sample_plan, monkeypatch):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     telemetry: list = []
     monkeypatch.setattr("sagemaker.telemetry.telemetry_logging._send_telemetry_request",
                         lambda *args, **kwargs: telemetry.append(args))
-    plan = sample_plan(spot_max_wait=7200, tags={"team": "ads"},
-                       vpc={"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]})
+    plan = sample_plan(SPOT_VPC_TAGS_WARM)
     echoed: list[str] = []
 
     assert sb.submit(plan, wait=False, echo=echoed.append) == plan.job_name
 
     assert echoed == [f"submitted {plan.job_name}",
                       f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}"]
-    assert len(sent) == 1 and telemetry == []  # TelemetryOptOut reached fit()
-    request = sent[0]
-    assert request == sb.dry_run(plan)["request"]  # the dry run shows exactly what is sent
-    key = f"deepfm/code/{plan.job_name}/source/sourcedir.tar.gz"
-    archive = boto3.client("s3", region_name=REGION).get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    assert len(sent) == 1 and telemetry == []
+    assert sent[0] == sb.dry_run(plan)["request"]  # the dry run shows exactly what is sent
+    received = _moto_training_job(plan.job_name)  # what the simulated service stored
+    assert received.hyper_parameters == sent[0]["HyperParameters"]
+    assert received.input_data_config == sent[0]["InputDataConfig"]
+    uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
+    assert uri == f"s3://{BUCKET}/deepfm/{plan.job_name}/source/sourcedir.tar.gz"
+    archive = boto3.client("s3", region_name=REGION).get_object(Bucket=BUCKET, Key=uri.split("/", 3)[3])["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        assert {"train.py", "helpers.py"} <= set(tar.getnames())
-    assert json.loads(request["HyperParameters"]["sagemaker_submit_directory"]) == f"s3://{BUCKET}/{key}"
+        assert {plan.entry_point, "helpers.py"} <= set(tar.getnames())
+        assert tar.extractfile(plan.entry_point).read() == (Path(plan.source_dir) / plan.entry_point).read_bytes()
     assert sb.describe(plan.job_name, REGION)["status"] == "Completed"  # moto finishes jobs at once
+
+
+def test_submit_with_an_s3_source_dir_uploads_nothing(aws, sample_plan, monkeypatch):
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    sent = capture_create_requests(monkeypatch)
+    plan = sample_plan({"source_dir": f"s3://{BUCKET}/code/sourcedir.tar.gz"})
+    sb.submit(plan, wait=False, echo=lambda line: None)
+    assert json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"]) == plan.source_dir
+    assert s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
 
 
 def test_submit_refuses_an_invalid_request_before_uploading(aws, sample_plan, monkeypatch):
@@ -318,8 +355,8 @@ def test_logs_of_other_jobs_are_not_mixed_in(moto_jobs, moto_logs):
 
 
 def stubbed_sagemaker(monkeypatch) -> Stubber:
-    real = sb.client("sagemaker", REGION)
-    monkeypatch.setattr(sb, "client", lambda service, region: real)
+    real = sm_aws.client("sagemaker", REGION)
+    monkeypatch.setattr(sm_aws, "client", lambda service, region: real)
     return Stubber(real)
 
 
@@ -364,7 +401,7 @@ def test_unreachable_endpoint_is_exit_1(no_aws_env, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nothing listens
-    monkeypatch.setattr(sb, "MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(sm_aws, "MAX_ATTEMPTS", 1)
     with pytest.raises(DfmError) as caught:
         sb.describe("job-x", REGION)
     assert caught.value.exit_code == 1 and "cannot reach AWS" in caught.value.message
@@ -375,8 +412,8 @@ def test_sdk_import_and_dry_run_are_quiet_and_keep_the_excepthook():
     import subprocess
 
     code = ("import sys; hook = sys.excepthook\n"
-            "from launcher import sagemaker_backend as sb, plan, spec\n"
-            "sb.dry_run(plan.build_plan(spec.load_spec('configs/ps.yaml', env={})))\n"
+            "from launcher import sagemaker_backend as sb\nfrom launcher.compile import compile_spec\n"
+            "sb.dry_run(compile_spec('configs/ps.yaml', env={}).plan)\n"
             "assert sys.excepthook is hook, sys.excepthook\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parent.parent, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
@@ -392,10 +429,9 @@ CONFIGS = sorted(p for p in (Path(__file__).parent.parent / "configs").glob("*.y
 
 
 def config_plan(path: Path):
-    from launcher.plan import build_plan
-    from launcher.spec import load_spec
+    from launcher.compile import compile_spec
 
-    return build_plan(load_spec(path, env={}), job_name=f"{path.stem}-2026-11-21-20-00-00-000")
+    return compile_spec(path, job_name=f"{path.stem}-2026-11-21-20-00-00-000", env={}).plan
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -414,8 +450,8 @@ def test_every_config_dry_runs_offline_and_the_request_matches_the_plan(path, no
     assert request["ResourceConfig"]["InstanceCount"] == plan.instance_count
     assert request["ResourceConfig"]["InstanceType"] == plan.instance_type
     assert "DebugHookConfig" not in request and request["ProfilerConfig"]["DisableProfiler"] is True
-    assert {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} == {
-        m["Name"] for m in plan.metric_definitions}
+    assert plan.bundled and {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} == {
+        m["Name"] for m in conventions.METRIC_DEFINITIONS}
     if plan.checkpoint_s3_uri:
         assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri
     else:

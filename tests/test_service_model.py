@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from launcher import catalog, rules, service_model
@@ -11,7 +9,7 @@ from launcher.service_model import java_regex
 
 
 def matches(java: str, value: str) -> bool:
-    return re.fullmatch(java_regex(java), value, re.ASCII) is not None
+    return service_model.java_fullmatch(java, value)
 
 
 def real_pattern(shape: str) -> str:
@@ -62,6 +60,7 @@ def test_job_name_rule_agrees_with_the_model():
 @pytest.mark.parametrize("java, value, ok", [
     (r"\P{L}+", "12 -", True), (r"\P{L}+", "1a", False), (r"[\P{N}]+", "ab", True), (r"\pL+", "ab", True),
     (r"\p{Alnum}+", "aZ9", True), (r"\p{Alnum}+", "é", False), (r"a\z", "a", True),
+    (r"[\P{Alpha}]+", "1é-", True), (r"[\P{Alpha}]+", "1a", False), (r"[\w]+", "é", False), (r"[\W]+", "é", True),
 ])
 def test_translation_of_other_java_constructs(java, value, ok):
     assert matches(java, value) is ok

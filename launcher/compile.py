@@ -1,0 +1,46 @@
+"""The one way from a spec file to a Plan: read it (with overrides), run the rules, build the plan.
+
+`dfm validate`, every mode of `dfm launch` and the tests go through `compile_spec`, so they all see the
+same errors, warnings and plan. Nothing heavy is imported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from launcher import rules
+from launcher.plan import Plan, build_plan
+from launcher.spec import SpecError, load_spec
+
+
+@dataclass(frozen=True)
+class Compiled:
+    spec: Any  # the validated Spec; None when the file could not be read or validated
+    plan: Plan | None  # None when there are errors
+    errors: tuple[str, ...]  # rendered `file:line: field: message` lines
+    warnings: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def compile_spec(path: str, overrides: Iterable[str] = (), job_name: str | None = None, *,
+                 env: dict[str, str] | None = None) -> Compiled:
+    """Spec file + `--set` overrides + job name -> plan, or the errors that stop it, with the warnings.
+
+    `env` replaces os.environ for `${VAR}` substitution (tests).
+    """
+    try:
+        spec = load_spec(path, overrides, env=env)
+    except SpecError as err:
+        return Compiled(None, None, tuple(err.lines()), ())
+    findings = rules.check(spec)
+    errors = [finding.render(spec) for finding in rules.errors(findings)]
+    warnings = [finding.render(spec) for finding in rules.warnings(findings)]
+    if job_name is not None:
+        errors += [f"{finding.field}: {finding.message}" for finding in rules.check_job_name_override(job_name)]
+    if errors:
+        return Compiled(spec, None, tuple(errors), tuple(warnings))
+    return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), (), tuple(warnings))

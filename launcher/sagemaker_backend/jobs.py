@@ -1,0 +1,119 @@
+"""Job commands: submit the request the dry run shows, then describe, stop and list the jobs (plain boto3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Callable
+
+from launcher.errors import DfmError
+from launcher.plan import Plan
+from launcher.sagemaker_backend import aws, request
+from launcher.sagemaker_backend.logs import stream_logs
+
+SOURCE_ARCHIVE = "sourcedir.tar.gz"
+
+Echo = Callable[[str], None]
+
+
+def _upload_source_dir(plan: Plan, built: request.JobRequest, session) -> None:
+    """Upload the source dir's tarball to where the request says it is, with the SDK's own packer and uploader
+    (the same bytes and S3 arguments as `fit()`); an s3:// source dir is already there."""
+    if plan.source_dir.startswith("s3://"):
+        return
+    from sagemaker.fw_utils import tar_and_upload_dir
+
+    uri = json.loads(built.request["HyperParameters"]["sagemaker_submit_directory"])
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if not key.endswith(f"/{SOURCE_ARCHIVE}"):
+        raise DfmError(f"the request names {uri} as the source dir, not a {SOURCE_ARCHIVE}", 1)
+    tar_and_upload_dir(session=session, bucket=bucket, s3_key_prefix=key[: -len(SOURCE_ARCHIVE) - 1],
+                       script=plan.entry_point, directory=plan.source_dir)
+
+
+def submit(plan: Plan, *, wait: bool, echo: Echo = print) -> str:
+    """Build the request (refusing an invalid job before uploading anything), upload the source dir, create
+    the training job with exactly that request; with `wait`, stream its logs to the end."""
+    built = request.build(plan)
+    session = aws.boto_session(plan.region)
+    with aws.aws_errors("creating the training job", region=plan.region):
+        _upload_source_dir(plan, built, session)
+        session.client("sagemaker").create_training_job(**built.request)
+    job_name = built.request["TrainingJobName"]
+    echo(f"submitted {job_name}")
+    echo(aws.console_url(job_name, plan.region))
+    if wait:
+        raise_for_final_status(job_name, plan.region, stream_logs(job_name, plan.region, follow=True, echo=echo))
+    return job_name
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def _summary(description: dict, region: str) -> dict:
+    resources = description.get("ResourceConfig", {})
+    transitions = description.get("SecondaryStatusTransitions") or []
+    return {
+        "job_name": description["TrainingJobName"],
+        "status": description["TrainingJobStatus"],
+        "secondary_status": description.get("SecondaryStatus"),
+        "status_message": transitions[-1].get("StatusMessage") if transitions else None,
+        "failure_reason": description.get("FailureReason"),
+        "instance_type": resources.get("InstanceType"),
+        "instance_count": resources.get("InstanceCount"),
+        "created": _iso(description.get("CreationTime")),
+        "started": _iso(description.get("TrainingStartTime")),
+        "ended": _iso(description.get("TrainingEndTime")),
+        "billable_seconds": description.get("BillableTimeInSeconds"),
+        "spot": description.get("EnableManagedSpotTraining", False),
+        "model_artifacts": description.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
+        "arn": description.get("TrainingJobArn"),
+        "console_url": aws.console_url(description["TrainingJobName"], region),
+    }
+
+
+def describe(job_name: str, region: str | None) -> dict:
+    region = aws.resolve_region(region)
+    sagemaker_client = aws.client("sagemaker", region)
+    with aws.aws_errors(f"describing {job_name}", job_name=job_name, region=region):
+        description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
+    return _summary(description, region)
+
+
+def raise_for_outcome(summary: dict) -> None:
+    if summary["status"] in ("Failed", "Stopped"):
+        reason = f": {aws.one_line(summary['failure_reason'])}" if summary.get("failure_reason") else ""
+        raise DfmError(f"job {summary['job_name']} {summary['status']}{reason}", 1)
+
+
+def raise_for_final_status(job_name: str, region: str | None, status: str) -> None:
+    """After following a job's logs to `status`: exit 1 if it failed or stopped, with the failure reason
+    from a describe (made only then)."""
+    failed = status in ("Failed", "Stopped")
+    raise_for_outcome(describe(job_name, region) if failed else {"job_name": job_name, "status": status})
+
+
+def stop(job_name: str, region: str | None) -> dict:
+    region = aws.resolve_region(region)
+    sagemaker_client = aws.client("sagemaker", region)
+    with aws.aws_errors(f"stopping {job_name}", job_name=job_name, region=region):
+        sagemaker_client.stop_training_job(TrainingJobName=job_name)
+    return {"job_name": job_name, "status": "Stopping", "console_url": aws.console_url(job_name, region)}
+
+
+def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
+    """The newest training jobs first."""
+    region = aws.resolve_region(region)
+    sagemaker_client = aws.client("sagemaker", region)
+    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending",
+                             "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
+    if name_contains:
+        query["NameContains"] = name_contains
+    jobs = []
+    with aws.aws_errors("listing training jobs", region=region):
+        for page in sagemaker_client.get_paginator("list_training_jobs").paginate(**query):
+            jobs += [{"job_name": job["TrainingJobName"], "status": job["TrainingJobStatus"],
+                      "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
+                     for job in page["TrainingJobSummaries"]]
+    return jobs[:max_results]

@@ -1,0 +1,113 @@
+"""A job's CloudWatch log lines, from every instance, in time order; followed until the job ends."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Callable
+
+from botocore.exceptions import ClientError
+
+from launcher.sagemaker_backend import aws
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
+
+Echo = Callable[[str], None]
+
+
+def _host_of(stream_name: str) -> str:
+    # Streams are named <job>/<host>-<epoch seconds>, e.g. deepfm-ps-.../algo-2-1700000000
+    host = stream_name.split("/", 1)[-1]
+    return re.sub(r"-\d{9,}$", "", host)
+
+
+class _LogCursor:
+    """Reads a job's CloudWatch events once each, across all of its instances' streams."""
+
+    def __init__(self, logs_client, job_name: str):
+        self.logs, self.job_name = logs_client, job_name
+        self.start_ms, self.ids_at_start = 0, set()
+
+    def _streams(self) -> list[str]:
+        names = []
+        pages = self.logs.get_paginator("describe_log_streams").paginate(
+            logGroupName=LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/")
+        for page in pages:
+            names += [stream["logStreamName"] for stream in page["logStreams"]]
+        return names
+
+    def new_events(self) -> list[dict]:
+        try:
+            streams = self._streams()
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return []  # no instance has written a line yet
+            raise
+        events = []
+        for first in range(0, len(streams), 100):  # FilterLogEvents takes at most 100 stream names
+            pages = self.logs.get_paginator("filter_log_events").paginate(
+                logGroupName=LOG_GROUP, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
+            for page in pages:
+                events += page["events"]
+        fresh = [e for e in events if e["eventId"] not in self.ids_at_start]
+        fresh.sort(key=lambda e: (e["timestamp"], e.get("ingestionTime", 0)))
+        if fresh:
+            last = fresh[-1]["timestamp"]
+            previous = self.ids_at_start if last == self.start_ms else set()
+            self.start_ms = last
+            self.ids_at_start = previous | {e["eventId"] for e in fresh if e["timestamp"] == last}
+        return fresh
+
+
+def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
+    host = _host_of(event["logStreamName"])
+    message = event["message"].rstrip("\n")
+    if as_json:
+        return json.dumps({"timestamp": event["timestamp"], "host": host, "message": message})
+    return f"[{host}] {message}" if multi_host else message
+
+
+def _progress_line(description: dict) -> str:
+    secondary = description.get("SecondaryStatus") or description["TrainingJobStatus"]
+    transitions = description.get("SecondaryStatusTransitions") or []
+    message = transitions[-1].get("StatusMessage") if transitions and transitions[-1].get("Status") == secondary else None
+    return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
+
+
+def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: Echo = print, *,
+                poll_seconds: float = 10.0, as_json: bool = False) -> str:
+    """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status.
+
+    Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
+    downloading, training, uploading...): minutes pass before an instance writes its first line.
+    """
+    region = aws.resolve_region(region)
+    session = aws.boto_session(region)
+    sagemaker_client, logs_client = session.client("sagemaker"), session.client("logs")
+    cursor = _LogCursor(logs_client, job_name)
+    was_running, last_progress = False, None
+    with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
+        while True:
+            description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
+            status = description["TrainingJobStatus"]
+            multi_host = description.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
+            progress = _progress_line(description)
+            if follow and not as_json and progress != last_progress:
+                echo(progress)
+                last_progress = progress
+            for event in cursor.new_events():
+                echo(_render_event(event, multi_host, as_json))
+            if not follow:
+                return status
+            if status in TERMINAL_STATUSES:
+                if was_running:  # lines written just before the end reach CloudWatch a little later
+                    time.sleep(poll_seconds)
+                    for event in cursor.new_events():
+                        echo(_render_event(event, multi_host, as_json))
+                return status
+            was_running = True
+            time.sleep(poll_seconds)
+
+
