@@ -59,15 +59,13 @@ def parse_text_batch(lines, spec, files=None):
         bad, keep = tf.constant(0, tf.int64), None
     else:
         bad, keep, checks = tf.reduce_sum(tf.cast(~good, tf.int64)), good, []
-    raw = {}
-    for i, name in enumerate(numeric_names):
-        raw[name] = numbers[:, i]
+    labels = tf.strings.to_number(tf.where(good, label_cells, "0"), tf.float32)
+    if keep is not None:  # mask whole blocks once, not column by column
+        table, labels = tf.boolean_mask(table, keep), tf.boolean_mask(labels, keep)
+        numbers = tf.boolean_mask(numbers, keep) if numeric_names else None
+    raw = {name: numbers[:, i] for i, name in enumerate(numeric_names)}
     for field in spec.categorical + spec.multi_hot:
         raw[field.name] = table[:, index[field.name]]
-    labels = tf.strings.to_number(tf.where(good, label_cells, "0"), tf.float32)
-    if keep is not None:
-        raw = {name: tf.boolean_mask(value, keep) for name, value in raw.items()}
-        labels = tf.boolean_mask(labels, keep)
     with tf.control_dependencies(checks):
         labels = tf.identity(labels)
     return raw, labels, bad
@@ -120,19 +118,18 @@ def raw_dataset(files, spec, batch_size, transform=None, shuffle_buffer=0, seed=
                 drop_remainder=False):
     """Batches of (features, labels) from raw files: records -> shuffle -> batch -> parse (+ transform).
     files: paths (list or string tensor). epochs <= 0 repeats forever. The bad rows each batch dropped
-    are features[BAD_ROWS_KEY]; sum them for the worker's total."""
+    are features[BAD_ROWS_KEY]; sum them for the worker's total. With bad_rows: fail, each line travels
+    with its file's name, for the error."""
     if spec.format == "tfrecord":
         records = tf.data.TFRecordDataset(files)
-    else:
+    elif spec.bad_rows == "fail":
         records = named_lines(files)
+    else:
+        records = tf.data.TextLineDataset(files)
     if shuffle_buffer > 1:
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    parse = batch_parser(spec, transform)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    if spec.format == "tfrecord":
-        batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        batches = batches.map(lambda lines, names: parse(lines, names), num_parallel_calls=tf.data.AUTOTUNE)
+    batches = batches.map(batch_parser(spec, transform), num_parallel_calls=tf.data.AUTOTUNE)
     if epochs != 1:
         batches = batches.repeat(epochs if epochs > 0 else None)
     return batches.prefetch(tf.data.AUTOTUNE)
@@ -144,35 +141,58 @@ def _signed_log1p(x):
     return tf.sign(x) * tf.math.log1p(tf.abs(x))
 
 
+def _group_key(field):
+    """Fields transformed by one op over their stacked columns: same kind and settings."""
+    if isinstance(field, F.NumericField):
+        return ("numeric", field.transform, field.boundaries)
+    if isinstance(field, F.CategoricalField):
+        return ("vocabulary", field.name) if field.vocabulary else ("hash", field.hash_buckets)
+    return ("bag", field.name)
+
+
 class FeatureTransform(tf.Module):
     """Raw features by name -> {"ids": int64[B, S], "values": float32[B, S]} in the spec's layout.
-    Vocabulary tables are tracked here, so a SavedModel holding this module carries them as assets."""
+    Fields of one kind and settings are transformed together (one hash or bucketize op over their
+    stacked columns), then the slots are put in layout order. Vocabulary tables are tracked here, so a
+    SavedModel holding this module carries them as assets."""
 
     def __init__(self, spec, layout=None, name="feature_transform"):
         super().__init__(name=name)
         self.spec = spec
         self.layout = layout or F.build_layout(spec)
         self.tables = {}
+        groups = {}
         for slots in self.layout.fields:
+            groups.setdefault(_group_key(slots.spec), []).append(slots)
             field = slots.spec
             if isinstance(field, F.CategoricalField) and field.vocabulary:
                 known = slots.size - 2
                 init = tf.lookup.TextFileInitializer(field.vocabulary, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
                                                      tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, vocab_size=known)
                 self.tables[field.name] = tf.lookup.StaticHashTable(init, default_value=known)
+        self._groups = list(groups.values())
+        grouped_slots = [s.first_slot + k for members in self._groups for s in members for k in range(s.slots)]
+        order = {slot: position for position, slot in enumerate(grouped_slots)}
+        self._order = [order[slot] for slot in range(self.layout.slot_count)]
 
     def __call__(self, raw):
         ids, values = [], []
-        for slots in self.layout.fields:
-            field_ids, field_values = self._field(slots, raw[slots.spec.name])
+        for members in self._groups:
+            field_ids, field_values = self._group(members, raw)
             ids.append(field_ids)
             values.append(field_values)
-        return {"ids": tf.concat(ids, axis=1), "values": tf.concat(values, axis=1)}
+        ids, values = tf.concat(ids, axis=1), tf.concat(values, axis=1)
+        if self._order != sorted(self._order):
+            ids, values = tf.gather(ids, self._order, axis=1), tf.gather(values, self._order, axis=1)
+        return {"ids": ids, "values": values}
 
-    def _field(self, slots, column):
-        field, offset = slots.spec, tf.constant(slots.offset, tf.int64)
+    def _group(self, members, raw):
+        field = members[0].spec
+        offsets = tf.constant([m.offset for m in members], tf.int64)
+        if isinstance(field, F.MultiHotField):
+            return self._bag(field, offsets[0], raw[field.name])
         if isinstance(field, F.NumericField):
-            x = tf.cast(column, tf.float32)
+            x = tf.stack([tf.cast(raw[m.spec.name], tf.float32) for m in members], axis=1)
             missing = tf.math.is_nan(x)
             x = tf.where(missing, tf.zeros_like(x), x)
             if field.transform == "bucketize":
@@ -182,16 +202,14 @@ class FeatureTransform(tf.Module):
             else:
                 local = tf.cast(~missing, tf.int64)
                 value = tf.where(missing, tf.ones_like(x), _signed_log1p(x) if field.transform == "log1p" else x)
-            return (offset + local)[:, None], value[:, None]
-        if isinstance(field, F.CategoricalField):
-            missing = tf.equal(column, "")
-            if field.vocabulary:
-                local = 1 + self.tables[field.name].lookup(column)
-            else:
-                local = 1 + tf.strings.to_hash_bucket_fast(column, field.hash_buckets)
-            local = tf.where(missing, tf.zeros_like(local), local)
-            return (offset + local)[:, None], tf.ones(tf.shape(local), tf.float32)[:, None]
-        return self._bag(field, offset, column)
+            return offsets + local, value
+        column = tf.stack([raw[m.spec.name] for m in members], axis=1)
+        if field.vocabulary:
+            local = 1 + self.tables[field.name].lookup(column)
+        else:
+            local = 1 + tf.strings.to_hash_bucket_fast(column, field.hash_buckets)
+        local = tf.where(tf.equal(column, ""), tf.zeros_like(local), local)
+        return offsets + local, tf.ones(tf.shape(local), tf.float32)
 
     @staticmethod
     def _bag(field, offset, column):
@@ -200,8 +218,7 @@ class FeatureTransform(tf.Module):
         hashed = tokens.with_flat_values(offset + 1 + tf.strings.to_hash_bucket_fast(tokens.flat_values,
                                                                                     field.hash_buckets))
         lengths = tokens.row_lengths()
-        shape = [None, field.max_length]
-        ids = hashed.to_tensor(default_value=offset, shape=shape)
+        ids = hashed.to_tensor(default_value=offset, shape=[None, field.max_length])
         present = tf.cast(tf.sequence_mask(lengths, field.max_length), tf.float32)
         if field.pooling == "mean":
             present = present / tf.cast(tf.maximum(lengths, 1), tf.float32)[:, None]
