@@ -1,7 +1,7 @@
 """What the launcher knows of the bundled entry points: names, channels, metric lines, argv rendering.
 
 The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`,
-and tests check that the metric lines of `deepfm_runtime` match the regexes here. Nothing heavy is imported here.
+and tests check that the metric lines of `deepfm_log` match the regexes here. Nothing heavy is imported here.
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def test_rules_read_the_hyperparameters_of_the_shipped_scripts():
 
 
 def test_metric_definitions_match_the_entry_points_lines():
-    runtime = entrypoint_module("deepfm_runtime")
+    runtime = entrypoint_module("deepfm_log")
     train = runtime.format_metric("train", 1200, 0.45125, 0.7891, 15234.5)
     evaluation = runtime.format_metric("eval", 1200, 0.46, 0.78)
     found = {}
