@@ -43,7 +43,7 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
 
     use_entrypoints()
     from deepfm_hparams import parse_hyperparameters
-    from deepfm_model import build_trainer
+    from deepfm_training import build_trainer
 
     hp = parse_hyperparameters([
         "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),

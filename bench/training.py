@@ -84,7 +84,7 @@ def measure(quick: bool, context: dict) -> dict:
         "(`ResourceSparseApplyAdagradV2`) of the same rows; bytes counted as 5 passes over 39*(k+1) floats. "
         "Left out: activations, bias and ReLU, the FM term, loss, metrics, deduplication of ids, and per-op "
         "dispatch: the `rest of step` column is what those cost in the bundled step.",
-        "Bundled: `entrypoints/deepfm_model.py` `build_trainer` + `Trainer.train_step` in one `tf.function` "
+        "Bundled: `entrypoints/deepfm_training.py` `build_trainer` + `Trainer.train_step` in one `tf.function` "
         "that also pulls the batch, with its streaming loss/AUC metrics (DeepCTR is compiled without metrics).",
         f"DeepCTR {versions(('deepctr',))['deepctr']} (`deepctr.models.DeepFM`; 0.9.3 is the last release "
         "that runs on TF 2.14's bundled Keras) with "

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import entry_support as es
-import deepfm_runtime as rt
-import deepfm_sync
+import deepfm_container as container
+import deepfm_tuning
+import deepfm_worker_input as worker_input
 
 MPIRUN = shutil.which("mpirun")
 _OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
@@ -156,36 +157,36 @@ def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp
 
 
 def test_placement_fills_hosts_in_rank_order():
-    places = [deepfm_sync.Placement(rank, 6, 2) for rank in range(6)]
+    places = [worker_input.Placement(rank, 6, 2) for rank in range(6)]
     assert [(p.host_index, p.local_rank, p.workers_per_host) for p in places] == [
         (0, 0, 3), (0, 1, 3), (0, 2, 3), (1, 0, 3), (1, 1, 3), (1, 2, 3)]
     with pytest.raises(ValueError, match="do not divide"):
-        deepfm_sync.Placement(0, 5, 2)
+        worker_input.Placement(0, 5, 2)
 
 
 def test_thread_pools_split_between_the_processes_of_a_host():
     import deepfm_hparams
 
     hp = deepfm_hparams.parse_hyperparameters(["--inter_op_threads", "3"])
-    split = deepfm_sync.per_process_threads(hp, cpus=8, processes=4)
+    split = deepfm_tuning.per_process_threads(hp, cpus=8, processes=4)
     assert (split.intra_op_threads, split.inter_op_threads, split.omp_num_threads) == (2, 3, 2)
-    assert deepfm_sync.per_process_threads(hp, cpus=2, processes=4).intra_op_threads == 1
+    assert deepfm_tuning.per_process_threads(hp, cpus=2, processes=4).intra_op_threads == 1
 
 
 def test_pipe_mode_with_one_channel_for_several_local_ranks_is_refused(tmp_path):
     import deepfm_hparams
 
     es.make_container(tmp_path, ["train"], input_mode="Pipe")
-    env = rt.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_CHANNELS": '["train"]'})
+    env = container.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_CHANNELS": '["train"]'})
     hp = deepfm_hparams.parse_hyperparameters([])
     with pytest.raises(ValueError, match="one training channel per worker"):
-        deepfm_sync.train_dataset(hp, env, deepfm_sync.Placement(1, 2, 1))
+        worker_input.train_dataset(hp, env, worker_input.Placement(1, 2, 1))
 
 
 _SPARSE_CHECK = """
 import tensorflow as tf
 import horovod.tensorflow as hvd
-from train_horovod import HorovodCollectives
+from deepfm_collectives import HorovodCollectives
 hvd.init()
 collectives = HorovodCollectives(hvd)
 

@@ -151,7 +151,7 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
 
 _SPARSE_CHECK = """
 import tensorflow as tf
-from train_mirrored import MirroredCollectives
+from deepfm_collectives import MirroredCollectives
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 collectives = MirroredCollectives(strategy, 0)
 

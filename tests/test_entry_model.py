@@ -8,11 +8,14 @@ import pytest
 
 import entry_support as es
 import deepfm_hparams as H
-import deepfm_runtime as rt
+import deepfm_log
 
 tf = pytest.importorskip("tensorflow")
 import deepfm_input as I  # noqa: E402
+import deepfm_checkpoint as C  # noqa: E402
 import deepfm_model as M  # noqa: E402
+import deepfm_training as T  # noqa: E402
+import deepfm_variables as V  # noqa: E402
 
 
 def small_hp(**overrides):
@@ -39,13 +42,13 @@ def test_training_gets_close_to_the_teachers_auc(tmp_path):
     es.write_tfrecords(tmp_path / "train", train, 4)
     es.write_tfrecords(tmp_path / "eval", evaluation, 1)
     hp = small_hp(epochs=2, feature_size=600, learning_rate=0.3)
-    trainer = M.build_trainer(hp)
+    trainer = T.build_trainer(hp)
     cfg = I.InputConfig(field_size=39, batch_size=hp.batch_size, data_dir=str(tmp_path))
     step = tf.function(trainer.train_step)
     for batch in I.make_dataset(cfg, ["train"], epochs=2):
         step(batch)
     assert int(trainer.optimizer.iterations.numpy()) == 2 * int(np.ceil(50000 / 256))
-    loss, auc = rt.evaluate(trainer, I.make_dataset(cfg, ["eval"], training=False), step=0)
+    loss, auc = T.evaluate(trainer, I.make_dataset(cfg, ["eval"], training=False), step=0)
     assert auc > evaluation.teacher_auc - 0.05, (auc, evaluation.teacher_auc)
     assert loss < 0.55
 
@@ -53,7 +56,7 @@ def test_training_gets_close_to_the_teachers_auc(tmp_path):
 @pytest.mark.parametrize("kind", ["adagrad", "ftrl", "sgd", "adam"])
 def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
     hp = small_hp(optimizer=kind)
-    trainer = M.build_trainer(hp)
+    trainer = T.build_trainer(hp)
     before = trainer.model.embeddings.numpy().copy()
     slots_before = {k: v.numpy().copy() for k, v in trainer.optimizer.slots[1].items()}
     batch = random_batch(hp, id_range=500)  # ids < 500 only
@@ -74,7 +77,7 @@ def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
 def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     """Adagrad must see one accumulated gradient per row, not one update per occurrence."""
     var = tf.Variable(tf.zeros([4, 2]))
-    opt = M.SparseOptimizer("adagrad", 1.0)
+    opt = T.SparseOptimizer("adagrad", 1.0)
     opt.build([var])
     grad = tf.IndexedSlices(tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([2, 2]), tf.constant([4, 2]))
     opt.apply([grad])
@@ -89,7 +92,7 @@ def test_histogram_auc_matches_the_exact_auc():
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 2, 5000).astype(np.float32)
     probs = np.clip(0.5 * labels + 0.6 * rng.random(5000) - 0.05, 0, 1).astype(np.float32)
-    metrics = M.StreamingMetrics()
+    metrics = T.StreamingMetrics()
     losses = -np.log(np.where(labels > 0, probs, 1 - probs).clip(1e-7))
     metrics.update(tf.constant(labels), tf.constant(probs), tf.constant(losses))
     loss, auc, examples = metrics.result()
@@ -103,11 +106,11 @@ def test_histogram_auc_matches_the_exact_auc():
 @pytest.mark.parametrize("batch_norm,dropout", [(False, 0.0), (True, 0.3)])
 def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, dropout):
     hp = small_hp(batch_norm=batch_norm, dropout=dropout)
-    trainer = M.build_trainer(hp)
+    trainer = T.build_trainer(hp)
     step = tf.function(trainer.train_step)
     for seed in range(3):
         step(random_batch(hp, seed=seed))
-    path = rt.export_saved_model(trainer.model, hp, str(tmp_path), version=7)
+    path = C.export_saved_model(trainer.model, hp, str(tmp_path), version=7)
     assert path == str(tmp_path / "7")
     serve = tf.saved_model.load(path).signatures["serving_default"]
     features, _ = random_batch(hp, rows=16, seed=9)
@@ -121,8 +124,8 @@ def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, d
 def test_metric_lines_match_the_launchers_metric_definitions():
     from launcher.contract import METRIC_DEFINITIONS
 
-    train = rt.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
-    evaluation = rt.format_metric("eval", 1200, 0.45, 0.79)
+    train = deepfm_log.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
+    evaluation = deepfm_log.format_metric("eval", 1200, 0.45, 0.79)
     assert train == "[dfm] train step=1200 loss=0.456789 auc=0.781234 examples_per_sec=23456.8"
     found = {}
     for definition in METRIC_DEFINITIONS:
@@ -132,12 +135,12 @@ def test_metric_lines_match_the_launchers_metric_definitions():
                 found[definition["Name"]] = float(match.group(1))
     assert found == {"train:loss": 0.456789, "train:auc": 0.781234, "train:examples_per_sec": 23456.8,
                      "train:step": 1200, "eval:loss": 0.45, "eval:auc": 0.79}
-    assert rt.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
+    assert deepfm_log.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
 
 
 def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_scale():
     hp = small_hp(optimizer="adagrad")
-    trainer = M.build_trainer(hp, compute_dtype=tf.float16)
+    trainer = T.build_trainer(hp, compute_dtype=tf.float16)
     step = tf.function(trainer.train_step)
     loss = step(random_batch(hp, seed=1))
     assert np.isfinite(loss.numpy()) and trainer.model.kernels[0].dtype == tf.float32
@@ -159,18 +162,18 @@ def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_wh
     model = M.build_model(hp)
     halves = tf.split(model.embeddings.read_value(), 2)
     model.embeddings = ShardedVariable([tf.Variable(h, name=f"embeddings/part_{i}") for i, h in enumerate(halves)])
-    trainer = M.Trainer(model, M.SparseOptimizer("adam", 0.01), M.StreamingMetrics())
+    trainer = T.Trainer(model, T.SparseOptimizer("adam", 0.01), T.StreamingMetrics())
     assert len(trainer.variables) == len(model.dense_variables) + 3  # first_order + two shards
     features, labels = random_batch(hp, id_range=300)  # rows of the first shard only
     with tf.GradientTape() as tape:
         logits, _ = model(features["ids"], features["values"], training=True)
-    grads = tape.gradient(logits, M.flat_variables([model.embeddings]))
+    grads = tape.gradient(logits, V.flat_variables([model.embeddings]))
     assert all(isinstance(g, tf.IndexedSlices) for g in grads)
     second_before = model.embeddings.variables[1].numpy().copy()
     tf.function(trainer.train_step)((features, labels))
     np.testing.assert_array_equal(model.embeddings.variables[1].numpy(), second_before)
-    whole = M.full_value(model.embeddings).numpy()
+    whole = V.full_value(model.embeddings).numpy()
     assert whole.shape == (1000, hp.embedding_size)
-    path = rt.export_saved_model(model, hp, str(tmp_path), version=1)
+    path = C.export_saved_model(model, hp, str(tmp_path), version=1)
     loaded = tf.saved_model.load(path)
     np.testing.assert_allclose(loaded.deepfm.embeddings.numpy(), whole)

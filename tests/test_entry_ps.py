@@ -239,48 +239,50 @@ def test_a_failing_run_exits_non_zero_with_the_reason(tmp_path):
 # ---- the runtime pieces train_ps.py stands on (no TensorFlow process) ----
 
 def test_container_env_is_read_from_sm_variables_and_inputdataconfig(tmp_path, monkeypatch):
+    import deepfm_container
     import deepfm_hparams
-    import deepfm_runtime as rt
 
     env = es.make_container(tmp_path, ["train", "train-1", "eval"], hosts=["algo-1", "algo-2"],
                             current_host="algo-2", input_mode="Pipe", s3_sharded=("train", "train-1"))
-    container = rt.load_env(env)
+    container = deepfm_container.load_env(env)
     assert (container.current_host, container.num_hosts, container.num_cpus) == ("algo-2", 2, 2)
     assert container.channels == ["eval", "train", "train-1"]
     assert container.input_mode("train-1") == "Pipe" and container.s3_sharded("train")
     assert not container.s3_sharded("eval")
     assert container.config_dir == str(tmp_path / "input" / "config")
     hp = deepfm_hparams.parse_hyperparameters([])
-    assert rt.resolve_s3_shard(hp, container, ["train", "train-1"]) is True
-    assert rt.resolve_s3_shard(hp, container, ["eval"]) is False
+    assert deepfm_container.resolve_s3_shard(hp, container, ["train", "train-1"]) is True
+    assert deepfm_container.resolve_s3_shard(hp, container, ["eval"]) is False
     forced = deepfm_hparams.parse_hyperparameters(["--s3_shard", "False"])
-    assert rt.resolve_s3_shard(forced, container, ["train"]) is False
+    assert deepfm_container.resolve_s3_shard(forced, container, ["train"]) is False
 
 
 def test_checkpoint_dir_precedence(tmp_path):
+    import deepfm_checkpoint
+    import deepfm_container
     import deepfm_hparams
-    import deepfm_runtime as rt
 
-    container = rt.load_env(es.make_container(tmp_path, ["train"]))
+    container = deepfm_container.load_env(es.make_container(tmp_path, ["train"]))
     parse = deepfm_hparams.parse_hyperparameters
-    assert rt.checkpoint_dir(parse([]), container) == str(tmp_path / "checkpoints")
-    assert rt.checkpoint_dir(parse(["--model_dir", "s3://b/job/model"]), container) == str(tmp_path / "checkpoints")
-    assert rt.checkpoint_dir(parse(["--model_dir", str(tmp_path / "model")]), container) == str(tmp_path / "checkpoints")
-    assert rt.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1"]), container) == "/mnt/efs/run1"
-    assert rt.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1", "--checkpoint_dir", "/ckpt"]), container) == "/ckpt"
+    assert deepfm_checkpoint.checkpoint_dir(parse([]), container) == str(tmp_path / "checkpoints")
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "s3://b/job/model"]), container) == str(tmp_path / "checkpoints")
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", str(tmp_path / "model")]), container) == str(tmp_path / "checkpoints")
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1"]), container) == "/mnt/efs/run1"
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1", "--checkpoint_dir", "/ckpt"]), container) == "/ckpt"
 
 
 def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
+    import deepfm_container
     import deepfm_hparams
-    import deepfm_runtime as rt
+    import deepfm_tuning
 
     for key in ("KMP_AFFINITY", "OMP_NUM_THREADS", "KMP_SETTINGS"):
         monkeypatch.delenv(key, raising=False)
-    container = rt.load_env(dict(es.make_container(tmp_path, ["train"]), SM_NUM_CPUS="16"))
-    rt.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--kmp_settings", "true"]), container)
+    container = deepfm_container.load_env(dict(es.make_container(tmp_path, ["train"]), SM_NUM_CPUS="16"))
+    deepfm_tuning.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--kmp_settings", "true"]), container)
     assert (os.environ["OMP_NUM_THREADS"], os.environ["KMP_SETTINGS"]) == ("16", "1")
     assert os.environ["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
-    rt.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--omp_num_threads", "3"]), container)
+    deepfm_tuning.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--omp_num_threads", "3"]), container)
     assert (os.environ["OMP_NUM_THREADS"], os.environ["KMP_SETTINGS"]) == ("3", "0")
 
 
@@ -297,12 +299,12 @@ def test_master_is_renamed_chief_for_the_strategy():
 def test_waiting_for_the_chief_ends_when_its_port_closes():
     import socket
 
-    import deepfm_runtime as rt
+    import train_ps
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
     threading.Timer(1.5, server.close).start()
-    assert rt.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
-    assert rt.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
+    assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+    assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 import entry_support as es
-import deepfm_runtime as rt
+import deepfm_container
 
 # Run a script as __main__ with some modules made unfindable, as in an image that does not ship them.
 _WITHOUT = """
@@ -26,13 +26,13 @@ def run_without(modules, base, script, env, timeout=60):
 
 def test_pipe_mode_problem_names_the_piped_channels_and_the_fix(tmp_path):
     es.make_container(tmp_path, ["train", "eval"], input_mode="Pipe")
-    env = rt.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_CHANNELS": '["eval", "train"]'})
-    problem = rt.pipe_mode_problem(env, find_spec=lambda name: None)
+    env = deepfm_container.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_CHANNELS": '["eval", "train"]'})
+    problem = deepfm_container.pipe_mode_problem(env, find_spec=lambda name: None)
     assert "eval, train" in problem and "File or FastFile" in problem and "2.14" in problem
-    assert rt.pipe_mode_problem(env, find_spec=lambda name: object()) is None
+    assert deepfm_container.pipe_mode_problem(env, find_spec=lambda name: object()) is None
     es.make_container(tmp_path / "file", ["train"], input_mode="FastFile")
-    fast_file = rt.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path / "file"), "SM_CHANNELS": '["train"]'})
-    assert rt.pipe_mode_problem(fast_file, find_spec=lambda name: None) is None
+    fast_file = deepfm_container.load_env({"SAGEMAKER_BASE_DIR": str(tmp_path / "file"), "SM_CHANNELS": '["train"]'})
+    assert deepfm_container.pipe_mode_problem(fast_file, find_spec=lambda name: None) is None
 
 
 @pytest.mark.parametrize("script", ["train_ps.py", "train_mirrored.py", "train_horovod.py"])
@@ -40,7 +40,7 @@ def test_pipe_mode_without_pipemodedataset_exits_at_once_with_the_fix(tmp_path, 
     """No FIFO is ever provided: a script that tried to read one would wait for it for hours."""
     env = es.make_container(tmp_path, ["train"], input_mode="Pipe")
     done = run_without(["sagemaker_tensorflow"], tmp_path, script, env)
-    problem = rt.pipe_mode_problem(rt.load_env(env), find_spec=lambda name: None)
+    problem = deepfm_container.pipe_mode_problem(deepfm_container.load_env(env), find_spec=lambda name: None)
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip() == f"{script}: error: {problem}"  # one line: no traceback, TF never started
 

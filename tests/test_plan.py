@@ -226,7 +226,7 @@ def test_rules_read_the_hyperparameters_of_the_shipped_scripts():
 
 
 def test_metric_definitions_match_the_entry_points_lines():
-    runtime = entrypoint_module("deepfm_runtime")
+    runtime = entrypoint_module("deepfm_log")
     train = runtime.format_metric("train", 1200, 0.45125, 0.7891, 15234.5)
     evaluation = runtime.format_metric("eval", 1200, 0.46, 0.78)
     found = {}
@@ -259,7 +259,8 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     launcher.conventions' (the metric line format is pinned by the test above)."""
     from types import SimpleNamespace
 
-    inputs, runtime = entrypoint_module("deepfm_input"), entrypoint_module("deepfm_runtime")
+    inputs = entrypoint_module("deepfm_input")
+    container_env, checkpoints = entrypoint_module("deepfm_container"), entrypoint_module("deepfm_checkpoint")
     assert inputs.EVAL_CHANNEL == conventions.EVAL_CHANNEL
     names = conventions.training_channel_names(12)
     assert [inputs.train_channel_index(name) for name in names] == list(range(12))
@@ -268,8 +269,8 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     config = inputs.InputConfig(field_size=1, batch_size=1)
     assert (config.data_dir, config.config_dir, config.pipe_state_dir) == (
         conventions.CONTAINER_DATA_DIR, conventions.CONTAINER_CONFIG_DIR, conventions.CONTAINER_PIPE_STATE_DIR)
-    container = runtime.load_env({})
+    container = container_env.load_env({})
     assert (container.base_dir, container.model_dir) == (conventions.CONTAINER_BASE_DIR, conventions.CONTAINER_MODEL_DIR)
     no_dirs = SimpleNamespace(checkpoint_dir=None, model_dir=None)
-    assert runtime.checkpoint_dir(no_dirs, container) == conventions.CONTAINER_CHECKPOINT_DIR
-    assert runtime.format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")
+    assert checkpoints.checkpoint_dir(no_dirs, container) == conventions.CONTAINER_CHECKPOINT_DIR
+    assert entrypoint_module("deepfm_log").format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")

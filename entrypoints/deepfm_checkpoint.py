@@ -1,0 +1,94 @@
+"""What a run leaves behind: checkpoints (resume after a spot interruption or a restart) and the
+SavedModel export of the trained model.
+
+TensorFlow is imported inside the functions that use it.
+"""
+
+import os
+import time
+
+from deepfm_log import emit, format_exported, log
+
+
+def checkpoint_dir(hp, env):
+    """checkpoint_dir hyperparameter; else model_dir when it is a local/EFS path (not S3, not the
+    model output dir); else $SAGEMAKER_BASE_DIR/checkpoints (synced to checkpoint_s3_uri)."""
+    if hp.checkpoint_dir:
+        return hp.checkpoint_dir
+    model_dir = hp.model_dir
+    if model_dir and "://" not in model_dir and os.path.abspath(model_dir) != os.path.abspath(env.model_dir):
+        return model_dir
+    return os.path.join(env.base_dir, "checkpoints")
+
+
+class CheckpointKeeper:
+    """tf.train.CheckpointManager around the trainer's model, optimizer (its `iterations` is the
+    global step) and loss scale. io_device: under PS the chief writes every shard itself, so the
+    directory need not be shared with the ps hosts."""
+
+    def __init__(self, trainer, directory, every_steps, io_device=None, max_to_keep=3):
+        import tensorflow as tf
+
+        objects = {"model": trainer.model, "optimizer": trainer.optimizer}
+        if trainer.loss_scale is not None:
+            objects["loss_scale"] = trainer.loss_scale
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep)
+        self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+        self.every_steps, self.directory = every_steps, directory
+        self.step_variable = trainer.optimizer.iterations
+        self.last_saved = None
+
+    def restore_latest(self):
+        """-> the restored global step (0 when there is no checkpoint)."""
+        latest = self.manager.latest_checkpoint
+        if latest is None:
+            log(f"no checkpoint in {self.directory}: starting at step 0")
+            return 0
+        self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
+        step = int(self.step_variable.numpy())
+        self.last_saved = step
+        log(f"restored {latest}: continuing at step {step}")
+        return step
+
+    def maybe_save(self, step, force=False):
+        """Save when `every_steps` were crossed since the last save (or force); -> path or None."""
+        last = self.last_saved or 0
+        due = step // self.every_steps > last // self.every_steps
+        if step == self.last_saved or not (force or due):
+            return None
+        path = self.manager.save(checkpoint_number=step, options=self.options)
+        self.last_saved = step
+        log(f"checkpoint step={step} {path}")
+        return path
+
+
+def export_saved_model(model, hp, model_dir, version=None):
+    """Copy the trained values into a plain, unpartitioned model and save it to
+    `<model_dir>/<version>/` with a `serving_default` signature: feat_ids int64[None, field_size],
+    feat_vals float32[None, field_size] -> probabilities float32[None]."""
+    import tensorflow as tf
+    from deepfm_model import build_model
+    from deepfm_variables import full_value
+
+    with tf.distribute.get_strategy().scope(), tf.device("/cpu:0"):
+        local = build_model(hp)
+    for dst, src in zip(local.all_variables, model.all_variables):
+        dst.assign(full_value(src))
+
+    class Serving(tf.Module):
+        def __init__(self, deepfm):
+            super().__init__()
+            self.deepfm = deepfm
+
+        @tf.function(input_signature=[tf.TensorSpec([None, hp.field_size], tf.int64, name="feat_ids"),
+                                      tf.TensorSpec([None, hp.field_size], tf.float32, name="feat_vals")])
+        def serve(self, feat_ids, feat_vals):
+            return {"probabilities": self.deepfm.predict(feat_ids, feat_vals)}
+
+    module = Serving(local)
+    version = str(version if version is not None else int(time.time()))
+    path = os.path.join(model_dir, version)
+    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    emit(format_exported(path))
+    return path

@@ -1,0 +1,116 @@
+"""How the workers of a synchronous run talk, as one small interface over three implementations:
+one process alone, Horovod, and MultiWorkerMirroredStrategy (whose workers may hold several local
+replicas). A collectives object has:
+
+- `rank`, `size` (workers), `replicas` (model copies in sync: the learning-rate scale)
+- `average_gradients(grads)`: inside the traced train step; IndexedSlices stay sparse (gathered)
+- `all_have(flag) -> bool`: True when every worker has `flag` (one small collective per step)
+- `sum(tensor) -> tensor`: elementwise sum over workers
+- `broadcast(variables)`: rank 0's values everywhere
+- optionally `local_copies(var)`: every copy a worker holds of a variable (several local replicas)
+
+TensorFlow and Horovod are imported by the objects that use them, not by this module.
+"""
+
+
+class SingleProcess:
+    """One process training alone: rank 0 of 1, sums and averages are the identity, broadcast a no-op."""
+
+    rank, size, replicas = 0, 1, 1
+
+    def average_gradients(self, grads):
+        return grads
+
+    def all_have(self, flag):
+        return bool(flag)
+
+    def sum(self, tensor):
+        return tensor
+
+    def broadcast(self, variables):
+        pass
+
+
+class HorovodCollectives:
+    """Horovod's: one worker per process; IndexedSlices gradients are all-gathered (they stay sparse)."""
+
+    def __init__(self, hvd):
+        import tensorflow as tf
+
+        self.hvd, self.tf = hvd, tf
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.replicas = self.size
+
+    def average_gradients(self, grads):
+        hvd = self.hvd
+        return [None if g is None else hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}")
+                for i, g in enumerate(grads)]
+
+    def all_have(self, flag):
+        have = self.hvd.allreduce(self.tf.constant([1 if flag else 0], self.tf.int32), op=self.hvd.Min,
+                                  name="all_have_batch")
+        return int(have.numpy()[0]) == 1
+
+    def sum(self, tensor):
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name="metrics_sum").numpy()
+
+    def broadcast(self, variables):
+        self.hvd.broadcast_variables(variables, root_rank=0)
+
+
+class MirroredCollectives:
+    """Collectives over the strategy's workers; each worker may hold several local replicas."""
+
+    def __init__(self, strategy, rank):
+        import tensorflow as tf
+
+        self.tf, self.strategy = tf, strategy
+        self.local_replicas = len(strategy.extended.worker_devices)
+        self.replicas = strategy.num_replicas_in_sync
+        self.rank, self.size = rank, self.replicas // self.local_replicas
+        self._sum = tf.function(lambda t: strategy.run(self._worker_sum, args=(t,)))
+
+    def local_index(self):
+        """This replica's index among its worker's replicas (a worker's replicas are numbered
+        consecutively in the sync group); inside strategy.run only."""
+        return self.tf.distribute.get_replica_context().replica_id_in_sync_group % self.local_replicas
+
+    def _worker_sum(self, tensor):
+        tf = self.tf
+        # identity() places the value on this replica's device; an argument has none to reduce to.
+        local = tf.identity(tensor)
+        if self.local_replicas > 1:  # one contribution per worker, not one per local replica
+            local = tf.where(self.local_index() == 0, local, tf.zeros_like(local))
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+    def average_gradients(self, grads):
+        present = [g for g in grads if g is not None]
+        averaged = iter(self.tf.distribute.get_replica_context().all_reduce(self.tf.distribute.ReduceOp.MEAN,
+                                                                            present))
+        return [None if g is None else next(averaged) for g in grads]
+
+    def local_copies(self, variable):
+        return list(self.strategy.experimental_local_results(variable))
+
+    def _local(self, value):
+        return self.strategy.experimental_local_results(value)[0]
+
+    def all_have(self, flag):
+        total = self._local(self._sum(self.tf.constant([1.0 if flag else 0.0])))
+        return int(round(float(total.numpy()[0]))) == self.size
+
+    def sum(self, tensor):
+        return self._local(self._sum(tensor)).numpy()
+
+    def broadcast(self, variables):
+        """No broadcast in the strategy's API: sum rank 0's values with everyone else's zeros, all
+        variables packed into one float64 vector (exact for float32 and for step counters); the
+        assignment, outside any replica, sets every local copy."""
+        tf = self.tf
+        packed = tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in variables], axis=0)
+        if self.rank != 0:
+            packed = tf.zeros_like(packed)
+        total = self._local(self._sum(packed))
+        sizes = [int(tf.size(v)) for v in variables]
+        for var, part in zip(variables, tf.split(total, sizes)):
+            var.assign(tf.reshape(tf.cast(part, var.dtype), var.shape))

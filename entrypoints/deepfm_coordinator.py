@@ -1,0 +1,121 @@
+"""The parameter-server loop: the chief drives training with ParameterServerStrategy and a
+ClusterCoordinator, the embedding tables partitioned across the ps tasks, the steps running on the
+workers; it evaluates on `eval`, checkpoints and exports.
+
+Under the strategy the dataset function is traced on the chief and runs on each worker: it reads the
+worker's own host files through paths relative to the worker's working directory (its
+SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there before serving.
+"""
+
+import os
+
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
+from deepfm_log import log
+from deepfm_tuning import configure_tensorflow
+from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
+
+SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
+
+
+def write_worker_shard(hp, env, hosts, task_index):
+    """On a worker, before it serves: its host's share of the data in SHARD_FILE. -> (channels, mode, shards)."""
+    where = Placement(hosts.index(env.current_host), len(hosts), len(hosts))
+    channels, mode, _, _, shards = training_input(hp, env, where)
+    os.makedirs(env.pipe_state_dir, exist_ok=True)
+    with open(os.path.join(env.base_dir, SHARD_FILE), "w") as f:
+        f.write(f"{shards[0]} {shards[1]} {task_index}\n")
+    return channels, mode, shards
+
+
+def embedding_partitioner(hp, num_ps):
+    """Split only the two embedding tables (rows = feature_size) across the ps tasks."""
+    import tensorflow as tf
+
+    by_size = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 << 10,
+                                                                          max_shards=num_ps)
+
+    def partition(shape, dtype):
+        if shape.rank and shape[0] == hp.feature_size:
+            return by_size(shape, dtype)
+        return [1] * max(shape.rank, 1)
+
+    return partition
+
+
+def train_with_coordinator(hp, env, cluster):
+    """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
+    configure_tensorflow(hp, env)  # CPU chief: float32 (PS workers are CPU hosts)
+    import tensorflow as tf
+    import deepfm_input
+    from deepfm_training import TrainWindow, build_trainer, evaluate
+    from deepfm_variables import flat_variables
+
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=embedding_partitioner(hp, len(cluster["ps"])))
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    trainer = build_trainer(hp, strategy=strategy)
+    shards = len(flat_variables([trainer.model.embeddings]))
+    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps; embeddings in {shards} shard(s)")
+    keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps,
+                              io_device="/job:chief/replica:0/task:0/device:CPU:0")
+    step = keeper.restore_latest()
+
+    channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
+    cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
+    skip = step // len(cluster["worker"])  # resume: each worker skips its share of the steps done
+
+    def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
+        # decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the
+        # content, and graph shape inference evaluates such small subgraphs while tracing, so the
+        # ReadFile ran on the chief, in its cwd where the file is absent (NOT_FOUND warnings). With
+        # decode_csv's static shape the file is read only on the worker that runs the function.
+        fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
+                                  [tf.constant(0, tf.int64)] * 3, field_delim=" ")
+        return tf.stack(fields)
+
+    def dataset_fn():
+        shard = read_worker_shard_file()
+        return deepfm_input.make_dataset(cfg, channels, shard[0], shard[1], training=True, epochs=hp.epochs,
+                                         skip_batches=skip)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @tf.function
+    def worker_step(it):
+        # A worker whose data is used up answers with its task index instead of raising
+        # OutOfRangeError, which would cancel the closures of workers that still have data.
+        batch = it.get_next_as_optional()
+        if batch.has_value():
+            strategy.run(trainer.train_step, args=(batch.get_value(),))
+            return tf.constant(-1, tf.int64)
+        return read_worker_shard_file()[2]
+
+    window = TrainWindow(trainer.train_metrics)
+    finished_workers = set()
+    done = bool(hp.max_steps and step >= hp.max_steps)
+    while not done:
+        todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
+        if hp.max_steps:
+            todo = min(todo, hp.max_steps - step)
+        results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
+        coordinator.join()
+        previous, step = step, int(trainer.optimizer.iterations.numpy())
+        if step - previous < todo:  # some closures found no data: note which workers are done
+            finished_workers.update(int(r.fetch()) for r in results)
+            finished_workers.discard(-1)
+        exhausted = len(finished_workers) >= len(cluster["worker"])
+        if exhausted:
+            log("training data exhausted on every worker")
+        if step // hp.log_steps > previous // hp.log_steps:
+            window.report(step)
+        keeper.maybe_save(step)
+        done = exhausted or bool(hp.max_steps and step >= hp.max_steps)
+    window.report(step)
+    keeper.maybe_save(step, force=True)
+    if deepfm_input.EVAL_CHANNEL in env.channels:  # the chief evaluates the whole channel itself
+        evaluate(trainer, eval_dataset(hp, env, ALONE), step)
+    if hp.export:
+        export_saved_model(trainer.model, hp, env.model_dir)
+    return 0

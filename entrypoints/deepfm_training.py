@@ -1,0 +1,297 @@
+"""Training DeepFM: the sparse-aware optimizers, dynamic loss scaling, streaming loss/AUC metrics, the
+train and eval steps (`Trainer`), and the metric lines of a training window and of an evaluation.
+
+The steps are plain functions (wrap them in tf.function, strategy.run or ClusterCoordinator.schedule);
+how workers talk (averaging gradients, summing metrics) comes in as a collectives object
+(deepfm_collectives), so the same code serves one process, Horovod, MultiWorkerMirroredStrategy and
+the parameter-server chief.
+"""
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from deepfm_collectives import SingleProcess
+from deepfm_log import emit, format_metric, log
+from deepfm_model import build_model
+from deepfm_variables import assign, assign_add, assign_sub, flat_variables, scatter_sub, scatter_update
+
+
+def _dedupe(grad):
+    """IndexedSlices -> (unique indices, summed rows): accumulators must see one update per row."""
+    unique, positions = tf.unique(grad.indices)
+    rows = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+    return unique, rows
+
+
+class SparseOptimizer(tf.Module):
+    """Adagrad, FTRL, SGD or lazy Adam; IndexedSlices gradients update only the rows in the batch.
+
+    Keras' Adam would decay its moments over the whole embedding table every step; here Adam is lazy:
+    moments of rows not in the batch are left alone. Slots sit next to their variable (same ps task).
+    """
+
+    KINDS = ("adam", "adagrad", "ftrl", "sgd")
+
+    def __init__(self, kind, learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-7,
+                 initial_accumulator=0.1, l1=0.0, l2=0.0, name="optimizer"):
+        super().__init__(name=name)
+        if kind not in self.KINDS:
+            raise ValueError(f"optimizer {kind!r} not one of {self.KINDS}")
+        self.kind = kind
+        self.learning_rate = tf.Variable(float(learning_rate), trainable=False, name="learning_rate")
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.initial_accumulator, self.l1, self.l2 = initial_accumulator, l1, l2
+        self.slots = []  # one dict per variable, by position in build()'s list
+
+    def build(self, variables):
+        """Create slots for the flat (per-shard) variables; call in the strategy scope, eagerly."""
+        extended = tf.distribute.get_strategy().extended
+        names = {"adam": ("m", "v"), "adagrad": ("accum",), "ftrl": ("accum", "linear"), "sgd": ()}[self.kind]
+        for var in variables:
+            slots = {}
+            with extended.colocate_vars_with(var):
+                for slot in names:
+                    start = self.initial_accumulator if slot == "accum" else 0.0
+                    slots[slot] = tf.Variable(tf.fill(var.shape, start), trainable=False,
+                                              name=f"{var.name.split(':')[0]}/{slot}")
+            self.slots.append(slots)
+        self._variables = list(variables)
+
+    def apply(self, grads):
+        """grads: one per variable given to build() (None = no update)."""
+        assign_add(self.iterations, 1)
+        lr = self.learning_rate.read_value()
+        step = tf.cast(self.iterations, tf.float32)
+        for var, slots, grad in zip(self._variables, self.slots, grads):
+            if grad is None:
+                continue
+            if isinstance(grad, tf.IndexedSlices):
+                indices, rows = _dedupe(grad)
+                self._sparse(var, slots, indices, rows, lr, step)
+            else:
+                self._dense(var, slots, grad, lr, step)
+
+    def _sparse(self, var, slots, indices, rows, lr, step):
+        if self.kind == "sgd":
+            scatter_sub(var, indices, lr * rows)
+        elif self.kind == "adagrad":
+            tf.raw_ops.ResourceSparseApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
+                                                     epsilon=self.epsilon, grad=rows, indices=indices)
+        elif self.kind == "ftrl":
+            tf.raw_ops.ResourceSparseApplyFtrlV2(
+                var=var.handle, accum=slots["accum"].handle, linear=slots["linear"].handle, grad=rows,
+                indices=indices, lr=lr, l1=self.l1, l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
+        else:
+            m = self.beta1 * tf.gather(slots["m"], indices) + (1 - self.beta1) * rows
+            v = self.beta2 * tf.gather(slots["v"], indices) + (1 - self.beta2) * tf.square(rows)
+            scatter_update(slots["m"], indices, m)
+            scatter_update(slots["v"], indices, v)
+            scatter_sub(var, indices, self._adam_lr(lr, step) * m / (tf.sqrt(v) + self.epsilon))
+
+    def _dense(self, var, slots, grad, lr, step):
+        if self.kind == "sgd":
+            assign_sub(var, lr * grad)
+        elif self.kind == "adagrad":
+            tf.raw_ops.ResourceApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
+                                              epsilon=self.epsilon, grad=grad)
+        elif self.kind == "ftrl":
+            tf.raw_ops.ResourceApplyFtrlV2(var=var.handle, accum=slots["accum"].handle,
+                                           linear=slots["linear"].handle, grad=grad, lr=lr, l1=self.l1,
+                                           l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
+        else:
+            assign(slots["m"], self.beta1 * slots["m"] + (1 - self.beta1) * grad)
+            assign(slots["v"], self.beta2 * slots["v"] + (1 - self.beta2) * tf.square(grad))
+            assign_sub(var, self._adam_lr(lr, step) * slots["m"] / (tf.sqrt(slots["v"]) + self.epsilon))
+
+    def _adam_lr(self, lr, step):
+        return lr * tf.sqrt(1 - tf.pow(self.beta2, step)) / (1 - tf.pow(self.beta1, step))
+
+
+class StreamingMetrics(tf.Module):
+    """Loss sum, example count and a prediction histogram per label (for AUC), as variables so that
+    ParameterServerStrategy workers can update them remotely and the chief can read them."""
+
+    def __init__(self, buckets=1000, name="metrics"):
+        super().__init__(name=name)
+        self.buckets = buckets
+        self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="loss_sum")
+        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
+        self.positives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="positives")
+        self.negatives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="negatives")
+
+    def update(self, labels, probs, losses):
+        """losses: per-example log loss."""
+        labels = tf.cast(tf.reshape(labels, [-1]), tf.float64)
+        bucket = tf.clip_by_value(tf.cast(tf.reshape(probs, [-1]) * self.buckets, tf.int32), 0, self.buckets - 1)
+        self.positives.assign_add(tf.math.unsorted_segment_sum(labels, bucket, self.buckets))
+        self.negatives.assign_add(tf.math.unsorted_segment_sum(1.0 - labels, bucket, self.buckets))
+        self.loss_sum.assign_add(tf.reduce_sum(tf.cast(losses, tf.float64)))
+        self.examples.assign_add(tf.cast(tf.size(losses), tf.int64))
+
+    def reset(self):
+        for var in (self.loss_sum, self.examples, self.positives, self.negatives):
+            var.assign(tf.zeros_like(var))
+
+    def result(self):
+        """-> (mean loss, AUC, examples) as Python numbers, read on the caller's side."""
+        examples = int(self.examples.numpy())
+        loss = float(self.loss_sum.numpy()) / examples if examples else float("nan")
+        return loss, histogram_auc(self.positives.numpy(), self.negatives.numpy()), examples
+
+
+def histogram_auc(positives, negatives):
+    """ROC AUC from per-bucket label counts (ties within a bucket count half)."""
+    pos, neg = np.asarray(positives, np.float64)[::-1], np.asarray(negatives, np.float64)[::-1]
+    total_pos, total_neg = pos.sum(), neg.sum()
+    if total_pos == 0 or total_neg == 0:
+        return float("nan")
+    pos_above = np.cumsum(pos) - pos
+    return float(np.sum(neg * (pos_above + 0.5 * pos)) / (total_pos * total_neg))
+
+
+class LossScale(tf.Module):
+    """Dynamic loss scaling for float16 compute: halve on overflow (and skip), double after
+    `period` finite steps."""
+
+    def __init__(self, initial=2.0 ** 15, period=2000, name="loss_scale"):
+        super().__init__(name=name)
+        self.scale = tf.Variable(initial, trainable=False, name="scale")
+        self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
+        self.period = period
+
+    def unscale(self, grads):
+        """-> (grads / scale, all finite)."""
+        out, finite = [], tf.constant(True)
+        for g in grads:
+            if g is None:
+                out.append(None)
+                continue
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(values)))
+            values = values / self.scale
+            out.append(tf.IndexedSlices(values, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
+                       else values)
+        return out, finite
+
+    def update(self, finite):
+        if finite:
+            assign_add(self.good_steps, 1)
+            if self.good_steps >= self.period:
+                assign(self.scale, self.scale * 2.0)
+                assign(self.good_steps, 0)
+        else:
+            assign(self.scale, tf.maximum(self.scale / 2.0, 1.0))
+            assign(self.good_steps, 0)
+
+
+class Trainer:
+    """Holds model, optimizer, metrics; step functions are plain (wrap them in tf.function or
+    ClusterCoordinator.schedule). grad_transform averages gradients over the workers
+    (a collectives object's average_gradients)."""
+
+    def __init__(self, model, optimizer, train_metrics, eval_metrics=None, loss_scale=None,
+                 grad_transform=None):
+        self.model, self.optimizer, self.loss_scale = model, optimizer, loss_scale
+        self.train_metrics, self.eval_metrics = train_metrics, eval_metrics
+        self.grad_transform = grad_transform
+        self.variables = flat_variables(model.sparse_variables) + flat_variables(model.dense_variables)
+        optimizer.build(self.variables)
+
+    def train_step(self, batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            logits, l2 = self.model(features["ids"], features["values"], training=True)
+            losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.reduce_mean(losses) + l2
+            scaled = loss * self.loss_scale.scale if self.loss_scale is not None else loss
+        grads = tape.gradient(scaled, self.variables)
+        if self.grad_transform is not None:
+            grads = self.grad_transform(grads)
+        if self.loss_scale is not None:
+            grads, finite = self.loss_scale.unscale(grads)
+            if finite:
+                self.optimizer.apply(grads)
+            self.loss_scale.update(finite)
+        else:
+            self.optimizer.apply(grads)
+        self.train_metrics.update(labels, tf.sigmoid(logits), losses)
+        return loss
+
+    def eval_step(self, batch):
+        features, labels = batch
+        logits, _ = self.model(features["ids"], features["values"], training=False)
+        losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        self.eval_metrics.update(labels, tf.sigmoid(logits), losses)
+        return tf.reduce_mean(losses)
+
+
+def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=None, grad_transform=None,
+                  process_metrics=False):
+    """Model + optimizer + metrics created in the strategy's scope (tables partitioned under PS).
+
+    process_metrics: metrics as plain variables of this process, outside the scope, that every local
+    replica adds into (in the scope of a mirrored strategy each replica would count into its own copy)."""
+    scope = strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope()
+    metrics = [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")] \
+        if process_metrics else None
+    with scope:
+        model = build_model(hp, compute_dtype)
+        optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
+        loss_scale = LossScale() if tf.as_dtype(compute_dtype) == tf.float16 else None
+        metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
+        return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)
+
+
+# ---- metric lines: a training window, an evaluation ----
+
+def summed_result(metrics, collectives=None):
+    """(mean loss, AUC, examples) of a StreamingMetrics summed over the workers (one collective), then
+    reset it."""
+    collectives = collectives or SingleProcess()
+    parts = (metrics.loss_sum, metrics.examples, metrics.positives, metrics.negatives)
+    packed = np.concatenate([np.asarray(v.numpy(), np.float64).reshape(-1) for v in parts])
+    total = np.asarray(collectives.sum(tf.constant(packed)))
+    metrics.reset()
+    loss_sum, examples = total[0], total[1]
+    positives, negatives = np.split(total[2:], 2)
+    loss = loss_sum / examples if examples else float("nan")
+    return loss, histogram_auc(positives, negatives), int(examples)
+
+
+class TrainWindow:
+    """One train line per window from the trainer's train metrics summed over the workers, which are
+    then reset; examples_per_sec counts the window's examples over its wall time. Rank 0 prints.
+    Every worker must call `report` at the same steps (it is a collective)."""
+
+    def __init__(self, metrics, collectives=None):
+        self.metrics, self.collectives = metrics, collectives or SingleProcess()
+        self.started = time.monotonic()
+
+    def report(self, step):
+        loss, auc, examples = summed_result(self.metrics, self.collectives)
+        now = time.monotonic()
+        if examples and self.collectives.rank == 0:
+            emit(format_metric("train", step, loss, auc, examples / max(now - self.started, 1e-9)))
+        self.started = now
+        return loss, auc
+
+
+def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
+    """Run the eval step over `dataset` (None: this worker reads no eval data), sum the eval metrics over
+    the workers; rank 0 prints the eval line. -> (loss, auc)."""
+    collectives = collectives or SingleProcess()
+    trainer.eval_metrics.reset()
+    if dataset is not None:
+        step_fn = step_fn or tf.function(trainer.eval_step)
+        for batch in dataset:
+            step_fn(batch)
+    loss, auc, examples = summed_result(trainer.eval_metrics, collectives)
+    if collectives.rank == 0:
+        if examples:
+            emit(format_metric("eval", step, loss, auc))
+        else:
+            log("eval channel is empty: no eval line")
+    return loss, auc

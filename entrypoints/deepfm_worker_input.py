@@ -1,0 +1,89 @@
+"""What one worker reads: its place among the hosts (`Placement`), its training channels, input mode
+and shard (the shard table of deepfm_input applied to the container), and its datasets.
+
+deepfm_input (and with it TensorFlow) is imported inside the functions: importing this module must not
+start TensorFlow before the thread environment is set.
+"""
+
+import math
+import os
+
+from deepfm_container import input_mode, resolve_s3_shard
+from deepfm_log import log
+
+
+class Placement:
+    """Where one worker sits: `hosts x workers_per_host` workers, filled host by host in rank order
+    (mpirun's by-slot mapping with `--host algo-1:P,algo-2:P`)."""
+
+    def __init__(self, rank, size, num_hosts):
+        if size % num_hosts:
+            raise ValueError(f"{size} workers do not divide over {num_hosts} hosts")
+        self.rank, self.size, self.num_hosts = rank, size, num_hosts
+        self.workers_per_host = size // num_hosts
+        # From the rank, not SM_CURRENT_HOST: under MPI every rank inherits the first host's environment.
+        self.host_index, self.local_rank = divmod(rank, self.workers_per_host)
+
+    def __repr__(self):
+        return (f"rank={self.rank}/{self.size} host={self.host_index}/{self.num_hosts} "
+                f"local_rank={self.local_rank}/{self.workers_per_host}")
+
+
+ALONE = Placement(0, 1, 1)  # one worker on one host: reads everything
+
+
+def training_input(hp, env, where):
+    """-> (channels, input mode, multi_path, s3_shard, (num_shards, index)) of this worker's training data."""
+    import deepfm_input as di
+
+    channels = di.training_channels(env.channels, where.workers_per_host, where.local_rank)
+    multi_path = di.is_multi_path(env.channels)
+    mode = input_mode(env, channels)
+    if mode.lower() == "pipe" and not multi_path and where.workers_per_host > 1:
+        raise ValueError(f"Pipe mode with {where.workers_per_host} workers per host needs one training channel "
+                         "per worker (train, train-1, ...): a FIFO can be read by one process only")
+    s3_shard = resolve_s3_shard(hp, env, channels)
+    shards = di.shard_for(where.num_hosts, where.host_index, where.workers_per_host, where.local_rank,
+                          multi_path, s3_shard)
+    return channels, mode, multi_path, s3_shard, shards
+
+
+def input_config(hp, env, mode, rank, batch_size=None):
+    import deepfm_input as di
+
+    # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
+    return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
+                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"), batch_size=batch_size)
+
+
+def train_dataset(hp, env, where, skip_batches=0, batch_size=None, whole_batches=True):
+    """This worker's training batches (of `batch_size`, default hp.batch_size: what one step consumes).
+    whole_batches: drop each epoch's last partial batch, so every step has the same shapes on every
+    worker and replica (one trace, no ragged tail)."""
+    import deepfm_input as di
+
+    channels, mode, multi_path, s3_shard, shards = training_input(hp, env, where)
+    log(f"{where} channels={','.join(channels)} mode={mode} multi_path={multi_path} s3_shard={s3_shard} "
+        f"shard={shards[1]}/{shards[0]}")
+    return di.make_dataset(input_config(hp, env, mode, where.rank, batch_size), channels, *shards, training=True,
+                           epochs=hp.epochs, skip_batches=skip_batches, drop_remainder=whole_batches,
+                           seed=where.rank)
+
+
+def eval_dataset(hp, env, where):
+    """This worker's part of `eval`; None when it reads none (Pipe mode: rank 0 alone reads the FIFO)."""
+    import deepfm_input as di
+
+    mode = env.input_mode(di.EVAL_CHANNEL)
+    if mode.lower() == "pipe":
+        if where.rank != 0:
+            return None
+        shards = (1, 0)
+    else:
+        s3_shard = resolve_s3_shard(hp, env, [di.EVAL_CHANNEL])
+        shards = di.shard_for(where.num_hosts, where.host_index, where.workers_per_host, where.local_rank,
+                              False, s3_shard)
+    dataset = di.make_dataset(input_config(hp, env, mode, where.rank), [di.EVAL_CHANNEL], *shards, training=False)
+    if hp.eval_steps:
+        dataset = dataset.take(math.ceil(hp.eval_steps / where.size))
+    return dataset
