@@ -237,7 +237,7 @@ EnvValue = Annotated[Any, AfterValidator(_check_env_value), WithJsonSchema({"typ
 
 
 class Spec(_Strict):
-    """A dfm job spec. See "The job spec" in README.md."""
+    """A dfm job spec. See docs/spec.md."""
 
     extends: str | None = Field(None, description="a base spec (path relative to this file) to deep-merge onto")
     name: str = Field(min_length=1, description="base job name; dfm appends a timestamp (at most 39 characters)")

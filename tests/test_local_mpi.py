@@ -109,7 +109,7 @@ def test_mpirun_command_is_the_toolkits_but_for_the_loopback_differences(tmp_pat
         "AWS_DEFAULT_REGION": "us-east-1", "TRAINING_JOB_NAME": plan.job_name,
         "SAGEMAKER_TRAINING_MODULE": environ["SAGEMAKER_TRAINING_MODULE"]})
 
-    # The deliberate differences (README fidelity table), applied to the toolkit's command:
+    # The deliberate differences (the fidelity table in docs/local.md), applied to the toolkit's command:
     names = ",".join(f"algo-{i}" + (f":{per_host}" if per_host > 1 else "") for i in range(1, hosts + 1))
     expected = [{"mpirun": ours[0], names: f"localhost:{hosts * per_host}", "eth0": "lo",
                  "NCCL_SOCKET_IFNAME=eth0": "NCCL_SOCKET_IFNAME=lo"}.get(token, token) for token in theirs]
