@@ -1,4 +1,4 @@
-"""`dfm data ...`: synthesize, convert and split training data. Owner: issue 3 (data tools).
+"""`dfm data ...`: synthesize, inspect, convert and split training data.
 
 numpy and TensorFlow load inside the commands, so `dfm --help` stays fast.
 """
