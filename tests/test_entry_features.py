@@ -17,6 +17,7 @@ import deepfm_features as F
 tf = pytest.importorskip("tensorflow")
 import deepfm_model as M  # noqa: E402
 import deepfm_raw as R  # noqa: E402
+import deepfm_training as T  # noqa: E402
 
 BAG = "recent_cats"
 
@@ -335,7 +336,7 @@ def test_training_on_raw_rows_gets_close_to_the_teachers_auc(tmp_path):
     layout = F.build_layout(spec)
     transform = R.FeatureTransform(spec, layout)
     model = PooledDeepFM(layout, deep_layers=(64, 32))
-    trainer = M.Trainer(model, M.SparseOptimizer("adagrad", 0.3), M.StreamingMetrics(), M.StreamingMetrics())
+    trainer = T.Trainer(model, T.SparseOptimizer("adagrad", 0.3), T.StreamingMetrics(), T.StreamingMetrics())
     train = R.raw_dataset([str(p) for p in sorted((tmp_path / "train").iterdir())], spec, 256,
                           transform=transform, shuffle_buffer=10000, seed=1, epochs=3)
     step = tf.function(trainer.train_step)
