@@ -114,6 +114,7 @@ def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, ra
     auc = final_auc(run.output)
     assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
+    assert len(re.findall(r"\[dfm\] bad rows skipped: 0 \(worker \d\)", run.output)) == 2, run.output[-3000:]
     assert_no_survivors(run.pids)
 
 
@@ -132,6 +133,17 @@ def test_bad_rows_skip_counts_them(tmp_path, raw_sample):
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     assert f"[dfm] bad rows skipped: {2 * len(BAD_LINES)}" in run.output
+
+
+def test_bad_rows_skip_counts_them_per_parameter_server_worker(tmp_path, raw_sample):
+    """Each host's worker reads one of the two files, each with the bad lines."""
+    spec = write_spec(tmp_path, raw_sample, name="raw-ps-skip", count=2, train=with_bad_lines(tmp_path, raw_sample),
+                      hyperparameters={"epochs": 1}, bad_rows="skip")
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    counts = re.findall(r"\[dfm\] bad rows skipped: (\d+) \(worker (\d)\)", run.output)
+    assert sorted(counts) == [(str(len(BAD_LINES)), "0"), (str(len(BAD_LINES)), "1")], run.output[-3000:]
+    assert_no_survivors(run.pids)
 
 
 def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
