@@ -109,7 +109,9 @@ def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_p
 
 
 def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, raw_sample):
-    run = WatchedRun("launch", str(write_spec(tmp_path, raw_sample, name="raw-ps", count=2)), "--local")
+    # Asynchronous updates from two workers: one epoch more than one host needs, for a steady margin.
+    spec = write_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4})
+    run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     auc = final_auc(run.output)
     assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
