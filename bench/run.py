@@ -27,6 +27,7 @@ ITEMS = {
     "pipeline": ("bench.pipeline", 300, 1200),
     "cli": ("bench.cli_latency", 180, 600),
     "distributed": ("bench.distributed", 600, 1800),
+    "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
 }
 
 

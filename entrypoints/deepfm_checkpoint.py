@@ -66,7 +66,8 @@ class CheckpointKeeper:
 def export_saved_model(model, hp, model_dir, version=None):
     """Copy the trained values into a plain, unpartitioned model and save it to
     `<model_dir>/<version>/` with a `serving_default` signature: feat_ids int64[None, field_size],
-    feat_vals float32[None, field_size] -> probabilities float32[None]."""
+    feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features, the raw
+    inputs by name (deepfm_raw.RawServing)."""
     import tensorflow as tf
     from deepfm_model import build_model
     from deepfm_variables import full_value
@@ -86,9 +87,16 @@ def export_saved_model(model, hp, model_dir, version=None):
         def serve(self, feat_ids, feat_vals):
             return {"probabilities": self.deepfm.predict(feat_ids, feat_vals)}
 
-    module = Serving(local)
     version = str(version if version is not None else int(time.time()))
     path = os.path.join(model_dir, version)
+    spec = getattr(hp, "feature_spec", None)
+    if spec is not None:  # serving_default takes raw features by name; `indexed` the (ids, values) slots
+        from deepfm_raw import RawServing
+
+        RawServing(local, spec).save(path)
+        emit(format_exported(path))
+        return path
+    module = Serving(local)
     tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
     emit(format_exported(path))
     return path

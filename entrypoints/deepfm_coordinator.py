@@ -14,6 +14,7 @@ from deepfm_log import log
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
 
+BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY
 SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
 
 
@@ -25,6 +26,17 @@ def write_worker_shard(hp, env, hosts, task_index):
     with open(os.path.join(env.base_dir, SHARD_FILE), "w") as f:
         f.write(f"{shards[0]} {shards[1]} {task_index}\n")
     return channels, mode, shards
+
+
+def join_or_exit(coordinator):
+    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1."""
+    import tensorflow as tf
+
+    try:
+        coordinator.join()
+    except tf.errors.InvalidArgumentError as err:
+        log(f"error: {err.message.strip().splitlines()[0]}")
+        raise SystemExit(1) from None
 
 
 def embedding_partitioner(hp, num_ps):
@@ -82,28 +94,44 @@ def train_with_coordinator(hp, env, cluster):
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 
+    raw = hp.features != ""
+
     @tf.function
     def worker_step(it):
         # A worker whose data is used up answers with its task index instead of raising
         # OutOfRangeError, which would cancel the closures of workers that still have data.
+        # With raw features: [-1 or that index, this worker's task index, bad rows the batch skipped].
         batch = it.get_next_as_optional()
         if batch.has_value():
-            strategy.run(trainer.train_step, args=(batch.get_value(),))
+            value = batch.get_value()
+            strategy.run(trainer.train_step, args=(value,))
+            if raw:
+                return tf.stack([tf.constant(-1, tf.int64), read_worker_shard_file()[2], value[0][BAD_ROWS_KEY]])
             return tf.constant(-1, tf.int64)
+        if raw:
+            task = read_worker_shard_file()[2]
+            return tf.stack([task, task, tf.constant(0, tf.int64)])
         return read_worker_shard_file()[2]
 
     window = TrainWindow(trainer.train_metrics)
-    finished_workers = set()
+    finished_workers, bad_rows = set(), {}
     done = bool(hp.max_steps and step >= hp.max_steps)
     while not done:
         todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
         if hp.max_steps:
             todo = min(todo, hp.max_steps - step)
         results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
-        coordinator.join()
+        join_or_exit(coordinator)
         previous, step = step, int(trainer.optimizer.iterations.numpy())
+        if raw:
+            answers = [r.fetch() for r in results]
+            for _, task, bad in answers:
+                bad_rows[int(task)] = bad_rows.get(int(task), 0) + int(bad)
+            results = [answer[0] for answer in answers]
+        else:
+            results = [r.fetch() for r in results] if step - previous < todo else []
         if step - previous < todo:  # some closures found no data: note which workers are done
-            finished_workers.update(int(r.fetch()) for r in results)
+            finished_workers.update(int(r) for r in results)
             finished_workers.discard(-1)
         exhausted = len(finished_workers) >= len(cluster["worker"])
         if exhausted:
@@ -113,6 +141,8 @@ def train_with_coordinator(hp, env, cluster):
         keeper.maybe_save(step)
         done = exhausted or bool(hp.max_steps and step >= hp.max_steps)
     window.report(step)
+    for task in sorted(bad_rows) if raw else []:
+        log(f"bad rows skipped: {bad_rows[task]} (worker {task})")
     keeper.maybe_save(step, force=True)
     if deepfm_input.EVAL_CHANNEL in env.channels:  # the chief evaluates the whole channel itself
         evaluate(trainer, eval_dataset(hp, env, ALONE), step)

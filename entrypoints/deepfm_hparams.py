@@ -36,6 +36,7 @@ DEFAULTS = {
     "prefetch": 2,
     "cache": False,
     "s3_shard": "auto",
+    "features": "",  # JSON of the spec's `features:` section (raw features); empty = pre-indexed input
     # tuning
     "intra_op_threads": 0,
     "inter_op_threads": 0,
@@ -164,7 +165,26 @@ def parse_hyperparameters(argv, prog="train"):
                  "checkpoint_steps"):
         if getattr(args, name) <= 0:
             raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
+    if args.features:
+        apply_features(args)
     return args
+
+
+def apply_features(args):
+    """Parse --features (JSON) into args.feature_spec and set field_size/feature_size from its layout."""
+    import deepfm_features as F
+
+    try:
+        spec = F.spec_from_dict(json.loads(args.features))
+    except (ValueError, F.SpecError) as err:
+        raise HyperparameterError(f"argument --features: {err}") from None
+    layout = F.build_layout(spec)
+    args.feature_spec, args.field_size, args.feature_size = spec, layout.field_size, layout.feature_size
+
+
+def feature_spec(args):
+    """The raw-feature spec of a run, or None for pre-indexed input."""
+    return getattr(args, "feature_spec", None)
 
 
 def parse_or_exit(argv, prog):

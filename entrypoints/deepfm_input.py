@@ -74,6 +74,13 @@ class InputConfig:
     data_dir: str = "/opt/ml/input/data"  # channel dirs (File) or FIFOs `<channel>_<n>` (Pipe)
     config_dir: str = "/opt/ml/input/config"  # inputdataconfig.json, read when the dataset is built
     pipe_state_dir: str = "/opt/ml/pipe_state"
+    feature_spec: object = None  # deepfm_features.FeatureSpec: raw records, parsed and hashed in the graph
+
+    @property
+    def text_records(self):
+        if self.feature_spec is not None:
+            return self.feature_spec.format != "tfrecord"
+        return self.data_format == "libsvm"
 
 
 def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir, batch_size=None):
@@ -81,7 +88,7 @@ def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir, ba
     return InputConfig(field_size=hp.field_size, batch_size=batch_size or hp.batch_size,
                        data_format=hp.data_format, shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch,
                        cache=hp.cache, input_mode=input_mode, data_dir=data_dir, config_dir=config_dir,
-                       pipe_state_dir=pipe_state_dir)
+                       pipe_state_dir=pipe_state_dir, feature_spec=getattr(hp, "feature_spec", None))
 
 
 def list_files(channel_dirs):
@@ -106,7 +113,7 @@ def _file_records(files, cfg, num_shards, index):
     one, zero = tf.constant(1, tf.int64), tf.constant(0, tf.int64)
     names = tf.data.Dataset.from_tensor_slices(files)
     names = names.shard(tf.where(by_file, num_shards, one), tf.where(by_file, index, zero))
-    reader = tf.data.TextLineDataset if cfg.data_format == "libsvm" else tf.data.TFRecordDataset
+    reader = tf.data.TextLineDataset if cfg.text_records else tf.data.TFRecordDataset
     records = names.flat_map(reader)
     return records.shard(tf.where(by_file, one, num_shards), tf.where(by_file, zero, index))
 
@@ -114,7 +121,7 @@ def _file_records(files, cfg, num_shards, index):
 def _pipe_records(channels, cfg, num_shards, index):
     from sagemaker_tensorflow import PipeModeDataset  # only in Pipe mode: the op library is heavy
 
-    record_format = "TextLine" if cfg.data_format == "libsvm" else "TFRecord"
+    record_format = "TextLine" if cfg.text_records else "TFRecord"
     streams = [PipeModeDataset(channel, record_format=record_format, pipe_dir=cfg.data_dir,
                                state_dir=cfg.pipe_state_dir, config_dir=cfg.config_dir)
                for channel in channels]
@@ -147,6 +154,17 @@ def parse_libsvm_batch(lines, field_size):
             labels)
 
 
+def batch_parser(cfg):
+    """records[B] -> ({"ids", "values"} (+ the bad-row count with raw features), labels). The raw
+    features' transform is created here, inside the dataset function (under PS: on each worker)."""
+    if cfg.feature_spec is not None:
+        import deepfm_raw
+
+        return deepfm_raw.batch_parser(cfg.feature_spec, deepfm_raw.FeatureTransform(cfg.feature_spec))
+    parse = parse_libsvm_batch if cfg.data_format == "libsvm" else parse_tfrecord_batch
+    return lambda raw: parse(raw, cfg.field_size)
+
+
 def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, skip_batches=0,
                  drop_remainder=False, seed=None):
     """Batches of ({"ids", "values"}, label) for the given channels (by name) of one worker.
@@ -169,8 +187,7 @@ def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, 
         if training and cfg.shuffle_buffer > 1:
             records = records.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         batches = records.batch(cfg.batch_size, drop_remainder=drop_remainder)
-        parse = parse_libsvm_batch if cfg.data_format == "libsvm" else parse_tfrecord_batch
-        return batches.map(lambda raw: parse(raw, cfg.field_size), num_parallel_calls=tf.data.AUTOTUNE)
+        return batches.map(batch_parser(cfg), num_parallel_calls=tf.data.AUTOTUNE)
 
     if training and pipe:
         passes = tf.data.Dataset.range(epochs) if epochs > 0 else tf.data.Dataset.counter()

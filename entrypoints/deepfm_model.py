@@ -16,8 +16,11 @@ class DeepFM(tf.Module):
     """first-order weights + FM second-order term + MLP over the field embeddings -> logit."""
 
     def __init__(self, field_size, feature_size, embedding_size, deep_layers, dropout=0.0,
-                 batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, name="deepfm"):
+                 batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, name="deepfm"):
+        """pooling: None (one input slot per field) or a callable [B, S, K] -> [B, F, K] (raw features'
+        SlotPooling: a multi-hot field's slots summed into one field embedding)."""
         super().__init__(name=name)
+        self.pooling = pooling
         self.field_size, self.embedding_size = field_size, embedding_size
         self.dropout, self.batch_norm, self.l2_reg = dropout, batch_norm, l2_reg
         self.compute_dtype = tf.as_dtype(compute_dtype)
@@ -68,6 +71,8 @@ class DeepFM(tf.Module):
         weights = tf.nn.embedding_lookup(self.first_order, ids)[..., 0]  # [B, F]
         vectors = tf.nn.embedding_lookup(self.embeddings, ids)  # [B, F, K]
         scaled = vectors * values[..., None]
+        if self.pooling is not None:
+            scaled = self.pooling(scaled)
         linear = tf.reduce_sum(weights * values, axis=1)
         summed = tf.reduce_sum(scaled, axis=1)
         fm = 0.5 * tf.reduce_sum(tf.square(summed) - tf.reduce_sum(tf.square(scaled), axis=1), axis=1)
@@ -113,6 +118,16 @@ class DeepFM(tf.Module):
 
 
 def build_model(hp, compute_dtype=tf.float32):
-    """DeepFM from parsed hyperparameters (deepfm_hparams.parse_hyperparameters)."""
+    """DeepFM from parsed hyperparameters (deepfm_hparams.parse_hyperparameters); with raw features the
+    sizes come from the spec's layout and the model pools each field's slots."""
+    from deepfm_hparams import feature_spec
+
+    pooling, spec = None, feature_spec(hp)
+    if spec is not None:
+        import deepfm_features as F
+        from deepfm_raw import SlotPooling
+
+        layout = F.build_layout(spec)
+        pooling = SlotPooling(layout, hp.embedding_size)
     return DeepFM(hp.field_size, hp.feature_size, hp.embedding_size, hp.deep_layers, hp.dropout,
-                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype)
+                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling)

@@ -19,6 +19,7 @@ from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_mod
 from deepfm_log import log
 from deepfm_worker_input import eval_dataset, train_dataset
 
+BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY (not imported: deepfm_raw starts TensorFlow)
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
 
 
@@ -54,17 +55,29 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
     iterator = iter(train_dataset(hp, env, where, skip_batches=step, batch_size=batch_size,
                                   whole_batches=whole_batches))
     window = TrainWindow(trainer.train_metrics, collectives)
+    bad_rows = 0
     while not hp.max_steps or step < hp.max_steps:
-        batch = iterator.get_next_as_optional()
-        if not collectives.all_have(bool(batch.has_value())):
+        try:
+            batch = iterator.get_next_as_optional()
+            has_value = bool(batch.has_value())
+        except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
+            log(f"error: {err.message.strip().splitlines()[0]}")
+            raise SystemExit(1) from None
+        if not collectives.all_have(has_value):
             break
-        step_fn(batch.get_value())
+        value = batch.get_value()
+        count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
+        if hasattr(count, "numpy"):  # a plain tensor (one replica); per-replica values are not counted
+            bad_rows += int(count)
+        step_fn(value)
         step += 1
         if step % hp.log_steps == 0:
             window.report(step)
         if keeper is not None:
             keeper.maybe_save(step)
     window.report(step)  # the last partial window (prints nothing when it is empty)
+    if hp.features:
+        log(f"bad rows skipped: {bad_rows}")
     return step
 
 

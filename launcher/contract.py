@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
 
-__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "bundled_hparams", "bundled_source_dir",
+__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "bundled_features", "bundled_hparams", "bundled_source_dir",
+           "features_hyperparameter",
            "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
 
 
@@ -34,6 +36,26 @@ BUNDLED_ENTRY_POINTS: dict[str, BundledEntryPoint] = {
 }
 
 
+def _load_bundled(filename: str, module_name: str) -> ModuleType:
+    path = Path(bundled_source_dir()) / filename
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def bundled_features() -> ModuleType:
+    """The bundled scripts' `deepfm_features` (validate, spec_from_dict, build_layout): the launcher checks
+    a `features:` section with the very checks the scripts apply. Pure Python."""
+    return _load_bundled("deepfm_features.py", "dfm_bundled_features")
+
+
+def features_hyperparameter(features: dict) -> str:
+    """The `features` hyperparameter the bundled scripts read: the section as compact JSON."""
+    return json.dumps(features, separators=(",", ":"))
+
+
 @functools.cache
 def bundled_hparams() -> ModuleType:
     """The bundled scripts' own `deepfm_hparams` module (DEFAULTS, CHOICES, TRUE_WORDS, FALSE_WORDS).
@@ -41,11 +63,7 @@ def bundled_hparams() -> ModuleType:
     Read from the source dir itself rather than mirrored here, so the rules check spec hyperparameters
     against exactly what the scripts will parse. It is pure Python (argparse, json): no TensorFlow.
     """
-    path = Path(bundled_source_dir()) / "deepfm_hparams.py"
-    spec = importlib.util.spec_from_file_location("dfm_bundled_hparams", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_bundled("deepfm_hparams.py", "dfm_bundled_hparams")
 
 
 def bundled_source_dir() -> str:

@@ -189,6 +189,8 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     hyperparameters = dict(spec.hyperparameters)
     if checkpoint_dir is not None and bundled is not None:
         hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+    if spec.features is not None:
+        hyperparameters["features"] = contract.features_hyperparameter(spec.features)
     # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
     hyperparameters["model_dir"] = model_dir
 

@@ -16,6 +16,7 @@ from typing import Callable
 from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
+from launcher.rules_features import check_features
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -214,6 +215,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_hyperparameter_limits,
     check_request_limits,
     check_bundled_hyperparameters,
+    check_features,
     check_boolean_hyperparameters,
     check_entry_point,
     check_framework,

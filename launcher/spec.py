@@ -260,6 +260,9 @@ class Spec(_Strict):
     spot: Spot | None = None
     max_run: int = Field(86400, ge=1, le=2419200, description="seconds before SageMaker stops the job")
     hyperparameters: dict[str, HyperparameterValue] = Field(default_factory=dict)
+    features: dict[str, Any] | None = Field(
+        None, description="raw features for the bundled DeepFM (format, label, columns, numeric, categorical, multi_hot, bad_rows)"
+    )
     vpc: Vpc | None = None
     warm_pool_seconds: int = Field(
         0, ge=0, description="keep the hosts warm this long after the job (at most the API's KeepAlivePeriodInSeconds maximum)"

@@ -60,26 +60,10 @@ def collect(dataset):
     return {k: np.concatenate(v) for k, v in out.items()}, np.concatenate(labels)
 
 
-class PooledDeepFM(M.DeepFM):
-    """The bundled DeepFM with the wiring raw features need: the model reads S slots and pools them into
-    F field embeddings (SlotPooling) before the FM and deep parts. Only the marked line is new."""
-
-    def __init__(self, layout, embedding_size=8, deep_layers=(32, 16), **kw):
-        super().__init__(layout.field_size, layout.feature_size, embedding_size, deep_layers, **kw)
-        self.pooling = R.SlotPooling(layout, embedding_size)
-
-    def __call__(self, ids, values, training=False):
-        values = tf.cast(values, tf.float32)
-        weights = tf.nn.embedding_lookup(self.first_order, ids)[..., 0]
-        vectors = tf.nn.embedding_lookup(self.embeddings, ids)
-        scaled = self.pooling(vectors * values[..., None])  # new: [B, S, K] -> [B, F, K]
-        linear = tf.reduce_sum(weights * values, axis=1)
-        summed = tf.reduce_sum(scaled, axis=1)
-        fm = 0.5 * tf.reduce_sum(tf.square(summed) - tf.reduce_sum(tf.square(scaled), axis=1), axis=1)
-        deep = self._mlp(tf.reshape(scaled, [-1, self.field_size * self.embedding_size]), training)
-        batch = tf.cast(tf.shape(ids)[0], tf.float32)
-        l2 = self.l2_reg * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(vectors)) / batch
-        return linear + fm + deep + self.bias, l2
+def PooledDeepFM(layout, embedding_size=8, deep_layers=(32, 16), **kw):
+    """The bundled DeepFM as the scripts build it for raw features: S input slots pooled into F fields."""
+    return M.DeepFM(layout.field_size, layout.feature_size, embedding_size, deep_layers,
+                    pooling=R.SlotPooling(layout, embedding_size), **kw)
 
 
 @pytest.fixture(scope="module")

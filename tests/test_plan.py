@@ -274,3 +274,24 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     no_dirs = SimpleNamespace(checkpoint_dir=None, model_dir=None)
     assert checkpoints.checkpoint_dir(no_dirs, container) == conventions.CONTAINER_CHECKPOINT_DIR
     assert entrypoint_module("deepfm_log").format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")
+
+
+def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it():
+    """The spec's `features:` reaches the bundled scripts as one compact-JSON hyperparameter, which
+    their own parser turns into the layout's sizes."""
+    import yaml
+
+    plan = config_plan("criteo-raw.yaml")
+    kw = estimator_kwargs(plan)
+    section = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())["features"]
+    assert json.loads(kw["hyperparameters"]["features"]) == section
+    argv = list(plan.argv)
+    hparams = entrypoint_module("deepfm_hparams")
+    sys.path.insert(0, str(REPO / "entrypoints"))
+    try:
+        hp = hparams.parse_hyperparameters([a for a in argv])
+    finally:
+        sys.path.remove(str(REPO / "entrypoints"))
+    assert hp.field_size == 13 + 26 + 1  # one embedding per field, the bag's 20 slots pooled
+    assert hp.feature_size == 13 * 2 + 26 * (1 + 10000) + (1 + 2000)
+    assert [f.name for f in hp.feature_spec.multi_hot] == ["recent_cats"]

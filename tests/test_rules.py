@@ -31,6 +31,10 @@ def findings(tmp_path, changes, rule):
     return [(f.severity, f.field, f.message) for f in rule(load_spec(write_spec(tmp_path, changes)))]
 
 
+RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "tags"],
+       "numeric": {"i1": {"transform": "bucketize", "boundaries": [1, 3, 7]}},
+       "categorical": {"c1": {"hash_buckets": 1000}},
+       "multi_hot": {"tags": {"separator": "|", "hash_buckets": 100, "max_length": 5}}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
     (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
@@ -72,6 +76,16 @@ CASES = [
      {"hyperparameters": {"model_dir": "/mnt/x"}}, ("error", "hyperparameters.model_dir", "checkpoints.file_system")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"embedding_size": 16}},
      {"hyperparameters": {"embeding_size": 16}}, ("error", "hyperparameters.embeding_size", "did you mean 'embedding_size'")),
+    (rules.check_features, {"features": RAW}, {"features": {**RAW, "label": "click"}},
+     ("error", "features.label", "click")),
+    (rules.check_features, {"features": RAW}, {"features": {**RAW, "numeric": {"i9": {"transform": "log1p"}}}},
+     ("error", "features.numeric.i9", "")),
+    (rules.check_features, {"features": RAW}, {**USER_SCRIPT, "features": RAW},
+     ("error", "features", "bundled entry points")),
+    (rules.check_features, {"features": RAW}, {"features": RAW, "data": {"train": "s3://dfm-bucket/t/", "mode": "Pipe"}},
+     ("error", "features", "set data.mode to File")),
+    (rules.check_features, {"features": RAW}, {"features": RAW, "hyperparameters": {"features": "{}"}},
+     ("error", "hyperparameters.features", "drop this hyperparameter")),
     (rules.check_boolean_hyperparameters, {"hyperparameters": {"batch_norm": False}},
      {**USER_SCRIPT, "hyperparameters": {"use_gpu": False}}, ("warning", "hyperparameters.use_gpu", "arrives as the string 'False'")),
     (rules.check_entry_point, {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored"},

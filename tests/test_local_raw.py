@@ -1,0 +1,158 @@
+"""`dfm launch SPEC --local` with a `features:` section on `dfm data synth --format criteo-tsv` output:
+one host and a two-host parameter server train raw rows (a multi-hot field included) to near the planted
+teacher's AUC, the export answers raw features in a fresh process, and bad rows follow the policy."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from local_plans import assert_no_survivors
+from test_local_e2e import WatchedRun, dfm
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BAG = "recent_cats"
+BAD_LINES = ["1\tnot-a-number" + "\t" * 39, "0\ttoo\tfew\tcolumns"]
+
+
+@pytest.fixture(scope="module")
+def raw_sample(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("raw")
+    result = dfm("data", "synth", "--format", "criteo-tsv", "--multi-hot", BAG, "--out", str(out), "--rows", "30000",
+                 "--files", "2", "--eval-rows", "5000", "--eval-files", "1", "--seed", "11", "--feature-size", "600")
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def features_of(sample: Path, **extra) -> dict:
+    """Numeric fields bucketized at the teacher's first 10 boundaries (all 15 would overflow the 2500-char
+    hyperparameter value), categoricals and bag tokens hashed."""
+    meta = json.loads((sample / "meta.json").read_text())
+    columns = meta["columns"]
+    numeric = {"transform": "bucketize", "boundaries": meta["numeric_boundaries"][:10]}
+    return {"format": "tsv", "label": meta["label"], "columns": columns,
+            "numeric": {c: {**numeric, "boundaries": list(numeric["boundaries"])} for c in columns if re.fullmatch(r"i\d+", c)},
+            "categorical": {c: {"hash_buckets": 1000} for c in columns if re.fullmatch(r"c\d+", c)},
+            "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1000, "max_length": 20}}, **extra}
+
+
+def write_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train: Path | None = None,
+               hyperparameters: dict | None = None, **extra) -> Path:
+    spec = {
+        "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
+        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test/out/",
+        "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": count},
+        "distribution": "parameter_server" if count > 1 else "none",
+        "data": {"mode": "File", "train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
+        "hyperparameters": {"batch_size": 256, "deep_layers": [64, 32], "embedding_size": 8, "optimizer": "adagrad",
+                            "learning_rate": 0.3, "epochs": 3, "log_steps": 50, **(hyperparameters or {})},
+        "features": features_of(sample, **extra),
+        "local": {"channels": {"train": str(train or sample / "train"), "eval": str(sample / "eval")},
+                  "run_dir": str(tmp_path / "runs"), "timeout_s": 240},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def final_auc(output: str) -> float:
+    return float(re.findall(r"\[dfm\] eval step=\d+ loss=\S+ auc=([0-9.]+)", output)[-1])
+
+
+def teacher_auc(sample: Path) -> float:
+    return json.loads((sample / "meta.json").read_text())["eval_teacher_auc"]
+
+
+SERVE = """
+import json, sys
+import tensorflow as tf
+path, rows = sys.argv[1], json.loads(sys.argv[2])
+serve = tf.saved_model.load(path).signatures["serving_default"]
+columns = json.loads(sys.argv[3])
+inputs = {}
+for name, kind in columns.items():
+    values = [row[name] for row in rows]
+    inputs[name] = tf.constant([float(v) if v else float("nan") for v in values] if kind == "numeric" else values)
+print(json.dumps(serve(**inputs)["probabilities"].numpy().tolist()))
+"""
+
+
+def answer_raw(export: Path, sample: Path, count: int = 5) -> list[float]:
+    """The export's serving_default on the first eval rows, raw, in a fresh process."""
+    meta = json.loads((sample / "meta.json").read_text())
+    lines = next((sample / "eval").iterdir()).read_text().splitlines()[:count]
+    rows = [dict(zip(meta["columns"], line.split("\t"))) for line in lines]
+    kinds = {c: "numeric" if re.fullmatch(r"i\d+", c) else "text" for c in meta["columns"] if c != meta["label"]}
+    result = subprocess.run([sys.executable, "-c", SERVE, str(export), json.dumps(rows), json.dumps(kinds)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_path, raw_sample):
+    run = WatchedRun("launch", str(write_spec(tmp_path, raw_sample, name="raw-one")), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    auc = final_auc(run.output)
+    assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
+    assert "[dfm] bad rows skipped: 0" in run.output
+    (export,) = run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb")
+    probabilities = answer_raw(export.parent, raw_sample)
+    assert len(probabilities) == 5 and all(0.0 < p < 1.0 for p in probabilities)
+    assert len(set(probabilities)) > 1  # the rows' features reach the model
+    assert_no_survivors(run.pids)
+
+
+def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, raw_sample):
+    # Asynchronous updates from two workers: one epoch more than one host needs, for a steady margin.
+    spec = write_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    auc = final_auc(run.output)
+    assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
+    assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
+    assert len(re.findall(r"\[dfm\] bad rows skipped: 0 \(worker \d\)", run.output)) == 2, run.output[-3000:]
+    assert_no_survivors(run.pids)
+
+
+def with_bad_lines(tmp_path: Path, sample: Path) -> Path:
+    train = tmp_path / "train-bad"
+    train.mkdir()
+    for part in sorted((sample / "train").iterdir()):
+        lines = part.read_text().splitlines()[:2000]
+        (train / part.name).write_text("\n".join(lines[:1000] + BAD_LINES + lines[1000:]) + "\n")
+    return train
+
+
+def test_bad_rows_skip_counts_them(tmp_path, raw_sample):
+    spec = write_spec(tmp_path, raw_sample, name="raw-skip", train=with_bad_lines(tmp_path, raw_sample),
+                      hyperparameters={"epochs": 1}, bad_rows="skip")
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    assert f"[dfm] bad rows skipped: {2 * len(BAD_LINES)}" in run.output
+
+
+def test_bad_rows_skip_counts_them_per_parameter_server_worker(tmp_path, raw_sample):
+    """Each host's worker reads one of the two files, each with the bad lines."""
+    spec = write_spec(tmp_path, raw_sample, name="raw-ps-skip", count=2, train=with_bad_lines(tmp_path, raw_sample),
+                      hyperparameters={"epochs": 1}, bad_rows="skip")
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    counts = re.findall(r"\[dfm\] bad rows skipped: (\d+) \(worker (\d)\)", run.output)
+    assert sorted(counts) == [(str(len(BAD_LINES)), "0"), (str(len(BAD_LINES)), "1")], run.output[-3000:]
+    assert_no_survivors(run.pids)
+
+
+def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
+    spec = write_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample),
+                      hyperparameters={"epochs": 1}, bad_rows="fail")
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 1, run.output[-3000:]
+    error = [line for line in run.output.splitlines() if "[dfm] error:" in line]
+    assert error and ("not-a-number" in error[0] or "too\tfew" in error[0] or "too" in error[0]), run.output[-3000:]
+    assert_no_survivors(run.pids)
