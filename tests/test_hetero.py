@@ -1,0 +1,238 @@
+"""launcher/hetero.py: instance groups, channels per group, cost per group, the embedding memory estimate
+and the resource configs of a heterogeneous job; checked against the real SDK v2 (the request it builds
+offline), the real sagemaker-training toolkit (how it reads our resource configs) and the bundled script's
+own cluster builder and optimizer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from local_plans import toolkit_pythonpath
+
+from launcher import catalog, contract, hetero
+from launcher import sagemaker_backend as sb
+
+ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
+GROUPS = hetero.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
+DEFAULTS = contract.bundled_hparams().DEFAULTS
+
+
+def entrypoint_module(name):
+    if str(ENTRYPOINTS) not in sys.path:
+        sys.path.insert(0, str(ENTRYPOINTS))
+    return __import__(name)
+
+
+# ---- groups, hosts, resource configs ----
+
+def test_layout_puts_the_workers_first_and_numbers_hosts_across_groups():
+    assert [g.request() for g in GROUPS] == [
+        {"InstanceGroupName": "worker", "InstanceType": "ml.g5.2xlarge", "InstanceCount": 4},
+        {"InstanceGroupName": "ps", "InstanceType": "ml.r5.4xlarge", "InstanceCount": 2}]
+    assert hetero.host_names(GROUPS) == {"worker": ["algo-1", "algo-2", "algo-3", "algo-4"], "ps": ["algo-5", "algo-6"]}
+
+
+def test_resource_configs_have_sagemakers_heterogeneous_layout():
+    configs = hetero.hetero_resource_configs(GROUPS)
+    assert sorted(configs, key=lambda h: int(h.split("-")[1])) == [f"algo-{i}" for i in range(1, 7)]
+    # the keys and nesting SageMaker writes (amazon-sagemaker-examples' heterogeneous hello-world job printed them)
+    assert configs["algo-5"] == {
+        "current_host": "algo-5", "current_instance_type": "ml.r5.4xlarge", "current_group_name": "ps",
+        "hosts": ["algo-1", "algo-2", "algo-3", "algo-4", "algo-5", "algo-6"],
+        "instance_groups": [
+            {"instance_group_name": "worker", "instance_type": "ml.g5.2xlarge",
+             "hosts": ["algo-1", "algo-2", "algo-3", "algo-4"]},
+            {"instance_group_name": "ps", "instance_type": "ml.r5.4xlarge", "hosts": ["algo-5", "algo-6"]}],
+        "network_interface_name": "eth0",
+    }
+    configs["algo-1"]["hosts"].append("mutated")  # each host's dict is its own
+    assert "mutated" not in configs["algo-2"]["hosts"]
+
+
+def test_the_bundled_script_builds_the_intended_cluster_from_every_hosts_config():
+    hc = entrypoint_module("hetero_cluster")
+    hps = hetero.script_hyperparameters(ps_per_host=2)
+    roles = {}
+    for host, config in hetero.hetero_resource_configs(GROUPS).items():
+        cluster = hc.build_cluster(json.loads(json.dumps(config)), hps[hetero.PS_GROUP_HYPERPARAMETER],
+                                   ps_per_host=hps[hetero.PS_PER_HOST_HYPERPARAMETER])
+        roles[host] = [t.name for t in cluster.local_tasks()]
+        assert cluster.cluster_spec()["chief"] == ["algo-1:2222"]
+    assert roles == {"algo-1": ["chief:0", "worker:0"], "algo-2": ["worker:1"], "algo-3": ["worker:2"],
+                     "algo-4": ["worker:3"], "algo-5": ["ps:0", "ps:1"], "algo-6": ["ps:2", "ps:3"]}
+
+
+TOOLKIT_READS = """
+import json, os, sys
+import sagemaker_training.environment as environment
+out = {}
+for host, config in json.loads(sys.argv[1]).items():
+    env = environment.Environment(resource_config=config, hyperparameters={"epochs": 1},  # empty ones are read from disk
+                                  input_data_config={"train": {"TrainingInputMode": "File"}})
+    out[host] = {"group": env.current_instance_group, "type": env.current_instance_type,
+                 "group_hosts": env.current_instance_group_hosts, "groups": env.instance_groups,
+                 "hetero": env.is_hetero, "distribution_groups": env.distribution_instance_groups,
+                 "master": env.master_hostname, "hosts": env.hosts}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(toolkit_pythonpath() is None, reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
+def test_the_real_toolkit_reads_our_resource_configs_as_a_heterogeneous_cluster(tmp_path):
+    configs = hetero.hetero_resource_configs(GROUPS)
+    result = subprocess.run([sys.executable, "-c", TOOLKIT_READS, json.dumps(configs)], capture_output=True, text=True,
+                            env={"PYTHONPATH": toolkit_pythonpath(), "SAGEMAKER_BASE_DIR": str(tmp_path),
+                                 "AWS_DEFAULT_REGION": "us-east-1"}, check=True)
+    seen = json.loads(result.stdout)
+    assert seen["algo-6"] == {"group": "ps", "type": "ml.r5.4xlarge", "group_hosts": ["algo-5", "algo-6"],
+                              "groups": ["worker", "ps"], "hetero": True,
+                              "distribution_groups": [],  # no toolkit distribution: it runs the script on every host
+                              "master": "algo-1", "hosts": [f"algo-{i}" for i in range(1, 7)]}
+    assert seen["algo-2"]["group"] == "worker" and seen["algo-2"]["type"] == "ml.g5.2xlarge"
+
+
+def test_group_problems_are_what_sagemaker_would_refuse():
+    assert hetero.group_problems(GROUPS) == []
+    six = [hetero.InstanceGroup(f"g{i}", "ml.c5.xlarge", 1, "worker") for i in range(6)]
+    assert hetero.group_problems(six) == ["6 instance groups, SageMaker allows at most 5"]
+    bad = [hetero.InstanceGroup("ps", "ml.r5.large", 1, "ps"), hetero.InstanceGroup("ps", "ml.r5.large", 0, "ps"),
+           hetero.InstanceGroup("x" * 65, "ml.c5.xlarge", 1, "worker"), hetero.InstanceGroup("", "ml.c5.xlarge", 1, "worker")]
+    problems = hetero.group_problems(bad)
+    assert "instance group name 'ps' is used twice: names must be unique" in problems
+    assert "instance group 'ps' has 0 instances: it needs at least 1" in problems
+    assert f"instance group name {'x' * 65!r}: 65 characters, SageMaker allows at most 64" in problems
+    assert any(p.startswith("instance group name '': 0 characters, SageMaker needs at least 1") for p in problems)
+
+
+def test_cost_per_group_and_in_all():
+    cost = hetero.group_costs(GROUPS, max_run_s=7200)
+    worker, ps = cost["groups"]
+    assert worker["max_usd"] == round(catalog.instance("ml.g5.2xlarge").usd_per_hour * 4 * 2, 2)
+    assert ps["max_usd"] == round(catalog.instance("ml.r5.4xlarge").usd_per_hour * 2 * 2, 2)
+    assert cost["max_usd"] == round(worker["max_usd"] + ps["max_usd"], 2) and cost["max_hours"] == 2
+    unknown = hetero.group_costs([GROUPS[0], hetero.InstanceGroup("ps", "ml.x9.huge", 1, "ps")], 3600)
+    assert unknown["max_usd"] is None and "not in dfm's price table" in unknown["groups"][1]["note"]
+
+
+# ---- embedding memory ----
+
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad", "ftrl", "sgd"])
+def test_optimizer_slots_match_the_bundled_optimizer(optimizer):
+    tf = pytest.importorskip("tensorflow")
+    model = entrypoint_module("deepfm_model")
+    table = tf.Variable(tf.zeros([10, 3]))
+    sparse = model.SparseOptimizer(optimizer, 0.01)
+    sparse.build([table])
+    assert len(sparse.slots[0]) == hetero.OPTIMIZER_SLOTS[optimizer]
+    assert all(slot.shape == table.shape for slot in sparse.slots[0].values())  # one slot element per table element
+
+
+def test_embedding_bytes_follow_the_formula():
+    assert hetero.embedding_bytes(1000, 8, "adagrad") == 1000 * 9 * 4 * 2
+    assert hetero.embedding_bytes(1000, 8, "sgd") == 1000 * 9 * 4
+    assert hetero.embedding_bytes(1000, 8, "adam") == 1000 * 9 * 4 * 3
+
+
+def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():
+    ps = GROUPS[1]  # 2 x ml.r5.4xlarge = 256 GiB
+    # 2e9 x 17 x 4 x 3 (adam) = 408e9 bytes = 380 GiB
+    findings = hetero.embedding_memory_findings({"feature_size": 2_000_000_000, "embedding_size": 16,
+                                                 "optimizer": "adam"}, DEFAULTS, ps)
+    assert len(findings) == 1 and findings[0][0] == "error"
+    message = findings[0][1]
+    assert message.startswith("the embedding tables need 380.0 GiB (feature_size 2,000,000,000 x "
+                              "(1 + embedding_size 16) x 4 bytes x (1 + 2 adam slots)), more than the ps group's "
+                              "2 x ml.r5.4xlarge (128 GiB each) = 256.0 GiB")
+    assert "count 5" in message  # 380 GiB / (128 GiB x 70%) -> 5 instances
+
+
+def test_tables_near_the_ps_memory_are_a_warning_and_small_ones_pass():
+    ps = GROUPS[1]
+    # 2e9 x 9 x 4 x 2 (adagrad, the default) = 144e9 bytes = 134 GiB: 52% -> fine; 3.5e9 -> 92% -> warning
+    assert hetero.embedding_memory_findings({"feature_size": 2_000_000_000}, DEFAULTS, ps) == []
+    findings = hetero.embedding_memory_findings({"feature_size": 3_500_000_000}, DEFAULTS, ps)
+    assert [f[0] for f in findings] == ["warning"] and "92% of the ps group's" in findings[0][1]
+    assert hetero.embedding_memory_findings({"feature_size": 10**12}, DEFAULTS,
+                                            hetero.InstanceGroup("ps", "ml.x9.huge", 2, "ps")) == []
+
+
+# ---- the request the real SDK v2 builds offline ----
+
+def _estimator_with_instance_groups(plan, session):
+    """What the backend's estimator_from_plan needs for instance groups: JSON-able dicts in the plan,
+    sagemaker.instance_group.InstanceGroup objects for the SDK."""
+    sagemaker = sb._sdk()
+    from sagemaker.instance_group import InstanceGroup
+
+    kwargs = json.loads(json.dumps(dict(plan.estimator_kwargs)))
+    kwargs["instance_groups"] = [InstanceGroup(**group) for group in kwargs["instance_groups"]]
+    if "instance_groups" in kwargs.get("distribution", {}):  # the SDK wants the group objects there too
+        by_name = {group.instance_group_name: group for group in kwargs["instance_groups"]}
+        kwargs["distribution"]["instance_groups"] = [by_name[n] for n in kwargs["distribution"]["instance_groups"]]
+    default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
+    try:
+        return sagemaker.tensorflow.TensorFlow(sagemaker_session=session, **kwargs)
+    finally:
+        boto3.DEFAULT_SESSION = default_session
+
+
+def _inputs_with_instance_groups(plan):
+    """What the backend's _channel_input needs: TrainingInput(..., instance_groups=[...]) per S3 channel."""
+    sb._sdk()
+    from sagemaker.inputs import TrainingInput
+
+    return {c.name: TrainingInput(s3_data=c.uri, distribution=c.distribution, input_mode=c.input_mode,
+                                  instance_groups=hetero.channel_instance_groups(c.kind)) for c in plan.channels}
+
+
+def hetero_plan(sample_plan, **kwargs):
+    plan = sample_plan(distribution="none", **kwargs)
+    estimator_kwargs = {k: v for k, v in plan.estimator_kwargs.items() if k not in ("instance_type", "instance_count")}
+    estimator_kwargs["instance_groups"] = [g.sdk_kwargs() for g in GROUPS]
+    estimator_kwargs["hyperparameters"] = dict(estimator_kwargs["hyperparameters"], **hetero.script_hyperparameters())
+    # SDK v2 (2.257) compares instance_count > 1 when checkpoints are on and the debugger hook is left at its
+    # default: None with instance groups, a TypeError. The bundled scripts do not use SMDebug.
+    estimator_kwargs["debugger_hook_config"] = False
+    return dataclasses.replace(plan, estimator_kwargs=estimator_kwargs)
+
+
+def test_sdk_renders_instance_groups_and_channels_restricted_to_the_worker_group(sample_plan, no_aws_env, no_network,
+                                                                               monkeypatch):
+    monkeypatch.setattr(sb, "estimator_from_plan", _estimator_with_instance_groups)
+    monkeypatch.setattr(sb, "inputs_from_plan", _inputs_with_instance_groups)
+    result = sb.dry_run(hetero_plan(sample_plan))  # the backend's own offline path and request checks
+    request = result["request"]
+    assert no_network == []
+    assert request["ResourceConfig"] == {"InstanceGroups": [g.request() for g in GROUPS], "VolumeSizeInGB": 50}
+    for channel in request["InputDataConfig"]:
+        assert channel["DataSource"]["S3DataSource"]["InstanceGroupNames"] == ["worker"], channel["ChannelName"]
+    hps = request["HyperParameters"]
+    assert not any(k.startswith("sagemaker_") and k.endswith("_enabled") for k in hps)  # no toolkit distribution
+    assert json.loads(hps["ps_group"]) == "ps" and json.loads(hps["ps_per_host"]) == 1
+    # the SDK picks the image from the first GPU group: the ps hosts run the same (GPU) image
+    assert "tensorflow-training:2.14-gpu-py310" in request["AlgorithmSpecification"]["TrainingImage"]
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ({"distribution": {"parameter_server": {"enabled": True}}}, "Distribution should only contain one instance group"),
+    # naming the training group: the SDK itself breaks (instance_count is None with instance groups)
+    ({"distribution": {"parameter_server": {"enabled": True}, "instance_groups": ["worker"]}},
+     "'>' not supported between instances of 'NoneType' and 'int'"),
+    ({"instance_type": "ml.g5.2xlarge", "instance_count": 4}, "cannot be set when instance_groups is set"),
+    ({"debugger_hook_config": None}, "'>' not supported between instances of 'NoneType' and 'int'"),
+])
+def test_sdk_refuses_toolkit_ps_a_plain_instance_type_or_the_default_debugger_hook_with_instance_groups(sample_plan, no_aws_env, no_network,
+                                                                               monkeypatch, change, refusal):
+    monkeypatch.setattr(sb, "estimator_from_plan", _estimator_with_instance_groups)
+    monkeypatch.setattr(sb, "inputs_from_plan", _inputs_with_instance_groups)
+    plan = hetero_plan(sample_plan)
+    plan = dataclasses.replace(plan, estimator_kwargs=dict(plan.estimator_kwargs, **change))
+    plan = dataclasses.replace(plan, estimator_kwargs={k: v for k, v in plan.estimator_kwargs.items() if v is not None})
+    with pytest.raises((ValueError, TypeError, sb.DfmError), match=refusal):
+        sb.dry_run(plan)
