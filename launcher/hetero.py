@@ -96,6 +96,22 @@ def host_names(groups: Iterable[InstanceGroup]) -> dict[str, list[str]]:
     return hosts
 
 
+def processes_by_host(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> dict[str, list[str]]:
+    """host -> the tasks the bundled script runs there (entrypoints/hetero_cluster.py's layout), for the
+    dry run: the first worker host runs the chief and worker 0, each other worker host one worker, each
+    ps host `ps_per_host` parameter servers."""
+    groups = list(groups)
+    hosts = host_names(groups)
+    out: dict[str, list[str]] = {}
+    workers = [h for g in groups if g.role == "worker" for h in hosts[g.name]]
+    for index, host in enumerate(workers):
+        out[host] = (["chief:0"] if index == 0 else []) + [f"worker:{index}"]
+    ps_hosts = [h for g in groups if g.role == "ps" for h in hosts[g.name]]
+    for index, host in enumerate(ps_hosts):
+        out[host] = [f"ps:{index * ps_per_host + k}" for k in range(ps_per_host)]
+    return out
+
+
 def hetero_resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[str, Any]]:
     """host -> its resourceconfig.json, as SageMaker writes it on a heterogeneous cluster: `current_host`,
     `current_instance_type`, `current_group_name`, `hosts` (all groups), `instance_groups` (each group's

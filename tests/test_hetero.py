@@ -59,6 +59,10 @@ def test_the_bundled_script_builds_the_intended_cluster_from_every_hosts_config(
     hc = entrypoint_module("hetero_cluster")
     hps = hetero.script_hyperparameters(ps_per_host=2)
     roles = {}
+    # the dry run's "which processes run where" is the same layout the script builds
+    assert hetero.processes_by_host(GROUPS, ps_per_host=2) == {
+        "algo-1": ["chief:0", "worker:0"], "algo-2": ["worker:1"], "algo-3": ["worker:2"],
+        "algo-4": ["worker:3"], "algo-5": ["ps:0", "ps:1"], "algo-6": ["ps:2", "ps:3"]}
     for host, config in hetero.hetero_resource_configs(GROUPS).items():
         cluster = hc.build_cluster(json.loads(json.dumps(config)), hps[hetero.PS_GROUP_HYPERPARAMETER],
                                    ps_per_host=hps[hetero.PS_PER_HOST_HYPERPARAMETER])
