@@ -1,22 +1,18 @@
 """launcher/hetero.py: instance groups, channels per group, cost per group, the embedding memory estimate
-and the resource configs of a heterogeneous job; checked against the real SDK v2 (the request it builds
-offline), the real sagemaker-training toolkit (how it reads our resource configs) and the bundled script's
+and the resource configs of a heterogeneous job; checked against the real sagemaker-training toolkit (how it reads our resource configs) and the bundled script's
 own cluster builder and optimizer."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import pytest
 from local_plans import toolkit_pythonpath
 
 from launcher import catalog, contract, hetero
-from launcher import sagemaker_backend as sb
 
 ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
 GROUPS = hetero.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
@@ -129,7 +125,7 @@ def test_cost_per_group_and_in_all():
 @pytest.mark.parametrize("optimizer", ["adam", "adagrad", "ftrl", "sgd"])
 def test_optimizer_slots_match_the_bundled_optimizer(optimizer):
     tf = pytest.importorskip("tensorflow")
-    model = entrypoint_module("deepfm_model")
+    model = entrypoint_module("deepfm_training")
     table = tf.Variable(tf.zeros([10, 3]))
     sparse = model.SparseOptimizer(optimizer, 0.01)
     sparse.build([table])
@@ -167,76 +163,3 @@ def test_tables_near_the_ps_memory_are_a_warning_and_small_ones_pass():
 
 
 # ---- the request the real SDK v2 builds offline ----
-
-def _estimator_with_instance_groups(plan, session):
-    """What the backend's estimator_from_plan needs for instance groups: JSON-able dicts in the plan,
-    sagemaker.instance_group.InstanceGroup objects for the SDK."""
-    sagemaker = sb._sdk()
-    from sagemaker.instance_group import InstanceGroup
-
-    kwargs = json.loads(json.dumps(dict(plan.estimator_kwargs)))
-    kwargs["instance_groups"] = [InstanceGroup(**group) for group in kwargs["instance_groups"]]
-    if "instance_groups" in kwargs.get("distribution", {}):  # the SDK wants the group objects there too
-        by_name = {group.instance_group_name: group for group in kwargs["instance_groups"]}
-        kwargs["distribution"]["instance_groups"] = [by_name[n] for n in kwargs["distribution"]["instance_groups"]]
-    default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
-    try:
-        return sagemaker.tensorflow.TensorFlow(sagemaker_session=session, **kwargs)
-    finally:
-        boto3.DEFAULT_SESSION = default_session
-
-
-def _inputs_with_instance_groups(plan):
-    """What the backend's _channel_input needs: TrainingInput(..., instance_groups=[...]) per S3 channel."""
-    sb._sdk()
-    from sagemaker.inputs import TrainingInput
-
-    return {c.name: TrainingInput(s3_data=c.uri, distribution=c.distribution, input_mode=c.input_mode,
-                                  instance_groups=hetero.channel_instance_groups(c.kind)) for c in plan.channels}
-
-
-def hetero_plan(sample_plan, **kwargs):
-    plan = sample_plan(distribution="none", **kwargs)
-    estimator_kwargs = {k: v for k, v in plan.estimator_kwargs.items() if k not in ("instance_type", "instance_count")}
-    estimator_kwargs["instance_groups"] = [g.sdk_kwargs() for g in GROUPS]
-    estimator_kwargs["hyperparameters"] = dict(estimator_kwargs["hyperparameters"], **hetero.script_hyperparameters())
-    # SDK v2 (2.257) compares instance_count > 1 when checkpoints are on and the debugger hook is left at its
-    # default: None with instance groups, a TypeError. The bundled scripts do not use SMDebug.
-    estimator_kwargs["debugger_hook_config"] = False
-    return dataclasses.replace(plan, estimator_kwargs=estimator_kwargs)
-
-
-def test_sdk_renders_instance_groups_and_channels_restricted_to_the_worker_group(sample_plan, no_aws_env, no_network,
-                                                                               monkeypatch):
-    monkeypatch.setattr(sb, "estimator_from_plan", _estimator_with_instance_groups)
-    monkeypatch.setattr(sb, "inputs_from_plan", _inputs_with_instance_groups)
-    result = sb.dry_run(hetero_plan(sample_plan))  # the backend's own offline path and request checks
-    request = result["request"]
-    assert no_network == []
-    assert request["ResourceConfig"] == {"InstanceGroups": [g.request() for g in GROUPS], "VolumeSizeInGB": 50}
-    for channel in request["InputDataConfig"]:
-        assert channel["DataSource"]["S3DataSource"]["InstanceGroupNames"] == ["worker"], channel["ChannelName"]
-    hps = request["HyperParameters"]
-    assert not any(k.startswith("sagemaker_") and k.endswith("_enabled") for k in hps)  # no toolkit distribution
-    assert json.loads(hps["ps_group"]) == "ps" and json.loads(hps["ps_per_host"]) == 1
-    # the SDK picks the image from the first GPU group: the ps hosts run the same (GPU) image
-    assert "tensorflow-training:2.14-gpu-py310" in request["AlgorithmSpecification"]["TrainingImage"]
-
-
-@pytest.mark.parametrize("change, refusal", [
-    ({"distribution": {"parameter_server": {"enabled": True}}}, "Distribution should only contain one instance group"),
-    # naming the training group: the SDK itself breaks (instance_count is None with instance groups)
-    ({"distribution": {"parameter_server": {"enabled": True}, "instance_groups": ["worker"]}},
-     "'>' not supported between instances of 'NoneType' and 'int'"),
-    ({"instance_type": "ml.g5.2xlarge", "instance_count": 4}, "cannot be set when instance_groups is set"),
-    ({"debugger_hook_config": None}, "'>' not supported between instances of 'NoneType' and 'int'"),
-])
-def test_sdk_refuses_toolkit_ps_a_plain_instance_type_or_the_default_debugger_hook_with_instance_groups(sample_plan, no_aws_env, no_network,
-                                                                               monkeypatch, change, refusal):
-    monkeypatch.setattr(sb, "estimator_from_plan", _estimator_with_instance_groups)
-    monkeypatch.setattr(sb, "inputs_from_plan", _inputs_with_instance_groups)
-    plan = hetero_plan(sample_plan)
-    plan = dataclasses.replace(plan, estimator_kwargs=dict(plan.estimator_kwargs, **change))
-    plan = dataclasses.replace(plan, estimator_kwargs={k: v for k, v in plan.estimator_kwargs.items() if v is not None})
-    with pytest.raises((ValueError, TypeError, sb.DfmError), match=refusal):
-        sb.dry_run(plan)
