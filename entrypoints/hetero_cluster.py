@@ -216,10 +216,10 @@ def wait_for_tasks(tasks, timeout=600.0, poll=0.5, probe=port_open):
         time.sleep(poll)
 
 
-def wait_until_chief_done(cluster, appear_timeout=1800.0, poll=1.0, probe=port_open):
-    """Block until the chief's port has answered and then stopped answering (the chief is done).
+def wait_until_gone(address, appear_timeout=1800.0, poll=1.0, probe=port_open):
+    """Block until `address` has answered and then stopped answering (its process is done).
     -> True when it was seen going away; False when it never appeared within appear_timeout."""
-    address, start, seen = cluster.chief.address, time.monotonic(), False
+    start, seen = time.monotonic(), False
     while True:
         if probe(address):
             seen = True
@@ -228,6 +228,10 @@ def wait_until_chief_done(cluster, appear_timeout=1800.0, poll=1.0, probe=port_o
         elif time.monotonic() - start > appear_timeout:
             return False
         time.sleep(poll)
+
+
+def wait_until_chief_done(cluster, appear_timeout=1800.0, poll=1.0, probe=port_open):
+    return wait_until_gone(cluster.chief.address, appear_timeout=appear_timeout, poll=poll, probe=probe)
 
 
 def serve_until_chief_done(cluster, start_server, log=print, appear_timeout=1800.0, poll=1.0):

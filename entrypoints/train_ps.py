@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 
+import hetero_cluster
 from deepfm_container import start_or_exit
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow, set_thread_environment
@@ -130,21 +131,11 @@ def start_chief_worker(cluster, argv):
     return cluster, child
 
 
-def port_open(host, port, timeout=1.0):
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as probe:
-            # With nobody listening, the kernel may connect a loopback socket to itself when the port
-            # is in the ephemeral range (free ports picked locally are).
-            return probe.getsockname() != probe.getpeername()
-    except OSError:
-        return False
-
-
 def wait_for_tasks(cluster, timeout=600.0):
     pending = [a for job, addrs in cluster.items() if job != "chief" for a in addrs]
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
-        pending = [a for a in pending if not port_open(*a.rsplit(":", 1))]
+        pending = [a for a in pending if not hetero_cluster.port_open(a)]
         if pending:
             time.sleep(0.5)
     if pending:
@@ -154,16 +145,7 @@ def wait_for_tasks(cluster, timeout=600.0):
 def wait_until_gone(host, port, appear_timeout=1800.0, poll=1.0):
     """Block until host:port has been reachable and then is not (the chief has finished); give up if it
     never appears within appear_timeout. -> True when it was seen going away."""
-    start, seen = time.monotonic(), False
-    while True:
-        up = port_open(host, port)
-        if up:
-            seen = True
-        elif seen:
-            return True
-        elif time.monotonic() - start > appear_timeout:
-            return False
-        time.sleep(poll)
+    return hetero_cluster.wait_until_gone(f"{host}:{port}", appear_timeout=appear_timeout, poll=poll)
 
 
 def exit_now(code=0):
