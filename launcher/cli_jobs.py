@@ -23,6 +23,14 @@ def _echo_json(value) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
+def _instances_text(summary: dict) -> str:
+    groups = summary.get("instance_groups") or [
+        {"group": None, "instance_type": summary.get("instance_type"), "instance_count": summary.get("instance_count")}]
+    text = " + ".join(f"{g['instance_count']} x {g['instance_type']}" + (f" ({g['group']})" if g["group"] else "")
+                      for g in groups)
+    return text + (" (spot)" if summary.get("spot") else "")
+
+
 def _status_text(summary: dict) -> str:
     status = summary["status"]
     if summary.get("secondary_status") and summary["secondary_status"] != status:
@@ -32,8 +40,7 @@ def _status_text(summary: dict) -> str:
         ("status", status),
         ("message", summary.get("status_message")),
         ("failure", summary.get("failure_reason")),
-        ("instances", f"{summary.get('instance_count')} x {summary.get('instance_type')}"
-         + (" (spot)" if summary.get("spot") else "")),
+        ("instances", _instances_text(summary)),
         ("created", summary.get("created")),
         ("started", summary.get("started")),
         ("ended", summary.get("ended")),

@@ -159,6 +159,10 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
         "cost": dict(plan.cost or {}),
         "warnings": list(plan.warnings),
     }
+    if plan.heterogeneous:
+        from launcher.hetero import describe_groups
+
+        document["instance_groups"] = describe_groups(plan.instance_groups, plan.distribution.ps_per_host)
     if output == "json":
         click.echo(json.dumps(document, indent=2, default=str))
     else:

@@ -112,6 +112,14 @@ def processes_by_host(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> 
     return out
 
 
+def describe_groups(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> list[dict[str, Any]]:
+    """Each group with its hosts and what runs on each, for the dry run."""
+    groups = list(groups)
+    hosts, processes = host_names(groups), processes_by_host(groups, ps_per_host)
+    return [{"group": g.name, "role": g.role, "instance_type": g.instance_type, "instance_count": g.count,
+             "hosts": {host: processes[host] for host in hosts[g.name]}} for g in groups]
+
+
 def hetero_resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[str, Any]]:
     """host -> its resourceconfig.json, as SageMaker writes it on a heterogeneous cluster: `current_host`,
     `current_instance_type`, `current_group_name`, `hosts` (all groups), `instance_groups` (each group's

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from launcher import catalog, contract, conventions, images
+from launcher import catalog, contract, conventions, hetero, images
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Channel:
     file_system_id: str | None = None  # EFS/FSx
     access_mode: str = "ro"  # EFS/FSx
     local_path: str | None = None  # where `--local` reads this channel from (spec `local:` or --channel)
+    instance_groups: tuple[str, ...] | None = None  # the groups that get it (InstanceGroupNames); None: every host
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Distribution:
     kind: str = "none"  # "none" | "parameter_server" | "horovod" | "multi_worker_mirrored"
     processes_per_host: int = 1
     mpi_options: str = ""
+    ps_per_host: int = 1  # parameter servers per host of the ps group (heterogeneous clusters)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,19 @@ class Plan:
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot", ...}
     local: LocalOptions = field(default_factory=LocalOptions)
+    # A heterogeneous cluster (parameter servers on their own instances): the groups, workers first.
+    # Then instance_type/instance_count are the worker group's, and no toolkit distribution is sent.
+    instance_groups: tuple[hetero.InstanceGroup, ...] = ()
+
+    @property
+    def heterogeneous(self) -> bool:
+        return bool(self.instance_groups)
+
+    @property
+    def toolkit_distribution(self) -> str:
+        """The distribution SageMaker's TensorFlow toolkit is told about: none on a heterogeneous cluster,
+        whose script builds the cluster itself from resourceconfig.json."""
+        return "none" if self.heterogeneous else self.distribution.kind
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -95,6 +110,7 @@ def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
     local_path = os.path.abspath(os.path.expanduser(local)) if local else None
     if isinstance(source, str):
         sharded = training and spec.data.s3_shard
+        groups = hetero.channel_instance_groups("s3") if spec.ps_group is not None else None
         return Channel(
             name=name,
             uri=source,
@@ -102,6 +118,7 @@ def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
             input_mode=spec.data.mode,
             distribution="ShardedByS3Key" if sharded else "FullyReplicated",
             local_path=local_path,
+            instance_groups=tuple(groups) if groups else None,
         )
     return Channel(
         name=name,
@@ -130,7 +147,21 @@ def _has_gpu(instance_type: str) -> bool:
     return bool(info.gpus) if info is not None else instance_type.split(".")[1][:1] in ("p", "g")
 
 
+def instance_groups(spec: Any) -> tuple[hetero.InstanceGroup, ...]:
+    """The groups of a heterogeneous cluster (workers first), or () for one group of identical hosts."""
+    ps = spec.ps_group
+    if ps is None:
+        return ()
+    return hetero.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
+
+
 def _cost(spec: Any) -> dict[str, Any]:
+    groups = instance_groups(spec)
+    if groups:
+        cost = {**hetero.group_costs(groups, spec.max_run, spec.warm_pool_seconds), "spot": spec.spot is not None}
+        cost["warm_pool_hours"] = round(spec.warm_pool_seconds / 3600, 3)
+        cost["note"] = "ceiling per group: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
+        return cost
     info = catalog.instance(spec.instance.type)
     info = info if info is not None and info.usd_per_hour is not None else None  # no price, no estimate
     run_hours = spec.max_run / 3600
@@ -186,7 +217,10 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         checkpoint_s3_uri = f"{output_path}/{job_name}/checkpoints" if config.s3 == "auto" else config.s3
         checkpoint_local_path = config.local_path
 
+    groups = instance_groups(spec)
     hyperparameters = dict(spec.hyperparameters)
+    if groups and bundled is not None:
+        hyperparameters.update(hetero.script_hyperparameters(spec.ps_group.per_host))
     if checkpoint_dir is not None and bundled is not None:
         hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
     if spec.features is not None:
@@ -201,7 +235,8 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     if image is not None:
         py_version = py_version or image.python
         if not image.sdk_v2:  # SDK v2 cannot resolve it: dfm writes the DLC URI; the version still informs the SDK
-            image_uri = images.image_uri(image, spec.region, "gpu" if _has_gpu(spec.instance.type) else "cpu")
+            gpu = any(_has_gpu(t) for t in [spec.instance.type, *(g.instance_type for g in groups)])
+            image_uri = images.image_uri(image, spec.region, "gpu" if gpu else "cpu")
             framework_version = image.version
 
     mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
@@ -222,7 +257,8 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         instance_count=spec.instance.count,
         volume_gb=spec.instance.volume_gb,
         max_run=spec.max_run,
-        distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options),
+        distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options,
+                                  ps_per_host=spec.ps_group.per_host if spec.ps_group is not None else 1),
         input_mode=job_input_mode,
         channels=tuple(channels),
         hyperparameters=hyperparameters,
@@ -241,4 +277,5 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         warnings=tuple(warnings),
         cost=_cost(spec),
         local=local,
+        instance_groups=groups,
     )

@@ -23,12 +23,27 @@ def _table(*headers: str, show_header: bool = True) -> Table:
 
 
 def _inputs_table(plan: Any) -> Table:
-    table = _table("channel", "source", "input mode", "distribution", "--local reads")
+    headers = ["channel", "source", "input mode", "distribution"] + (["groups"] if plan.heterogeneous else [])
+    table = _table(*headers, "--local reads")
     for channel in plan.channels:
         source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
         mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
         distribution = channel.distribution if channel.kind == "s3" else "-"
-        table.add_row(channel.name, source, mode, distribution, channel.local_path or "-")
+        groups = [", ".join(channel.instance_groups or ["all"])] if plan.heterogeneous else []
+        table.add_row(channel.name, source, mode, distribution, *groups, channel.local_path or "-")
+    return table
+
+
+def _groups_table(groups: list[dict[str, Any]], cost: dict[str, Any]) -> Table:
+    usd = {row["group"]: row.get("max_usd") for row in cost.get("groups", [])}
+    table = _table("group", "instances", "host", "runs", "max cost")
+    for group in groups:
+        first = True
+        for host, processes in group["hosts"].items():
+            price = usd.get(group["group"])
+            table.add_row(group["group"] if first else "", f"{group['instance_count']} x {group['instance_type']}" if first else "",
+                          host, ", ".join(processes), (f"${price:,.2f}" if price is not None else "?") if first else "")
+            first = False
     return table
 
 
@@ -48,7 +63,11 @@ def _cost_line(cost: dict[str, Any]) -> str:
     if cost.get("max_usd") is None:
         return cost.get("note", "no estimate")
     hours = cost["max_hours"] + cost.get("warm_pool_hours", 0)
-    head = f"at most ${cost['max_usd']:,.2f} = ${cost['instance_hourly_usd']}/h x {cost['instance_count']} x {hours:g} h"
+    if "groups" in cost:
+        parts = " + ".join(f"${g['instance_hourly_usd']}/h x {g['instance_count']} ({g['group']})" for g in cost["groups"])
+        head = f"at most ${cost['max_usd']:,.2f} = ({parts}) x {hours:g} h"
+    else:
+        head = f"at most ${cost['max_usd']:,.2f} = ${cost['instance_hourly_usd']}/h x {cost['instance_count']} x {hours:g} h"
     return f"{head}{' (spot)' if cost.get('spot') else ''}; {cost['note']}"
 
 
@@ -58,6 +77,9 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
+    if "instance_groups" in document:
+        console.print("\n[bold]Instance groups[/bold] (hosts are numbered across groups in this order)")
+        console.print(_groups_table(document["instance_groups"], document["cost"]))
     console.print("\n[bold]Channels[/bold]")
     console.print(_inputs_table(plan))
     console.print("\n[bold]Script argv[/bold]")

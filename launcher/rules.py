@@ -17,6 +17,7 @@ from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
+from launcher.rules_hetero import check_ps_group
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -156,14 +157,15 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
     if spec.distribution_kind != "parameter_server":
         return []
     problems = []
-    if spec.instance.count == 1:
+    hosts = spec.instance.count + (spec.ps_group.count if spec.ps_group is not None else 0)
+    if hosts == 1:
         problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
     info = catalog.instance(spec.instance.type)
     if info is not None and info.gpus > 1:
         problems.append(
             warning("instance.type", f"the parameter server runs one worker per host, so {info.gpus - 1} of {info.gpus} GPUs idle: use Horovod for multi-GPU hosts")
         )
-    if spec.instance.count > 1 and spec.checkpoint_config is None:
+    if hosts > 1 and spec.checkpoint_config is None:
         problems.append(error("checkpoints", "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)"))
     return problems
 
@@ -225,6 +227,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_processes_per_host,
     check_instance_known,
     check_parameter_server,
+    check_ps_group,
     check_spot,
     check_mirrored,
     check_s3_shard,

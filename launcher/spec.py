@@ -120,11 +120,50 @@ class HorovodDistribution(_Strict):
     horovod: Horovod
 
 
+class PsGroup(_Strict):
+    """The parameter servers' own instance group (a heterogeneous cluster): no training data, CPU by intent."""
+
+    type: InstanceTypeName = Field(description="e.g. ml.r5.4xlarge: memory for the embedding tables")
+    count: int = Field(1, ge=1, le=1000, description="hosts in the ps group")
+    per_host: int = Field(1, ge=1, le=64, description="parameter server processes per ps host")
+
+
+class ParameterServer(_Strict):
+    ps: PsGroup | None = Field(None, description="put the parameter servers on their own instances; omitted: one ps on every host")
+
+
+class ParameterServerDistribution(_Strict):
+    parameter_server: ParameterServer
+
+
 ImageFeature = Literal["horovod", "pipe_mode"]
 DistributionName = Literal["parameter_server", "multi_worker_mirrored", "horovod", "none"]
+_DISTRIBUTION_KEYS = {"horovod": "~horovod", "parameter_server": "~parameter_server"}
+
+
+def _distribution_shape(value: Any) -> str | None:
+    """Which distribution branch a value is meant for: the name, or the one key of a mapping."""
+    if isinstance(value, HorovodDistribution):
+        return "~horovod"
+    if isinstance(value, ParameterServerDistribution):
+        return "~parameter_server"
+    if isinstance(value, Mapping):
+        return next((tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value), None)
+    return _shape(value)
+
+
 Distribution = Annotated[
-    Union[Annotated[DistributionName, Tag("~text")], Annotated[HorovodDistribution, Tag("~mapping")]],
-    _by_shape("parameter_server, multi_worker_mirrored, horovod, none, or {horovod: {processes_per_host: N}}"),
+    Union[
+        Annotated[DistributionName, Tag("~text")],
+        Annotated[HorovodDistribution, Tag("~horovod")],
+        Annotated[ParameterServerDistribution, Tag("~parameter_server")],
+    ],
+    Discriminator(
+        _distribution_shape,
+        custom_error_type="wrong_shape",
+        custom_error_message="expected parameter_server, multi_worker_mirrored, horovod, none, "
+        "{horovod: {processes_per_host: N}} or {parameter_server: {ps: {type: ..., count: N}}}",
+    ),
 ]
 
 
@@ -283,7 +322,16 @@ class Spec(_Strict):
 
     @property
     def distribution_kind(self) -> str:
-        return "horovod" if isinstance(self.distribution, HorovodDistribution) else self.distribution
+        if isinstance(self.distribution, HorovodDistribution):
+            return "horovod"
+        if isinstance(self.distribution, ParameterServerDistribution):
+            return "parameter_server"
+        return self.distribution
+
+    @property
+    def ps_group(self) -> PsGroup | None:
+        """The parameter servers' own instance group, when the job is a heterogeneous cluster."""
+        return self.distribution.parameter_server.ps if isinstance(self.distribution, ParameterServerDistribution) else None
 
     @property
     def processes_per_host(self) -> int:

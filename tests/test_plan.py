@@ -37,6 +37,9 @@ def compiled_plan(path, job_name: str | None = JOB, env: dict | None = None):
 
 
 def entrypoint_module(name: str):
+    """An entry point module loaded as the container does: its folder on sys.path for its siblings."""
+    if str(REPO / "entrypoints") not in sys.path:
+        sys.path.insert(0, str(REPO / "entrypoints"))
     spec = importlib.util.spec_from_file_location(name, REPO / "entrypoints" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -260,7 +263,8 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     from types import SimpleNamespace
 
     inputs = entrypoint_module("deepfm_input")
-    container_env, checkpoints = entrypoint_module("deepfm_container"), entrypoint_module("deepfm_checkpoint")
+    container_env = entrypoint_module("deepfm_container")
+    checkpoints = entrypoint_module("deepfm_checkpoint")
     assert inputs.EVAL_CHANNEL == conventions.EVAL_CHANNEL
     names = conventions.training_channel_names(12)
     assert [inputs.train_channel_index(name) for name in names] == list(range(12))

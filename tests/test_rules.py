@@ -15,6 +15,13 @@ HOROVOD = {"entry_point": "deepfm-horovod", "instance": {"type": "ml.p3.8xlarge"
 EFS = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm"}
 VPC = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
 USER_SCRIPT = {"entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"}
+PS_FIELD = "distribution.parameter_server.ps"
+
+
+def hetero(ps_type: str = "ml.r5.4xlarge", count: int = 2, **changes) -> dict:
+    """Parameter servers on their own group: `count` x `ps_type`, workers 2 x ml.g5.2xlarge."""
+    return {"instance": {"type": "ml.g5.2xlarge", "count": 2},
+            "distribution": {"parameter_server": {"ps": {"type": ps_type, "count": count}}}, **changes}
 
 
 def hvd(processes: int, **options) -> dict:
@@ -35,6 +42,9 @@ RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "
        "numeric": {"i1": {"transform": "bucketize", "boundaries": [1, 3, 7]}},
        "categorical": {"c1": {"hash_buckets": 1000}},
        "multi_hot": {"tags": {"separator": "|", "hash_buckets": 100, "max_length": 5}}}
+# categorical ids alone: 1.5e9 + 1 rows, over one ml.r5.4xlarge (the numeric and multi-hot fields add 106)
+RAW_BIG = {**RAW, "categorical": {"c1": {"hash_buckets": 15 * 10**8}}}
+ADAM = {"hyperparameters": {"optimizer": "adam"}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
     (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
@@ -136,6 +146,22 @@ CASES = [
     (rules.check_parameter_server, PS2, {**PS2, "instance": {"type": "ml.p3.8xlarge"}}, ("warning", "instance.type", "3 of 4 GPUs idle")),
     (rules.check_parameter_server, {**PS2, "checkpoints": {"file_system": EFS}, "vpc": VPC}, {**PS2, "checkpoints": False},
      ("error", "checkpoints", "shared model/checkpoint location")),
+    (rules.check_parameter_server, hetero(instance={"type": "ml.g5.2xlarge", "count": 1}), {**PS2, "instance": {"count": 1}},
+     ("warning", "instance.count", "count >= 2")),
+    # parameter servers on their own group: 2 x r5.4xlarge = 256 GiB; adam keeps 2 slots per element
+    (rules.check_ps_group, hetero(hyperparameters={"feature_size": 10**9, "optimizer": "adam"}),
+     hetero(hyperparameters={"feature_size": 3 * 10**9, "optimizer": "adam"}),
+     ("error", PS_FIELD, "need 301.7 GiB (feature_size 3,000,000,000 x (1 + embedding_size 8) x 4 bytes x (1 + 2 adam slots)), "
+                         "more than the ps group's 2 x ml.r5.4xlarge (128 GiB each) = 256.0 GiB: use count 4")),
+    (rules.check_ps_group, hetero(hyperparameters={"feature_size": 2 * 10**9, "optimizer": "sgd"}),
+     hetero(hyperparameters={"feature_size": 2 * 10**9, "optimizer": "adam"}), ("warning", PS_FIELD, "79% of the ps group's")),
+    (rules.check_ps_group, hetero(count=1, features=dict(RAW_BIG, categorical={"c1": {"hash_buckets": 10**8}}), **ADAM),
+     hetero(count=1, features=RAW_BIG, **ADAM), ("error", PS_FIELD, "feature_size 1,500,000,107 x")),
+    (rules.check_ps_group, hetero("ml.r6i.8xlarge"), hetero("ml.g5.2xlarge"), ("warning", f"{PS_FIELD}.type", "never uses")),
+    (rules.check_ps_group, hetero("ml.r7i.4xlarge"), hetero("ml.r5.5xlarge"),
+     ("error", f"{PS_FIELD}.type", "not a value SageMaker accepts for a training instance type (did you mean 'ml.r5.xlarge'?)")),
+    (rules.check_ps_group, hetero(), hetero(entry_point="train.py", source_dir="s3://dfm-bucket/code/sourcedir.tar.gz"),
+     ("warning", PS_FIELD, "build the cluster itself from /opt/ml/input/config/resourceconfig.json")),
     (rules.check_spot, {"max_run": 3600, "spot": {"max_wait": 3600}}, {"max_run": 3600, "spot": {"max_wait": 3599}},
      ("error", "spot.max_wait", "use max_wait >= 3600")),
     (rules.check_spot, {"spot": {"max_wait": 86400}, "checkpoints": "s3://dfm-bucket/ck/"}, {"spot": {"max_wait": 86400}, "checkpoints": False},

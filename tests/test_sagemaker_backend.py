@@ -447,8 +447,12 @@ def test_every_config_dry_runs_offline_and_the_request_matches_the_plan(path, no
     for key, value in plan.hyperparameters.items():  # what the script receives, after the SDK's JSON encoding
         assert json.loads(hps[key]) == value, key
     assert json.loads(hps["sagemaker_program"]) == plan.entry_point
-    assert request["ResourceConfig"]["InstanceCount"] == plan.instance_count
-    assert request["ResourceConfig"]["InstanceType"] == plan.instance_type
+    if plan.heterogeneous:  # the SDK refuses InstanceType/InstanceCount beside groups
+        assert request["ResourceConfig"]["InstanceGroups"] == [g.request() for g in plan.instance_groups]
+        assert "InstanceType" not in request["ResourceConfig"] and "InstanceCount" not in request["ResourceConfig"]
+    else:
+        assert request["ResourceConfig"]["InstanceCount"] == plan.instance_count
+        assert request["ResourceConfig"]["InstanceType"] == plan.instance_type
     assert "DebugHookConfig" not in request and request["ProfilerConfig"]["DisableProfiler"] is True
     assert plan.bundled and {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} == {
         m["Name"] for m in conventions.METRIC_DEFINITIONS}
@@ -485,8 +489,33 @@ def check_fastfile_spot(request: dict) -> None:
     assert ":2.21.0-cpu-py312-amzn2023-sagemaker" in request["AlgorithmSpecification"]["TrainingImage"]
 
 
+def check_hetero_ps(request: dict) -> None:
+    groups = request["ResourceConfig"]["InstanceGroups"]
+    assert [(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"]) for g in groups] == [
+        ("worker", "ml.g5.2xlarge", 4), ("ps", "ml.r5.4xlarge", 2)]
+    # the ps hosts download nothing; no toolkit distribution (its ps would sit on every host of one group)
+    assert [c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"]] == [["worker"]] * 2
+    assert not [k for k in request["HyperParameters"] if k.endswith("_enabled")]
+    assert (request["HyperParameters"]["ps_group"], request["HyperParameters"]["ps_per_host"]) == ('"ps"', "1")
+    assert "-gpu-" in request["AlgorithmSpecification"]["TrainingImage"]  # the workers' type decides
+
+
 CONFIG_CHECKS = {"ps": check_ps, "horovod": check_horovod, "efs-ps": check_efs_ps,
-                 "fastfile-spot": check_fastfile_spot}
+                 "fastfile-spot": check_fastfile_spot, "hetero-ps": check_hetero_ps}
+
+
+def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatch):
+    plan = config_plan(Path(__file__).parent.parent / "configs" / "hetero-ps.yaml")
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
+    sent = capture_create_requests(monkeypatch)
+
+    sb.submit(plan, wait=False, echo=lambda line: None)
+
+    assert sent[0] == sb.dry_run(plan)["request"]
+    summary = sb.describe(plan.job_name, REGION)
+    assert summary["instance_groups"] == [
+        {"group": "worker", "instance_type": "ml.g5.2xlarge", "instance_count": 4},
+        {"group": "ps", "instance_type": "ml.r5.4xlarge", "instance_count": 2}]
 
 
 def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):

@@ -106,3 +106,14 @@ def aws_errors(action: str, *, job_name: str | None = None, region: str | None =
         raise DfmError(f"{action}: uploading the source dir failed: {one_line(err)}", 1) from err
     except BotoCoreError as err:
         raise DfmError(f"{action} failed: {one_line(err)}", 1) from err
+
+
+def instance_groups(resource_config: dict) -> list[dict]:
+    """[{group, instance_type, instance_count}] of a DescribeTrainingJob ResourceConfig: its InstanceGroups,
+    or the one group of identical hosts (a heterogeneous job has no InstanceType/InstanceCount)."""
+    groups = resource_config.get("InstanceGroups") or []
+    if groups:
+        return [{"group": g.get("InstanceGroupName"), "instance_type": g.get("InstanceType"),
+                 "instance_count": g.get("InstanceCount", 0)} for g in groups]
+    return [{"group": None, "instance_type": resource_config.get("InstanceType"),
+             "instance_count": resource_config.get("InstanceCount", 1)}]

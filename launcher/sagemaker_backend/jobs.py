@@ -62,6 +62,7 @@ def _summary(description: dict, region: str) -> dict:
         "failure_reason": description.get("FailureReason"),
         "instance_type": resources.get("InstanceType"),
         "instance_count": resources.get("InstanceCount"),
+        "instance_groups": aws.instance_groups(resources),
         "created": _iso(description.get("CreationTime")),
         "started": _iso(description.get("TrainingStartTime")),
         "ended": _iso(description.get("TrainingEndTime")),

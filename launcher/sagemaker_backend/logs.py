@@ -92,7 +92,8 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
         while True:
             description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
             status = description["TrainingJobStatus"]
-            multi_host = description.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
+            groups = aws.instance_groups(description.get("ResourceConfig", {}))
+            multi_host = sum(group["instance_count"] for group in groups) > 1
             progress = _progress_line(description)
             if follow and not as_json and progress != last_progress:
                 echo(progress)

@@ -51,8 +51,6 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         "entry_point": plan.entry_point,
         "source_dir": plan.source_dir,
         "role": plan.role,
-        "instance_type": plan.instance_type,
-        "instance_count": plan.instance_count,
         "volume_size": plan.volume_gb,
         "max_run": plan.max_run,
         "input_mode": plan.input_mode,
@@ -62,6 +60,10 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         "hyperparameters": {k: v for k, v in plan.hyperparameters.items() if k != "model_dir"},
         **DISABLED_SDK_EXTRAS,
     }
+    if plan.heterogeneous:  # the SDK refuses instance_type/instance_count beside groups
+        kwargs["instance_groups"] = [group.sdk_kwargs() for group in plan.instance_groups]
+    else:
+        kwargs["instance_type"], kwargs["instance_count"] = plan.instance_type, plan.instance_count
     if plan.bundled:  # a user's script keeps the SDK's own default (which conventions.model_dir predicts)
         kwargs["model_dir"] = plan.hyperparameters["model_dir"]
     if plan.image_uri is not None:
@@ -70,7 +72,7 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         kwargs["framework_version"] = plan.framework_version
     if plan.py_version is not None:
         kwargs["py_version"] = plan.py_version
-    distribution = conventions.sdk_distribution(plan.distribution.kind, plan.distribution.processes_per_host,
+    distribution = conventions.sdk_distribution(plan.toolkit_distribution, plan.distribution.processes_per_host,
                                                 plan.distribution.mpi_options)
     if distribution is not None:
         kwargs["distribution"] = distribution
@@ -172,6 +174,10 @@ def estimator(kwargs: dict[str, Any], session):
     unknown = sorted(set(kwargs) - _estimator_parameters(estimator_class) - {"sagemaker_session"})
     if unknown:
         raise DfmError(f"estimator kwargs unknown to {ESTIMATOR_CLASS}: {', '.join(unknown)}", 2)
+    if "instance_groups" in kwargs:
+        from sagemaker.instance_group import InstanceGroup
+
+        kwargs["instance_groups"] = [InstanceGroup(**group) for group in kwargs["instance_groups"]]
     # The estimator makes one more client with boto3.client() (its TensorBoardApp): lend it our session,
     # whose loader has the sagemaker API model parsed already, instead of a new default one.
     default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
@@ -186,8 +192,9 @@ def estimator(kwargs: dict[str, Any], session):
 def _channel_input(channel: Channel):
     sagemaker = _sdk()
     if channel.kind == "s3":
+        groups = list(channel.instance_groups) if channel.instance_groups else None
         return sagemaker.inputs.TrainingInput(s3_data=channel.uri, distribution=channel.distribution,
-                                              input_mode=channel.input_mode)
+                                              input_mode=channel.input_mode, instance_groups=groups)
     if channel.kind in FILE_SYSTEM_TYPES:
         if not channel.file_system_id:
             raise DfmError(f"channel {channel.name}: {channel.kind} needs a file_system_id", 2)
