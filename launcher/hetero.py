@@ -33,6 +33,10 @@ GIB = 1 << 30
 # to find its groups in resourceconfig.json).
 PS_GROUP_HYPERPARAMETER = "ps_group"
 PS_PER_HOST_HYPERPARAMETER = "ps_per_host"
+# Where the bundled script's tasks listen (entrypoints/hetero_cluster.py; a test pins the two copies), and the
+# variable through which `--local` tells it the loopback port standing in for each container address.
+CHIEF_PORT, WORKER_PORT, PS_PORT = 2222, 2223, 2224
+CLUSTER_ADDRESSES_ENV = "DFM_CLUSTER_ADDRESSES"
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,17 @@ def processes_by_host(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> 
     for index, host in enumerate(ps_hosts):
         out[host] = [f"ps:{index * ps_per_host + k}" for k in range(ps_per_host)]
     return out
+
+
+def container_addresses(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> list[str]:
+    """Every host:port a task of the bundled script's cluster listens on, in task order."""
+    addresses = []
+    for host, tasks in processes_by_host(groups, ps_per_host).items():
+        for task in tasks:
+            job, index = task.split(":")
+            port = {"chief": CHIEF_PORT, "worker": WORKER_PORT}.get(job, PS_PORT + int(index) % ps_per_host)
+            addresses.append(f"{host}:{port}")
+    return addresses
 
 
 def describe_groups(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> list[dict[str, Any]]:

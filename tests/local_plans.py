@@ -28,17 +28,20 @@ def make_channel_data(root: Path, name: str, files: int, size: int = 64) -> Path
     return folder
 
 
-def _distribution(kind: str, per_host: int, mpi_options: str):
+def _distribution(kind: str, per_host: int, mpi_options: str, ps_hosts: int):
     if kind == "horovod":
         return {"horovod": {"processes_per_host": per_host, "mpi_options": mpi_options}}
+    if ps_hosts:
+        return {"parameter_server": {"ps": {"type": "ml.r5.large", "count": ps_hosts, "per_host": per_host}}}
     return kind
 
 
 def standin_spec(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File", per_host=1, train_files=5,
                  hyperparameters=None, mpi_options="", checkpoint_s3_uri=None, checkpoint_local_path=None,
-                 local=None, second_train: Path | None = None, efs: Path | None = None) -> Path:
+                 local=None, second_train: Path | None = None, efs: Path | None = None, ps_hosts: int = 0) -> Path:
     """A spec for the stand-in script (tests/local_scripts/standin.py) with `train` (sharded by S3 key) and
-    `eval` channels of small files; `second_train` adds channel train-1, `efs` an EFS channel `checkpoints`."""
+    `eval` channels of small files; `second_train` adds channel train-1, `efs` an EFS channel `checkpoints`;
+    `ps_hosts` puts the parameter servers on their own group of that many hosts (`per_host` each)."""
     source = tmp_path / "src"
     source.mkdir(parents=True, exist_ok=True)
     shutil.copy(STANDIN, source / "standin.py")
@@ -57,7 +60,7 @@ def standin_spec(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File
     spec = {
         "name": "standin", "role": ROLE, "region": "us-east-1", "entry_point": "standin.py", "source_dir": "src",
         "framework": {"version": "2.14"}, "instance": {"type": "ml.c5.2xlarge", "count": hosts},
-        "distribution": _distribution(kind, per_host, mpi_options),
+        "distribution": _distribution(kind, per_host, mpi_options, ps_hosts),
         "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://bucket/eval/", "channels": extra},
         "output": "s3://bucket/out/", "checkpoints": checkpoints,
         "hyperparameters": {"behave": "ok", "pipe_epochs": 2 if mode == "Pipe" else 0, "batch_norm": False,

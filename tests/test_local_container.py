@@ -63,6 +63,8 @@ PLANS = {  # name -> (plan for tmp_path, host whose environment is compared)
     "mwms-fastfile": (lambda tmp: standin_plan(tmp, kind="multi_worker_mirrored", hosts=3, mode="FastFile"), "algo-3"),
     "single-pipe": (lambda tmp: standin_plan(tmp, kind="none", hosts=1, mode="Pipe"), "algo-1"),
     "ps-efs": (lambda tmp: standin_plan(tmp, hosts=2, efs=tmp), "algo-1"),
+    "hetero-worker": (lambda tmp: standin_plan(tmp, hosts=2, ps_hosts=2), "algo-2"),
+    "hetero-ps": (lambda tmp: standin_plan(tmp, hosts=2, ps_hosts=2, per_host=2), "algo-4"),
 }
 
 

@@ -100,6 +100,30 @@ def test_no_distribution_runs_the_script_on_every_host_without_tf_config(tmp_pat
     assert [p.label for p in single.processes] == ["algo-1/train"]
 
 
+def test_ps_on_its_own_group_every_host_runs_the_script_and_only_workers_get_data(tmp_path):
+    plan, request = request_for(tmp_path, hosts=2, ps_hosts=2, per_host=2, train_files=5)
+    processes = by_label(request)
+    assert list(processes) == [f"algo-{i}/train" for i in range(1, 5)] and request.master == "algo-1/train"
+    assert not any("TF_CONFIG" in p.env or p.role == "ps" for p in request.processes)  # the script builds it
+    addresses = json.loads(processes["algo-3/train"].env["DFM_CLUSTER_ADDRESSES"])
+    assert list(addresses) == ["algo-1:2222", "algo-1:2223", "algo-2:2223",
+                               "algo-3:2224", "algo-3:2225", "algo-4:2224", "algo-4:2225"]
+    assert len(set(addresses.values())) == 7 and all(a.startswith("127.0.0.1:") for a in addresses.values())
+    assert {p.env["DFM_CLUSTER_ADDRESSES"] for p in request.processes} == {json.dumps(addresses)}
+    hosts = {h.name: h for h in request.hosts}
+    resources = hosts["algo-4"].config_files["resourceconfig.json"]
+    assert (resources["current_group_name"], resources["current_instance_type"]) == ("ps", "ml.r5.large")
+    assert [(g["instance_group_name"], g["hosts"]) for g in resources["instance_groups"]] == [
+        ("worker", ["algo-1", "algo-2"]), ("ps", ["algo-3", "algo-4"])]
+    # S3 channels reach the worker group only; ShardedByS3Key splits train between its two hosts
+    assert hosts["algo-3"].channels == () == hosts["algo-4"].channels
+    assert hosts["algo-3"].config_files["inputdataconfig.json"] == {}
+    train = [[key for key, _ in next(c for c in hosts[h].channels if c.name == "train").files] for h in ("algo-1", "algo-2")]
+    assert sorted(train[0] + train[1]) == [f"part-{i:03d}.tfrecord" for i in range(5)] and all(train)
+    hyperparameters = hosts["algo-1"].config_files["hyperparameters.json"]
+    assert not [k for k in hyperparameters if k.endswith("_enabled")]  # no toolkit distribution
+
+
 def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path):
     plan, request = request_for(tmp_path, kind="horovod", hosts=2, per_host=2, mpi_options="--NCCL_DEBUG WARN")
     processes = by_label(request)

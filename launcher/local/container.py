@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from launcher import hetero
 from launcher.contract import CONTAINER_BASE_DIR
 from launcher.plan import Channel, Plan
 
@@ -24,11 +25,33 @@ TOOLKIT_OWN_HYPERPARAMETERS = (
 )
 FRAMEWORK_MODULE = "sagemaker_tensorflow_container.training:main"
 INSTANCE_GROUP = "homogeneousCluster"
+DISTRIBUTION_FLAGS = ("sagemaker_parameter_server_enabled", "sagemaker_mpi_enabled",
+                      "sagemaker_multi_worker_mirrored_strategy_enabled")
 NETWORK_INTERFACE = "eth0"
 
 
 def host_names(count: int) -> list[str]:
     return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+def plan_hosts(plan: Plan) -> list[str]:
+    """Every host of the job: algo-1..N, numbered across the instance groups of a heterogeneous cluster."""
+    if plan.heterogeneous:
+        return [h for hosts in hetero.host_names(plan.instance_groups).values() for h in hosts]
+    return host_names(plan.instance_count)
+
+
+def host_group(plan: Plan, host: str) -> tuple[str, list[str]]:
+    """(the host's instance group, that group's hosts)."""
+    if plan.heterogeneous:
+        return next((name, hosts) for name, hosts in hetero.host_names(plan.instance_groups).items() if host in hosts)
+    return INSTANCE_GROUP, host_names(plan.instance_count)
+
+
+def host_channels(plan: Plan, host: str) -> list[Channel]:
+    """The channels SageMaker delivers to `host`: a channel restricted to instance groups skips the others."""
+    group, _ = host_group(plan, host)
+    return [c for c in plan.channels if c.instance_groups is None or group in c.instance_groups]
 
 
 @dataclass(frozen=True)
@@ -104,7 +127,9 @@ def sdk_hyperparameters(plan: Plan, tree: HostTree) -> dict[str, Any]:
         "sagemaker_region": plan.region,
     }
     dist = plan.distribution
-    if dist.kind == "parameter_server":
+    if plan.toolkit_distribution == "none":
+        pass
+    elif dist.kind == "parameter_server":
         sdk["sagemaker_parameter_server_enabled"] = True
     elif dist.kind == "horovod":
         sdk.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=dist.processes_per_host,
@@ -121,9 +146,9 @@ def encode_hyperparameters(hps: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): json.dumps(v) for k, v in hps.items()}
 
 
-def input_data_config(plan: Plan) -> dict[str, dict[str, str]]:
+def input_data_config(plan: Plan, host: str) -> dict[str, dict[str, str]]:
     config: dict[str, dict[str, str]] = {}
-    for channel in plan.channels:
+    for channel in host_channels(plan, host):
         entry = {"TrainingInputMode": channel_mode(plan, channel), "RecordWrapperType": "None"}
         if channel.kind in ("s3", "file"):
             entry["S3DistributionType"] = channel.distribution
@@ -132,6 +157,8 @@ def input_data_config(plan: Plan) -> dict[str, dict[str, str]]:
 
 
 def resource_config(plan: Plan, host: str) -> dict[str, Any]:
+    if plan.heterogeneous:
+        return hetero.hetero_resource_configs(plan.instance_groups)[host]
     hosts = host_names(plan.instance_count)
     return {
         "current_host": host, "current_instance_type": plan.instance_type, "current_group_name": INSTANCE_GROUP,
@@ -146,13 +173,13 @@ def config_files(plan: Plan, tree: HostTree) -> dict[str, Any]:
     return {
         "hyperparameters.json": encode_hyperparameters(sdk_hyperparameters(plan, tree)),
         "resourceconfig.json": resource_config(plan, tree.host),
-        "inputdataconfig.json": input_data_config(plan),
+        "inputdataconfig.json": input_data_config(plan, tree.host),
     }
 
 
 def local_cpu_share(plan: Plan) -> int:
     """The cores one simulated host may use: this machine's cores split across the hosts, at least one."""
-    return max(1, (os.cpu_count() or 1) // max(1, plan.instance_count))
+    return max(1, (os.cpu_count() or 1) // max(1, len(plan_hosts(plan))))
 
 
 def _env_value(value: Any) -> str:
@@ -170,26 +197,30 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     `current_host` overrides SM_CURRENT_HOST: under MPI the toolkit on the first host exports its own
     environment to every rank (`mpirun -x`), so ranks on other hosts see the first host's name.
     """
-    hosts = host_names(plan.instance_count)
+    hosts = plan_hosts(plan)
     host = current_host or tree.host
     encoded = encode_hyperparameters(sdk_hyperparameters(plan, tree))
     decoded = {k: json.loads(v) for k, v in encoded.items()}
     user_hps = {k: v for k, v in decoded.items() if not k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
     framework_params = {k: v for k, v in decoded.items()
                         if k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
-    channels = sorted(c.name for c in plan.channels)
+    channels = sorted(c.name for c in host_channels(plan, host))
     module_name = plan.entry_point[:-3] if plan.entry_point.endswith(".py") else plan.entry_point
     resources = resource_config(plan, host)
+    group, group_hosts = host_group(plan, host)
+    groups = {g["instance_group_name"]: g for g in resources["instance_groups"]}
+    # the toolkit: a distribution runs on the current group when its sagemaker_*_enabled flag is set
+    distribution_groups = [group] if any(framework_params.get(flag) for flag in DISTRIBUTION_FLAGS) else []
+    distribution_hosts = [h for name in distribution_groups for h in groups[name]["hosts"]]
     fields: dict[str, Any] = {
         "hosts": hosts, "network_interface_name": NETWORK_INTERFACE, "hps": user_hps,
         "user_entry_point": plan.entry_point, "framework_params": framework_params,
-        "resource_config": resources, "input_data_config": input_data_config(plan),
+        "resource_config": resources, "input_data_config": input_data_config(plan, host),
         "output_data_dir": str(tree.output_data), "channels": channels, "current_host": host,
-        "current_instance_type": plan.instance_type, "current_instance_group": INSTANCE_GROUP,
-        "current_instance_group_hosts": hosts, "instance_groups": [INSTANCE_GROUP],
-        "instance_groups_dict": {INSTANCE_GROUP: resources["instance_groups"][0]},
-        "distribution_instance_groups": [INSTANCE_GROUP] if framework_params else [],
-        "is_hetero": False, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
+        "current_instance_type": resources["current_instance_type"], "current_instance_group": group,
+        "current_instance_group_hosts": group_hosts, "instance_groups": list(groups),
+        "instance_groups_dict": groups, "distribution_instance_groups": distribution_groups,
+        "is_hetero": len(groups) > 1, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
         "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
         "output_dir": str(tree.output), "num_cpus": local_cpu_share(plan), "num_gpus": 0, "num_neurons": 0,
         "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"],
@@ -201,8 +232,8 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     fields["training_env"] = {
         **{renamed.get(k, k): v for k, v in fields.items() if k not in ("user_args", "channels")},
         "job_name": plan.job_name, "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
-        "distribution_hosts": hosts if framework_params else [], "master_hostname": hosts[0],
-        "is_master": host == hosts[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
+        "distribution_hosts": distribution_hosts, "master_hostname": (distribution_hosts or hosts)[0],
+        "is_master": host == (distribution_hosts or hosts)[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
     for name in channels:
         fields[f"channel_{name}"] = str(tree.channel_dir(name))
     for key, value in user_hps.items():

@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from launcher import hetero
 from launcher.contract import render_argv
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
 from launcher.local import runtime as runtimes
-from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_names,
-                                      to_host_path)
+from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
+                                      host_group, plan_hosts, to_host_path)
 from launcher.local.runtime import Runtime
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
@@ -129,12 +130,12 @@ def build_request(plan, *, run_dir: str | None = None, timeout_s: float | None =
     runtime = runtime or runtimes.for_plan(plan)
     root = Path(run_dir or plan.local.run_dir or DEFAULT_RUN_DIR).resolve()
     job_dir = root / plan.job_name
-    trees = [HostTree(name, job_dir / "hosts" / name) for name in host_names(plan.instance_count)]
+    trees = [HostTree(name, job_dir / "hosts" / name) for name in plan_hosts(plan)]
     store = checkpoint_store(plan, root)
     warnings: list[str] = []
     problems: list[str] = []
     sources = _channel_sources(plan, problems)
-    hosts = tuple(_host(plan, tree, index, len(trees), sources, store, warnings) for index, tree in enumerate(trees))
+    hosts = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
     expected = render_argv(plan.hyperparameters)  # drops sagemaker_* as the toolkit does
     if list(plan.argv) != expected:
         warnings.append(f"warning: the plan's argv differs from what the container renders from its "
@@ -164,10 +165,11 @@ def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tup
     return found
 
 
-def _host(plan, tree: HostTree, index: int, count: int, sources, store: Path | None,
-          warnings: list[str]) -> LocalHost:
+def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]) -> LocalHost:
     feeds = []
-    for channel in plan.channels:
+    _, group_hosts = host_group(plan, tree.host)
+    index, count = group_hosts.index(tree.host), len(group_hosts)  # ShardedByS3Key splits among the group's hosts
+    for channel in host_channels(plan, tree.host):
         source = sources[channel.name]
         mode = channel_mode(plan, channel)
         if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
@@ -212,8 +214,9 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
     """(processes, the master's label, files to write) for the plan's distribution."""
     kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
 
-    def script(tree: HostTree, label: str, role: str, tf_config: dict | None = None) -> LocalProcess:
-        env = {**base, **_host_env(plan, tree, environ)}
+    def script(tree: HostTree, label: str, role: str, tf_config: dict | None = None,
+               extra_env: Mapping[str, str] | None = None) -> LocalProcess:
+        env = {**base, **_host_env(plan, tree, environ), **(extra_env or {})}
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
         return LocalProcess(label, tree.host, role, (runtime.python, plan.entry_point, *host_argv(plan, tree)), env,
@@ -221,6 +224,12 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
 
     if kind == "horovod":
         return _mpi_processes(plan, trees, runtime, environ, job_dir)
+    if plan.heterogeneous:  # no toolkit distribution: every host runs the script, which builds the cluster
+        addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}"
+                     for a in hetero.container_addresses(plan.instance_groups, plan.distribution.ps_per_host)}
+        extra_env = {hetero.CLUSTER_ADDRESSES_ENV: json.dumps(addresses)}
+        scripts = [script(t, f"{t.host}/train", "train", extra_env=extra_env) for t in trees]
+        return tuple(scripts), scripts[0].label, {}
     if kind == "parameter_server" and len(trees) > 1:
         layout = cluster.Layout.allocate([t.host for t in trees], with_ps=True)
         servers = [LocalProcess(f"{t.host}/ps", t.host, "ps", (runtime.python, str(PS_SERVER)),
