@@ -66,6 +66,10 @@ def test_the_bundled_script_builds_the_intended_cluster_from_every_hosts_config(
         assert cluster.cluster_spec()["chief"] == ["algo-1:2222"]
     assert roles == {"algo-1": ["chief:0", "worker:0"], "algo-2": ["worker:1"], "algo-3": ["worker:2"],
                      "algo-4": ["worker:3"], "algo-5": ["ps:0", "ps:1"], "algo-6": ["ps:2", "ps:3"]}
+    # `--local` maps exactly the addresses the script dials, through the variable it reads
+    assert hetero.container_addresses(GROUPS, ps_per_host=2) == [t.address for t in cluster.tasks]
+    assert hetero.CLUSTER_ADDRESSES_ENV == hc.ADDRESSES_ENV
+    assert (hetero.CHIEF_PORT, hetero.WORKER_PORT, hetero.PS_PORT) == (hc.CHIEF_PORT, hc.WORKER_PORT, hc.PS_PORT)
 
 
 TOOLKIT_READS = """
