@@ -180,6 +180,8 @@ def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
         click.echo(json.dumps(request_document(request, show_secrets), indent=2))
     else:
         click.echo(render_request(request, show_secrets))
+    if request.problems:  # the run would refuse to start: say so in the exit code too, as validate does
+        raise SystemExit(2)
 
 
 def _run_local(plan: Any, output: str, verbose: bool = False) -> None:

@@ -65,11 +65,11 @@ def test_json_is_the_request_with_secrets_masked_unless_asked(capsys, tmp_path, 
     assert code == 0 and json.loads(out)["processes"][2]["env"]["DB_PASSWORD"] == "hunter2"
 
 
-def test_missing_local_data_is_shown_not_fatal(capsys, tmp_path, nothing_starts):
+def test_missing_local_data_is_shown_whole_and_the_exit_code_says_it_cannot_run(capsys, tmp_path, nothing_starts):
     code = main(["launch", str(PS), "--local", "--dry-run", "--run-dir", str(tmp_path / "runs"),
                  "--channel", f"train={tmp_path / 'none'}", "--channel", f"eval={tmp_path / 'none'}"])
     out, err = capsys.readouterr()
-    assert code == 0, err
+    assert code == 2, err
     assert "Cannot run as it is" in out and f"local data {tmp_path / 'none'} does not exist" in out
     assert "algo-2/worker  (worker)" in out and not (tmp_path / "runs").exists()
 
