@@ -215,3 +215,51 @@ def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
     assert "continuing at step 10" in second.output
     assert_no_survivors(first.pids)
     assert_no_survivors(second.pids)
+
+
+HETERO = {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1, "per_host": 2}}}
+
+
+def test_parameter_servers_on_their_own_group(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-hetero", entry_point="deepfm-ps", distribution=HETERO, count=2,
+                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
+                                                                          "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 30})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    job = run.job_dir(tmp_path / "runs")
+    assert {p.name for p in (job / "logs").iterdir()} == {"algo-1-train.log", "algo-2-train.log", "algo-3-train.log"}
+    for host in ("algo-1", "algo-2"):  # the worker group shares the 4 training files
+        assert len(list((job / "hosts" / host / "input" / "data" / "train").iterdir())) == 2
+    assert not list((job / "hosts" / "algo-3" / "input" / "data").iterdir())  # the ps host gets no data
+    assert "[algo-1/train] [dfm] eval step=" in run.output and "final eval:" in run.output
+    assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
+    assert "ps:0, ps:1" in (job / "logs" / "algo-3-train.log").read_text()  # two parameter servers on algo-3
+    assert_no_survivors(run.pids)
+
+
+def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
+    spec = write_spec(tmp_path, name="e2e-hetero-kill", entry_point="deepfm-ps", distribution=HETERO, count=2,
+                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
+                                                                          "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 100000, "epochs": 1000})
+    run = WatchedRun("launch", str(spec), "--local")
+    killed = []
+
+    def kill_ps_host_once_training(found, lines):
+        if not any("[dfm] train step=" in line for line in lines):
+            return False
+        for proc in found:
+            try:
+                if "train_ps.py" in " ".join(proc.cmdline()) and "algo-3" in proc.cwd():
+                    proc.kill()
+                    killed.append(time.monotonic())
+                    return True
+            except psutil.NoSuchProcess:
+                continue
+        return False
+
+    assert run.wait(until=kill_ps_host_once_training) == 1, run.output[-3000:]
+    assert killed and time.monotonic() - killed[0] < 60, "the run outlived its parameter servers by a minute"
+    assert "FAILED: algo-3/train exited with code -9" in run.output
+    assert_no_survivors(run.pids)
