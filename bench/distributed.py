@@ -68,7 +68,7 @@ def measure(quick: bool, context: dict) -> dict:
     result = section(
         "Local distributed runs",
         "recorded, not judged: 2 cores bound every run, so a second host or rank adds processes, not cores",
-        f"`dfm launch configs/ps.yaml --local` and `dfm launch configs/horovod.yaml --local` on synthetic data, "
+        f"`dfm launch configs/ps.yaml --local`, `configs/hetero-ps.yaml --local` and `configs/horovod.yaml --local` on synthetic data, "
         f"max_steps {steps}; examples/s from the entry points' metric lines; `bench/distributed.py`")
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-distributed-"))
     try:
@@ -83,6 +83,10 @@ def measure(quick: bool, context: dict) -> dict:
                                              {"train": data["train"], "eval": data["eval"]}),
             ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"],
                                               {"train": data["train"], "eval": data["eval"]}),
+            ("parameter server", "ps group: 2 workers + 1 ps host"): (
+                "configs/hetero-ps.yaml", ["instance.count=2", "distribution.parameter_server.ps.count=1",
+                                           "hyperparameters.feature_size=117581"],
+                {"train": data["train"], "eval": data["eval"]}),
             ("Horovod", "1 rank"): ("configs/horovod.yaml", ["instance.count=1",
                                                              "distribution.horovod.processes_per_host=1"],
                                     {**split_channels, "eval": data["eval"]}),
@@ -124,7 +128,7 @@ def measure(quick: bool, context: dict) -> dict:
     add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)",
                        "CPU s (share of all cores)", "run"], rows)
     for kind in ("parameter server", "Horovod"):
-        keys = [key for key in runs if key[0] == kind]
+        keys = [key for key in runs if key[0] == kind][:2]  # 1 vs 2 hosts or ranks
         if any(key in failures for key in keys):
             verdict(result, f"{kind}: 1 vs 2 recorded", None,
                     "not run: " + "; ".join(f"{k[1]}: {failures[k]}" for k in keys if k in failures))
@@ -135,6 +139,9 @@ def measure(quick: bool, context: dict) -> dict:
         "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
         "`--set instance.count=1|2`; 2 hosts means a chief, two workers (one of them the chief's own child "
         "process) and two ps servers on the same 2 cores.",
+        "Parameter servers on their own group: `configs/hetero-ps.yaml` with `--set instance.count=2 --set "
+        "distribution.parameter_server.ps.count=1 --set hyperparameters.feature_size=117581`: the chief and "
+        "worker 0 on algo-1, worker 1 on algo-2, one ps on algo-3 (no data), all on the same 2 cores.",
         "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
         "--set distribution.horovod.processes_per_host=1|2`.",
         "CPU s: user + system time of every process of the run; a share of the cores far below 100% means "
