@@ -28,6 +28,26 @@ def write_worker_shard(hp, env, hosts, task_index):
     return channels, mode, shards
 
 
+# What ClusterCoordinator logs at ERROR about failed closures, with the whole gRPC detail over dozens of
+# lines: errors that join() raises next (the caller reports them once: a line of its own, or the
+# traceback), errors it says it ignores, and errors naming a ps (retried while transient; when not,
+# join() raises them and the chief names the ps in one line).
+REPORTED_ELSEWHERE = ("encountered the following error when processing closure",
+                      "Start cancelling closures due to error", "derived error is ignored", "/job:ps/")
+
+
+class _ReportedElsewhere:
+    def filter(self, record):
+        message = record.getMessage()
+        return not any(text in message for text in REPORTED_ELSEWHERE)
+
+
+def report_closure_errors_once():
+    import logging
+
+    logging.getLogger("tensorflow").addFilter(_ReportedElsewhere())
+
+
 def join_or_exit(coordinator):
     """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1."""
     import tensorflow as tf
@@ -56,7 +76,7 @@ def embedding_partitioner(hp, num_ps):
 
 def train_with_coordinator(hp, env, cluster):
     """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
-    configure_tensorflow(hp, env)  # CPU chief: float32 (PS workers are CPU hosts)
+    configure_tensorflow(hp, env)  # the steps compute in float32 (build_trainer's default), GPU workers too
     import tensorflow as tf
     import deepfm_input
     from deepfm_training import TrainWindow, build_trainer, evaluate
@@ -67,9 +87,11 @@ def train_with_coordinator(hp, env, cluster):
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=embedding_partitioner(hp, len(cluster["ps"])))
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    report_closure_errors_once()
     trainer = build_trainer(hp, strategy=strategy)
-    shards = len(flat_variables([trainer.model.embeddings]))
-    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps; embeddings in {shards} shard(s)")
+    shards = flat_variables([trainer.model.embeddings])
+    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps; embeddings in {len(shards)} shard(s) "
+        f"on {' '.join(shard.device for shard in shards)}")
     keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps,
                               io_device="/job:chief/replica:0/task:0/device:CPU:0")
     step = keeper.restore_latest()

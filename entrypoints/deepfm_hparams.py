@@ -37,6 +37,9 @@ DEFAULTS = {
     "cache": False,
     "s3_shard": "auto",
     "features": "",  # JSON of the spec's `features:` section (raw features); empty = pre-indexed input
+    # cluster (deepfm-ps)
+    "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
+    "ps_per_host": 1,  # parameter servers on each host of ps_group
     # tuning
     "intra_op_threads": 0,
     "inter_op_threads": 0,
@@ -162,7 +165,7 @@ def parse_hyperparameters(argv, prog="train"):
     if not 0.0 <= args.dropout < 1.0:
         raise HyperparameterError(f"argument --dropout: a drop rate in [0, 1), got {args.dropout}")
     for name in ("field_size", "feature_size", "embedding_size", "batch_size", "log_steps",
-                 "checkpoint_steps"):
+                 "checkpoint_steps", "ps_per_host"):
         if getattr(args, name) <= 0:
             raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
     if args.features:

@@ -7,7 +7,9 @@ every host at 2223 started by the toolkit itself, `worker` = the other hosts at 
   data is trained on too; DFM_PS_CHIEF_WORKER=0 turns that off.
 - worker: serves a tf.distribute.Server and exits once the chief's port has gone away.
 - ps (only when a launcher other than the toolkit starts it through this script): same, as a ps.
-Without TF_CONFIG (one host) it runs deepfm_sync's loop as a single process.
+Without TF_CONFIG it runs deepfm_sync's loop as a single process (one host), unless the `ps_group`
+hyperparameter names the parameter servers' instance group of a heterogeneous job: then every host
+builds the cluster from resourceconfig.json (hetero_cluster) and runs its own tasks (run_heterogeneous).
 """
 
 import json
@@ -25,6 +27,8 @@ from deepfm_tuning import configure_tensorflow, set_thread_environment
 
 PROG = "train_ps.py"
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
+# Set by a heterogeneous chief for the child that runs its host's worker task: the task's name ("worker:0").
+HETERO_TASK_ENV = "DFM_HETERO_TASK"
 
 
 def main(argv):
@@ -32,6 +36,8 @@ def main(argv):
     set_thread_environment(hp, env)
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})
+    if not cluster and hp.ps_group:
+        return run_heterogeneous(hp, env, argv)
     if not cluster or sum(len(v) for v in cluster.values()) <= 1:
         return train_single_host(hp, env)
     cluster, task_type, task_index = rename_master(cluster, tf_config["task"])
@@ -71,14 +77,16 @@ def training_hosts(env):
     return list(env.hosts) if chief_runs_worker() else list(env.hosts[1:])
 
 
-def serve_until_chief_done(hp, env, cluster, task_type, task_index):
+def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=None):
+    """data_hosts: the hosts whose workers share the training data, in shard order (default: training_hosts)."""
     configure_tensorflow(hp, env)
     import tensorflow as tf
 
     if task_type == "worker":
         from deepfm_coordinator import write_worker_shard
 
-        channels, mode, (num_shards, index) = write_worker_shard(hp, env, training_hosts(env), task_index)
+        hosts = list(data_hosts) if data_hosts is not None else training_hosts(env)
+        channels, mode, (num_shards, index) = write_worker_shard(hp, env, hosts, task_index)
         if mode.lower() == "pipe":
             import sagemaker_tensorflow  # noqa: F401  registers the PipeModeDataset op in this server
         os.chdir(env.base_dir)  # the chief's dataset function uses paths relative to this
@@ -105,12 +113,69 @@ def train_chief(hp, env, cluster, argv):
         wait_for_tasks(cluster)
         return train_with_coordinator(hp, env, cluster)
     finally:
-        if child is not None:
-            child.terminate()
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop_child(child)
+
+
+# ---- a heterogeneous job: ps and workers in their own instance groups ----
+
+def run_heterogeneous(hp, env, argv):
+    """This host's tasks of the cluster in resourceconfig.json: a ps host serves its ps tasks; the
+    first worker host runs the chief and (as a child process) worker 0; every other worker host serves
+    its worker. A worker's data shard is its host's position in the worker group."""
+    try:
+        cluster = hetero_cluster.build_cluster(hetero_cluster.read_resource_config(), hp.ps_group,
+                                               ps_per_host=hp.ps_per_host,
+                                               addresses=hetero_cluster.addresses_from_env())
+    except hetero_cluster.ClusterError as err:
+        return fail(err)
+    mine = {task.name: task for task in cluster.local_tasks()}
+    chosen = os.environ.get(HETERO_TASK_ENV)
+    task = mine.get(chosen) if chosen else cluster.local_tasks()[0]
+    if task is None:
+        return fail(f"{HETERO_TASK_ENV}={chosen} names no task of {cluster.current_host} ({', '.join(mine)})")
+    if task.job == "ps":
+        return serve_ps_tasks(hp, env, cluster)
+    if task.job == "worker":
+        return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts)
+    return train_heterogeneous_chief(hp, env, cluster, argv)
+
+
+def serve_ps_tasks(hp, env, cluster):
+    configure_tensorflow(hp, env)
+    import tensorflow as tf
+
+    def start_server(task):
+        return tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster_spec()), job_name="ps",
+                                    task_index=task.index, protocol="grpc", start=True)
+
+    return hetero_cluster.serve_until_chief_done(cluster, start_server, log=log)
+
+
+def train_heterogeneous_chief(hp, env, cluster, argv):
+    from deepfm_coordinator import train_with_coordinator
+
+    worker = next(t for t in cluster.local_tasks() if t.job == "worker")
+    child = start_child(argv, {HETERO_TASK_ENV: worker.name})
+    try:
+        hetero_cluster.wait_for_tasks([t for t in cluster.tasks if t.job != "chief"])
+        return train_with_coordinator(hp, env, cluster.cluster_spec())
+    except Exception as err:  # noqa: BLE001  a missing or dead ps: one line naming it; else its traceback
+        missing = isinstance(err, hetero_cluster.ClusterError)
+        message = str(err) if missing else hetero_cluster.ps_failure_message(err, cluster)
+        if message is None:
+            raise
+        stop_child(child)
+        # Exit before the failed run is torn down: its remote functions' cleanup would log more errors.
+        fail(message, exit_at_once=True)
+    finally:
+        stop_child(child)
+
+
+def fail(message, exit_at_once=False):
+    print(f"[dfm] error: {message}", file=sys.stderr, flush=True)
+    if exit_at_once:
+        exit_now(1)
+    return 1
 
 
 # ---- the processes of a parameter-server cluster ----
@@ -126,9 +191,23 @@ def start_chief_worker(cluster, argv):
     chief_host = cluster["chief"][0].rsplit(":", 1)[0]
     cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{free_port()}"])
     tf_config = {"cluster": cluster, "task": {"type": "worker", "index": len(cluster["worker"]) - 1}}
-    child_env = dict(os.environ, TF_CONFIG=json.dumps(tf_config))
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv), env=child_env)
-    return cluster, child
+    return cluster, start_child(argv, {"TF_CONFIG": json.dumps(tf_config)})
+
+
+def start_child(argv, extra_env):
+    """This script again, as a child process of the chief, with extra_env added to the environment."""
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv), env=dict(os.environ, **extra_env))
+
+
+def stop_child(child):
+    if child is None or child.returncode is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def wait_for_tasks(cluster, timeout=600.0):

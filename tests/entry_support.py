@@ -131,14 +131,17 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None):
+def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None,
+                 stderr_path=None):
     """Run `python <script> --key value ...` in <base>/code, the way the container does;
-    local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs."""
+    local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs;
+    stderr_path: stderr to its own file (default: into the log)."""
     run_env = dict(env, **(extra_env or {}))
     log = open(log_path, "w")
+    stderr = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
     boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else []
     return subprocess.Popen([PYTHON, *boot, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
-                            env=run_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            env=run_env, stdout=log, stderr=stderr, start_new_session=True)
 
 
 def synth_split(rows, eval_rows, seed, feature_size, field_size=39):

@@ -61,7 +61,7 @@ def test_values_are_converted_to_the_default_type():
 
 
 @pytest.mark.parametrize("argv", [["--optimizer", "rmsprop"], ["--dropout", "1.5"], ["--batch_size", "0"],
-                                  ["--epochs", "one"], ["--data_format", "csv"]])
+                                  ["--epochs", "one"], ["--data_format", "csv"], ["--ps_per_host", "0"]])
 def test_out_of_range_values_are_errors_naming_the_flag(argv):
     with pytest.raises(H.HyperparameterError, match=argv[0]):
         H.parse_hyperparameters(argv)
