@@ -184,13 +184,17 @@ def test_request_for_each_config(config, no_aws_env, no_network):
         source = channels[channel.name]["DataSource"]
         if channel.kind == "s3":
             assert source["S3DataSource"]["S3DataDistributionType"] == channel.distribution
+            assert source["S3DataSource"].get("InstanceGroupNames") == (list(channel.instance_groups or []) or None)
             assert channels[channel.name]["InputMode"] == channel.input_mode
         else:
             assert source["FileSystemDataSource"]["FileSystemAccessMode"] == channel.access_mode
     sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
     resources = request["ResourceConfig"]
-    assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
+    if plan.heterogeneous:
+        assert resources["InstanceGroups"] == [g.request() for g in plan.instance_groups]
+    else:
+        assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
     assert request.get("CheckpointConfig", {}).get("S3Uri") == plan.checkpoint_s3_uri
     assert request.get("EnableManagedSpotTraining", False) == (plan.spot_max_wait is not None)
     assert request["StoppingCondition"].get("MaxWaitTimeInSeconds") == plan.spot_max_wait
