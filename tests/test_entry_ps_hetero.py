@@ -144,9 +144,12 @@ def test_a_killed_ps_host_ends_the_chief_at_once_with_one_line_naming_it(tmp_pat
     errors = job.stderr("algo-1")
     assert chief_code == 1, job.log("algo-1")[-3000:] + errors[-3000:]
     assert failed_after < 30, failed_after
-    # one line naming the ps, and not the coordinator's pages of gRPC detail nor a traceback before it
-    assert errors.splitlines() == [errors.strip()], errors[-3000:]
-    assert errors.startswith(f"[dfm] error: parameter server ps:0 on algo-3 ({job.addresses['algo-3:2224']}) "
-                             "is unreachable (UnavailableError)"), errors
+    # one line naming the ps, last, and not the coordinator's pages of gRPC detail nor a traceback before it
+    # (TF 2.21 prints its start-up banner to stderr before absl's logging is set up: that may stay)
+    lines = errors.strip().splitlines()
+    assert lines[-1].startswith(f"[dfm] error: parameter server ps:0 on algo-3 ({job.addresses['algo-3:2224']}) "
+                                "is unreachable (UnavailableError)"), errors[-3000:]
+    assert [line for line in lines if line.startswith("[dfm]")] == lines[-1:]
+    assert not [line for line in lines if "Traceback" in line or "/job:" in line or "ERROR" in line], errors[-3000:]
     assert worker_code == 0, job.log("algo-2")[-3000:]
     assert job.leftovers() == []
