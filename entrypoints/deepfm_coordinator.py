@@ -76,7 +76,7 @@ def embedding_partitioner(hp, num_ps):
 
 def train_with_coordinator(hp, env, cluster):
     """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
-    configure_tensorflow(hp, env)  # the steps compute in float32 (build_trainer's default), GPU workers too
+    configure_tensorflow(hp, env, float16_supported=False)  # the steps compute in float32 (build_trainer's default), GPU workers too
     import tensorflow as tf
     import deepfm_input
     from deepfm_training import TrainWindow, build_trainer, evaluate

@@ -40,8 +40,9 @@ def pin_gpu(local_rank):
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
 
 
-def configure_tensorflow(hp, env):
-    """Thread pools and mixed precision; logs every knob once. -> compute dtype for the MLP."""
+def configure_tensorflow(hp, env, float16_supported=True):
+    """Thread pools and mixed precision; logs every knob once. -> compute dtype for the MLP.
+    float16_supported=False: the caller's loop computes in float32 whatever mixed_precision says."""
     import tensorflow as tf
 
     intra = hp.intra_op_threads or env.num_cpus
@@ -52,7 +53,7 @@ def configure_tensorflow(hp, env):
     except RuntimeError as err:  # pools already started (e.g. a second call in one process)
         log(f"thread pools already set: {err}")
     gpus = tf.config.list_physical_devices("GPU")
-    mixed = hp.mixed_precision == "true" or (hp.mixed_precision == "auto" and bool(gpus))
+    mixed = float16_supported and (hp.mixed_precision == "true" or (hp.mixed_precision == "auto" and bool(gpus)))
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     compute_dtype = tf.float16 if mixed else tf.float32
