@@ -116,13 +116,15 @@ def moto_jobs(aws):
     class MotoJobs:
         client = boto3.client("sagemaker", region_name=REGION)
 
-        def create(self, name: str, instance_count: int = 1) -> str:
+        def create(self, name: str, instance_count: int = 1, groups: list[dict] | None = None) -> str:
+            """groups: ResourceConfig.InstanceGroups (a heterogeneous job) instead of instance_count."""
+            resources = {"InstanceGroups": groups} if groups else {"InstanceType": "ml.c5.xlarge",
+                                                                   "InstanceCount": instance_count}
             self.client.create_training_job(
                 TrainingJobName=name, RoleArn=ROLE,
                 AlgorithmSpecification={"TrainingImage": "img:1", "TrainingInputMode": "File"},
                 OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/out/"},
-                ResourceConfig={"InstanceType": "ml.c5.xlarge", "InstanceCount": instance_count,
-                                "VolumeSizeInGB": 10},
+                ResourceConfig={**resources, "VolumeSizeInGB": 10},
                 StoppingCondition={"MaxRuntimeInSeconds": 600})
             return name
 

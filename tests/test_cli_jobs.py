@@ -32,6 +32,15 @@ def test_status_of_a_completed_job(moto_jobs, capsys):
     assert code == 0 and json.loads(out)["status"] == "Completed"
 
 
+def test_status_of_a_heterogeneous_job_names_each_group(moto_jobs, capsys):
+    moto_jobs.create("deepfm-hetero-1", groups=[
+        {"InstanceGroupName": "worker", "InstanceType": "ml.g5.2xlarge", "InstanceCount": 2},
+        {"InstanceGroupName": "ps", "InstanceType": "ml.r5.4xlarge", "InstanceCount": 1}])
+    code, out, err = run(capsys, "status", "deepfm-hetero-1", "--region", REGION)
+    assert code == 0, err
+    assert "instances  2 x ml.g5.2xlarge (worker) + 1 x ml.r5.4xlarge (ps)" in out
+
+
 def test_status_of_a_failed_job_exits_1_with_the_reason(moto_jobs, capsys):
     moto_jobs.create("deepfm-ps-2")
     moto_jobs.set_state("deepfm-ps-2", "Failed", "AlgorithmError: exit code 1")
