@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from launcher import catalog, contract, hetero, service_model
 from launcher.findings import Finding, error, warning
-from launcher.plan import instance_groups
 from launcher.spec import Spec, did_you_mean
 
 PS_FIELD = "distribution.parameter_server.ps"
@@ -25,7 +24,7 @@ def check_ps_group(spec: Spec) -> list[Finding]:
     ps = spec.ps_group
     if ps is None:
         return []
-    groups = instance_groups(spec)
+    groups = hetero.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
     problems = [error(PS_FIELD, problem) for problem in hetero.group_problems(groups)]
     try:
         if ps.type not in service_model.enum("TrainingInstanceType"):
