@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from launcher.spec_errors import schema_problems
 from launcher.specfile import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
 
 __all__ = ["Spec", "SpecError", "Location", "Problem", "load_spec", "json_schema", "did_you_mean", "parse_override"]
@@ -376,67 +377,13 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
-def _schema_problems(err: ValidationError, lines: dict, shown: str) -> list[Problem]:
-    problems = []
-    schema = json_schema()
-    for item in err.errors():
-        loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("~")))
-        field = ".".join(str(p) for p in loc)
-        where = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), Location(shown, 1))
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            allowed = _allowed_keys(schema, loc[:-1])
-            message = f"unknown key{did_you_mean(str(loc[-1]), allowed)}"
-            if allowed:
-                message += f"; allowed: {', '.join(sorted(allowed))}"
-        elif kind == "missing":
-            message = "required, missing"
-        elif kind.startswith("literal_error") or kind == "enum":
-            got = item.get("input")
-            expected = item.get("ctx", {}).get("expected", "")
-            hint = did_you_mean(str(got), re.findall(r"'([^']*)'", expected))
-            message = f"'{got}' is not one of {expected}{hint}"
-        else:
-            message = item["msg"]
-            if kind.endswith("_type") or kind.endswith("_parsing"):
-                message += f", got {item.get('input')!r}"
-            if kind == "string_type" and isinstance(item.get("input"), (int, float)):
-                message += ": quote it (YAML reads 2.10 as the number 2.1)"
-        problems.append(Problem(where, field, message))
-    return sorted(problems, key=lambda p: (p.location.file, p.location.line or 0))
-
-
-def _allowed_keys(schema: dict, loc: tuple) -> set[str]:
-    """The keys the JSON Schema allows at `loc` (union branches merged), for "did you mean" hints."""
-    defs = schema.get("$defs", {})
-
-    def expand(node: dict) -> list[dict]:
-        if "$ref" in node:
-            return expand(defs[node["$ref"].split("/")[-1]])
-        branches = node.get("anyOf") or node.get("oneOf") or node.get("allOf")
-        return [leaf for b in branches for leaf in expand(b)] if branches else [node]
-
-    nodes = [schema]
-    for part in loc:
-        following = []
-        for node in (leaf for n in nodes for leaf in expand(n)):
-            if isinstance(part, str) and part in node.get("properties", {}):
-                following.append(node["properties"][part])
-            elif isinstance(part, str) and isinstance(node.get("additionalProperties"), dict):
-                following.append(node["additionalProperties"])
-            elif isinstance(part, int) and isinstance(node.get("items"), dict):
-                following.append(node["items"])
-        nodes = following
-    return {key for n in nodes for leaf in expand(n) for key in leaf.get("properties", {})}
-
-
 def load_spec(path: str | os.PathLike, overrides: Iterable[str] = (), env: Mapping[str, str] | None = None) -> Spec:
     """Read, merge, override and validate a spec file. Raises SpecError (exit 2) listing every problem."""
     data, lines = read_spec_data(path, overrides, env)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_schema_problems(err, lines, str(path))) from None
+        raise SpecError(schema_problems(err, lines, str(path), json_schema())) from None
     spec._path = str(path)
     spec._lines = lines
     return spec
