@@ -28,6 +28,7 @@ ITEMS = {
     "cli": ("bench.cli_latency", 180, 600),
     "distributed": ("bench.distributed", 600, 1800),
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
+    "raw_training": ("bench.raw_training", 300, 1200),
 }
 
 
