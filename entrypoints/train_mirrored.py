@@ -42,7 +42,9 @@ def replica_train_step(trainer, collectives, batch_size):
 
     def replica_step(batch):
         start = collectives.local_index() * batch_size
-        return trainer.train_step(tf.nest.map_structure(lambda t: t[start:start + batch_size], batch))
+        # per-example tensors are sliced; a per-batch scalar (raw input's bad-row count) is not
+        return trainer.train_step(tf.nest.map_structure(
+            lambda t: t[start:start + batch_size] if t.shape.rank else t, batch))
 
     return tf.function(lambda batch: collectives.strategy.run(replica_step, args=(batch,)))
 

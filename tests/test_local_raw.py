@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from local_plans import assert_no_survivors
-from test_local_e2e import WatchedRun, dfm
+from test_local_e2e import WatchedRun, dfm, horovod_runtime_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -43,12 +43,13 @@ def features_of(sample: Path, **extra) -> dict:
 
 
 def write_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train: Path | None = None,
-               hyperparameters: dict | None = None, **extra) -> Path:
+               hyperparameters: dict | None = None, entry_point: str = "deepfm-ps", distribution=None,
+               framework: str = "2.14", **extra) -> Path:
     spec = {
         "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test/out/",
-        "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": count},
-        "distribution": "parameter_server" if count > 1 else "none",
+        "framework": {"version": framework, "python": "py310"}, "output": "s3://dfm-test/out/",
+        "entry_point": entry_point, "instance": {"type": "ml.c5.2xlarge", "count": count},
+        "distribution": distribution or ("parameter_server" if count > 1 else "none"),
         "data": {"mode": "File", "train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
         "hyperparameters": {"batch_size": 256, "deep_layers": [64, 32], "embedding_size": 8, "optimizer": "adagrad",
                             "learning_rate": 0.3, "epochs": 3, "log_steps": 50, **(hyperparameters or {})},
@@ -117,6 +118,36 @@ def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, ra
     assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
     assert len(re.findall(r"\[dfm\] bad rows skipped: 0 \(worker \d\)", run.output)) == 2, run.output[-3000:]
+    assert_no_survivors(run.pids)
+
+
+@pytest.mark.parametrize("entry_point, distribution, hyperparameters", [
+    ("deepfm-mirrored", "multi_worker_mirrored", {"scale_lr": False}),
+    ("deepfm-ps", {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1}}}, {"epochs": 4, "learning_rate": 0.15}),
+], ids=["multi_worker_mirrored", "ps-group"])
+def test_raw_rows_train_the_same_way_on_the_other_distributions(tmp_path, raw_sample, entry_point, distribution,
+                                                                 hyperparameters):
+    spec = write_spec(tmp_path, raw_sample, name="raw-dist", count=2, entry_point=entry_point,
+                      distribution=distribution, hyperparameters=hyperparameters)
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    auc = final_auc(run.output)
+    assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
+    assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
+    assert_no_survivors(run.pids)
+
+
+@pytest.mark.horovod
+@pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
+def test_raw_rows_train_under_horovod_on_the_tf_2_12_runtime(tmp_path, raw_sample):
+    spec = write_spec(tmp_path, raw_sample, name="raw-hvd", entry_point="deepfm-horovod", framework="2.12",
+                      distribution={"horovod": {"processes_per_host": 2}}, hyperparameters={"scale_lr": False})
+    run = WatchedRun("launch", str(spec), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    assert "ran on: TF 2.12.0 (runtime tf-2.12)" in run.output
+    auc = final_auc(run.output)
+    assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
+    assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
     assert_no_survivors(run.pids)
 
 
