@@ -9,7 +9,11 @@ environment variables must be set from these values before TensorFlow starts.
 import argparse
 import ast
 import json
+import os
 import sys
+
+# `--features @NAME`: the section is in NAME beside these scripts (the launcher ships it in the source dir)
+FEATURES_FILE_PREFIX = "@"
 
 DEFAULTS = {
     # model
@@ -173,12 +177,26 @@ def parse_hyperparameters(argv, prog="train"):
     return args
 
 
+def features_json(value):
+    """The --features value: JSON, or `@NAME`: a file shipped beside these scripts (a section too long
+    for a SageMaker hyperparameter value)."""
+    if not value.startswith(FEATURES_FILE_PREFIX):
+        return value
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), value[len(FEATURES_FILE_PREFIX):])
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as err:
+        raise HyperparameterError(f"argument --features: cannot read {path}: {err.strerror}") from None
+
+
 def apply_features(args):
     """Parse --features (JSON) into args.feature_spec and set field_size/feature_size from its layout."""
     import deepfm_features as F
 
+    text = features_json(args.features)
     try:
-        spec = F.spec_from_dict(json.loads(args.features))
+        spec = F.spec_from_dict(json.loads(text))
     except (ValueError, F.SpecError) as err:
         raise HyperparameterError(f"argument --features: {err}") from None
     layout = F.build_layout(spec)

@@ -159,6 +159,8 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
         "cost": dict(plan.cost or {}),
         "warnings": list(plan.warnings),
     }
+    if plan.source_files:  # shipped in the source dir beside the scripts
+        document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
     if plan.heterogeneous:
         from launcher.hetero import describe_groups
 

@@ -18,7 +18,7 @@ from types import ModuleType
 from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
 
 __all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "bundled_features", "bundled_hparams", "bundled_source_dir",
-           "features_hyperparameter",
+           "features_delivery", "features_hyperparameter", "FEATURES_FILE",
            "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
 
 
@@ -51,9 +51,22 @@ def bundled_features() -> ModuleType:
     return _load_bundled("deepfm_features.py", "dfm_bundled_features")
 
 
+FEATURES_FILE = "dfm_features.json"
+
+
 def features_hyperparameter(features: dict) -> str:
-    """The `features` hyperparameter the bundled scripts read: the section as compact JSON."""
+    """The section as compact JSON, as the bundled scripts read it."""
     return json.dumps(features, separators=(",", ":"))
+
+
+def features_delivery(features: dict, max_value: int) -> tuple[str, dict[str, str]]:
+    """(the `features` hyperparameter, files to add to the source dir). A section whose JSON-encoded
+    value (as the SDK sends it) exceeds SageMaker's `max_value` characters travels as FEATURES_FILE in the
+    source dir, and the hyperparameter names it (`@dfm_features.json`, read beside the scripts)."""
+    text = features_hyperparameter(features)
+    if len(json.dumps(text)) <= max_value:
+        return text, {}
+    return f"{bundled_hparams().FEATURES_FILE_PREFIX}{FEATURES_FILE}", {FEATURES_FILE: text}
 
 
 @functools.cache

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from launcher import catalog, contract, conventions, hetero, images
+from launcher import catalog, contract, conventions, hetero, images, service_model
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot", ...}
     local: LocalOptions = field(default_factory=LocalOptions)
+    # Files added to the source dir's root as it is shipped (name -> text): a `features:` section too long
+    # for a hyperparameter value. Both backends add them; the dry run lists them.
+    source_files: Mapping[str, str] = field(default_factory=dict)
     # A heterogeneous cluster (parameter servers on their own instances): the groups, workers first.
     # Then instance_type/instance_count are the worker group's, and no toolkit distribution is sent.
     instance_groups: tuple[hetero.InstanceGroup, ...] = ()
@@ -145,6 +148,13 @@ def _has_gpu(instance_type: str) -> bool:
     """From the catalogue; for a type it lacks, SageMaker's GPU families are ml.p* and ml.g*."""
     info = catalog.instance(instance_type)
     return bool(info.gpus) if info is not None else instance_type.split(".")[1][:1] in ("p", "g")
+
+
+def _max_hyperparameter_value() -> int:
+    try:
+        return service_model.limit("HyperParameterValue", "max") or 2500
+    except service_model.ModelUnavailable:
+        return 2500  # botocore 1.44's value
 
 
 def instance_groups(spec: Any) -> tuple[hetero.InstanceGroup, ...]:
@@ -223,8 +233,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         hyperparameters.update(hetero.script_hyperparameters(spec.ps_group.per_host))
     if checkpoint_dir is not None and bundled is not None:
         hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+    source_files: dict[str, str] = {}
     if spec.features is not None:
-        hyperparameters["features"] = contract.features_hyperparameter(spec.features)
+        hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())
     # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
     hyperparameters["model_dir"] = model_dir
 
@@ -278,4 +289,5 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         cost=_cost(spec),
         local=local,
         instance_groups=groups,
+        source_files=source_files,
     )

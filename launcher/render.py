@@ -84,6 +84,9 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(_inputs_table(plan))
     console.print("\n[bold]Script argv[/bold]")
     console.print(shlex.join(["python", plan.entry_point, *document["argv"]]), markup=False)
+    for name, size in document.get("source_files", {}).items():
+        console.print(f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
+                      "for a hyperparameter value)")
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     console.print("\n[bold]CreateTrainingJob request[/bold]")

@@ -60,9 +60,6 @@ def _hyperparameter_entries(spec: Spec) -> Iterator[Entry]:
         yield Entry("HyperParameters.key", str(key), field)
         yield Entry("HyperParameters.value", json.dumps(value), field, f"the value once JSON-encoded; {LONG_VALUE_FIX}")
     # What the SDK adds from other fields, encoded the same way.
-    if spec.features is not None:
-        yield Entry("HyperParameters.value", json.dumps(contract.features_hyperparameter(spec.features)), "features",
-                    "the section once JSON-encoded (it reaches the scripts as the `features` hyperparameter); shorten it")
     if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
         yield Entry("HyperParameters.value", json.dumps(spec.entry_point), "entry_point")
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):

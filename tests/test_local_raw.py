@@ -30,12 +30,13 @@ def raw_sample(tmp_path_factory) -> Path:
     return out
 
 
-def features_of(sample: Path, **extra) -> dict:
-    """Numeric fields bucketized at the teacher's first 10 boundaries (all 15 would overflow the 2500-char
-    hyperparameter value), categoricals and bag tokens hashed."""
+def features_of(sample: Path, boundaries: int = 10, **extra) -> dict:
+    """Numeric fields bucketized at the teacher's first `boundaries` boundaries (all 15 make the section
+    longer than a hyperparameter value: it then travels as a file in the source dir), categoricals and bag
+    tokens hashed."""
     meta = json.loads((sample / "meta.json").read_text())
     columns = meta["columns"]
-    numeric = {"transform": "bucketize", "boundaries": meta["numeric_boundaries"][:10]}
+    numeric = {"transform": "bucketize", "boundaries": meta["numeric_boundaries"][:boundaries]}
     return {"format": "tsv", "label": meta["label"], "columns": columns,
             "numeric": {c: {**numeric, "boundaries": list(numeric["boundaries"])} for c in columns if re.fullmatch(r"i\d+", c)},
             "categorical": {c: {"hash_buckets": 1000} for c in columns if re.fullmatch(r"c\d+", c)},
@@ -97,8 +98,12 @@ def answer_raw(export: Path, sample: Path, count: int = 5) -> list[float]:
 
 
 def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_path, raw_sample):
-    run = WatchedRun("launch", str(write_spec(tmp_path, raw_sample, name="raw-one")), "--local")
+    spec = write_spec(tmp_path, raw_sample, name="raw-one", boundaries=15)  # the section goes as a file
+    run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
+    code = run.job_dir(tmp_path / "runs") / "hosts" / "algo-1" / "code"
+    assert json.loads((code / "dfm_features.json").read_text())["numeric"]["i1"]["boundaries"] == \
+        json.loads((raw_sample / "meta.json").read_text())["numeric_boundaries"]
     auc = final_auc(run.output)
     assert auc > teacher_auc(raw_sample) - 0.05, (auc, teacher_auc(raw_sample))
     assert "[dfm] bad rows skipped: 0" in run.output

@@ -303,3 +303,44 @@ def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it():
     assert hp.field_size == 13 + 26 + 1  # one embedding per field, the bag's 20 slots pooled
     assert hp.feature_size == 13 * 2 + 26 * (1 + 10000) + (1 + 2000)
     assert [f.name for f in hp.feature_spec.multi_hot] == ["recent_cats"]
+
+
+def big_features_spec(tmp_path):
+    """criteo-raw.yaml with its 13 counts bucketized at 60 boundaries each: over 2500 characters of JSON."""
+    import yaml
+
+    boundaries = [round(1.25 ** k, 3) for k in range(60)]
+    section = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())["features"]
+    section["numeric"] = {name: {"transform": "bucketize", "boundaries": list(boundaries)} for name in section["numeric"]}
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump({"extends": str(REPO / "configs" / "criteo-raw.yaml"), "features": section}))
+    return path, section
+
+
+def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_path, monkeypatch):
+    path, section = big_features_spec(tmp_path)
+    compiled = compile_spec(path, job_name=JOB, env={})
+    assert not compiled.errors, compiled.errors
+    plan = compiled.plan
+    assert len(json.dumps(contract.features_hyperparameter(section))) > 2500
+    assert plan.hyperparameters["features"] == "@" + contract.FEATURES_FILE
+    assert json.loads(plan.source_files[contract.FEATURES_FILE]) == section
+    # the bundled parser reads it beside itself, as in the container's code dir
+    code = tmp_path / "code"
+    shutil.copytree(REPO / "entrypoints", code, ignore=shutil.ignore_patterns("__pycache__"))
+    (code / contract.FEATURES_FILE).write_text(plan.source_files[contract.FEATURES_FILE])
+    probe = ("import json, sys\nfrom deepfm_hparams import parse_hyperparameters\n"
+             "hp = parse_hyperparameters(sys.argv[1:])\nprint(json.dumps([hp.field_size, hp.feature_size]))")
+    done = subprocess.run([sys.executable, "-c", probe, *plan.argv], cwd=tmp_path, env={"PYTHONPATH": str(code)},
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [13 + 26 + 1, 13 * 62 + 26 * (1 + 10000) + (1 + 2000)]
+    (code / contract.FEATURES_FILE).unlink()
+    missing = subprocess.run([sys.executable, "-c", probe, *plan.argv], cwd=tmp_path, env={"PYTHONPATH": str(code)},
+                             capture_output=True, text=True)
+    assert missing.returncode != 0
+    assert f"argument --features: cannot read {code / contract.FEATURES_FILE}: No such file or directory" in missing.stderr
+
+
+def test_a_short_features_section_stays_a_hyperparameter():
+    plan = config_plan("criteo-raw.yaml")
+    assert plan.source_files == {} and plan.hyperparameters["features"].startswith("{")

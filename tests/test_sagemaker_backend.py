@@ -533,3 +533,24 @@ def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):
         shipped = set(tar.getnames())
     assert plan.entry_point in shipped
     assert {p.name for p in Path(plan.source_dir).glob("*.py")} <= shipped
+
+
+def test_a_long_features_section_is_uploaded_in_the_source_tarball(aws, monkeypatch, tmp_path):
+    from launcher.compile import compile_spec
+    from test_plan import big_features_spec
+
+    path, section = big_features_spec(tmp_path)
+    plan = compile_spec(path, job_name="deepfm-raw-2026-11-23-01-00-00-000", env={}).plan
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
+    sent = capture_create_requests(monkeypatch)
+
+    sb.submit(plan, wait=False, echo=lambda line: None)
+
+    assert json.loads(sent[0]["HyperParameters"]["features"]) == "@dfm_features.json"
+    uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
+    archive = boto3.client("s3", region_name=REGION).get_object(
+        Bucket=uri.split("/")[2], Key=uri.split("/", 3)[3])["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        assert json.loads(tar.extractfile("dfm_features.json").read()) == section
+        assert plan.entry_point in tar.getnames()
+    assert not (Path(plan.source_dir) / "dfm_features.json").exists()  # the bundled folder stays as it is

@@ -78,7 +78,8 @@ def render_request(request: LocalRequest, show_secrets: bool = False) -> str:
     ]
     lines += [f"  writes       {path}" for path in request.files]
     for host, host_doc in zip(request.hosts, document["hosts"]):
-        lines += ["", f"host {host.name}  {host.root}  (its /opt/ml; code/ from {request.source_dir}; "
+        added = f" + {', '.join(request.source_files)}" if request.source_files else ""
+        lines += ["", f"host {host.name}  {host.root}  (its /opt/ml; code/ from {request.source_dir}{added}; "
                       f"input/config/{', '.join(host.config_files)})"]
         lines += [_channel_line(feed) for feed in host_doc["channels"]]
         if host.checkpoint_dir:

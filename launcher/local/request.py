@@ -86,6 +86,7 @@ class LocalRequest:
     ps_grace_s: float = PS_GRACE_S
     checkpoint_store: str | None = None  # where this machine keeps what SageMaker syncs to checkpoint_s3_uri
     files: Mapping[str, Any] = field(default_factory=dict)  # more files written before the start: path -> JSON
+    source_files: Mapping[str, str] = field(default_factory=dict)  # added to every host's code/ (plan.source_files)
     warnings: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # why it cannot run (yet): shown by the dry run, refused by the runner
 
@@ -146,6 +147,7 @@ def build_request(plan, *, run_dir: str | None = None, timeout_s: float | None =
         runtime=runtime, hosts=hosts, processes=processes, master=master,
         timeout_s=timeout_s if timeout_s is not None else plan.local.timeout_s,
         master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
+        source_files=dict(plan.source_files),
         warnings=tuple(warnings), problems=tuple(problems))
 
 

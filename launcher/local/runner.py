@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from launcher.errors import DfmError
 from launcher.local import channels as ch
@@ -42,14 +42,17 @@ def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = Non
     return LocalRun(request, echo=echo, verbose=verbose).run().exit_code
 
 
-def write_host_tree(host: LocalHost, source_dir: str) -> None:
-    """The host's tree as the container has it: folders, config files, its copy of the source dir."""
+def write_host_tree(host: LocalHost, source_dir: str, source_files: Mapping[str, str] | None = None) -> None:
+    """The host's tree as the container has it: folders, config files, its copy of the source dir (with
+    the plan's added source files)."""
     root = Path(host.root)
     for folder in HOST_FOLDERS:
         (root / folder).mkdir(parents=True, exist_ok=True)
     if (root / "code").exists():
         shutil.rmtree(root / "code")
     shutil.copytree(source_dir, root / "code", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name, text in (source_files or {}).items():
+        (root / "code" / name).write_text(text, encoding="utf-8")
     for name, content in host.config_files.items():
         (root / "input" / "config" / name).write_text(json.dumps(content, indent=1))
 
@@ -78,7 +81,7 @@ class LocalRun:
         Path(request.log_dir).mkdir(parents=True)
         store = Path(request.checkpoint_store) if request.checkpoint_store else None
         for host in request.hosts:
-            write_host_tree(host, request.source_dir)
+            write_host_tree(host, request.source_dir, request.source_files)
             if host.checkpoint_dir is not None:
                 Path(host.checkpoint_dir).mkdir(parents=True, exist_ok=True)
                 if store is not None and store.is_dir():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
-from typing import Any, Callable
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from launcher.errors import DfmError
 from launcher.plan import Plan
@@ -27,8 +31,23 @@ def _upload_source_dir(plan: Plan, built: request.JobRequest, session) -> None:
     bucket, _, key = uri[len("s3://"):].partition("/")
     if not key.endswith(f"/{SOURCE_ARCHIVE}"):
         raise DfmError(f"the request names {uri} as the source dir, not a {SOURCE_ARCHIVE}", 1)
-    tar_and_upload_dir(session=session, bucket=bucket, s3_key_prefix=key[: -len(SOURCE_ARCHIVE) - 1],
-                       script=plan.entry_point, directory=plan.source_dir)
+    with source_dir_with_files(plan) as directory:
+        tar_and_upload_dir(session=session, bucket=bucket, s3_key_prefix=key[: -len(SOURCE_ARCHIVE) - 1],
+                           script=plan.entry_point, directory=directory)
+
+
+@contextlib.contextmanager
+def source_dir_with_files(plan: Plan) -> Iterator[str]:
+    """The folder to pack: the source dir itself, or a temporary copy of it with plan.source_files added."""
+    if not plan.source_files:
+        yield plan.source_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="dfm-source-") as tmp:
+        copy = Path(tmp) / "source"
+        shutil.copytree(plan.source_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name, text in plan.source_files.items():
+            (copy / name).write_text(text, encoding="utf-8")
+        yield str(copy)
 
 
 def submit(plan: Plan, *, wait: bool, echo: Echo = print) -> str:
