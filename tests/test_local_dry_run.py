@@ -75,8 +75,13 @@ def test_missing_local_data_is_shown_whole_and_the_exit_code_says_it_cannot_run(
 
 
 def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):
+    for name in ("train", "eval"):  # local data of its own: a fresh clone has no data/sample yet
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-0.tfrecord").write_bytes(b"")
+    channels = [f"--channel={name}={tmp_path / name}" for name in ("train", "eval")]
     script = ("import json, sys\nfrom launcher.cli import main\n"
-              f"rc = main(['launch', {str(PS)!r}, '--local', '--dry-run', '--run-dir', {str(tmp_path)!r}])\n"
+              f"rc = main(['launch', {str(PS)!r}, '--local', '--dry-run', '--run-dir', {str(tmp_path / 'runs')!r}, "
+              f"*{channels!r}])\n"
               "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules} & {'sagemaker', 'tensorflow'})]),"
               " file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
