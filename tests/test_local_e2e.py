@@ -170,28 +170,31 @@ def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample)
     assert_no_survivors(run.pids)
 
 
+def kill_script_once_training(host: str, killed: list[float]):
+    """A WatchedRun.wait `until`: once a train step is logged, SIGKILL train_ps.py on `host` and note when."""
+    def kill(found, lines) -> bool:
+        if not any("[dfm] train step=" in line for line in lines):
+            return False
+        for proc in found:
+            try:
+                if "train_ps.py" in " ".join(proc.cmdline()) and host in proc.cwd():
+                    proc.kill()
+                    killed.append(time.monotonic())
+                    return True
+            except psutil.NoSuchProcess:
+                continue
+        return False
+    return kill
+
+
 def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
     spec = write_spec(tmp_path, name="e2e-kill", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 100000, "epochs": 1000})
     run = WatchedRun("launch", str(spec), "--local")
-    killed = []
-
-    def kill_worker_once_training(found, lines):
-        if not any("[dfm] train step=" in line for line in lines):
-            return False
-        for proc in found:
-            try:
-                if "train_ps.py" in " ".join(proc.cmdline()) and "algo-2" in proc.cwd():
-                    proc.kill()
-                    killed.append(proc.pid)
-                    return True
-            except psutil.NoSuchProcess:
-                continue
-        return False
-
-    assert run.wait(until=kill_worker_once_training) == 1, run.output[-3000:]
+    killed: list[float] = []
+    assert run.wait(until=kill_script_once_training("algo-2", killed)) == 1, run.output[-3000:]
     assert killed
     assert "FAILED: algo-2/worker exited with code -9" in run.output
     assert "last lines of algo-2/worker" in run.output
@@ -244,22 +247,8 @@ def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 100000, "epochs": 1000})
     run = WatchedRun("launch", str(spec), "--local")
-    killed = []
-
-    def kill_ps_host_once_training(found, lines):
-        if not any("[dfm] train step=" in line for line in lines):
-            return False
-        for proc in found:
-            try:
-                if "train_ps.py" in " ".join(proc.cmdline()) and "algo-3" in proc.cwd():
-                    proc.kill()
-                    killed.append(time.monotonic())
-                    return True
-            except psutil.NoSuchProcess:
-                continue
-        return False
-
-    assert run.wait(until=kill_ps_host_once_training) == 1, run.output[-3000:]
+    killed: list[float] = []
+    assert run.wait(until=kill_script_once_training("algo-3", killed)) == 1, run.output[-3000:]
     assert killed and time.monotonic() - killed[0] < 60, "the run outlived its parameter servers by a minute"
     assert "FAILED: algo-3/train exited with code -9" in run.output
     assert_no_survivors(run.pids)
