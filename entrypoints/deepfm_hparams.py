@@ -9,6 +9,7 @@ environment variables must be set from these values before TensorFlow starts.
 import argparse
 import ast
 import json
+import math
 import os
 import sys
 
@@ -158,20 +159,75 @@ def build_parser(prog="train"):
     return parser
 
 
+# The values each number may take (the scripts refuse others before TensorFlow starts; the launcher checks a
+# spec against the same table offline, and tuning ranges must lie inside it). name -> (lowest, highest);
+# None: no bound. Bounds are inclusive unless named in OPEN_BOUNDS.
+BOUNDS = {
+    "field_size": (1, None),
+    "feature_size": (1, None),
+    "embedding_size": (1, None),
+    "dropout": (0.0, 1.0),
+    "l2_reg": (0.0, None),
+    "learning_rate": (0.0, None),
+    "batch_size": (1, None),
+    "epochs": (1, None),
+    "max_steps": (0, None),
+    "log_steps": (1, None),
+    "checkpoint_steps": (1, None),
+    "eval_steps": (0, None),
+    "shuffle_buffer": (0, None),
+    "prefetch": (-1, None),
+    "ps_per_host": (1, None),
+    "intra_op_threads": (0, None),
+    "inter_op_threads": (0, None),
+    "omp_num_threads": (0, None),
+}
+OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high")}
+
+
+def bound_problem(name, value):
+    """Why `value` is outside what `--name` accepts, or None. Lists (deep_layers) need positive sizes."""
+    if name == "deep_layers":
+        return None if all(size > 0 for size in value) else f"sizes must be positive, got {value}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    low, high = BOUNDS.get(name, (None, None))
+    if low is not None and (value <= low if (name, "low") in OPEN_BOUNDS else value < low):
+        return f"must be {'above' if (name, 'low') in OPEN_BOUNDS else 'at least'} {low}, got {value}"
+    if high is not None and (value >= high if (name, "high") in OPEN_BOUNDS else value > high):
+        return f"must be {'below' if (name, 'high') in OPEN_BOUNDS else 'at most'} {high}, got {value}"
+    return None
+
+
+def value_problems(args):
+    """[(name, message)] for every parsed value outside BOUNDS."""
+    problems = []
+    for name in ("deep_layers", *BOUNDS):
+        problem = bound_problem(name, getattr(args, name))
+        if problem:
+            problems.append((name, problem))
+    return problems
+
+
+def convert(name, text):
+    """One value as the scripts parse `--name text`; raises HyperparameterError naming the flag."""
+    try:
+        return _converter(name, DEFAULTS[name])(text)
+    except argparse.ArgumentTypeError as err:
+        raise HyperparameterError(f"argument --{name}: {err}") from None
+    except (TypeError, ValueError):
+        kind = "an integer" if isinstance(DEFAULTS[name], int) else "a number"
+        raise HyperparameterError(f"argument --{name}: expected {kind}, got {text!r}") from None
+
+
 def parse_hyperparameters(argv, prog="train"):
     """argv (without the program name) -> argparse.Namespace with every key of DEFAULTS.
 
     Unknown flags raise HyperparameterError naming them (a typo must not silently train with a
     default)."""
     args = build_parser(prog).parse_args(list(argv))
-    if args.deep_layers and min(args.deep_layers) <= 0:
-        raise HyperparameterError(f"argument --deep_layers: sizes must be positive, got {args.deep_layers}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise HyperparameterError(f"argument --dropout: a drop rate in [0, 1), got {args.dropout}")
-    for name in ("field_size", "feature_size", "embedding_size", "batch_size", "log_steps",
-                 "checkpoint_steps", "ps_per_host"):
-        if getattr(args, name) <= 0:
-            raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
+    for name, problem in value_problems(args)[:1]:
+        raise HyperparameterError(f"argument --{name}: {problem}")
     if args.features:
         apply_features(args)
     return args

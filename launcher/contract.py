@@ -17,7 +17,7 @@ from types import ModuleType
 
 from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
 
-__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "bundled_features", "bundled_hparams", "bundled_source_dir",
+__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_features", "bundled_hparams", "bundled_source_dir",
            "features_delivery", "features_hyperparameter", "FEATURES_FILE",
            "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
 
@@ -33,6 +33,17 @@ BUNDLED_ENTRY_POINTS: dict[str, BundledEntryPoint] = {
     "deepfm-ps": BundledEntryPoint("train_ps.py", ("parameter_server", "none")),
     "deepfm-horovod": BundledEntryPoint("train_horovod.py", ("horovod",)),
     "deepfm-mirrored": BundledEntryPoint("train_mirrored.py", ("multi_worker_mirrored",)),
+}
+
+
+# Hyperparameters dfm sets for the bundled scripts from other parts of the spec. Set by hand, a value would
+# be overwritten, or would send the script down a layout the job does not have: refused. name -> its source.
+DERIVED_HYPERPARAMETERS: dict[str, str] = {
+    "model_dir": "set by the SDK for every job (to checkpoint on EFS use checkpoints.file_system)",
+    "checkpoint_dir": "set by dfm from checkpoints (file_system: the mounted channel; s3: checkpoints.local_path)",
+    "ps_group": "set by dfm from distribution.parameter_server.ps",
+    "ps_per_host": "set by dfm from distribution.parameter_server.ps.per_host",
+    "features": "set by dfm from the features: section",
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from launcher import catalog, service_model
 
@@ -188,19 +188,18 @@ def _gib(value: float) -> str:
     return f"{value / GIB:,.1f} GiB"
 
 
-def embedding_memory_findings(hyperparameters: Mapping[str, Any], defaults: Mapping[str, Any],
+def embedding_memory_findings(feature_size: int, embedding_size: int, optimizer: str,
                               ps: InstanceGroup) -> list[tuple[str, str]]:
     """[(severity, message)]: "error" when the tables and slots exceed the ps group's memory, "warning"
     above WARN_FRACTION of it; nothing for an instance type dfm does not know."""
     info = catalog.instance(ps.instance_type)
     if info is None:
         return []
-    value = {name: hyperparameters.get(name, defaults[name]) for name in ("feature_size", "embedding_size", "optimizer")}
-    needed = embedding_bytes(int(value["feature_size"]), int(value["embedding_size"]), str(value["optimizer"]))
+    needed = embedding_bytes(feature_size, embedding_size, optimizer)
     available = info.memory_gib * GIB * ps.count
-    slots = OPTIMIZER_SLOTS[str(value["optimizer"])]
-    how = (f"feature_size {int(value['feature_size']):,} x (1 + embedding_size {value['embedding_size']}) x "
-           f"{FLOAT_BYTES} bytes x (1 + {slots} {value['optimizer']} slot{'s' if slots != 1 else ''})")
+    slots = OPTIMIZER_SLOTS[optimizer]
+    how = (f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
+           f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})")
     have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {_gib(available)}"
     share = needed / available
     per_instance = info.memory_gib * GIB * WARN_FRACTION

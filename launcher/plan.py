@@ -231,8 +231,8 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     hyperparameters = dict(spec.hyperparameters)
     if groups and bundled is not None:
         hyperparameters.update(hetero.script_hyperparameters(spec.ps_group.per_host))
-    if checkpoint_dir is not None and bundled is not None:
-        hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+    if bundled is not None and config is not None:  # where the script writes what SageMaker syncs or mounts
+        hyperparameters["checkpoint_dir"] = checkpoint_dir or checkpoint_local_path
     source_files: dict[str, str] = {}
     if spec.features is not None:
         hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())

@@ -9,7 +9,6 @@ and the request-limit rules in `rules_request`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +17,7 @@ from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
 from launcher.rules_hetero import check_ps_group
+from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -31,65 +31,6 @@ from launcher.spec import FileSystem, Spec, did_you_mean
 
 def channel_names(spec: Spec) -> list[str]:
     return [channel.name for channel in conventions.channel_sources(spec)]
-
-
-def _bundled_type_problem(name: str, value: object) -> str | None:
-    hparams = contract.bundled_hparams()
-    default = hparams.DEFAULTS[name]
-    choices = hparams.CHOICES.get(name)
-    if choices is not None:
-        if isinstance(value, bool) and "true" in choices:
-            return None
-        if not isinstance(value, str) or value.lower() not in choices:
-            return f"expected one of {', '.join(choices)}, got {value!r}"
-        return None
-    if isinstance(default, bool):
-        words = hparams.TRUE_WORDS + hparams.FALSE_WORDS
-        if isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in words):
-            return None
-        return f"expected true or false, got {value!r}"
-    if isinstance(default, int):
-        return None if isinstance(value, int) and not isinstance(value, bool) else f"expected an integer, got {value!r}"
-    if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"expected a number, got {value!r}"
-    if isinstance(default, list):
-        if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-            return None
-        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", value):
-            return None
-        return f"expected a list of positive integers like [400, 400], got {value!r}"
-    return None if isinstance(value, str) else f"expected a string, got {value!r}"
-
-
-def check_bundled_hyperparameters(spec: Spec) -> list[Finding]:
-    if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
-        return []
-    problems = []
-    known = contract.bundled_hparams().DEFAULTS
-    for name, value in spec.hyperparameters.items():
-        field = f"hyperparameters.{name}"
-        if name not in known:
-            problems.append(error(field, f"{spec.entry_point} has no hyperparameter '{name}'{did_you_mean(name, known)}"))
-            continue
-        if name == "model_dir":
-            problems.append(error(field, "set by the SDK for every job; to checkpoint on EFS use checkpoints.file_system"))
-            continue
-        problem = _bundled_type_problem(name, value)
-        if problem:
-            problems.append(error(field, problem))
-    return problems
-
-
-def check_boolean_hyperparameters(spec: Spec) -> list[Finding]:
-    """The bundled scripts parse "True"/"False"; a user's argparse `type=bool` reads "False" as true."""
-    if spec.entry_point in contract.BUNDLED_ENTRY_POINTS:
-        return []
-    return [
-        warning(f"hyperparameters.{name}", f"arrives as the string '{value}': parse it explicitly (argparse type=bool reads 'False' as true)")
-        for name, value in spec.hyperparameters.items()
-        if isinstance(value, bool)
-    ]
 
 
 def check_entry_point(spec: Spec) -> list[Finding]:

@@ -15,8 +15,6 @@ def check_features(spec: Spec) -> list[Finding]:
         return [error("features", "raw features are read by the bundled entry points (deepfm-ps, ...); "
                                   "with your own script drop `features:` and pass what it needs as hyperparameters")]
     problems = []
-    if "features" in spec.hyperparameters:
-        problems.append(error("hyperparameters.features", "set by the `features:` section: drop this hyperparameter"))
     if spec.data.mode == "Pipe":
         problems.append(error("features", "raw features are read in File or FastFile mode: set data.mode to File"))
     for path, message in contract.bundled_features().validate(spec.features):

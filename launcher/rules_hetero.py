@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 from launcher import catalog, contract, hetero, service_model
 from launcher.findings import Finding, error, warning
+from launcher.rules_hparams import script_values
 from launcher.spec import Spec, did_you_mean
 
 PS_FIELD = "distribution.parameter_server.ps"
 
 
-def table_rows(spec: Spec, defaults: dict) -> int:
+def table_rows(spec: Spec, values: Namespace) -> int:
     """The embedding tables' rows: `feature_size`, or the ids the `features:` section's fields need."""
     if spec.features is not None:
         features = contract.bundled_features()
@@ -17,7 +20,7 @@ def table_rows(spec: Spec, defaults: dict) -> int:
             return features.feature_size_of(features.spec_from_dict(spec.features, check=False), vocabulary_sizes={})
         except (KeyError, TypeError, ValueError):  # an invalid section: check_features reports it
             return 0
-    return int(spec.hyperparameters.get("feature_size", defaults["feature_size"]))
+    return values.feature_size
 
 
 def check_ps_group(spec: Spec) -> list[Finding]:
@@ -42,13 +45,9 @@ def check_ps_group(spec: Spec) -> list[Finding]:
                                           "parameter server: your script must build the cluster itself from "
                                           "/opt/ml/input/config/resourceconfig.json (as deepfm-ps does)"))
         return problems
-    defaults = contract.bundled_hparams().DEFAULTS
-    hyperparameters = dict(spec.hyperparameters)
-    rows = table_rows(spec, defaults)
+    values = script_values(spec)  # None: a bad value, which check_bundled_hyperparameters reports
+    rows = table_rows(spec, values) if values is not None else 0
     if rows:
-        hyperparameters["feature_size"] = rows
-        optimizer = str(hyperparameters.get("optimizer", defaults["optimizer"]))
-        if optimizer in hetero.OPTIMIZER_SLOTS:  # another value is check_bundled_hyperparameters' to report
-            for severity, message in hetero.embedding_memory_findings(hyperparameters, defaults, groups[-1]):
-                problems.append(error(PS_FIELD, message) if severity == "error" else warning(PS_FIELD, message))
+        for severity, message in hetero.embedding_memory_findings(rows, values.embedding_size, values.optimizer, groups[-1]):
+            problems.append(error(PS_FIELD, message) if severity == "error" else warning(PS_FIELD, message))
     return problems

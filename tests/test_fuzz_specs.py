@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings, strategies as st  # noqa: E402
 
 from launcher.cli import main  # noqa: E402
 from spec_helpers import CONFIGS, REPO  # noqa: E402
@@ -76,8 +76,15 @@ def run(capsys, argv: list[str]) -> tuple[int, str]:
     return code, err
 
 
+# CI runs the same examples every time (derandomize: drawn from the test's own source), so a pass or a
+# failure is not chance; `make fuzz` runs many more, seeded from the date (DFM_FUZZ_SEED), for humans.
+FUZZ_SEED = os.environ.get("DFM_FUZZ_SEED")
+
+
 @settings(max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "100")), deadline=None, database=None,
+          derandomize=FUZZ_SEED is None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@seed(int(FUZZ_SEED or 0))
 @given(config=st.sampled_from(CONFIGS), edits=st.lists(line_edits, min_size=1, max_size=4),
        extends=st.one_of(st.none(), st.sampled_from(SPECIAL_EXTENDS)))
 def test_mutated_configs_exit_0_or_2_without_traceback(config, edits, extends, capsys, no_aws_env, no_network):
@@ -105,3 +112,19 @@ def test_special_extends_targets_fail_at_once_on_one_line(tmp_path, capsys, targ
     code, err = run(capsys, ["validate", str(spec)])
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value", ["1e400", "[1, 2]", "x", "0", "-5"])
+def test_bad_feature_size_in_the_hetero_config_is_one_line(tmp_path, capsys, value):
+    """Found by this fuzz once: the ps-memory rule called int() on the raw value and crashed."""
+    spec = tmp_path / "spec.yaml"
+    shutil.copytree(REPO / "configs" / "shared", tmp_path / "shared")
+    text = (REPO / "configs" / "hetero-ps.yaml").read_text()
+    spec.write_text(mutate(text, [("value", _line_index(text, "feature_size:"), value)]))
+    code, err = run(capsys, ["validate", str(spec)])
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and "hyperparameters.feature_size" in errors[0] and "Traceback" not in err, err
+
+
+def _line_index(text: str, start: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines()) if line.strip().startswith(start))

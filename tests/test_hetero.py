@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from local_plans import toolkit_pythonpath
 
-from launcher import catalog, contract, hetero
+from launcher import catalog, hetero
 
 ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
 GROUPS = hetero.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
-DEFAULTS = contract.bundled_hparams().DEFAULTS
 
 
 def entrypoint_module(name):
@@ -146,8 +145,7 @@ def test_embedding_bytes_follow_the_formula():
 def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():
     ps = GROUPS[1]  # 2 x ml.r5.4xlarge = 256 GiB
     # 2e9 x 17 x 4 x 3 (adam) = 408e9 bytes = 380 GiB
-    findings = hetero.embedding_memory_findings({"feature_size": 2_000_000_000, "embedding_size": 16,
-                                                 "optimizer": "adam"}, DEFAULTS, ps)
+    findings = hetero.embedding_memory_findings(2_000_000_000, 16, "adam", ps)
     assert len(findings) == 1 and findings[0][0] == "error"
     message = findings[0][1]
     assert message.startswith("the embedding tables need 380.0 GiB (feature_size 2,000,000,000 x "
@@ -159,10 +157,10 @@ def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():
 def test_tables_near_the_ps_memory_are_a_warning_and_small_ones_pass():
     ps = GROUPS[1]
     # 2e9 x 9 x 4 x 2 (adagrad, the default) = 144e9 bytes = 134 GiB: 52% -> fine; 3.5e9 -> 92% -> warning
-    assert hetero.embedding_memory_findings({"feature_size": 2_000_000_000}, DEFAULTS, ps) == []
-    findings = hetero.embedding_memory_findings({"feature_size": 3_500_000_000}, DEFAULTS, ps)
+    assert hetero.embedding_memory_findings(2_000_000_000, 8, "adagrad", ps) == []
+    findings = hetero.embedding_memory_findings(3_500_000_000, 8, "adagrad", ps)
     assert [f[0] for f in findings] == ["warning"] and "92% of the ps group's" in findings[0][1]
-    assert hetero.embedding_memory_findings({"feature_size": 10**12}, DEFAULTS,
+    assert hetero.embedding_memory_findings(10**12, 8, "adagrad",
                                             hetero.InstanceGroup("ps", "ml.x9.huge", 2, "ps")) == []
 
 

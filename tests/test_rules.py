@@ -77,12 +77,32 @@ CASES = [
     (rules.check_request_limits, {"checkpoints": {"s3": "auto", "local_path": "/opt/ml/ck"}},
      {"output": "s3://dfm-bucket/" + "o" * 1000}, ("error", "output", "use a shorter output")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"batch_norm": "True", "deep_layers": "400,400", "s3_shard": False, "dropout": 0}},
-     {"hyperparameters": {"deep_layers": [400, -1]}}, ("error", "hyperparameters.deep_layers", "positive integers")),
+     {"hyperparameters": {"deep_layers": [400, -1]}}, ("error", "hyperparameters.deep_layers", "sizes must be positive")),
+    # the scripts' own bounds (deepfm_hparams.BOUNDS), refused offline instead of after the instances start
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"batch_size": 1}},
+     {"hyperparameters": {"batch_size": 0}}, ("error", "hyperparameters.batch_size", "must be at least 1, got 0")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"learning_rate": 0.5}},
+     {"hyperparameters": {"learning_rate": -1}}, ("error", "hyperparameters.learning_rate", "must be above 0.0, got -1.0")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"epochs": 1}},
+     {"hyperparameters": {"epochs": 0}}, ("error", "hyperparameters.epochs", "must be at least 1, got 0")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"dropout": 0.5}},
+     {"hyperparameters": {"dropout": float("nan")}}, ("error", "hyperparameters.dropout", "must be a finite number")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"feature_size": 5}},
+     {"hyperparameters": {"feature_size": "1e400"}}, ("error", "hyperparameters.feature_size", "expected an integer, got '1e400'")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"feature_size": 5}},
+     {"hyperparameters": {"feature_size": [1, 2]}}, ("error", "hyperparameters.feature_size", "expected an integer, got '[1, 2]'")),
+    # what dfm derives is refused when set by hand
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"log_steps": 10}},
+     {"hyperparameters": {"ps_group": "ps"}}, ("error", "hyperparameters.ps_group", "distribution.parameter_server.ps: drop")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"log_steps": 10}},
+     {"hyperparameters": {"checkpoint_dir": "/mnt/x"}}, ("error", "hyperparameters.checkpoint_dir", "set by dfm from checkpoints")),
+    (rules.check_bundled_hyperparameters, {"features": RAW}, {"features": RAW, "hyperparameters": {"features": "{}"}},
+     ("error", "hyperparameters.features", "drop this hyperparameter")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"learning_rate": 1}},
      {"hyperparameters": {"learning_rate": True}}, ("error", "hyperparameters.learning_rate", "expected a number")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"cache": "no"}},
-     {"hyperparameters": {"cache": "maybe"}}, ("error", "hyperparameters.cache", "expected true or false")),
-    (rules.check_bundled_hyperparameters, {"hyperparameters": {"checkpoint_dir": "/mnt/x"}},
+     {"hyperparameters": {"cache": "maybe"}}, ("error", "hyperparameters.cache", "expected a boolean (true/false/1/0/yes/no), got 'maybe'")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"log_steps": 10}},
      {"hyperparameters": {"model_dir": "/mnt/x"}}, ("error", "hyperparameters.model_dir", "checkpoints.file_system")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"embedding_size": 16}},
      {"hyperparameters": {"embeding_size": 16}}, ("error", "hyperparameters.embeding_size", "did you mean 'embedding_size'")),
@@ -94,8 +114,6 @@ CASES = [
      ("error", "features", "bundled entry points")),
     (rules.check_features, {"features": RAW}, {"features": RAW, "data": {"train": "s3://dfm-bucket/t/", "mode": "Pipe"}},
      ("error", "features", "set data.mode to File")),
-    (rules.check_features, {"features": RAW}, {"features": RAW, "hyperparameters": {"features": "{}"}},
-     ("error", "hyperparameters.features", "drop this hyperparameter")),
     (rules.check_boolean_hyperparameters, {"hyperparameters": {"batch_norm": False}},
      {**USER_SCRIPT, "hyperparameters": {"use_gpu": False}}, ("warning", "hyperparameters.use_gpu", "arrives as the string 'False'")),
     (rules.check_entry_point, {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored"},
@@ -220,7 +238,7 @@ def test_user_script_must_exist_next_to_the_spec(tmp_path):
 
 
 def test_every_bundled_default_passes_the_type_checks(tmp_path):
-    defaults = {k: v for k, v in contract.bundled_hparams().DEFAULTS.items() if k != "model_dir"}
+    defaults = {k: v for k, v in contract.bundled_hparams().DEFAULTS.items() if k not in contract.DERIVED_HYPERPARAMETERS}
     assert findings(tmp_path, {"hyperparameters": defaults}, rules.check_bundled_hyperparameters) == []
 
 

@@ -1,0 +1,64 @@
+"""Hyperparameter rules: a spec's values as the bundled scripts will parse them, checked offline.
+
+Each value is rendered exactly as the container passes it (`--name value`, conventions.render_argv) and
+converted and range-checked by the scripts' own parser (entrypoints/deepfm_hparams.py, loaded by
+`contract.bundled_hparams`), so nothing the script would refuse after the instances are paid for gets past
+`dfm validate`. Other rules read numbers through `script_values`, never the raw YAML values.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from typing import Any
+
+from launcher import contract, conventions
+from launcher.findings import Finding, error, warning
+from launcher.spec import Spec, did_you_mean
+
+
+def _converted(spec: Spec) -> tuple[dict[str, Any], list[Finding]]:
+    """(name -> the value the script parses, problems) for the spec's own hyperparameters."""
+    hparams = contract.bundled_hparams()
+    values: dict[str, Any] = {}
+    problems = []
+    for name, value in spec.hyperparameters.items():
+        field = f"hyperparameters.{name}"
+        if name not in hparams.DEFAULTS:
+            problems.append(error(field, f"{spec.entry_point} has no hyperparameter '{name}'{did_you_mean(name, hparams.DEFAULTS)}"))
+        elif name in contract.DERIVED_HYPERPARAMETERS:
+            problems.append(error(field, f"{contract.DERIVED_HYPERPARAMETERS[name]}: drop this hyperparameter"))
+        else:
+            try:
+                values[name] = hparams.convert(name, conventions.render_argv({name: value})[1])
+            except hparams.HyperparameterError as err:
+                problems.append(error(field, str(err).split(": ", 1)[-1]))
+    typed = Namespace(**{**hparams.DEFAULTS, **values})
+    problems += [error(f"hyperparameters.{name}", message)
+                 for name, message in hparams.value_problems(typed) if name in values]
+    return values, problems
+
+
+def script_values(spec: Spec) -> Namespace | None:
+    """Every hyperparameter of a bundled script as it will parse them (defaults filled in), or None when
+    the entry point is not bundled or a value is invalid (check_bundled_hyperparameters reports it)."""
+    if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
+        return None
+    values, problems = _converted(spec)
+    return None if problems else Namespace(**{**contract.bundled_hparams().DEFAULTS, **values})
+
+
+def check_bundled_hyperparameters(spec: Spec) -> list[Finding]:
+    if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    return _converted(spec)[1]
+
+
+def check_boolean_hyperparameters(spec: Spec) -> list[Finding]:
+    """The bundled scripts parse "True"/"False"; a user's argparse `type=bool` reads "False" as true."""
+    if spec.entry_point in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    return [
+        warning(f"hyperparameters.{name}", f"arrives as the string '{value}': parse it explicitly (argparse type=bool reads 'False' as true)")
+        for name, value in spec.hyperparameters.items()
+        if isinstance(value, bool)
+    ]
