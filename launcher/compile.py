@@ -36,11 +36,9 @@ def compile_spec(path: str, overrides: Iterable[str] = (), job_name: str | None 
         spec = load_spec(path, overrides, env=env)
     except SpecError as err:
         return Compiled(None, None, tuple(err.lines()), ())
-    findings = rules.check(spec)
+    findings = rules.check(spec, job_name)
     errors = [finding.render(spec) for finding in rules.errors(findings)]
     warnings = [finding.render(spec) for finding in rules.warnings(findings)]
-    if job_name is not None:
-        errors += [f"{finding.field}: {finding.message}" for finding in rules.check_job_name_override(job_name)]
     if errors:
         return Compiled(spec, None, tuple(errors), tuple(warnings))
     return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), (), tuple(warnings))

@@ -152,8 +152,8 @@ def check_local_channels(spec: Spec) -> list[Finding]:
     ]
 
 
+# Every rule but the job name's, which `check` runs on the name the job will really have.
 RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
-    check_job_name,
     check_channels,
     check_hyperparameter_limits,
     check_request_limits,
@@ -177,9 +177,11 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
 )
 
 
-def check(spec: Spec) -> list[Finding]:
-    """Every finding of every rule, errors and warnings, in rule order."""
-    return [finding for rule in RULES for finding in rule(spec)]
+def check(spec: Spec, job_name: str | None = None) -> list[Finding]:
+    """Every finding of every rule, errors and warnings, in rule order. The job name checked is `job_name`
+    (--job-name, the full name) when given, else the spec's base name with the timestamp dfm appends."""
+    name = check_job_name(spec) if job_name is None else check_job_name_override(job_name)
+    return name + [finding for rule in RULES for finding in rule(spec)]
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

@@ -209,7 +209,15 @@ def test_rule(tmp_path, rule, accepted, refused, expected):
 
 
 def test_every_rule_is_exercised():
-    assert {case[0] for case in CASES} == set(rules.RULES)
+    assert {case[0] for case in CASES} == set(rules.RULES) | {rules.check_job_name}
+
+
+def test_a_valid_job_name_is_accepted_whatever_the_base_name(tmp_path):
+    """--job-name replaces the base name + timestamp: the base name's length limit no longer applies."""
+    spec = load_spec(write_spec(tmp_path, {"name": "d" * 50}))
+    assert [f.field for f in rules.errors(rules.check(spec))] == ["name"]
+    assert rules.errors(rules.check(spec, job_name="d" * 63)) == []
+    assert [f.field for f in rules.errors(rules.check(spec, job_name="d" * 64))] == ["--job-name"]
 
 
 def test_findings_render_with_the_line_that_set_the_field(tmp_path):
