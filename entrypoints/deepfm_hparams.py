@@ -24,7 +24,8 @@ DEFAULTS = {
     "deep_layers": [400, 400, 400],
     "dropout": 0.0,
     "batch_norm": False,
-    "l2_reg": 1e-5,
+    "l2_reg": 1e-5,  # L2 on the embedding and first-order rows each batch looks up (sparse: only those rows)
+    "l2_dense": 0.0,  # L2 on the MLP kernels
     # training
     "optimizer": "adagrad",
     "learning_rate": 0.01,
@@ -34,6 +35,8 @@ DEFAULTS = {
     "log_steps": 100,
     "checkpoint_steps": 1000,
     "eval_steps": 0,
+    "best_of": "eval:auc",  # export the model of the best evaluation by this metric; `last`: the last model
+    "early_stopping_patience": 0,  # stop after this many evaluations without a better best_of metric; 0: off
     "scale_lr": True,
     # data
     "data_format": "tfrecord",
@@ -63,6 +66,7 @@ CHOICES = {
     "data_format": ("tfrecord", "libsvm"),
     "s3_shard": ("auto", "true", "false"),
     "mixed_precision": ("auto", "true", "false"),
+    "best_of": ("eval:auc", "eval:loss", "last"),
 }
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
@@ -112,6 +116,8 @@ def _choice(name):
 
     def convert(text):
         word = str(text).strip().strip("\"'").lower()
+        if name == "best_of" and word in ("", "none"):
+            word = "last"
         if name in ("s3_shard", "mixed_precision") and word not in allowed:
             try:
                 word = "true" if parse_bool(word) else "false"
@@ -168,6 +174,7 @@ BOUNDS = {
     "embedding_size": (1, None),
     "dropout": (0.0, 1.0),
     "l2_reg": (0.0, None),
+    "l2_dense": (0.0, None),
     "learning_rate": (0.0, None),
     "batch_size": (1, None),
     "epochs": (1, None),
@@ -175,6 +182,7 @@ BOUNDS = {
     "log_steps": (1, None),
     "checkpoint_steps": (1, None),
     "eval_steps": (0, None),
+    "early_stopping_patience": (0, None),
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
@@ -206,6 +214,9 @@ def value_problems(args):
         problem = bound_problem(name, getattr(args, name))
         if problem:
             problems.append((name, problem))
+    if args.early_stopping_patience and args.best_of == "last":
+        problems.append(("early_stopping_patience", "follows the best_of metric: set best_of to eval:auc or "
+                                                    "eval:loss, or the patience to 0"))
     return problems
 
 

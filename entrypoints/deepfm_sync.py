@@ -16,10 +16,10 @@ import os
 import numpy as np
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
+from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import log
 from deepfm_worker_input import eval_dataset, train_dataset
 
-BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY (not imported: deepfm_raw starts TensorFlow)
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
 
 
@@ -37,44 +37,58 @@ def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
 
 def model_state(trainer):
     """Every variable a restart or a broadcast must carry: model, optimizer slots and step, loss scale."""
-    state = list(trainer.model.variables) + list(trainer.optimizer.variables)
+    state = list(trainer.model.variables) + list(trainer.optimizer.variables) + [trainer.progress]
     if trainer.loss_scale is not None:
         state += list(trainer.loss_scale.variables)
     unique = {v.ref(): v for v in state}  # the optimizer also references the model's variables
     return list(unique.values())
 
 
-def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True):
-    """Run the synchronous loop; -> the global step reached. `step_fn(batch)` defaults to the
-    trainer's train step traced once; `batch_size` is what one step of this worker consumes."""
+def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True,
+          after_epoch=None):
+    """Run the synchronous loop, one pass over the data per epoch; -> the global step reached.
+    `step_fn(batch)` defaults to the trainer's train step traced once; `batch_size` is what one step of
+    this worker consumes; `after_epoch(step)` (an evaluation) runs on every worker after each whole epoch
+    and ends training when it returns True."""
     import tensorflow as tf
     from deepfm_training import TrainWindow
 
     step = int(trainer.optimizer.iterations.numpy())
+    epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     step_fn = step_fn or tf.function(trainer.train_step)
-    iterator = iter(train_dataset(hp, env, where, skip_batches=step, batch_size=batch_size,
-                                  whole_batches=whole_batches))
     window = TrainWindow(trainer.train_metrics, collectives)
     bad_rows = 0
-    while not hp.max_steps or step < hp.max_steps:
-        try:
-            batch = iterator.get_next_as_optional()
-            has_value = bool(batch.has_value())
-        except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
-            log(f"error: {err.message.strip().splitlines()[0]}")
-            raise SystemExit(1) from None
-        if not collectives.all_have(has_value):
-            break
-        value = batch.get_value()
-        count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
-        if hasattr(count, "numpy"):  # a plain tensor (one replica); per-replica values are not counted
-            bad_rows += int(count)
-        step_fn(value)
-        step += 1
-        if step % hp.log_steps == 0:
-            window.report(step)
-        if keeper is not None:
-            keeper.maybe_save(step)
+    stopped = False
+    while epoch < hp.epochs and not stopped and not (hp.max_steps and step >= hp.max_steps):
+        # resume: skip the batches this epoch already trained on
+        iterator = iter(train_dataset(hp, env, where, skip_batches=step - epoch_start, batch_size=batch_size,
+                                      whole_batches=whole_batches, epoch=epoch))
+        while not hp.max_steps or step < hp.max_steps:
+            try:
+                batch = iterator.get_next_as_optional()
+                has_value = bool(batch.has_value())
+            except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
+                log(f"error: {err.message.strip().splitlines()[0]}")
+                raise SystemExit(1) from None
+            if not collectives.all_have(has_value):
+                epoch, epoch_start = epoch + 1, step
+                trainer.progress.assign([epoch, epoch_start])
+                break
+            value = batch.get_value()
+            count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
+            if hasattr(count, "numpy"):  # a plain tensor (one replica); per-replica values are not counted
+                bad_rows += int(count)
+            step_fn(value)
+            step += 1
+            if step % hp.log_steps == 0:
+                window.report(step)
+            if keeper is not None:
+                keeper.maybe_save(step)
+        else:
+            break  # max_steps: the epoch stays unfinished
+        if where.rank == 0:
+            log(f"epoch {epoch}/{hp.epochs} done at step {step}")
+        stopped = after_epoch is not None and after_epoch(step)
     window.report(step)  # the last partial window (prints nothing when it is empty)
     if hp.features:
         log(f"bad rows skipped: {bad_rows}")
@@ -102,10 +116,14 @@ def dump_weights(trainer, rank, step, local_copies=None):
 
 def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None,
         whole_batches=True):
-    """Restore (rank 0) -> broadcast -> train -> final checkpoint -> evaluate -> export (rank 0).
-    `batch_size`: examples one step of this worker consumes (default hp.batch_size); whole_batches=False
-    (one process, one replica) also trains on each epoch's last partial batch. -> the step reached."""
+    """Restore (rank 0) -> broadcast -> train, evaluating after each epoch -> final checkpoint -> final
+    evaluation (unless the last epoch's is at this step) -> export (rank 0) of the best evaluation's model
+    (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
+    whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
+    -> the step reached."""
+    import tensorflow as tf
     import deepfm_input as di
+    from deepfm_selection import ModelSelection, stop_together
     from deepfm_training import evaluate
 
     keeper = None
@@ -114,16 +132,40 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
         keeper.restore_latest()
     collectives.broadcast(model_state(trainer))
     start = int(trainer.optimizer.iterations.numpy())
-    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches)
+    selection = ModelSelection(hp, where.rank)
+    eval_step_fn = eval_step_fn or tf.function(trainer.eval_step)
+    evaluated = []
+
+    def evaluate_now(step):  # every worker: its part of eval, summed; rank 0 decides whether to stop
+        loss, auc = evaluate(trainer, eval_dataset(hp, env, where), step, collectives, eval_step_fn)
+        evaluated.append(step)
+        return stop_together(collectives, selection.observe(trainer.model, step, loss, auc))
+
+    has_eval = di.EVAL_CHANNEL in env.channels
+    per_epoch = has_eval and per_epoch_evaluation(hp, env, where)
+    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches,
+                 after_epoch=evaluate_now if per_epoch else None)
     if where.rank == 0:
         log(f"trained steps {start}..{step} on {where.size} workers")
         if step == start and not (hp.max_steps and step >= hp.max_steps):
             log("warning: no step trained: some worker's shard holds less than one whole batch")
     if keeper is not None:
         keeper.maybe_save(step, force=True)
-    if di.EVAL_CHANNEL in env.channels:
-        evaluate(trainer, eval_dataset(hp, env, where), step, collectives, eval_step_fn)
+    if has_eval and (not evaluated or evaluated[-1] != step):
+        evaluate_now(step)
     dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))
     if where.rank == 0 and hp.export:
-        export_saved_model(trainer.model, hp, env.model_dir)
+        export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
     return step
+
+
+def per_epoch_evaluation(hp, env, where):
+    """Evaluate after every epoch, unless `eval` arrives in Pipe mode (it is read once, at the end:
+    each reading takes a FIFO of its own). Rank 0 says which."""
+    import deepfm_input as di
+
+    if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
+        if where.rank == 0:
+            log("eval channel in Pipe mode: evaluating once, after training")
+        return False
+    return True

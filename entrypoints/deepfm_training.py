@@ -197,6 +197,9 @@ class Trainer:
         self.model, self.optimizer, self.loss_scale = model, optimizer, loss_scale
         self.train_metrics, self.eval_metrics = train_metrics, eval_metrics
         self.grad_transform = grad_transform
+        # [epochs completed, global step at the start of the current epoch]: checkpointed, so a restart
+        # resumes inside the right epoch
+        self.progress = tf.Variable([0, 0], dtype=tf.int64, trainable=False, name="progress")
         self.variables = flat_variables(model.sparse_variables) + flat_variables(model.dense_variables)
         optimizer.build(self.variables)
 
