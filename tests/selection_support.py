@@ -1,9 +1,9 @@
 """A planted overfit for the model-selection tests (best_of, early stopping) of every distribution.
 
-2,000 training rows over a 5,000-id vocabulary, a wide MLP, Adam at 0.01 and no regularization: the model
+2,000 training rows over a 5,000-id vocabulary, a wide MLP, Adam at 0.02 and no regularization: the model
 learns the teacher's signal in the first epochs and then memorizes the training rows, so the eval AUC
-peaks early (epoch 2 on one host: 0.72) and falls every epoch after (0.66 by epoch 6), far beyond the
-noise of shuffling or of summation order across workers. The best evaluation is therefore never the
+peaks early (epoch 2 on one host: 0.724) and falls every epoch after (0.691 at epoch 3, 0.651 at epoch 6),
+far beyond the noise of shuffling or of summation order across workers. The best evaluation is therefore never the
 last one, and a run with patience P stops P evaluations after it.
 """
 
@@ -13,7 +13,7 @@ import tensorflow as tf
 import entry_support as es
 
 HPS = {"field_size": 10, "feature_size": 5000, "deep_layers": [64, 64], "batch_size": 128, "optimizer": "adam",
-       "learning_rate": 0.01, "l2_reg": 0.0, "dropout": 0.0, "epochs": 6, "log_steps": 1000,
+       "learning_rate": 0.02, "l2_reg": 0.0, "dropout": 0.0, "epochs": 6, "log_steps": 1000,
        "checkpoint_steps": 1000, "shuffle_buffer": 500, "scale_lr": False, "best_of": "eval:auc",
        "early_stopping_patience": 2}
 
@@ -46,4 +46,4 @@ def assert_best_kept_and_stopped_early(log, export_dir, evaluation, hps=HPS):
     assert repeated == per_epoch[best]
     assert f"exporting the model of step {int(per_epoch[best]['step'])}" in log
     auc = exported_auc(export_dir, evaluation)
-    assert abs(auc - aucs[best]) < 0.005 and auc > aucs[-1] + 0.01, (auc, aucs)
+    assert abs(auc - aucs[best]) < 0.003 and aucs[best] - aucs[-1] > 0.01, (auc, aucs)
