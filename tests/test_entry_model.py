@@ -20,7 +20,7 @@ import deepfm_variables as V  # noqa: E402
 
 def small_hp(**overrides):
     argv = ["--feature_size", "2000", "--deep_layers", "[64, 32]", "--batch_size", "256",
-            "--learning_rate", "0.1"]
+            "--learning_rate", "0.1", "--optimizer", "adagrad"]  # the settings these tests were tuned with
     for key, value in overrides.items():
         argv += [f"--{key}", str(value)]
     return H.parse_hyperparameters(argv)
