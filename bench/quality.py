@@ -150,6 +150,7 @@ def measure(quick: bool, context: dict) -> dict:
         f"--local --set hyperparameters.epochs={EPOCHS}`; logistic regression (scikit-learn, C={LR_C}) on one-hot "
         "ids; DeepCTR's DeepFM on the same split; `bench/quality.py`")
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-quality-"))
+    (work / "runs").mkdir()
     rows, data = [], {}
     try:
         for name, (config, _) in SAMPLES.items():

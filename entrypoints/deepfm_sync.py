@@ -166,6 +166,6 @@ def per_epoch_evaluation(hp, env, where):
 
     if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
         if where.rank == 0:
-            log("eval channel in Pipe mode: evaluating once, after training")
+            log("evaluating once, after training: the eval channel is in Pipe mode")
         return False
     return True

@@ -16,7 +16,7 @@ import entry_support as es
 import selection_support as ss
 
 HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "log_steps": 20,
-      "learning_rate": 0.1, "shuffle_buffer": 1000}
+      "learning_rate": 0.1, "shuffle_buffer": 1000, "optimizer": "adagrad"}
 
 
 def group_gone(proc, timeout=15):
@@ -170,7 +170,7 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     env, train, evaluation = single_host(tmp_path)
     es.write_tfrecords(tmp_path / "input/data/train", train, 2)
     es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
-    hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40)
+    hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40, best_of="last")
     first = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "first.log")
     try:
         deadline = time.monotonic() + 180
@@ -194,7 +194,7 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     assert restored >= killed_at > 0
     steps = [row["step"] for row in es.metric_lines(log, "train")]
     assert steps[0] == restored + 40 - restored % 40 and steps[-1] == 800
-    assert es.metric_lines(log, "eval")[0]["step"] == 800
+    assert es.metric_lines(log, "eval")[-1]["step"] == 800  # after the epochs' evaluations, one at max_steps
     assert list((tmp_path / "model").iterdir())
 
 
