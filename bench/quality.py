@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import REPO, add_table, fmt, section, verdict, versions
-from bench.distributed import _dfm, _launch
+from bench.distributed import _dfm
 
 EPOCHS = 3
 LR_C = 0.1  # logistic regression's inverse L2 strength (the best of 0.03 / 0.1 / 0.3 on the demo sample)
@@ -100,7 +100,8 @@ def logistic_regression(train_x, train_y, eval_x, eval_y) -> float:
 
 
 def deepctr_per_epoch(train_ids, train_y, eval_ids, eval_y, settings: dict) -> list[float]:
-    """DeepCTR's DeepFM on per-field indices (vocabulary = the field's id range); eval AUC after each epoch."""
+    """DeepCTR's DeepFM on per-field indices (vocabulary = the field's id range); eval AUC after each epoch.
+    Stepped through `make_train_function` as `fit` steps it (DeepCTR 0.9.3's `fit` fails on TF 2.14)."""
     import tensorflow as tf
     from sklearn.metrics import roc_auc_score
     from tensorflow.python.keras.optimizer_v2.adam import Adam
@@ -119,25 +120,41 @@ def deepctr_per_epoch(train_ids, train_y, eval_ids, eval_y, settings: dict) -> l
     def inputs(ids):
         return {f"f{i}": (ids[:, i:i + 1] - low[i]).astype(np.int32) for i in range(len(vocab))}
 
-    train_in, eval_in, aucs = inputs(train_ids), inputs(eval_ids), []
+    batch, steps = settings["batch"], len(train_y) // settings["batch"]
+    dataset = tf.data.Dataset.from_tensor_slices((inputs(train_ids), train_y[:, None]))
+    iterator = iter(dataset.shuffle(len(train_y), seed=0).batch(batch, drop_remainder=True).repeat())
+    train_function = model.make_train_function()
+    eval_in, aucs = inputs(eval_ids), []
     for _ in range(EPOCHS):
-        model.fit(train_in, train_y, batch_size=settings["batch"], epochs=1, verbose=0, shuffle=True)
-        aucs.append(float(roc_auc_score(eval_y, model.predict(eval_in, batch_size=8192, verbose=0)[:, 0])))
+        for _ in range(steps):
+            train_function(iterator)
+        probs = np.concatenate([model({k: v[i:i + 8192] for k, v in eval_in.items()}, training=False).numpy()[:, 0]
+                                for i in range(0, len(eval_y), 8192)])
+        aucs.append(float(roc_auc_score(eval_y, probs)))
     return aucs
 
 
-def dfm_per_epoch(config: str, sample: Path, work: Path) -> tuple[list[float], float, str]:
+def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path):
+    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", "1800"]
+    for item in sets:
+        argv += ["--set", item]
+    for name, path in channels.items():
+        argv += ["--channel", f"{name}={path}"]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1900)
+
+
+def dfm_per_epoch(config: str, sample: Path, run_dir: Path) -> tuple[list[float], float, str]:
     """`dfm launch <config> --local` for EPOCHS epochs on the sample with the recipe's defaults ->
     (eval AUC after each epoch, the final (exported model's) AUC, failure or '')."""
-    done, _, _ = _launch(config, [f"hyperparameters.epochs={EPOCHS}"],
-                         {"train": sample / "train", "eval": sample / "eval"}, work, 1800)
     from launcher.local.progress import parse_metric_line
 
+    done = _launch(config, [f"hyperparameters.epochs={EPOCHS}"], {"train": sample / "train", "eval": sample / "eval"},
+                   run_dir)
     evals = [parsed[1] for parsed in map(parse_metric_line, done.stdout.splitlines())
              if parsed is not None and parsed[0] == "eval"]
     if done.returncode != 0 or not evals:
-        tail = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        return [], float("nan"), f"exit {done.returncode}: {tail[-1][:200] if tail else ''}"
+        errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
+        return [], float("nan"), f"exit {done.returncode}: {(errors or ['no error line'])[-1][:200]}"
     per_epoch = evals[:EPOCHS] if len(evals) > EPOCHS else evals  # the last line repeats the best one
     return [row["auc"] for row in per_epoch], evals[-1]["auc"], ""
 
@@ -168,7 +185,7 @@ def measure(quick: bool, context: dict) -> dict:
                 tr_ids, ev_ids = (np.asarray([[per_field[f].setdefault(t, len(per_field[f])) for f, t in enumerate(row)]
                                               for row in rows], np.int64) for rows in (tr_s, ev_s))
             lr_auc = logistic_regression(tr_x, tr_y, ev_x, ev_y)
-            ours, final, failure = dfm_per_epoch(config, sample, work / "runs")
+            ours, final, failure = dfm_per_epoch(config, sample, work / "runs" / name)
             rows.append([name, "dfm recipe (the scripts' defaults), `dfm launch --local`",
                          *[fmt(a, 4) for a in (ours + [float("nan")] * EPOCHS)[:EPOCHS]],
                          fmt(final, 4) if not failure else f"not run: {failure}"])
