@@ -215,7 +215,8 @@ def measure(quick: bool, context: dict) -> dict:
         "Raw sample: logistic regression one-hot encodes each column's value (the multi-hot column's ids "
         "weighted 1/length, its mean); DeepCTR gets one field per single-valued column (the multi-hot column "
         "left out) and each field's values indexed in order of appearance.",
-        f"DeepCTR {versions(('deepctr',))['deepctr']}: embedding 8, l2_reg_embedding 1e-5, `fit` one epoch at a time, "
+        f"DeepCTR {versions(('deepctr',))['deepctr']}: embedding 8, l2_reg_embedding 1e-5, stepped one epoch at a time "
+        "through `make_train_function` (its `fit` fails on TF 2.14), "
         "seed 0; the teacher is the sample's planted model (meta.json's eval_teacher_auc).",
     ]
     result["data"] = data

@@ -181,8 +181,10 @@ def train_with_coordinator(hp, env, cluster):
             break  # max_steps: the epoch stays unfinished
         epoch, epoch_start = epoch + 1, step
         trainer.progress.assign([epoch, epoch_start])
+        window.report(step)  # the epoch's last partial window, before the evaluation's time counts in
         log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
         stopped = per_epoch and evaluate_now(step)
+        window.restart()
     window.report(step)
     for task in sorted(bad_rows) if raw else []:
         log(f"bad rows skipped: {bad_rows[task]} (worker {task})")

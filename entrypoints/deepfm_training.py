@@ -281,6 +281,10 @@ class TrainWindow:
         self.started = now
         return loss, auc
 
+    def restart(self):
+        """Time the next window from now (after an evaluation, whose time is not training's)."""
+        self.started = time.monotonic()
+
 
 def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
     """Run the eval step over `dataset` (None: this worker reads no eval data), sum the eval metrics over
