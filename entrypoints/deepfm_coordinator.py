@@ -152,7 +152,7 @@ def train_with_coordinator(hp, env, cluster):
     def reached(step):
         return bool(hp.max_steps and step >= hp.max_steps)
 
-    while epoch < hp.epochs and not stopped and not reached(step):
+    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
         # resume: each worker skips its share of the steps this epoch already trained
         iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
         finished_workers, exhausted = set(), False

@@ -59,7 +59,7 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
     window = TrainWindow(trainer.train_metrics, collectives)
     bad_rows = 0
     stopped = False
-    while epoch < hp.epochs and not stopped and not (hp.max_steps and step >= hp.max_steps):
+    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not (hp.max_steps and step >= hp.max_steps):
         # resume: skip the batches this epoch already trained on
         iterator = iter(train_dataset(hp, env, where, skip_batches=step - epoch_start, batch_size=batch_size,
                                       whole_batches=whole_batches, epoch=epoch))
