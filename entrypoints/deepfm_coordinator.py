@@ -8,6 +8,7 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 """
 
 import os
+import time
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
 from deepfm_features import BAD_ROWS_KEY
@@ -181,10 +182,10 @@ def train_with_coordinator(hp, env, cluster):
             break  # max_steps: the epoch stays unfinished
         epoch, epoch_start = epoch + 1, step
         trainer.progress.assign([epoch, epoch_start])
-        window.report(step)  # the epoch's last partial window, before the evaluation's time counts in
         log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
+        evaluating = time.monotonic()
         stopped = per_epoch and evaluate_now(step)
-        window.restart()
+        window.leave_out(evaluating)
     window.report(step)
     for task in sorted(bad_rows) if raw else []:
         log(f"bad rows skipped: {bad_rows[task]} (worker {task})")

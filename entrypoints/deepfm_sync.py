@@ -12,6 +12,7 @@ their metric histograms summed, so no worker waits long on another.
 """
 
 import os
+import time
 
 import numpy as np
 
@@ -86,11 +87,11 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
                 keeper.maybe_save(step)
         else:
             break  # max_steps: the epoch stays unfinished
-        window.report(step)  # the epoch's last partial window, before the evaluation's time counts in
         if where.rank == 0:
             log(f"epoch {epoch}/{hp.epochs} done at step {step}")
+        evaluating = time.monotonic()
         stopped = after_epoch is not None and after_epoch(step)
-        window.restart()
+        window.leave_out(evaluating)
     window.report(step)  # the last partial window (prints nothing when it is empty)
     if hp.features:
         log(f"bad rows skipped: {bad_rows}")

@@ -281,9 +281,9 @@ class TrainWindow:
         self.started = now
         return loss, auc
 
-    def restart(self):
-        """Time the next window from now (after an evaluation, whose time is not training's)."""
-        self.started = time.monotonic()
+    def leave_out(self, since):
+        """Leave the time from `since` (time.monotonic()) to now out of the window: an evaluation's."""
+        self.started += time.monotonic() - since
 
 
 def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
