@@ -29,7 +29,7 @@ fi
 
 # 3. dfm itself (editable) with the local-run and test extras; pip's cache makes repeats cheap.
 stamp=$VENV/.dfm-installed
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   step "installing dfm[local,test] into $VENV"
   "$PY" -m pip install -q -e '.[local,test]' cloudpickle packaging wheel
   touch "$stamp"
