@@ -146,7 +146,7 @@ def _masked(result: dict, show_secrets: bool) -> dict:
 
 
 def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
-    from launcher import sagemaker_backend
+    from launcher import sagemaker_backend, tasks
 
     result = _masked(sagemaker_backend.dry_run(plan), show_secrets)
     document = {
@@ -161,10 +161,7 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
     }
     if plan.source_files:  # shipped in the source dir beside the scripts
         document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
-    if plan.heterogeneous:
-        from launcher.hetero import describe_groups
-
-        document["instance_groups"] = describe_groups(plan.instance_groups, plan.distribution.ps_per_host)
+    document["instance_groups"] = tasks.describe(plan)
     if output == "json":
         click.echo(json.dumps(document, indent=2, default=str))
     else:
@@ -177,7 +174,7 @@ def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
     from launcher.local.describe import render_request, request_document
     from launcher.local.request import build_request
 
-    request = build_request(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s)
+    request = build_request(plan)
     if output == "json":
         click.echo(json.dumps(request_document(request, show_secrets), indent=2))
     else:
@@ -190,7 +187,7 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     from launcher.local import run_local
 
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s, echo=echo,
+    code = run_local(plan, echo=echo,
                      verbose=verbose)
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))

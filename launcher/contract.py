@@ -17,7 +17,7 @@ from types import ModuleType
 
 from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
 
-__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_features", "bundled_hparams", "bundled_source_dir",
+__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_cluster", "bundled_features", "bundled_hparams", "bundled_source_dir",
            "features_delivery", "features_hyperparameter", "FEATURES_FILE",
            "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
 
@@ -78,6 +78,13 @@ def features_delivery(features: dict, max_value: int) -> tuple[str, dict[str, st
     if len(json.dumps(text)) <= max_value:
         return text, {}
     return f"{bundled_hparams().FEATURES_FILE_PREFIX}{FEATURES_FILE}", {FEATURES_FILE: text}
+
+
+@functools.cache
+def bundled_cluster() -> ModuleType:
+    """The bundled scripts' `hetero_cluster` (build_cluster, ADDRESSES_ENV): the layout of a ps-group job as
+    the script builds it. Standard library only."""
+    return _load_bundled("hetero_cluster.py", "dfm_bundled_cluster")
 
 
 @functools.cache

@@ -23,14 +23,13 @@ def _table(*headers: str, show_header: bool = True) -> Table:
 
 
 def _inputs_table(plan: Any) -> Table:
-    headers = ["channel", "source", "input mode", "distribution"] + (["groups"] if plan.heterogeneous else [])
-    table = _table(*headers, "--local reads")
+    table = _table("channel", "source", "input mode", "distribution", "groups", "--local reads")
     for channel in plan.channels:
         source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
         mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
         distribution = channel.distribution if channel.kind == "s3" else "-"
-        groups = [", ".join(channel.instance_groups or ["all"])] if plan.heterogeneous else []
-        table.add_row(channel.name, source, mode, distribution, *groups, channel.local_path or "-")
+        groups = ", ".join(channel.instance_groups or ["all"])
+        table.add_row(channel.name, source, mode, distribution, groups, channel.local_path or "-")
     return table
 
 
@@ -62,13 +61,10 @@ def _kwargs_table(kwargs: dict[str, Any]) -> Table:
 def _cost_line(cost: dict[str, Any]) -> str:
     if cost.get("max_usd") is None:
         return cost.get("note", "no estimate")
-    hours = cost["max_hours"] + cost.get("warm_pool_hours", 0)
-    if "groups" in cost:
-        parts = " + ".join(f"${g['instance_hourly_usd']}/h x {g['instance_count']} ({g['group']})" for g in cost["groups"])
-        head = f"at most ${cost['max_usd']:,.2f} = ({parts}) x {hours:g} h"
-    else:
-        head = f"at most ${cost['max_usd']:,.2f} = ${cost['instance_hourly_usd']}/h x {cost['instance_count']} x {hours:g} h"
-    return f"{head}{' (spot)' if cost.get('spot') else ''}; {cost['note']}"
+    hours = cost["max_hours"] + cost["warm_pool_hours"]
+    parts = " + ".join(f"${g['instance_hourly_usd']}/h x {g['instance_count']} ({g['group']})" for g in cost["groups"])
+    head = f"at most ${cost['max_usd']:,.2f} = ({parts}) x {hours:g} h"
+    return f"{head}{' (spot)' if cost['spot'] else ''}; {cost['note']}"
 
 
 def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None = None) -> None:
@@ -77,9 +73,8 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
-    if "instance_groups" in document:
-        console.print("\n[bold]Instance groups[/bold] (hosts are numbered across groups in this order)")
-        console.print(_groups_table(document["instance_groups"], document["cost"]))
+    console.print("\n[bold]Hosts[/bold] (numbered across the instance groups in this order)")
+    console.print(_groups_table(document["instance_groups"], document["cost"]))
     console.print("\n[bold]Channels[/bold]")
     console.print(_inputs_table(plan))
     console.print("\n[bold]Script argv[/bold]")

@@ -16,7 +16,7 @@ from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
-from launcher.rules_hetero import check_ps_group
+from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
 from launcher.rules_request import (
     check_channels,

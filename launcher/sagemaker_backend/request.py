@@ -45,6 +45,14 @@ class JobRequest:
     image_uri: str
 
 
+def _host_kwargs(groups) -> dict[str, Any]:
+    """One group of identical hosts goes as instance_type/instance_count (ResourceConfig.InstanceType/Count, the
+    form every SageMaker feature takes); several as instance_groups (the SDK refuses both at once)."""
+    if len(groups) == 1:
+        return {"instance_type": groups[0].instance_type, "instance_count": groups[0].count}
+    return {"instance_groups": [group.sdk_kwargs() for group in groups]}
+
+
 def estimator_kwargs(plan: Plan) -> dict[str, Any]:
     """The keyword arguments of `sagemaker.tensorflow.TensorFlow(...)` for this plan (JSON-able)."""
     kwargs: dict[str, Any] = {
@@ -60,10 +68,7 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         "hyperparameters": {k: v for k, v in plan.hyperparameters.items() if k != "model_dir"},
         **DISABLED_SDK_EXTRAS,
     }
-    if plan.heterogeneous:  # the SDK refuses instance_type/instance_count beside groups
-        kwargs["instance_groups"] = [group.sdk_kwargs() for group in plan.instance_groups]
-    else:
-        kwargs["instance_type"], kwargs["instance_count"] = plan.instance_type, plan.instance_count
+    kwargs.update(_host_kwargs(plan.instance_groups))
     if plan.bundled:  # a user's script keeps the SDK's own default (which conventions.model_dir predicts)
         kwargs["model_dir"] = plan.hyperparameters["model_dir"]
     if plan.image_uri is not None:
