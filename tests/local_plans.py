@@ -82,6 +82,7 @@ def standin_plan(tmp_path: Path, *, job_name="standin-job", **options) -> Plan:
 
 def in_run_dir(plan: Plan, run_dir: Path | str, timeout_s: float | None = None) -> Plan:
     """`plan` with its local runs under run_dir (as `--run-dir` and `--timeout` set them)."""
+    timeout_s = plan.local.timeout_s if timeout_s is None else timeout_s
     return replace(plan, local=replace(plan.local, run_dir=str(run_dir), timeout_s=timeout_s))
 
 

@@ -212,8 +212,8 @@ def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_pa
 
     calls = []
 
-    def record(plan, *, run_dir, timeout_s, echo, verbose):
-        calls.append((plan, run_dir, timeout_s, verbose))
+    def record(plan, *, echo, verbose):
+        calls.append((plan, plan.local.run_dir, plan.local.timeout_s, verbose))
         return 3
 
     monkeypatch.setattr(launcher.local, "run_local", record)

@@ -191,7 +191,7 @@ def test_request_for_each_config(config, no_aws_env, no_network):
     sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
     resources = request["ResourceConfig"]
-    if plan.heterogeneous:
+    if len(plan.instance_groups) > 1:
         assert resources["InstanceGroups"] == [g.request() for g in plan.instance_groups]
     else:
         assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)
