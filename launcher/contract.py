@@ -2,7 +2,7 @@
 
 The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`.
 What SageMaker does to every job (channels, container paths, metric regexes, argv) is in
-`launcher.conventions`; the names below are re-exported from there for the modules that read them here.
+`launcher.conventions`.
 Nothing heavy is imported here.
 """
 
@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
-
 __all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_cluster", "bundled_features", "bundled_hparams", "bundled_source_dir",
-           "features_delivery", "features_hyperparameter", "FEATURES_FILE",
-           "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
+           "features_delivery", "features_hyperparameter", "FEATURES_FILE"]
 
 
 @dataclass(frozen=True)

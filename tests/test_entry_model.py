@@ -122,7 +122,7 @@ def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, d
 
 
 def test_metric_lines_match_the_launchers_metric_definitions():
-    from launcher.contract import METRIC_DEFINITIONS
+    from launcher.conventions import METRIC_DEFINITIONS
 
     train = deepfm_log.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
     evaluation = deepfm_log.format_metric("eval", 1200, 0.45, 0.79)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from launcher import hosts
-from launcher.contract import CONTAINER_BASE_DIR
+from launcher.conventions import CONTAINER_BASE_DIR
 from launcher.plan import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
