@@ -1,9 +1,11 @@
-"""Readable text for `dfm launch --dry-run` (the JSON form is the same document, as it is)."""
+"""Readable text for `dfm launch --dry-run`, from its document alone (the JSON form is that document as it is)."""
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import shutil
 from typing import Any
 
 from rich.console import Console
@@ -22,14 +24,14 @@ def _table(*headers: str, show_header: bool = True) -> Table:
     return table
 
 
-def _inputs_table(plan: Any) -> Table:
+def _inputs_table(channels: list[dict[str, Any]], job_input_mode: str) -> Table:
     table = _table("channel", "source", "input mode", "distribution", "groups", "--local reads")
-    for channel in plan.channels:
-        source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
-        mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
-        distribution = channel.distribution if channel.kind == "s3" else "-"
-        groups = ", ".join(channel.instance_groups or ["all"])
-        table.add_row(channel.name, source, mode, distribution, groups, channel.local_path or "-")
+    for channel in channels:
+        s3 = channel["kind"] == "s3"
+        source = channel["uri"] if s3 else f"{channel['kind']}:{channel['file_system_id']}:{channel['uri']} ({channel['access_mode']})"
+        mode = channel["input_mode"] if s3 else f"{job_input_mode} (job)"
+        groups = ", ".join(channel["instance_groups"] or ["all"])
+        table.add_row(channel["name"], source, mode, channel["distribution"] if s3 else "-", groups, channel["local_path"] or "-")
     return table
 
 
@@ -67,8 +69,9 @@ def _cost_line(cost: dict[str, Any]) -> str:
     return f"{head}{' (spot)' if cost['spot'] else ''}; {cost['note']}"
 
 
-def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None = None) -> None:
-    console = console or Console(highlight=False, soft_wrap=True)
+def render_dry_run(document: dict[str, Any]) -> str:
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
     estimator = document["estimator"]
     console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
@@ -76,9 +79,9 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print("\n[bold]Hosts[/bold] (numbered across the instance groups in this order)")
     console.print(_groups_table(document["instance_groups"], document["cost"]))
     console.print("\n[bold]Channels[/bold]")
-    console.print(_inputs_table(plan))
+    console.print(_inputs_table(document["channels"], estimator["kwargs"]["input_mode"]))
     console.print("\n[bold]Script argv[/bold]")
-    console.print(shlex.join(["python", plan.entry_point, *document["argv"]]), markup=False)
+    console.print(shlex.join(["python", document["entry_point"], *document["argv"]]), markup=False)
     for name, size in document.get("source_files", {}).items():
         console.print(f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
                       "for a hyperparameter value)")
@@ -86,3 +89,4 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     console.print("\n[bold]CreateTrainingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
+    return out.getvalue().rstrip("\n")

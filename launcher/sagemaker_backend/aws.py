@@ -83,7 +83,7 @@ def _client_error_message(err: ClientError, action: str, job_name: str | None, r
     if not_found and job_name:
         return f"no training job named {job_name} in {region}: check the name and --region"
     if not_found:
-        return f"{action}: not found: {message}"
+        return f"{action}: not found ({code}): {message}"
     return f"AWS refused {action} ({code}): {message}"
 
 

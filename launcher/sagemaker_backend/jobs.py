@@ -50,11 +50,32 @@ def source_dir_with_files(plan: Plan) -> Iterator[str]:
         yield str(copy)
 
 
-def submit(plan: Plan, *, wait: bool, echo: Echo = print) -> str:
-    """Build the request (refusing an invalid job before uploading anything), upload the source dir, create
-    the training job with exactly that request; with `wait`, stream its logs to the end."""
+def idle_hosts_on_s3(plan: Plan, s3) -> list[str]:
+    """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
+    if plan.instance_count < 2:
+        return []
+    found = []
+    for channel in plan.channels:
+        if channel.kind != "s3" or channel.distribution != "ShardedByS3Key":
+            continue
+        bucket, _, prefix = channel.uri[len("s3://"):].partition("/")
+        with aws.aws_errors(f"listing {channel.uri}", region=plan.region):
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=plan.instance_count + 1)
+        count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
+        if count < plan.instance_count:
+            found.append(f"channel {channel.name}: {channel.uri} holds {count} object(s) for {plan.instance_count} "
+                         f"hosts; with ShardedByS3Key {plan.instance_count - count} host(s) get no data")
+    return found
+
+
+def submit(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print) -> str:
+    """Build the request (refusing an invalid job before uploading anything), warn of hosts the S3 data leaves
+    idle, upload the source dir, create the training job with exactly that request; with `wait`, stream its
+    logs to the end."""
     built = request.build(plan)
     session = aws.boto_session(plan.region)
+    for line in idle_hosts_on_s3(plan, session.client("s3")):
+        warn(line)
     with aws.aws_errors("creating the training job", region=plan.region):
         _upload_source_dir(plan, built, session)
         session.client("sagemaker").create_training_job(**built.request)

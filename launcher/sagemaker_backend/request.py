@@ -9,6 +9,7 @@ imported here only, inside functions, and quietly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import inspect
@@ -266,11 +267,24 @@ def validate(sagemaker_client, request: dict) -> None:
 
 
 def dry_run(plan: Plan) -> dict:
-    """What a submit would send, built by the real SDK with zero network calls."""
+    """The dry run's document: what a submit would send (built by the real SDK with zero network calls), with
+    the plan's channels, hosts, cost and warnings beside it."""
+    from launcher import tasks
+
     built = build(plan)
-    return {
+    document = {
+        "job_name": plan.job_name,
         "estimator": {"class": ESTIMATOR_CLASS, "kwargs": built.estimator_kwargs},
         "inputs": built.inputs,
-        "request": built.request,
+        "channels": [dataclasses.asdict(channel) for channel in plan.channels],
+        "entry_point": plan.entry_point,
+        "argv": list(plan.argv),
         "image_uri": built.image_uri,
+        "instance_groups": tasks.describe(plan),
+        "request": built.request,
+        "cost": dict(plan.cost or {}),
+        "warnings": list(plan.warnings),
     }
+    if plan.source_files:  # shipped in the source dir beside the scripts
+        document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
+    return document
