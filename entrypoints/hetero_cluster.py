@@ -118,10 +118,6 @@ def read_resource_config(path=None, environ=None):
         raise ClusterError(f"cannot read {path}: {err}") from err
 
 
-def is_heterogeneous(resource_config):
-    return len(resource_config.get("instance_groups") or []) > 1
-
-
 def addresses_from_env(environ=None):
     env = os.environ if environ is None else environ
     raw = env.get(ADDRESSES_ENV, "")

@@ -154,10 +154,6 @@ def compiled(python_pattern: str):
     return regex.compile(python_pattern)
 
 
-def java_fullmatch(java_pattern: str, value: str) -> bool:
-    return compiled(java_regex(java_pattern)).fullmatch(value) is not None
-
-
 # ---------------------------------------------------------------------------------------------- the model
 def model_file() -> Path:
     """botocore's SageMaker service model (the newest API version it ships), found without importing it."""

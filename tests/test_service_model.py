@@ -9,7 +9,7 @@ from launcher.service_model import java_regex
 
 
 def matches(java: str, value: str) -> bool:
-    return service_model.java_fullmatch(java, value)
+    return service_model.compiled(java_regex(java)).fullmatch(value) is not None
 
 
 def real_pattern(shape: str) -> str:
