@@ -377,13 +377,16 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
-def load_spec(path: str | os.PathLike, overrides: Iterable[str] = (), env: Mapping[str, str] | None = None) -> Spec:
-    """Read, merge, override and validate a spec file. Raises SpecError (exit 2) listing every problem."""
-    data, lines = read_spec_data(path, overrides, env)
+def load_spec(source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (),
+              env: Mapping[str, str] | None = None) -> Spec:
+    """Read, merge, override and validate a spec file (or a mapping of spec data: tests, programs). Raises
+    SpecError (exit 2) listing every problem."""
+    data, lines = read_spec_data(source, overrides, env)
+    path = "<spec>" if isinstance(source, Mapping) else str(source)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(schema_problems(err, lines, str(path), json_schema())) from None
-    spec._path = str(path)
+        raise SpecError(schema_problems(err, lines, path, json_schema())) from None
+    spec._path = path
     spec._lines = lines
     return spec

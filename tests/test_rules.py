@@ -8,7 +8,7 @@ import pytest
 
 from launcher import contract, rules, rules_images
 from launcher.spec import load_spec
-from spec_helpers import CONFIGS, DELETE, line_of, write_spec
+from spec_helpers import BASE, CONFIGS, DELETE, line_of, merged, write_spec
 
 PS2 = {"distribution": "parameter_server", "instance": {"count": 2}}
 HOROVOD = {"entry_point": "deepfm-horovod", "instance": {"type": "ml.p3.8xlarge"}}
@@ -34,8 +34,14 @@ def fixed_today(monkeypatch):
     monkeypatch.setattr(rules_images, "today", lambda: datetime.date(2026, 11, 22))
 
 
-def findings(tmp_path, changes, rule):
+def file_findings(tmp_path, changes, rule):
+    """The rule's findings on BASE + changes written as tmp_path/spec.yaml (relative paths start there)."""
     return [(f.severity, f.field, f.message) for f in rule(load_spec(write_spec(tmp_path, changes)))]
+
+
+def findings(tmp_path, changes, rule):
+    """The rule's findings on BASE + changes, in memory (tmp_path: where a relative path would be written)."""
+    return [(f.severity, f.field, f.message) for f in rule(load_spec(merged(BASE, changes)))]
 
 
 RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "tags"],
@@ -237,12 +243,12 @@ def test_job_name_override_is_the_full_name():
 
 
 def test_user_script_must_exist_next_to_the_spec(tmp_path):
-    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point)[0][1] == "entry_point"
+    assert file_findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point)[0][1] == "entry_point"
     (tmp_path / "train.py").write_text("print('hi')\n")
-    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point) == []
+    assert file_findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point) == []
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.py").write_text("")
-    assert findings(tmp_path, {"entry_point": "main.py", "source_dir": "src"}, rules.check_entry_point) == []
+    assert file_findings(tmp_path, {"entry_point": "main.py", "source_dir": "src"}, rules.check_entry_point) == []
 
 
 def test_every_bundled_default_passes_the_type_checks(tmp_path):
