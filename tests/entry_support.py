@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,24 @@ FEATURES = {
                                      "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test"),
 }
 EXPECT_ENV = "DFM_EXPECT"  # e.g. "horovod,pipe": in this runtime those tests must run, not skip
+
+
+def entrypoint_module(name):
+    """An entry-point module imported as the container imports it: flat, its folder on sys.path for its siblings."""
+    return importlib.import_module(name)
+
+
+def feed_fifo(path, payload):
+    """mkfifo `path` and write `payload` into it from a thread (the write blocks until a reader opens it)."""
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "wb") as fifo:
+            fifo.write(payload)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
 
 
 def have(feature):

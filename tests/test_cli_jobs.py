@@ -10,15 +10,9 @@ import pytest
 from botocore.stub import Stubber
 
 from launcher.sagemaker_backend import aws as sm_aws
-from launcher.cli import main
+from spec_helpers import run
 
 REGION = "us-east-1"  # as in conftest.py
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_status_of_a_completed_job(moto_jobs, capsys):

@@ -10,18 +10,11 @@ import boto3
 import pytest
 
 from launcher.sagemaker_backend import aws as sm_aws
-from launcher.cli import main
-from spec_helpers import CONFIGS, REPO, write_spec
+from spec_helpers import CONFIGS, REPO, run, write_spec
 
 JOB = "deepfm-ps-2026-11-21-20-00-00-000"
 BAD = REPO / "tests" / "bad_specs"
 HEAVY = ("sagemaker", "tensorflow", "boto3", "botocore", "horovod")
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def imported_after(code: str) -> dict:

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -123,18 +122,6 @@ def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_re
     assert (tmp_path / "base" / "checkpoints" / "ckpt-32.index").exists()
 
 
-def _feed_fifo(path, payload):
-    os.mkfifo(path)
-
-    def write():
-        with open(path, "wb") as fifo:  # blocks until the reader opens it
-            fifo.write(payload)
-
-    thread = threading.Thread(target=write, daemon=True)
-    thread.start()
-    return thread
-
-
 @horovod_run
 def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp_path):
     """Under horovodrun --gloo: local rank 0 streams `train` (1024 rows, 8 batches), local rank 1
@@ -146,7 +133,7 @@ def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp
     data.mkdir(parents=True, exist_ok=True)
     for channel in ("train", "train-1"):
         payload = b"".join(p.read_bytes() for p in sorted((staged / channel).iterdir()))
-        _feed_fifo(str(data / f"{channel}_0"), payload)
+        es.feed_fifo(str(data / f"{channel}_0"), payload)
     text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1), launcher="gloo")  # horovodrun ships with Horovod
     assert "local_rank=0/2 channels=train mode=Pipe" in text
     assert "local_rank=1/2 channels=train-1 mode=Pipe" in text

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from local_plans import toolkit_pythonpath
@@ -15,16 +14,10 @@ from local_plans import toolkit_pythonpath
 from launcher import catalog, hosts, tasks
 from launcher.plan import build_plan
 from launcher.spec import load_spec
+from entry_support import entrypoint_module
 from spec_helpers import write_spec
 
-ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
 GROUPS = hosts.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
-
-
-def entrypoint_module(name):
-    if str(ENTRYPOINTS) not in sys.path:
-        sys.path.insert(0, str(ENTRYPOINTS))
-    return __import__(name)
 
 
 # ---- groups, hosts, resource configs ----
