@@ -18,10 +18,12 @@ def launcher_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted((REPO / "launcher").rglob("*.py"))}
 
 
-def imports(path: Path, known: set[str]) -> set[str]:
-    """launcher modules and heavy third-party packages `path` imports (`from launcher import x` names module x)."""
+def imports(path: Path, known: set[str], name: str | None = None) -> set[str]:
+    """launcher modules and heavy third-party packages that module `name` (default: from `path`) imports, its
+    source read from `path` (`from launcher import x` names module x)."""
     found: set[str] = set()
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -32,12 +34,12 @@ def imports(path: Path, known: set[str]) -> set[str]:
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        for name in names:
-            top = name.split(".")[0]
-            if top == "launcher" and name != "launcher":
-                while name not in known and "." in name:
-                    name = name.rpartition(".")[0]
-                found.add(name)
+        for imported in names:
+            top = imported.split(".")[0]
+            if top == "launcher" and imported != "launcher":
+                while imported not in known and "." in imported:
+                    imported = imported.rpartition(".")[0]
+                found.add(imported)
             elif top in HEAVY:
                 found.add(top)
-    return found - {module_name(path)}
+    return found - {name}
