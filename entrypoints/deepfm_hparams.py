@@ -170,7 +170,7 @@ BOUNDS = {
     "l2_reg": (0.0, None),
     "learning_rate": (0.0, None),
     "batch_size": (1, None),
-    "epochs": (1, None),
+    "epochs": (0, None),  # 0: repeat the data until max_steps (value_problems refuses 0 without max_steps)
     "max_steps": (0, None),
     "log_steps": (1, None),
     "checkpoint_steps": (1, None),
@@ -206,6 +206,9 @@ def value_problems(args):
         problem = bound_problem(name, getattr(args, name))
         if problem:
             problems.append((name, problem))
+    if args.epochs == 0 and args.max_steps == 0:
+        problems.append(("epochs", "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
+                                   "never end; give epochs >= 1 or max_steps > 0"))
     return problems
 
 
