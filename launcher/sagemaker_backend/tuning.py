@@ -8,6 +8,7 @@ Submit, describe, stop and list of tuning jobs are here too (plain boto3).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 from launcher import conventions
@@ -90,12 +91,19 @@ def build(tplan: TuningPlan) -> dict[str, Any]:
     del sagemaker
     session, kwargs, job, inputs = request.offline_estimator(tplan.training)
     tuner = _tuner(tplan, job)
+    # The tuner asks an unfitted estimator for its model data (to tag JumpStart models): the SDK logs a
+    # warning about the missing training job; nothing is wrong.
+    estimator_logger = logging.getLogger("sagemaker.estimator")
+    level = estimator_logger.level
+    estimator_logger.setLevel(logging.ERROR)
     try:
         job._prepare_for_training(job_name=tplan.name)  # as HyperparameterTuner.fit() prepares its estimator
         tuner._prepare_for_tuning(job_name=tplan.name)
         args = _TuningJob._get_tuner_args(tuner, inputs)
     except ValueError as err:
         raise DfmError(f"the SageMaker SDK refused the tuning job: {aws.one_line(err)}", 2) from err
+    finally:
+        estimator_logger.setLevel(level)
     built = session._get_tuning_request(**args)
     request.validate(session.sagemaker_client, built, OPERATION)
     return {"tuner": {"class": TUNER_CLASS, "kwargs": tuner_kwargs(tplan)},
