@@ -115,7 +115,7 @@ def test_a_local_study_ends_with_table_json_plot_and_overrides(tmp_path, sample)
     assert [t["state"] for t in trials] == ["complete", "complete"]
     assert all(0 < t["objective"] < 1 and t["seconds"] > 0 for t in trials)
     for t in trials:  # each trial its own run folder, its hyperparameters in the script's argv
-        config = json.loads((Path(t["job_dir"]) / "algo-1" / "input" / "config" / "hyperparameters.json").read_text())
+        config = json.loads((Path(t["job_dir"]) / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json").read_text())
         assert float(config["learning_rate"]) == pytest.approx(t["hyperparameters"]["learning_rate"])
         assert int(config["batch_size"]) == t["hyperparameters"]["batch_size"]
     best = max(trials, key=lambda t: t["objective"])
