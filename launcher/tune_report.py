@@ -51,7 +51,11 @@ def trial_rows(study) -> list[dict[str, Any]]:
         if t.state.name in ("WAITING",):
             continue
         state = "interrupted" if t.user_attrs.get("interrupted") else t.state.name.lower()
-        rows.append({"trial": t.number, "hyperparameters": dict(t.params), "objective": t.value, "state": state,
+        # a pruned trial's value is its last intermediate (training-side) report, not the objective
+        objective = t.value if state == "complete" else None
+        last = max(t.intermediate_values.items())[1] if t.intermediate_values else None
+        rows.append({"trial": t.number, "hyperparameters": dict(t.params), "objective": objective, "state": state,
+                     "last_report": last,
                      "seconds": t.user_attrs.get("seconds"), "baseline": bool(t.user_attrs.get("baseline")),
                      "retry_of": t.user_attrs.get("retry_of"), "job_dir": t.user_attrs.get("job_dir"),
                      "failure": t.user_attrs.get("failure")})
@@ -91,6 +95,8 @@ def render_study(document: dict[str, Any]) -> str:
         state = r["state"] + (" (untuned)" if r["baseline"] else "") + (f" (rerun of {r['retry_of']})" if r["retry_of"] is not None else "")
         values = [_short(r["hyperparameters"].get(name)) for name in names]
         objective = f"{r['objective']:.4f}" if r["objective"] is not None else "-"
+        if r["state"] == "pruned" and r["last_report"] is not None:
+            state += f" (at {r['last_report']:.4f})"
         table.add_row(str(r["trial"]), *values, objective, state, f"{r['seconds']:.0f}" if r["seconds"] else "-")
     lines = [_text(table)]
     best = document["best"]
