@@ -8,6 +8,7 @@ The tuning kind's functions behind status/logs/stop/list are `sagemaker_backend.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
     if spec.tune is None:
         raise DfmError(f"{spec_path}: no tune: section to resume")
     base = tuning_base_name(spec)
-    run_dir = Path(spec.resolve_path("local.run_dir", spec.local.run_dir) if spec.local.run_dir else "runs")
+    run_dir = Path(os.path.abspath(os.path.expanduser(spec.local.run_dir)))  # as plan.local.run_dir
     found = sorted(p.parent.name for p in run_dir.glob(f"{base}-*/{PLAN_FILE}"))
     if not found:
         raise DfmError(f"no study of {base} in {run_dir} to resume: run `dfm tune {spec_path} --local` first")
