@@ -8,6 +8,7 @@ import json
 
 import boto3
 import pytest
+import yaml
 from botocore.stub import Stubber
 
 from launcher import cli
@@ -71,13 +72,17 @@ def test_dry_run_equals_what_the_sdks_own_tuner_sends(capsys, monkeypatch, aws):
 
     session = sagemaker.Session(boto_session=boto, default_bucket=BUCKET)
     estimator = sm_request.estimator(document["estimator"]["kwargs"], session)
+    ranges = {}  # the config's ranges, as an SDK user writes them
+    for name, given in yaml.safe_load(open(CONFIG))["tune"]["ranges"].items():
+        scaling = {"log": "Logarithmic"}.get(given.get("scaling"), "Auto")
+        if "values" in given:
+            ranges[name] = CategoricalParameter(given["values"])
+        elif given.get("type") == "integer":
+            ranges[name] = IntegerParameter(given["min"], given["max"], scaling_type=scaling)
+        else:
+            ranges[name] = ContinuousParameter(given["min"], given["max"], scaling_type=scaling)
     tuner = HyperparameterTuner(
-        estimator, hyperparameter_ranges={
-            "learning_rate": ContinuousParameter(0.0003, 0.01, scaling_type="Logarithmic"),
-            "embedding_size": IntegerParameter(4, 16),
-            "batch_size": CategoricalParameter([512, 1024, 2048]),
-            "l2_reg": ContinuousParameter(1e-7, 1e-4, scaling_type="Logarithmic"),
-            "dropout": ContinuousParameter(0.0, 0.3)},
+        estimator, hyperparameter_ranges=ranges,
         completion_criteria_config=TuningJobCompletionCriteriaConfig(max_number_of_training_jobs_not_improving=8),
         **document["tuner"]["kwargs"])
     data = f"s3://{BUCKET}/deepfm"
