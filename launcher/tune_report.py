@@ -130,8 +130,13 @@ def plot(document: dict[str, Any], path: Path) -> Path | None:
     names = sorted({name for r in done for name in r["hyperparameters"]})
     maximize = document["goal"] == "maximize"
     log_scaled = {r["hyperparameter"] for r in document["ranges"] if r["scaling"] == "Logarithmic"}
-    fig, axes = plt.subplots(1, 1 + len(names), figsize=(4 * (1 + len(names)), 3.4), squeeze=False)
-    first = axes[0][0]
+    columns = min(3, 1 + len(names))
+    rows = -(-(1 + len(names)) // columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for unused in axes[1 + len(names):]:
+        unused.set_visible(False)
+    first = axes[0]
     numbers, values = [r["trial"] for r in done], [r["objective"] for r in done]
     best, running = [], None
     for value in values:
@@ -142,7 +147,7 @@ def plot(document: dict[str, Any], path: Path) -> Path | None:
     first.set_xlabel("trial")
     first.set_ylabel(document["objective"])
     first.legend(loc="best", fontsize="small")
-    for axis, name in zip(axes[0][1:], names):
+    for axis, name in zip(axes[1:], names):
         xs = [r["hyperparameters"].get(name) for r in done]
         numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
         axis.plot(xs if numeric else [str(x) for x in xs], values, "o")
