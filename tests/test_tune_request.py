@@ -163,3 +163,19 @@ def test_the_request_is_checked_against_the_tuning_operations_model(no_aws_env, 
                             {"HyperParameterTuningJobName": "x" * 40, "HyperParameterTuningJobConfig": {}},
                             tuning.OPERATION)
     assert "CreateHyperParameterTuningJob request would be refused" in str(refused.value)
+
+
+def test_dry_run_text_shows_the_ranges_and_the_ceilings(capsys, monkeypatch, no_aws_env, no_network):
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", NAME]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning job {NAME}: Bayesian, maximize eval:auc, 20 trials, 2 at once, early stopping auto" in out
+    assert "learning_rate   continuous   0.001 .. 0.01 (logarithmic)" in out
+    assert "cost ceiling: $146.80 (20 trials x $7.34)" in out
+    assert "wall time: at most 1" in out and "(10 rounds of 2 trials x 1.0 h)" in out
+
+
+def test_tune_without_a_tune_section_is_a_usage_error(capsys, monkeypatch, no_aws_env, no_network):
+    assert cli.main(["tune", str(REPO / "configs" / "ps.yaml"), "--dry-run"]) == 2
+    assert "no tune: section" in capsys.readouterr().err
