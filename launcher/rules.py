@@ -18,6 +18,7 @@ from launcher.rules_images import check_framework, check_horovod_in_image, check
 from launcher.rules_features import check_features
 from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
+from launcher.rules_tune import TUNE_RULES
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -174,6 +175,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_s3_shard,
     check_file_systems,
     check_local_channels,
+    *TUNE_RULES,
 )
 
 

@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from launcher.spec_errors import schema_problems
+from launcher.spec_tune import Tune
 from launcher.specfile import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
 
 __all__ = ["Spec", "SpecError", "Location", "Problem", "load_spec", "json_schema", "did_you_mean", "parse_override"]
@@ -312,6 +313,7 @@ class Spec(_Strict):
         default_factory=dict, max_length=50
     )
     local: Local = Field(default_factory=Local)
+    tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
 
     _path: str = PrivateAttr("<spec>")
     _lines: dict[tuple, Location] = PrivateAttr(default_factory=dict)

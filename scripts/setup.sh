@@ -30,8 +30,8 @@ fi
 # 3. dfm itself (editable) with the local-run and test extras; pip's cache makes repeats cheap.
 stamp=$VENV/.dfm-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  step "installing dfm[local,test] into $VENV"
-  "$PY" -m pip install -q -e '.[local,test]' cloudpickle packaging wheel
+  step "installing dfm[local,tune,test] into $VENV"
+  "$PY" -m pip install -q -e '.[local,tune,test]' cloudpickle packaging wheel
   touch "$stamp"
 fi
 

@@ -9,6 +9,7 @@ import pytest
 from launcher import contract, rules, rules_images
 from launcher.spec import load_spec
 from spec_helpers import BASE, CONFIGS, DELETE, line_of, merged, write_spec
+from test_tune_rules import TUNE_CASES
 
 PS2 = {"distribution": "parameter_server", "instance": {"count": 2}}
 HOROVOD = {"entry_point": "deepfm-horovod", "instance": {"type": "ml.p3.8xlarge"}}
@@ -205,6 +206,7 @@ CASES = [
      ("error", "data.train.1", "add vpc:")),
     (rules.check_local_channels, {"data": {"eval": "s3://dfm-bucket/e/"}, "local": {"channels": {"eval": "x"}}},
      {"local": {"channels": {"eval": "x"}}}, ("error", "local.channels.eval", "no channel 'eval'")),
+    *TUNE_CASES,
 ]
 
 

@@ -29,10 +29,10 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh virtual environment with the wheel and its `local` extra (TensorFlow, for the data tools)."""
+    """A fresh virtual environment with the wheel and its extras (`local`: TensorFlow for the data tools; `tune`)."""
     env = tmp_path_factory.mktemp("venv")
     venv.create(env, with_pip=True)
-    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[local]"],
+    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[local,tune]"],
                    check=True, capture_output=True)
     return env / "bin" / "dfm"
 

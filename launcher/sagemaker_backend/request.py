@@ -223,9 +223,10 @@ def _would_be_source_uri(estimator) -> str:
     return f"s3://{bucket}/{estimator._assign_s3_prefix(prefix)}/sourcedir.tar.gz"
 
 
-def build(plan: Plan) -> JobRequest:
-    """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
-    sagemaker = _sdk()
+def offline_estimator(plan: Plan):
+    """(session, estimator kwargs, the SDK's estimator, channel inputs) for this plan, the estimator's source
+    upload replaced by the location it would upload to: the training and the tuning request start here."""
+    _sdk()
     from sagemaker.fw_utils import UploadedCode
 
     session = sagemaker_session(plan)
@@ -241,6 +242,13 @@ def build(plan: Plan) -> JobRequest:
         return UploadedCode(s3_prefix=_would_be_source_uri(job), script_name=script)
 
     job._stage_user_code_in_s3 = stage_without_upload
+    return session, kwargs, job, inputs
+
+
+def build(plan: Plan) -> JobRequest:
+    """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
+    sagemaker = _sdk()
+    session, kwargs, job, inputs = offline_estimator(plan)
     try:
         job._prepare_for_training(job_name=plan.job_name)
         args = sagemaker.estimator._TrainingJob.get_train_args(job, inputs, None)
@@ -251,19 +259,19 @@ def build(plan: Plan) -> JobRequest:
     return JobRequest(kwargs, {name: dict(value.config) for name, value in inputs.items()}, request, args["image_uri"])
 
 
-def validate(sagemaker_client, request: dict) -> None:
+def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJob") -> None:
     from botocore.validate import ParamValidator
 
     from launcher import service_model
 
-    shape = sagemaker_client.meta.service_model.operation_model("CreateTrainingJob").input_shape
+    shape = sagemaker_client.meta.service_model.operation_model(operation).input_shape
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
-        raise DfmError(f"the CreateTrainingJob request would be refused: {aws.one_line(report.generate_report())}", 2)
+        raise DfmError(f"the {operation} request would be refused: {aws.one_line(report.generate_report())}", 2)
     # The validator checks types and minimums; the service also refuses enums, maximums and patterns.
-    refused = [f"{path}: {message}" for path, message in service_model.walk(request)]
+    refused = [f"{path}: {message}" for path, message in service_model.walk(request, f"{operation}Request")]
     if refused:
-        raise DfmError(f"the CreateTrainingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
+        raise DfmError(f"the {operation} request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
 def dry_run(plan: Plan) -> dict:
