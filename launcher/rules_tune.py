@@ -15,8 +15,6 @@ from launcher.tuning_plan import MAX_TUNING_BASE_NAME, MAX_TUNING_JOB_NAME, grid
 
 RANGE_SHAPES = {"continuous": "ContinuousParameterRanges", "integer": "IntegerParameterRanges",
                 "categorical": "CategoricalParameterRanges"}
-UNTUNABLE = {"model_dir": "set by the SDK for every trial", "features": "a whole section, not a number to search",
-             "ps_group": "set by dfm from the distribution", "checkpoint_dir": "a path, not a number to search"}
 
 
 def _limit(shape: str, bound: str = "max") -> int | None:
@@ -38,13 +36,15 @@ def _script_refuses(name: str, value: object) -> str | None:
 
 def _type_problem(name: str, rng) -> str | None:
     """A range whose values the script cannot parse: a float range on an integer, a range on a word."""
-    from launcher.rules import _bundled_type_problem
-
     hparams = contract.bundled_hparams()
     default = hparams.DEFAULTS[name]
     if isinstance(rng, CategoricalRange):
-        problems = [p for p in (_bundled_type_problem(name, value) for value in rng.values) if p]
-        return problems[0] if problems else None
+        for value in rng.values:
+            try:
+                hparams.convert(name, conventions.render_argv({name: value})[1])
+            except hparams.HyperparameterError as err:
+                return str(err).split(": ", 1)[-1]
+        return None
     if name in hparams.CHOICES or isinstance(default, (bool, str, list)):
         return f"{name} takes words or lists, not numbers from a range: use {{values: [...]}}"
     if isinstance(default, int) and isinstance(rng, ContinuousRange):
@@ -67,8 +67,8 @@ def check_tune_ranges(spec: Spec) -> list[Finding]:
         if name not in known:
             problems.append(error(field, f"{spec.entry_point} has no hyperparameter '{name}'{did_you_mean(name, known)}"))
             continue
-        if name in UNTUNABLE:
-            problems.append(error(field, f"{name} cannot be tuned: {UNTUNABLE[name]}"))
+        if name in contract.DERIVED_HYPERPARAMETERS:
+            problems.append(error(field, f"{name} cannot be tuned: {contract.DERIVED_HYPERPARAMETERS[name]}"))
             continue
         if name in spec.hyperparameters:
             problems.append(error(field, f"also fixed in hyperparameters.{name}: a trial gets one or the other; "

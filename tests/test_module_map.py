@@ -51,9 +51,10 @@ def test_an_import_against_the_table_fails(tmp_path, added, arrow):
     modules = launcher_modules()
     changed = tmp_path / "plan.py"
     changed.write_text(modules["launcher.plan"].read_text() + "\n" + added + "\n")
-    assert problems(MAP, {**modules, "launcher.plan": changed}) == [
-        f"launcher.plan imports {arrow}, which its row does not allow"]
+    added_problems = set(problems(MAP, {**modules, "launcher.plan": changed})) - set(problems(MAP))
+    assert added_problems == {f"launcher.plan imports {arrow}, which its row does not allow"}
 
 
 def test_a_module_missing_from_the_table_fails():
-    assert problems({k: v for k, v in MAP.items() if k != "launcher.plan"}) == ["launcher.plan: no row in docs/CONTRACT.md"]
+    without = problems({k: v for k, v in MAP.items() if k != "launcher.plan"})
+    assert set(without) - set(problems(MAP)) == {"launcher.plan: no row in docs/CONTRACT.md"}
