@@ -1,9 +1,6 @@
 """`dfm tune SPEC`: the spec's `tune:` section as a SageMaker tuning job (--dry-run, submit) or as a local
-study (--local, --resume); and `dfm tuning status|logs|stop|list` for submitted tuning jobs.
-
-The tuning kind's functions behind status/logs/stop/list are `sagemaker_backend.tuning_jobs`;
-`TUNING_KIND` below is the one dispatch point a job-kind table can take over.
-"""
+study (--local, --resume). Submitted tuning jobs are followed with `dfm status / logs / stop / list`, which
+dispatch on the job's kind (`sagemaker_backend.kinds`)."""
 
 from __future__ import annotations
 
@@ -11,11 +8,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+
 
 import click
 
-from launcher.cli_options import OUTPUT, REGION, SET
+from launcher.cli_options import OUTPUT, SET
 from launcher.errors import DfmError
 
 
@@ -161,105 +158,4 @@ def _status_line(output: str):
     return show
 
 
-# ---------------------------------------------------------------------------------- submitted tuning jobs
-def _tuning_status_text(summary: dict[str, Any]) -> str:
-    trials = summary["trials"]
-    lines = [f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {summary['objective']['type']} "
-             f"{summary['objective']['metric']})",
-             f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
-             f"{trials['failed']} failed (of {summary['max_jobs']})"]
-    if summary.get("best"):
-        best = summary["best"]
-        lines.append(f"best: {best['job_name']} {summary['objective']['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}")
-    for trial in summary.get("trial_list", []):
-        lines.append(f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}")
-    if summary.get("failure_reason"):
-        lines.append(f"failure: {summary['failure_reason']}")
-    lines.append(summary["console_url"])
-    return "\n".join(lines)
-
-
-def tuning_status(name: str, region: str | None, output: str) -> None:
-    from launcher.sagemaker_backend import tuning_jobs
-
-    summary = tuning_jobs.describe(name, region)
-    click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else _tuning_status_text(summary))
-
-
-def tuning_logs(name: str, region: str | None, follow: bool, output: str) -> None:
-    from launcher.sagemaker_backend import stream_logs, tuning_jobs
-
-    trial = tuning_jobs.trial_to_follow(tuning_jobs.describe(name, region))
-    if trial is None:
-        raise DfmError(f"{name} has no trial yet: try again once one started", 1)
-    _echo_err(f"[dfm] logs of trial {trial} (the best so far, else the newest)")
-    stream_logs(trial, region, follow=follow, echo=click.echo, as_json=output == "json")
-
-
-def tuning_stop(name: str, region: str | None, output: str) -> None:
-    from launcher.sagemaker_backend import tuning_jobs
-
-    result = tuning_jobs.stop(name, region)
-    click.echo(json.dumps(result) if output == "json" else f"stopping tuning job {name} (its running trials stop too)")
-
-
-def tuning_list(region: str | None, name_contains: str | None, max_results: int, output: str) -> None:
-    from launcher.sagemaker_backend import tuning_jobs
-
-    jobs = tuning_jobs.list_jobs(region, name_contains, max_results)
-    if output == "json":
-        click.echo(json.dumps(jobs, indent=2, default=str))
-    else:
-        for job in jobs:
-            click.echo(f"{job['job_name']}  {job['status']}  {job['strategy']}  {job['created']}")
-
-
-# The tuning kind of status/logs/stop/list (a job-kind table takes these; dfm names tuning jobs so that
-# sagemaker_backend.tuning_jobs.is_tuning_job_name tells them from training jobs).
-TUNING_KIND = {"status": tuning_status, "logs": tuning_logs, "stop": tuning_stop, "list": tuning_list}
-
-
-@click.group()
-def tuning() -> None:
-    """Follow SageMaker tuning jobs: status (trials, best), logs (a trial's), stop, list."""
-
-
-@tuning.command("status")
-@click.argument("name")
-@REGION
-@OUTPUT
-def _status(name: str, region: str | None, output: str) -> None:
-    """State, trial counts, the best trial and every trial's hyperparameters and objective."""
-    tuning_status(name, region, output)
-
-
-@tuning.command("logs")
-@click.argument("name")
-@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the trial ends.")
-@REGION
-@OUTPUT
-def _logs(name: str, follow: bool, region: str | None, output: str) -> None:
-    """The log of the best trial so far (else the newest)."""
-    tuning_logs(name, region, follow, output)
-
-
-@tuning.command("stop")
-@click.argument("name")
-@REGION
-@OUTPUT
-def _stop(name: str, region: str | None, output: str) -> None:
-    """Stop a tuning job and its running trials."""
-    tuning_stop(name, region, output)
-
-
-@tuning.command("list")
-@click.option("--name-contains", help="Only jobs whose name contains this.")
-@click.option("--max-results", type=click.IntRange(1, 100), default=20, show_default=True)
-@REGION
-@OUTPUT
-def _list(name_contains: str | None, max_results: int, region: str | None, output: str) -> None:
-    """The newest tuning jobs first."""
-    tuning_list(region, name_contains, max_results, output)
-
-
-COMMANDS: list = [tune, tuning]
+COMMANDS: list = [tune]

@@ -318,7 +318,7 @@ def test_describe_summarises_and_unknown_job_is_exit_1(moto_jobs):
     with pytest.raises(DfmError) as caught:
         sb.describe("no-such-job", REGION)
     assert caught.value.exit_code == 1
-    assert caught.value.message == f"no training job named no-such-job in {REGION}: check the name and --region"
+    assert caught.value.message == f"no job named no-such-job in {REGION}: check the name and --region"
 
 
 def test_follow_prints_each_line_once_until_the_job_ends(moto_jobs, moto_logs):

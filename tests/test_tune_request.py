@@ -13,7 +13,6 @@ from botocore.stub import Stubber
 
 from launcher import cli
 from launcher.sagemaker_backend import aws as sm_aws, request as sm_request, tuning, tuning_jobs
-from launcher.sagemaker_backend.tuning_jobs import is_tuning_job_name
 from spec_helpers import REPO
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"
@@ -119,8 +118,10 @@ def trial(name: str, status: str, value: float | None, **tuned: str) -> dict:
     return summary
 
 
-def test_status_gives_counts_best_and_each_trial(monkeypatch, aws, capsys):
+def test_status_finds_the_tuning_job_and_gives_counts_best_and_each_trial(monkeypatch, aws, capsys):
     stub = stubbed(monkeypatch)
+    # no --kind: dfm asks for a training job of that name first, then a tuning job
+    stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
     best = trial(f"{NAME}-002-abc", "Completed", 0.7412, learning_rate="0.004", batch_size='"1024"')
     stub.add_response("describe_hyper_parameter_tuning_job", {
         "HyperParameterTuningJobName": NAME, "HyperParameterTuningJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:hyper-parameter-tuning-job/{NAME}",
@@ -133,7 +134,7 @@ def test_status_gives_counts_best_and_each_trial(monkeypatch, aws, capsys):
         best, trial(f"{NAME}-001-abc", "Completed", 0.7301, learning_rate="0.02", batch_size='"512"'),
         trial(f"{NAME}-003-abc", "Stopped", None, learning_rate="0.09", batch_size='"512"')]})
     with stub:
-        assert cli.main(["tuning", "status", NAME, "--region", REGION, "--output", "json"]) == 0
+        assert cli.main(["status", NAME, "--region", REGION, "--output", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["trials"] == {"completed": 2, "running": 1, "stopped": 1, "failed": 0}
     assert summary["best"]["objective"] == 0.7412
@@ -147,13 +148,8 @@ def test_stop_sends_stop_hyper_parameter_tuning_job(monkeypatch, aws):
     stub = stubbed(monkeypatch)
     stub.add_response("stop_hyper_parameter_tuning_job", {}, {"HyperParameterTuningJobName": NAME})
     with stub:
-        assert cli.main(["tuning", "stop", NAME, "--region", REGION]) == 0
+        assert cli.main(["stop", NAME, "--kind", "tuning", "--region", REGION]) == 0
     stub.assert_no_pending_responses()
-
-
-def test_tuning_job_names_are_told_from_training_job_names():
-    assert is_tuning_job_name(NAME)
-    assert not is_tuning_job_name("deepfm-ps-2026-11-21-20-00-00-000")
 
 
 def test_the_request_is_checked_against_the_tuning_operations_model(no_aws_env, no_network):

@@ -96,6 +96,7 @@ def _summary(description: dict, region: str) -> dict:
     transitions = description.get("SecondaryStatusTransitions") or []
     return {
         "job_name": description["TrainingJobName"],
+        "kind": "training",
         "status": description["TrainingJobStatus"],
         "secondary_status": description.get("SecondaryStatus"),
         "status_message": transitions[-1].get("StatusMessage") if transitions else None,
@@ -123,6 +124,7 @@ def describe(job_name: str, region: str | None) -> dict:
 
 
 def raise_for_outcome(summary: dict) -> None:
+    """Exit 1 (with the reason) for a job of any kind that failed or was stopped."""
     if summary["status"] in ("Failed", "Stopped"):
         reason = f": {aws.one_line(summary['failure_reason'])}" if summary.get("failure_reason") else ""
         raise DfmError(f"job {summary['job_name']} {summary['status']}{reason}", 1)
@@ -154,7 +156,7 @@ def list_jobs(region: str | None, name_contains: str | None = None, max_results:
     jobs = []
     with aws.aws_errors("listing training jobs", region=region):
         for page in sagemaker_client.get_paginator("list_training_jobs").paginate(**query):
-            jobs += [{"job_name": job["TrainingJobName"], "status": job["TrainingJobStatus"],
+            jobs += [{"job_name": job["TrainingJobName"], "kind": "training", "status": job["TrainingJobStatus"],
                       "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
                      for job in page["TrainingJobSummaries"]]
     return jobs[:max_results]

@@ -4,21 +4,10 @@ objective; stop and list (plain boto3). A tuning job writes no log of its own: `
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from launcher.sagemaker_backend import aws
 from launcher.sagemaker_backend.jobs import _iso
-from launcher.tuning_plan import MAX_TUNING_JOB_NAME
-
-# dfm names tuning jobs <base>-YYMMDD-HHMMSS and training jobs <base>-YYYY-MM-DD-HH-MM-SS-mmm
-DFM_TUNING_NAME = re.compile(r".*-\d{6}-\d{6}")
-
-
-def is_tuning_job_name(name: str) -> bool:
-    """Whether a job name is one dfm gave a tuning job (the kind dispatch of status/logs/stop)."""
-    return len(name) <= MAX_TUNING_JOB_NAME and DFM_TUNING_NAME.fullmatch(name) is not None
-
 
 def _hyperparameters(tuned: dict) -> dict[str, Any]:
     """The SDK JSON-encodes categorical values ("\\"512\\""): decode what decodes."""
