@@ -18,6 +18,7 @@ from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
 from launcher.rules_hetero import check_ps_group
+from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -188,7 +189,7 @@ def check_s3_shard(spec: Spec) -> list[Finding]:
         return []
     if not any(isinstance(s, str) for s in spec.train_sources):
         return [warning("data.s3_shard", "no S3 training channel to shard: it has no effect on file systems")]
-    if spec.instance.count == 1:
+    if spec.instance.count == 1 or prepared_layout_fits(spec):
         return []
     return [
         warning("data.s3_shard", f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)")
@@ -233,6 +234,8 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_s3_shard,
     check_file_systems,
     check_local_channels,
+    check_prepare,
+    check_prepared_layout,
 )
 
 

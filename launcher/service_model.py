@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 REQUEST_SHAPE = "CreateTrainingJobRequest"
-CACHE_FORMAT = 2
+PROCESSING_SHAPE = "CreateProcessingJobRequest"  # dfm data prepare's Spark job
+CACHE_FORMAT = 3
 # Java's `.` matches anything but these (without DOTALL / UNIX_LINES).
 _JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
 # Java's POSIX classes and \w \d \s are US-ASCII (without UNICODE_CHARACTER_CLASS). Unicode categories
@@ -183,7 +184,7 @@ def _extract(source: Path) -> dict[str, dict]:
     raw = source.read_bytes()
     model = json.loads(gzip.decompress(raw) if source.suffix == ".gz" else raw)
     everything, kept = model["shapes"], {}
-    pending = [REQUEST_SHAPE]
+    pending = [REQUEST_SHAPE, PROCESSING_SHAPE]
     while pending:
         name = pending.pop()
         if name in kept:
@@ -215,7 +216,7 @@ def _write_atomically(path: Path, content: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def shapes() -> dict[str, dict]:
-    """Name -> shape for every shape a CreateTrainingJob request uses."""
+    """Name -> shape for every shape a CreateTrainingJob (or CreateProcessingJob) request uses."""
     source = model_file()
     stat = source.stat()
     key = hashlib.sha256(f"{CACHE_FORMAT}:{source}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]

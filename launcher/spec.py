@@ -10,7 +10,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, Union
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional, Union
 
 from annotated_types import MinLen
 from pydantic import (
@@ -312,6 +312,7 @@ class Spec(_Strict):
         default_factory=dict, max_length=50
     )
     local: Local = Field(default_factory=Local)
+    prepare: Optional["Prepare"] = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")
 
     _path: str = PrivateAttr("<spec>")
     _lines: dict[tuple, Location] = PrivateAttr(default_factory=dict)
@@ -387,3 +388,6 @@ def load_spec(path: str | os.PathLike, overrides: Iterable[str] = (), env: Mappi
     spec._path = str(path)
     spec._lines = lines
     return spec
+
+
+import launcher.spec_prepare  # noqa: E402,F401  (defines Prepare from the types above and completes Spec)

@@ -19,6 +19,17 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; t
   fi
 fi
 
+# 1b. A JDK for local Spark (`dfm data prepare --local`; pyspark bundles Spark's jars but not Java).
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing a JDK for local Spark (Debian's openjdk-17-jre-headless)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    step "Java missing and apt-get unavailable: dfm data prepare --local will not run"
+  fi
+fi
+
 # 2. The project's virtual environment: the launcher, and the TF 2.14.1 runtime (the TF 2.13/2.14 images) on Python 3.11.
 if [ ! -x "$PY" ]; then
   PYTHON=$(command -v python3.11 || command -v python3)
@@ -30,8 +41,8 @@ fi
 # 3. dfm itself (editable) with the local-run and test extras; pip's cache makes repeats cheap.
 stamp=$VENV/.dfm-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  step "installing dfm[local,test] into $VENV"
-  "$PY" -m pip install -q -e '.[local,test]' cloudpickle packaging wheel
+  step "installing dfm[local,test,spark] into $VENV"
+  "$PY" -m pip install -q -e '.[local,test,spark]' cloudpickle packaging wheel
   touch "$stamp"
 fi
 

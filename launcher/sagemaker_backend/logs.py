@@ -26,6 +26,8 @@ def _host_of(stream_name: str) -> str:
 class _LogCursor:
     """Reads a job's CloudWatch events once each, across all of its instances' streams."""
 
+    log_group = LOG_GROUP
+
     def __init__(self, logs_client, job_name: str):
         self.logs, self.job_name = logs_client, job_name
         self.start_ms, self.ids_at_start = 0, set()
@@ -33,7 +35,7 @@ class _LogCursor:
     def _streams(self) -> list[str]:
         names = []
         pages = self.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/")
+            logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/")
         for page in pages:
             names += [stream["logStreamName"] for stream in page["logStreams"]]
         return names
@@ -48,7 +50,7 @@ class _LogCursor:
         events = []
         for first in range(0, len(streams), 100):  # FilterLogEvents takes at most 100 stream names
             pages = self.logs.get_paginator("filter_log_events").paginate(
-                logGroupName=LOG_GROUP, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
+                logGroupName=self.log_group, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
             for page in pages:
                 events += page["events"]
         fresh = [e for e in events if e["eventId"] not in self.ids_at_start]
