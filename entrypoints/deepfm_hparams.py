@@ -41,6 +41,8 @@ DEFAULTS = {
     "cache": False,
     "s3_shard": "auto",
     "features": "",  # JSON of the spec's `features:` section (raw features); empty = pre-indexed input
+    # share of the negatives the training data kept (dfm data prepare's balance); the export undoes it
+    "negative_rate": 1.0,
     # cluster (deepfm-ps)
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
@@ -166,6 +168,8 @@ def parse_hyperparameters(argv, prog="train"):
     args = build_parser(prog).parse_args(list(argv))
     if args.deep_layers and min(args.deep_layers) <= 0:
         raise HyperparameterError(f"argument --deep_layers: sizes must be positive, got {args.deep_layers}")
+    if not 0.0 < args.negative_rate <= 1.0:
+        raise HyperparameterError(f"argument --negative_rate: a share of negatives in (0, 1], got {args.negative_rate}")
     if not 0.0 <= args.dropout < 1.0:
         raise HyperparameterError(f"argument --dropout: a drop rate in [0, 1), got {args.dropout}")
     for name in ("field_size", "feature_size", "embedding_size", "batch_size", "log_steps",

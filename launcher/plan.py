@@ -233,6 +233,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         hyperparameters.update(hetero.script_hyperparameters(spec.ps_group.per_host))
     if checkpoint_dir is not None and bundled is not None:
         hyperparameters.setdefault("checkpoint_dir", checkpoint_dir)
+    if bundled is not None and spec.prepare is not None and spec.prepare.balance is not None:
+        # The export undoes the negative downsampling dfm data prepare applied (calibrated probabilities).
+        hyperparameters["negative_rate"] = spec.prepare.balance.negative_rate
     source_files: dict[str, str] = {}
     if spec.features is not None:
         hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())

@@ -55,6 +55,7 @@ class Prepare(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     balance: Balance | None = None
     bad_rows: Literal["skip", "fail"] = Field("skip", description="skip: drop and count; fail: stop, write nothing")
+    stats: bool = Field(True, description="also compute stats.json and a proposed features: section (one more pass)")
     files_per_worker: int = Field(1, ge=1, le=1000, description="training files per worker (per channel)")
     instance: PrepareInstance = Field(default_factory=PrepareInstance)
     spark: SparkVersion = Field(default_factory=SparkVersion)

@@ -229,6 +229,7 @@ def split_partition(index, rows, job, has_eval_input):
     for position, parsed in enumerate(rows):
         to_eval = rng.random() < fraction
         keep = rng.random()
+        # Without shuffle, each input split's rows keep their order (dealt round-robin over the files).
         key = rng.getrandbits(62) if job["shuffle"] else (index << 40) | position
         if to_eval:
             yield ("eval", parsed, key)

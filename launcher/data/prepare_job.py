@@ -131,7 +131,7 @@ def job_description(spec: Spec, *, local: bool, stats_only: bool = False) -> dic
         "train_paths": train_paths,
         "eval_paths": eval_paths,
         "report_dir": report_dir,
-        "stats": True,
+        "stats": prepare.stats or stats_only,
         "stats_only": stats_only,
     }
 
