@@ -27,7 +27,10 @@ from launcher.sagemaker_backend import aws, logs, request
 from launcher.spec import Spec
 
 PROCESSOR_CLASS = "sagemaker.spark.processing.PySparkProcessor"
-PY_VERSION = "py312"  # the 3.5 image on Amazon Linux 2023
+# The newest Spark 3.5 processing image (aws/sagemaker-spark-container, new_images.yml, 2026-04): Python 3.12 on
+# Amazon Linux 2023, Java 17; the SDK's tag is 3.5-cpu-py312-v1.3. Its runtime has numpy, pandas and boto3,
+# no TensorFlow, protobuf or CRC32C.
+PY_VERSION, CONTAINER_VERSION = "py312", "1.3"
 LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 Echo = Callable[[str], None]
@@ -64,10 +67,12 @@ def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "role": spec.role, "instance_type": prepare.instance.type, "instance_count": prepare.instance.count,
         "framework_version": prepare.spark.version, "py_version": PY_VERSION,
+        "container_version": CONTAINER_VERSION,
         "volume_size_in_gb": prepare.instance.volume_gb, "max_runtime_in_seconds": prepare.max_runtime,
         "base_job_name": name,
-        "configuration_location": f"s3://{_bucket(spec)}/{name}/input/conf",
-        "dependency_location": f"s3://{_bucket(spec)}/{name}/input/deps",
+        # The SDK puts <job name>/input/conf and /input/py-files under these: the job's own output prefix.
+        "configuration_location": spec.output.rstrip("/"),
+        "dependency_location": spec.output.rstrip("/"),
     }
     if spec.tags:
         kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
@@ -128,7 +133,7 @@ def build(spec: Spec, name: str) -> ProcessingRequest:
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
     kwargs = processor_kwargs(spec, name)
     job = prepare_job.job_description(spec, local=False)
-    job_uri = f"s3://{_bucket(spec)}/{name}/input/dfm/{prepare_job.JOB_FILE}"
+    job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
     outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
                                 output_name=channel)
                for channel, uri in prepare_job.channel_uris(spec).items()]
