@@ -83,16 +83,19 @@ def test_layout_gives_every_worker_files_by_the_scripts_own_shard_table(tmp_path
     assert not compile_spec(str(tmp_path / "prep.yaml")).errors
 
 
-def test_a_layout_that_idles_workers_is_caught_offline(tmp_path):
-    spec = load_spec(write_spec(tmp_path, PREPARE, count=2, processes=2))
-    narrow = prepare_job.Layout(hosts=2, workers=2, files_per_worker=1)
-    assert prepare_job.fit(narrow, True, prepare_job.shard_table()).min_files_per_worker == 1
-    # Three files for two hosts with S3 sharding: one host gets one file for its two workers.
-    odd = prepare_job.fit(prepare_job.Layout(hosts=2, workers=2, files_per_worker=1), True,
-                          lambda *a: prepare_job.shard_table()(*a))
-    assert odd.min_files_per_worker >= 1 and spec.prepare.files_per_worker == 1
-    compiled = compile_spec(str(tmp_path / "prep.yaml"))
-    assert not any("ShardedByS3Key" in w for w in compiled.warnings)  # the launch-time warning is settled offline
+def test_a_layout_that_would_idle_workers_is_caught_offline(tmp_path):
+    train = [f"s3://dfm-test-bucket/t{k}/" for k in range(3)]  # 3 channels for 2 ranks per host
+    found = errors_of(tmp_path, count=2, processes=2, train=train)
+    assert any("prepare.files_per_worker" in line and "multiple of workers" in line for line in found), found
+
+
+def test_prepared_data_settles_the_launch_time_file_count_warning(tmp_path):
+    prepared = compile_spec(str(write_spec(tmp_path / "a", PREPARE, count=2, processes=2)))
+    assert prepared.ok and not any("ShardedByS3Key" in w for w in prepared.warnings)
+    path = write_spec(tmp_path / "b", PREPARE, count=2, processes=2)
+    plain = compile_spec(str(path), ["prepare=null", "hyperparameters.negative_rate=0.5"])
+    assert any("ShardedByS3Key" in w for w in plain.warnings)
+    assert plain.plan.hyperparameters["negative_rate"] == 0.5
 
 
 # ---------------------------------------------------------------------------------------------- SageMaker
