@@ -354,7 +354,8 @@ def run(spark, job):
         report["seconds"] = progress.seconds
         _write_json(job["report_dir"], "prepare.json", report)
         return report
-    split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, eval_good is not None))
+    has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
+    split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
     split = split.persist()
     train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
