@@ -77,6 +77,7 @@ def test_prepared_data_reaches_the_auc_of_converted_data(tmp_path, clicks):
     spec = write_spec(converted, clicks, {"train": converted / "train", "eval": converted / "eval"}, None)
     baseline = final_auc(dfm("launch", str(spec), "--local").stdout)
     _, auc = prepared(tmp_path, clicks, "prepared", {})
+    print(f"eval AUC: prepared {auc:.4f}, converted {baseline:.4f}")
     assert abs(auc - baseline) < 0.01, (auc, baseline)
     assert baseline > 0.7  # it learned something (the teacher's AUC is about 0.8)
 
@@ -94,6 +95,7 @@ def test_the_export_after_negative_downsampling_is_calibrated(tmp_path, clicks):
     labels, ids, values = read_examples(sorted((folder / "data/eval").iterdir()), FIELDS)
     probabilities = serve(feat_ids=tf.constant(ids), feat_vals=tf.constant(values))["probabilities"].numpy()
     positive_rate = float(labels.mean())
+    print(f"mean predicted CTR {probabilities.mean():.4f}, eval positive rate {positive_rate:.4f}, AUC {auc:.4f}")
     assert abs(probabilities.mean() - positive_rate) / positive_rate < 0.10, (probabilities.mean(), positive_rate)
     odds = probabilities / (1 - probabilities) / rate  # what the model said before the export's correction
     uncorrected = odds / (1 + odds)
