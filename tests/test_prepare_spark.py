@@ -197,3 +197,28 @@ def test_raw_tsv_becomes_examples_the_bundled_parser_reads_with_statistics(tmp_p
 
     proposed = yaml.safe_load(proposal)["features"]
     assert not F.validate(proposed)  # what it proposes is a section the bundled scripts accept
+
+
+def test_parquet_columns_by_name_lists_as_multi_hot_and_bad_labels_counted(tmp_path, spark):
+    from launcher.data.tfrecord import quiet_tensorflow
+
+    tf = quiet_tensorflow()
+    rows = [(i % 3 == 0, float(i) if i % 5 else None, f"c{i % 7}", [f"t{i % 4}", "u"] if i % 2 else [])
+            for i in range(200)] + [(None, 1.0, "c1", [])]  # no label: a bad row
+    spark.createDataFrame(rows, "clicked boolean, n1 double, c1 string, tags array<string>") \
+        .selectExpr("cast(clicked as int) as clicked", "n1", "c1", "tags").write.parquet(str(tmp_path / "pq"))
+    features = {"format": "tfrecord", "label": "clicked", "numeric": {"n1": {}},
+                "categorical": {"c1": {"hash_buckets": 16}},
+                "multi_hot": {"tags": {"separator": "|", "hash_buckets": 16, "max_length": 4}}}
+    report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/pq/", "format": "parquet",
+                                                    "local": str(tmp_path / "pq")}},
+                        count=1, processes=1, features=features, hyperparameters={})
+    assert report["bad_rows"] == 1 and report["train"]["rows"] == 200
+    spec = {"clicked": tf.io.FixedLenFeature([], tf.float32), "n1": tf.io.FixedLenFeature([], tf.float32, float("nan")),
+            "c1": tf.io.FixedLenFeature([], tf.string, b""), "tags": tf.io.RaggedFeature(tf.string)}
+    (path,) = sorted((tmp_path / "out/train").iterdir())
+    (batch,) = list(tf.data.TFRecordDataset(str(path)).batch(500).map(lambda s: tf.io.parse_example(s, spec)))
+    assert int(batch["clicked"].numpy().sum()) == 67
+    assert int(np.isnan(batch["n1"].numpy()).sum()) == 40
+    lengths = sorted(set(len(t) for t in batch["tags"].to_list()))
+    assert lengths == [0, 2] and report["stats"]["columns"]["tags"]["longest"] == 2

@@ -345,7 +345,14 @@ def run(spark, job):
     eval_good = None
     if job.get("eval_uri"):
         eval_parsed = read_rows(spark, job["eval_uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
-        eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1]).persist()
+        eval_parsed = eval_parsed.persist()
+        eval_bad = eval_parsed.filter(lambda item: item[0] == "bad")
+        report["eval_bad_rows"] = eval_bad.count()
+        if report["eval_bad_rows"] and job["bad_rows"] == "fail":
+            first = eval_bad.map(lambda item: item[1]).first()
+            raise SystemExit(f"{STAGE_PREFIX} {report['eval_bad_rows']} bad eval rows (bad_rows: fail); first: "
+                             f"{first}; nothing written")
+        eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     if job.get("stats", True):
         report["stats"] = statistics(spark, good, job)
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
