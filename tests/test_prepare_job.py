@@ -216,3 +216,19 @@ def test_prepare_imports_neither_pyspark_nor_the_sdk_until_used():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'sagemaker', 'tensorflow')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().endswith("[]"), out.stdout + out.stderr
+
+
+def test_the_shipped_crc32c_runs_without_its_c_extension(tmp_path):
+    """The Spark image has no CRC32C: the zip of google-crc32c's Python files falls back to pure Python there."""
+    import subprocess
+
+    from launcher.sagemaker_backend import processing
+
+    archive = processing._crc32c_package(tmp_path)
+    code = ("import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('ignore'); "
+            "import google_crc32c; print(google_crc32c.__file__, google_crc32c.implementation, "
+            "hex(google_crc32c.value(b'123456789')))")
+    out = subprocess.run([sys.executable, "-c", code, archive], capture_output=True, text=True, timeout=60)
+    where, implementation, check = out.stdout.split()
+    assert where.startswith(archive) and implementation == "python"
+    assert check == "0xe3069283"  # CRC32C's standard check value
