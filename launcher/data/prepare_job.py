@@ -102,7 +102,7 @@ def job_description(spec: Spec, *, local: bool, stats_only: bool = False) -> dic
     assert prepare is not None
     layout = prepared_layout(spec)
     relative = [p.relative_to(Path(".")) for p in layout.paths(Path("."))]
-    eval_names = [f"part-{k:05d}.tfrecord" for k in range(eval_files(spec))] if _wants_eval(spec) else []
+    eval_names = [f"part-{k:05d}.tfrecord" for k in range(eval_files(spec))] if wants_eval(spec) else []
     if local:
         folders = local_folders(spec)
         train_paths = [str(Path(folders[p.parts[0]]) / p.name) for p in relative]
@@ -136,7 +136,7 @@ def job_description(spec: Spec, *, local: bool, stats_only: bool = False) -> dic
     }
 
 
-def _wants_eval(spec: Spec) -> bool:
+def wants_eval(spec: Spec) -> bool:
     prepare = spec.prepare
     return spec.data.eval is not None and (prepare.eval is not None or bool(prepare.eval_fraction))
 
@@ -153,7 +153,7 @@ def channel_uris(spec: Spec) -> dict[str, str]:
     """Channel -> the S3 prefix the prepared files go to (the training job's own inputs)."""
     names = conventions.training_channel_names(len(spec.train_sources))
     uris = {name: source for name, source in zip(names, spec.train_sources) if isinstance(source, str)}
-    if _wants_eval(spec) and isinstance(spec.data.eval, str):
+    if wants_eval(spec) and isinstance(spec.data.eval, str):
         uris[conventions.EVAL_CHANNEL] = spec.data.eval
     return uris
 

@@ -62,7 +62,7 @@ def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None
     """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json)."""
 
     missing = [name for name in prepare_job.prepared_layout(spec).channel_names()
-               + (["eval"] if prepare_job._wants_eval(spec) else []) if name not in spec.local.channels]
+               + (["eval"] if prepare_job.wants_eval(spec) else []) if name not in spec.local.channels]
     if missing:
         raise DfmError(f"{spec.where('local.channels')}: local.channels: --local writes each channel's folder: "
                        f"add {', '.join(f'{m}: data/...' for m in missing)}", 2)
