@@ -222,3 +222,15 @@ def test_parquet_columns_by_name_lists_as_multi_hot_and_bad_labels_counted(tmp_p
     assert int(np.isnan(batch["n1"].numpy()).sum()) == 40
     lengths = sorted(set(len(t) for t in batch["tags"].to_list()))
     assert lengths == [0, 2] and report["stats"]["columns"]["tags"]["longest"] == 2
+
+
+def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
+    write_clicks(tmp_path / "clicks", 800, files=2)
+    write_clicks(tmp_path / "held", 800, files=1, seed=9)
+    report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
+                                                    "local": str(tmp_path / "clicks")},
+                                          "eval": {"uri": "s3://dfm-test-bucket/h/", "local": str(tmp_path / "held")},
+                                          "stats": False})
+    assert report["train"]["rows"] == 800 and report["eval"]["rows"] == 800 and report["eval_bad_rows"] == 0
+    per_file = report["eval"]["per_file"]
+    assert len(per_file) == 4 and min(per_file) > 0.6 * max(per_file), per_file

@@ -237,6 +237,13 @@ def split_partition(index, rows, job, has_eval_input):
             yield ("train", parsed, key)
 
 
+def keyed_partition(index, rows, job):
+    """A separate eval input's rows with their order keys (seeded per partition, as split_partition does)."""
+    rng = random.Random(job["seed"] * 1_000_003 + index + 500_009)
+    for position, parsed in enumerate(rows):
+        yield parsed, rng.getrandbits(62) if job["shuffle"] else (index << 40) | position
+
+
 def write_partition(index, records, paths):
     """Write this partition's records (already in file order) to paths[index]; -> (index, count, positives)."""
     crc32c = _crc32c()
@@ -366,8 +373,7 @@ def run(spark, job):
     split = split.persist()
     train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
-        evaluation = eval_good.mapPartitionsWithIndex(
-            lambda i, rows: ((p, random.Random(job["seed"] + i).getrandbits(62)) for p in rows))
+        evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
     else:
         evaluation = split.filter(lambda item: item[0] == "eval").map(lambda item: (item[1], item[2]))
     progress.stage("split", "eval " + (job["eval_uri"] if eval_good is not None else f"{job.get('eval_fraction', 0)}"))
