@@ -146,12 +146,14 @@ def test_bad_rows_are_skipped_and_counted_or_fail_with_nothing_written(tmp_path,
         out.write("1 0:1 1:1\n")  # two pairs, not three
         out.write("x 0:1 1:1 2:1\n")  # no label
         out.write("0 0:1 1:1 2:inf\n")
+        out.write("0 0:1 1:1 150:1\n")  # past the model's feature_size (100): the job could not embed it
     section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
                "stats": False}
     report, _ = prepare(tmp_path / "skip", spark, section, count=1, processes=1)
-    assert report["bad_rows"] == 3 and report["rows"] == 400 and report["train"]["rows"] == 400
+    assert report["bad_rows"] == 4 and report["rows"] == 400 and report["train"]["rows"] == 400
     assert any("2 id:value pairs, expected 3" in line for line in report["bad_examples"])
-    with pytest.raises(DfmError, match="3 bad rows"):
+    assert any("id 150 is outside [0, 100)" in line for line in report["bad_examples"])
+    with pytest.raises(DfmError, match="4 bad rows"):
         prepare(tmp_path / "fail", spark, {**section, "bad_rows": "fail"}, count=1, processes=1)
     assert not (tmp_path / "fail/out/train").exists()
 

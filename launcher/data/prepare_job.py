@@ -85,9 +85,15 @@ def _features(spec: Spec) -> dict[str, Any] | None:
             "multi_hot": {name: (entry or {}).get("separator", "|") for name, entry in bags.items()}}
 
 
-def _field_size(spec: Spec) -> int:
-    value = spec.hyperparameters.get("field_size", 39)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 39
+def _sizes(spec: Spec) -> tuple[int, int | None]:
+    """(field_size, feature_size) the training reads: the spec's, else the bundled scripts' defaults, so that a
+    row the model could not embed (too many pairs, an id past the table) is a bad row here, not a failed job."""
+    defaults = contract.bundled_hparams().DEFAULTS if spec.entry_point in contract.BUNDLED_ENTRY_POINTS else {}
+    found = []
+    for name in ("field_size", "feature_size"):
+        value = spec.hyperparameters.get(name, defaults.get(name))
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found[0] or 39, found[1]
 
 
 def local_folders(spec: Spec) -> dict[str, str]:
@@ -124,9 +130,8 @@ def job_description(spec: Spec, *, local: bool, stats_only: bool = False) -> dic
         "seed": prepare.seed,
         "negative_rate": prepare.balance.negative_rate if prepare.balance is not None else None,
         "bad_rows": prepare.bad_rows,
-        "field_size": _field_size(spec),
-        "feature_size": spec.hyperparameters.get("feature_size") if isinstance(
-            spec.hyperparameters.get("feature_size"), int) else None,
+        "field_size": _sizes(spec)[0],
+        "feature_size": _sizes(spec)[1],
         "features": _features(spec),
         "train_paths": train_paths,
         "eval_paths": eval_paths,
