@@ -47,12 +47,10 @@ def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bo
         report = prepare_local.run(spec, stats_only=stats_only, force=force)
         click.echo(prepare_local.dump(report) if output == "json" else prepare_local.summary(report))
         return
-    if stats_only:
-        raise DfmError("--stats-only runs with --local here; on SageMaker every prepare job writes stats.json", 2)
     from launcher.sagemaker_backend import processing
 
     name = job_name or processing.job_name(spec)
     if dry_run:
-        click.echo(json.dumps(processing.dry_run(spec, name), indent=2, default=str))
+        click.echo(json.dumps(processing.dry_run(spec, name, stats_only), indent=2, default=str))
         return
-    processing.submit(spec, name, wait=wait, echo=click.echo)
+    processing.submit(spec, name, wait=wait, echo=click.echo, stats_only=stats_only)

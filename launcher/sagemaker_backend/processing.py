@@ -121,7 +121,7 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
         S3Uploader.upload, S3Uploader.upload_string_as_file_body = (staticmethod(saved[0]), staticmethod(saved[1]))
 
 
-def build(spec: Spec, name: str) -> ProcessingRequest:
+def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
     request._sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
@@ -132,7 +132,7 @@ def build(spec: Spec, name: str) -> ProcessingRequest:
     session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
     kwargs = processor_kwargs(spec, name)
-    job = prepare_job.job_description(spec, local=False)
+    job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
     job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
     outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
                                 output_name=channel)
@@ -175,14 +175,14 @@ def validate(sagemaker_client, built: dict) -> None:
         raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
-def dry_run(spec: Spec, name: str) -> dict:
-    built = build(spec, name)
+def dry_run(spec: Spec, name: str, stats_only: bool = False) -> dict:
+    built = build(spec, name, stats_only)
     return {"processor": {"class": PROCESSOR_CLASS, "kwargs": built.processor_kwargs},
             "run": built.run_kwargs, "uploads": sorted(built.uploads), "request": built.request}
 
 
-def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print) -> str:
-    built = build(spec, name)
+def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print, stats_only: bool = False) -> str:
+    built = build(spec, name, stats_only)
     session = aws.boto_session(spec.region)
     s3 = session.client("s3")
     with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=spec.region):
