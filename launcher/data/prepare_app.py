@@ -336,9 +336,13 @@ def statistics(spark, good, job):
 
 # ------------------------------------------------------------------------------------------------ main
 def run(spark, job):
+    """Spark is lazy: each stage line times the action that ran it (train: split, balance, encode, shuffle, write)."""
+    from pyspark import StorageLevel
+
+    spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
     progress = Progress()
     parsed = read_rows(spark, job["input"]["uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
-    parsed = parsed.persist()
+    parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count = bad.count()
     total = parsed.count()
@@ -352,7 +356,7 @@ def run(spark, job):
     eval_good = None
     if job.get("eval_uri"):
         eval_parsed = read_rows(spark, job["eval_uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
-        eval_parsed = eval_parsed.persist()
+        eval_parsed = eval_parsed.persist(spill)
         eval_bad = eval_parsed.filter(lambda item: item[0] == "bad")
         report["eval_bad_rows"] = eval_bad.count()
         if report["eval_bad_rows"] and job["bad_rows"] == "fail":
@@ -370,15 +374,15 @@ def run(spark, job):
         return report
     has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
     split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    split = split.persist()
+    split = split.persist(spill)
     train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
     else:
         evaluation = split.filter(lambda item: item[0] == "eval").map(lambda item: (item[1], item[2]))
-    progress.stage("split", "eval " + (job["eval_uri"] if eval_good is not None else f"{job.get('eval_fraction', 0)}"))
     report["train"] = write_part(train, job["train_paths"], job)
-    progress.stage("train", f"{report['train']['rows']} rows in {report['train']['files']} files")
+    progress.stage("train", f"{report['train']['rows']} rows in {report['train']['files']} files (split, balance, "
+                            "encode, shuffle, write)")
     if job["eval_paths"]:
         report["eval"] = write_part(evaluation, job["eval_paths"], job)
         progress.stage("eval", f"{report['eval']['rows']} rows in {report['eval']['files']} files")
