@@ -101,3 +101,32 @@ def test_the_export_after_negative_downsampling_is_calibrated(tmp_path, clicks):
     uncorrected = odds / (1 + odds)
     assert abs(uncorrected.mean() - positive_rate) / positive_rate > 0.3  # the correction is what made it right
     assert np.isfinite(probabilities).all()
+
+
+def test_raw_tsv_prepared_as_examples_trains_with_a_tfrecord_features_section(tmp_path):
+    import json
+
+    raw = tmp_path / "raw"
+    dfm("data", "synth", "--format", "criteo-tsv", "--multi-hot", "recent_cats", "--rows", "16000", "--files", "2",
+        "--out", str(raw), "--seed", "3", "--field-size", "10", "--feature-size", "2000")
+    meta = json.loads((raw / "meta.json").read_text())
+    numeric = [c for c in meta["columns"] if c.startswith("i")]
+    categorical = [c for c in meta["columns"] if c.startswith("c") and c != meta["label"]]
+    features = {"format": "tfrecord", "label": meta["label"],
+                "numeric": {name: {"transform": "log1p"} for name in numeric},
+                "categorical": {name: {"hash_buckets": 1000} for name in categorical},
+                "multi_hot": {"recent_cats": {"separator": "|", "hash_buckets": 1000, "max_length": 20}}}
+    folder = tmp_path / "raw-prepared"
+    spec = write_spec(folder, raw, {"train": folder / "data/train", "eval": folder / "data/eval"}, None)
+    data = yaml.safe_load(spec.read_text())
+    data["hyperparameters"] = {k: v for k, v in MODEL.items() if k not in ("field_size", "feature_size")}
+    data["features"] = features
+    data["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/raw/", "format": "tsv", "columns": meta["columns"],
+                                 "local": str(raw / "train")}, "eval_fraction": 0.2}
+    spec.write_text(yaml.safe_dump(data))
+    dfm("data", "prepare", str(spec), "--local")
+    proposal = yaml.safe_load((folder / "data/prepare/features.yaml").read_text())["features"]
+    assert set(proposal["numeric"]) == set(numeric) and proposal["multi_hot"]["recent_cats"]["max_length"] <= 20
+    auc = final_auc(dfm("launch", str(spec), "--local").stdout)
+    print(f"raw prepared eval AUC {auc:.4f} (teacher {meta['teacher_auc']:.4f})")
+    assert auc > 0.7
