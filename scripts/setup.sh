@@ -46,6 +46,17 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
+# 3b. google-crc32c's wheel for the Python of SageMaker's Spark 3.5 image (3.12), which `dfm data prepare` ships to
+#     the processing job so its TFRecord framing uses the C extension (the image has no CRC32C; without the wheel
+#     the shipped pure-Python fallback works, slower).
+SPARK_WHEELS=$HOME/.cache/dfm/wheels/spark
+if ! ls "$SPARK_WHEELS"/google_crc32c-*-cp312-*.whl >/dev/null 2>&1; then
+  step "fetching google-crc32c for the Spark image's Python 3.12 into $SPARK_WHEELS"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+      --platform manylinux2014_x86_64 -d "$SPARK_WHEELS" "google-crc32c>=1.5" \
+    || step "could not fetch it: prepare jobs will use google-crc32c's pure-Python fallback"
+fi
+
 # 4. PipeModeDataset (sagemaker-tensorflow): cp310 wheels only; its op does not link Python, so the
 #    cp310 wheel unpacked into a folder on a .pth path works on 3.11 (see shared NOTES).
 SMTF_DIR=$VENV/sagemaker-tensorflow

@@ -232,3 +232,26 @@ def test_the_shipped_crc32c_runs_without_its_c_extension(tmp_path):
     where, implementation, check = out.stdout.split()
     assert where.startswith(archive) and implementation == "python"
     assert check == "0xe3069283"  # CRC32C's standard check value
+
+
+def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tmp_path):
+    """On Python 3.12 (the Spark image's), with the zips as --py-files puts them on sys.path, the app loads
+    google-crc32c's C extension from the unpacked wheel."""
+    import os
+    import subprocess
+
+    from launcher.data import prepare_app
+    from launcher.sagemaker_backend import processing
+
+    python = Path(os.environ.get("DFM_RUNTIMES", Path.home() / ".cache/dfm/runtimes")) / "tf-2.21/bin/python"
+    wheels = processing._crc32c_wheel(tmp_path)
+    if not python.exists() or not wheels:
+        pytest.skip("needs the Python 3.12 runtime and the cached cp312 wheel (make setup makes both)")
+    code = ("import sys, importlib.util; sys.path[:0] = sys.argv[2:]; "
+            "spec = importlib.util.spec_from_file_location('dfm_prepare', sys.argv[1]); "
+            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app._crc32c(); "
+            "import google_crc32c; print(google_crc32c.implementation, hex(value(b'123456789')))")
+    archive = processing._crc32c_package(tmp_path)
+    out = subprocess.run([str(python), "-c", code, prepare_app.__file__, archive, *wheels], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.stdout.split() == ["c", "0xe3069283"], out.stdout + out.stderr

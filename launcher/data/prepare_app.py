@@ -25,8 +25,35 @@ QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from
 
 
 # ------------------------------------------------------------------------------------------ TFRecord framing
+SHIPPED_WHEEL = "google_crc32c-cext"  # a google-crc32c wheel for the image's Python, renamed .zip for --py-files
+
+
+def _unpack_shipped_wheel():
+    """A wheel on sys.path (shipped with --py-files) cannot load its C extension from inside the zip: unpack it
+    once per machine and put the folder first, so google-crc32c finds its C extension."""
+    for entry in list(sys.path):
+        name = os.path.basename(entry)
+        if not (name.startswith(SHIPPED_WHEEL) and name.endswith(".zip") and os.path.isfile(entry)):
+            continue
+        import tempfile
+        import zipfile
+
+        target = os.path.join(tempfile.gettempdir(), f"dfm-{name[:-4]}")
+        if not os.path.isdir(target):
+            partial = f"{target}.{os.getpid()}"
+            with zipfile.ZipFile(entry) as archive:
+                archive.extractall(partial)
+            try:
+                os.rename(partial, target)
+            except OSError:  # another task on this machine unpacked it first
+                pass
+        if target not in sys.path:
+            sys.path.insert(0, target)
+
+
 def _crc32c():
     """A kept CRC32C implementation: google-crc32c (its C extension, else its pure-Python fallback), else crc32c."""
+    _unpack_shipped_wheel()
     try:
         import google_crc32c
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import shutil
 import tempfile
 import zipfile
@@ -81,6 +82,18 @@ def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
     return kwargs
 
 
+def _crc32c_wheel(folder: Path) -> list[str]:
+    """google-crc32c's wheel for the image's Python (`make setup` keeps it in ~/.cache/dfm/wheels/spark), renamed
+    for --py-files; the app unpacks it so the C extension loads. None cached: the pure-Python fallback only."""
+    cache = Path(os.environ.get("DFM_SPARK_WHEELS", Path.home() / ".cache" / "dfm" / "wheels" / "spark"))
+    found = sorted(cache.glob(f"google_crc32c-*-cp{PY_VERSION[2:]}-*manylinux*x86_64*.whl")) if cache.is_dir() else []
+    if not found:
+        return []
+    target = folder / f"google_crc32c-cext-{PY_VERSION}.zip"
+    shutil.copy(found[-1], target)
+    return [str(target)]
+
+
 def _crc32c_package(folder: Path) -> str:
     """google-crc32c's Python files zipped for --py-files: the image has no CRC32C; its pure-Python fallback
     runs anywhere (the C extension here is built for this machine's Python, not the image's)."""
@@ -145,7 +158,8 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     with tempfile.TemporaryDirectory() as folder:
         app = Path(folder) / "dfm_prepare.py"
         shutil.copy(prepare_app.__file__, app)
-        run_kwargs = {"submit_app": str(app), "submit_py_files": [_crc32c_package(Path(folder))],
+        py_files = [_crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
+        run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
                       "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
                       "outputs": outputs, "wait": False, "logs": False, "job_name": name}
         try:
@@ -155,7 +169,7 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
         except (ValueError, TypeError) as err:
             raise DfmError(f"the SageMaker SDK refused the processing job: {aws.one_line(err)}", 2) from err
     validate(session.sagemaker_client, captured)
-    shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": ["google_crc32c.zip"],
+    shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": [Path(p).name for p in py_files],
              "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name}
                          for o in outputs]}
     return ProcessingRequest(kwargs, shown, captured, uploads)
