@@ -47,8 +47,8 @@ def test_the_app_is_standalone():
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not imported & {"launcher", "tensorflow", "google.protobuf", "numpy"}, imported
-    assert imported <= {"argparse", "json", "math", "os", "random", "struct", "sys", "tempfile", "time", "zipfile", "pyspark",
-                        "google_crc32c", "crc32c"}, imported
+    assert imported <= {"argparse", "json", "math", "os", "random", "struct", "sys", "tempfile", "time", "zipfile",
+                        "pyspark", "google_crc32c", "crc32c"}, imported
 
 
 def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
