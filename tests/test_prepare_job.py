@@ -255,3 +255,18 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
     out = subprocess.run([str(python), "-c", code, prepare_app.__file__, archive, *wheels], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert out.stdout.split() == ["c", "0xe3069283"], out.stdout + out.stderr
+
+
+def test_local_outputs_never_replace_the_input(tmp_path):
+    from launcher.data import prepare_local
+    from launcher.errors import DfmError
+
+    (tmp_path / "data/train").mkdir(parents=True)
+    (tmp_path / "data/train/part-0.libsvm").write_text("1 0:1 1:1 2:1\n")
+    section = {**PREPARE, "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
+                                    "local": str(tmp_path / "data/train")}}
+    spec = load_spec(write_spec(tmp_path, section, local={"train": str(tmp_path / "data/train"),
+                                                          "eval": str(tmp_path / "data/eval")}))
+    with pytest.raises(DfmError, match="holds the input"):
+        prepare_local.clear_outputs(prepare_job.job_description(spec, local=True), force=True)
+    assert (tmp_path / "data/train/part-0.libsvm").exists()

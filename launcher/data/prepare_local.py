@@ -42,6 +42,12 @@ def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
 def clear_outputs(job: dict[str, Any], force: bool) -> None:
     """The channel folders and the report are replaced only with --force: prepared data is expensive."""
     folders = sorted({str(Path(p).parent) for p in job["train_paths"] + job["eval_paths"]} | {job["report_dir"]})
+    sources = [Path(p).resolve() for p in (job["input"]["uri"], job.get("eval_uri")) if p]
+    for folder in folders:
+        inside = [s for s in sources if s == Path(folder).resolve() or Path(folder).resolve() in s.parents]
+        if inside:
+            raise DfmError(f"{folder} (a local.channels folder) holds the input {inside[0]}: prepare writes its "
+                           "channels elsewhere", 2)
     taken = [f for f in folders if Path(f).exists() and any(Path(f).iterdir())]
     if taken and not force:
         raise DfmError(f"{taken[0]} is not empty; pass --force to replace the prepared data there")
