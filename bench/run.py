@@ -30,6 +30,7 @@ ITEMS = {
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
     "tuning": ("bench.tuning", 1800, 3600),
+    "prepare": ("bench.prepare", 600, 1800),
 }
 
 

@@ -42,6 +42,8 @@ DEFAULTS = {
     "cache": False,
     "s3_shard": "auto",
     "features": "",  # JSON of the spec's `features:` section (raw features); empty = pre-indexed input
+    # share of the negatives the training data kept (dfm data prepare's balance); the export undoes it
+    "negative_rate": 1.0,
     # cluster (deepfm-ps)
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
@@ -178,11 +180,12 @@ BOUNDS = {
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
+    "negative_rate": (0.0, 1.0),  # the share of negatives dfm data prepare kept; 1: none dropped
     "intra_op_threads": (0, None),
     "inter_op_threads": (0, None),
     "omp_num_threads": (0, None),
 }
-OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high")}
+OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high"), ("negative_rate", "low")}
 
 
 def bound_problem(name, value):

@@ -14,7 +14,7 @@ import click
 from launcher.cli_options import OUTPUT, REGION
 
 
-KINDS = ("training", "tuning")
+KINDS = ("training", "tuning", "processing")
 KIND = click.option("--kind", type=click.Choice(KINDS), default=None,
                     help="The job's kind (default: whichever kind SageMaker has a job of that name).")
 
@@ -73,7 +73,16 @@ def _tuning_status_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text}
+def _processing_status_text(summary: dict) -> str:
+    rows = [("job", summary["job_name"]), ("status", summary["status"]), ("failure", summary.get("failure_reason")),
+            ("instances", f"{summary['instance_count']} x {summary['instance_type']}"), ("image", summary.get("image")),
+            ("created", summary.get("created")), ("ended", summary.get("ended")),
+            *((f"output {name}", uri) for name, uri in summary.get("outputs", {}).items()),
+            ("console", summary.get("console_url"))]
+    return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
+
+
+STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text, "processing": _processing_status_text}
 
 
 @click.command()

@@ -213,6 +213,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         hyperparameters.update(hosts.script_hyperparameters(spec.ps_group.per_host))
     if bundled is not None and config is not None:  # where the script writes what SageMaker syncs or mounts
         hyperparameters["checkpoint_dir"] = checkpoint_dir or checkpoint_local_path
+    if bundled is not None and spec.prepare is not None and spec.prepare.balance is not None:
+        # The export undoes the negative downsampling dfm data prepare applied (calibrated probabilities).
+        hyperparameters["negative_rate"] = spec.prepare.balance.negative_rate
     source_files: dict[str, str] = {}
     if spec.features is not None:
         hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())

@@ -1,4 +1,5 @@
-"""Readable text for `dfm launch --dry-run`, from its document alone (the JSON form is that document as it is)."""
+"""Readable text of the SageMaker dry runs (`dfm launch`, `dfm data prepare`), each from its document alone (the
+JSON form is that document as it is)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def _kwargs_table(kwargs: dict[str, Any]) -> Table:
     for key in sorted(kwargs):
         if key not in ("hyperparameters", "metric_definitions"):
             table.add_row(key, _value(kwargs[key]))
-    table.add_row("hyperparameters", f"{len(kwargs.get('hyperparameters', {}))} (see the script's argv)")
+    if "hyperparameters" in kwargs:
+        table.add_row("hyperparameters", f"{len(kwargs['hyperparameters'])} (see the script's argv)")
     if "metric_definitions" in kwargs:
         names = ", ".join(m["Name"] for m in kwargs["metric_definitions"])
         table.add_row("metric_definitions", names)
@@ -88,5 +90,22 @@ def render_dry_run(document: dict[str, Any]) -> str:
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     console.print("\n[bold]CreateTrainingJob request[/bold]")
+    console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
+    return out.getvalue().rstrip("\n")
+
+
+def render_processing_dry_run(document: dict[str, Any]) -> str:
+    """The text of `dfm data prepare --dry-run`, from its document alone."""
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
+    console.print(f"[bold]Dry run[/bold] {document['request']['ProcessingJobName']} (nothing was sent)")
+    console.print(f"[bold]Processor[/bold] {document['processor']['class']}")
+    console.print(_kwargs_table(document["processor"]["kwargs"]))
+    console.print("\n[bold]run()[/bold]")
+    console.print(_kwargs_table(document["run"]))
+    console.print("\n[bold]Uploaded at submit[/bold] (the dry run records them instead)")
+    for uri in document["uploads"]:
+        console.print(f"  {uri}", markup=False)
+    console.print("\n[bold]CreateProcessingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
     return out.getvalue().rstrip("\n")

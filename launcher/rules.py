@@ -19,6 +19,7 @@ from launcher.rules_features import check_features
 from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
 from launcher.rules_tune import TUNE_RULES
+from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -130,7 +131,7 @@ def check_s3_shard(spec: Spec) -> list[Finding]:
         return []
     if not any(isinstance(s, str) for s in spec.train_sources):
         return [warning("data.s3_shard", "no S3 training channel to shard: it has no effect on file systems")]
-    if spec.instance.count == 1:
+    if spec.instance.count == 1 or prepared_layout_fits(spec):
         return []
     return [
         warning("data.s3_shard", f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)")
@@ -176,6 +177,8 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_file_systems,
     check_local_channels,
     *TUNE_RULES,
+    check_prepare,
+    check_prepared_layout,
 )
 
 

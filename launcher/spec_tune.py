@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, Discriminator, Field, Tag
+
+from launcher.spec_types import _Strict
 
 Scalar = Union[bool, int, float, str]
 
@@ -17,10 +19,6 @@ SCALING_TYPES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reve
 # spec word -> the API's (and the SDK's) strategy name
 STRATEGIES = {"bayesian": "Bayesian", "random": "Random", "hyperband": "Hyperband", "grid": "Grid"}
 WARM_START_TYPES = {"identical_data_and_algorithm": "IdenticalDataAndAlgorithm", "transfer_learning": "TransferLearning"}
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ContinuousRange(_Strict):

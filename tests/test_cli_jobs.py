@@ -47,7 +47,7 @@ def test_status_of_a_failed_job_exits_1_with_the_reason(moto_jobs, capsys):
 def test_status_of_an_unknown_job_is_one_line_exit_1(aws, capsys):
     code, out, err = run(capsys, "status", "nope")
     assert code == 1 and out == ""
-    assert err.strip() == f"dfm: no training or tuning job named nope in {REGION}: check the name, --kind and --region"
+    assert err.strip() == f"dfm: no training, tuning or processing job named nope in {REGION}: check the name, --kind and --region"
 
 
 def test_list_text_json_filter_and_max(moto_jobs, capsys):
@@ -163,14 +163,19 @@ def test_list_merges_every_kind_newest_first(stubbed_sagemaker, capsys):
          "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1",
          "HyperParameterTuningJobStatus": "InProgress", "Strategy": "Bayesian", "CreationTime": day.replace(hour=3),
          "TrainingJobStatusCounters": {}, "ObjectiveStatusCounters": {}}]})
+    stubbed_sagemaker.add_response("list_processing_jobs", {"ProcessingJobSummaries": [
+        {"ProcessingJobName": "deepfm-prep-1", "ProcessingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:processing-job/deepfm-prep-1",
+         "CreationTime": day.replace(hour=1), "ProcessingJobStatus": "Failed"}]})
     code, out, _ = run(capsys, "list", "--output", "json")
     assert code == 0
     assert [(job["job_name"], job["kind"], job["status"]) for job in json.loads(out)] == [
-        ("deepfm-tune-1", "tuning", "InProgress"), ("deepfm-ps-old", "training", "Completed")]
+        ("deepfm-tune-1", "tuning", "InProgress"), ("deepfm-prep-1", "processing", "Failed"),
+        ("deepfm-ps-old", "training", "Completed")]
 
 
 def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys):
     stubbed_sagemaker.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
     stubbed_sagemaker.add_client_error("describe_hyper_parameter_tuning_job", "ResourceNotFound", "Amazon SageMaker can't find a tuning job")
+    stubbed_sagemaker.add_client_error("describe_processing_job", "ValidationException", "Could not find requested job")
     code, out, err = run(capsys, "status", "nope")
-    assert code == 1 and out == "" and "no training or tuning job named nope" in err
+    assert code == 1 and out == "" and "no training, tuning or processing job named nope" in err

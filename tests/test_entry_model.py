@@ -121,6 +121,20 @@ def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, d
                                rtol=1e-5, atol=1e-6)
 
 
+def test_export_after_negative_downsampling_serves_calibrated_probabilities(tmp_path):
+    """negative_rate w: the export answers p / (p + (1 - p) / w) for the model's own p (both signatures' models)."""
+    hp = small_hp(negative_rate=0.25)
+    trainer = T.build_trainer(hp)
+    tf.function(trainer.train_step)(random_batch(hp, seed=1))
+    serve = tf.saved_model.load(C.export_saved_model(trainer.model, hp, str(tmp_path), version=1))
+    features, _ = random_batch(hp, rows=32, seed=4)
+    served = serve.signatures["serving_default"](feat_ids=features["ids"], feat_vals=features["values"])
+    p = trainer.model.predict(features["ids"], features["values"]).numpy().astype(np.float64)
+    np.testing.assert_allclose(served["probabilities"].numpy(), p / (p + (1 - p) / 0.25), rtol=1e-4, atol=1e-6)
+    with pytest.raises(H.HyperparameterError, match="negative_rate"):
+        small_hp(negative_rate=0)
+
+
 def test_metric_lines_match_the_launchers_metric_definitions():
     from launcher.conventions import METRIC_DEFINITIONS
 

@@ -52,6 +52,7 @@ RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "
 # categorical ids alone: 1.5e9 + 1 rows, over one ml.r5.4xlarge (the numeric and multi-hot fields add 106)
 RAW_BIG = {**RAW, "categorical": {"c1": {"hash_buckets": 15 * 10**8}}}
 ADAM = {"hyperparameters": {"optimizer": "adam"}}
+PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
     (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
@@ -207,6 +208,13 @@ CASES = [
     (rules.check_local_channels, {"data": {"eval": "s3://dfm-bucket/e/"}, "local": {"channels": {"eval": "x"}}},
      {"local": {"channels": {"eval": "x"}}}, ("error", "local.channels.eval", "no channel 'eval'")),
     *TUNE_CASES,
+    (rules.check_prepare, {"prepare": PREPARE}, {"prepare": {**PREPARE, "eval_fraction": 0.1}},
+     ("error", "data.eval", "give data.eval")),
+    (rules.check_prepared_layout, {**hvd(2), "framework": {"version": "2.12"}, "prepare": PREPARE,
+                                   "data": {"train": ["s3://dfm-bucket/a/", "s3://dfm-bucket/b/"]}},
+     {**hvd(2), "framework": {"version": "2.12"}, "prepare": PREPARE,
+      "data": {"train": ["s3://dfm-bucket/a/", "s3://dfm-bucket/b/", "s3://dfm-bucket/c/"]}},
+     ("error", "prepare.files_per_worker", "multiple of workers")),
 ]
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import aws, jobs, logs, tuning_jobs
+from launcher.sagemaker_backend import aws, jobs, logs, processing, tuning_jobs
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ def _tuning_logs(name: str, region: str | None, **options) -> str:
 
 TRAINING = JobKind("training", jobs.describe, jobs.stop, jobs.list_jobs, logs.stream_logs)
 TUNING = JobKind("tuning", tuning_jobs.describe, tuning_jobs.stop, tuning_jobs.list_jobs, _tuning_logs)
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (TRAINING, TUNING)}
+PROCESSING = JobKind("processing", processing.describe, processing.stop, processing.list_jobs, processing.stream_logs)
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (TRAINING, TUNING, PROCESSING)}
 
 
 def kind_of(job_name: str, region: str | None, kind: str | None = None) -> JobKind:
