@@ -51,6 +51,8 @@ DEFAULTS = {
     "omp_num_threads": 0,
     "kmp_settings": False,
     "mixed_precision": "auto",
+    # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
+    "sparse_allreduce": "auto",
     # outputs
     "model_dir": "",
     "checkpoint_dir": "",
@@ -62,10 +64,28 @@ CHOICES = {
     "data_format": ("tfrecord", "libsvm"),
     "s3_shard": ("auto", "true", "false"),
     "mixed_precision": ("auto", "true", "false"),
+    "sparse_allreduce": ("auto", "dense", "gather"),
 }
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
+
+
+def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size, replicas):
+    """`sparse_allreduce` -> "dense" or "gather": how a synchronous run averages the embedding gradients.
+
+    dense: the table-sized gradient is all-reduced (a ring sends and receives about twice the table per
+    replica; NCCL does it on the GPU). gather: each replica's rows and ids are all-gathered (each replica
+    receives every replica's batch_size x field_size rows of both tables, with int64 ids). auto: the one
+    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept."""
+    if value in ("dense", "gather"):
+        return value
+    if replicas <= 1:
+        return "gather"
+    row_bytes = (1 + embedding_size) * 4  # a row of both tables, float32
+    dense = 2 * rows * row_bytes
+    gather = replicas * batch_size * field_size * (row_bytes + 2 * 8)
+    return "dense" if dense <= gather else "gather"
 
 
 def parse_bool(text):

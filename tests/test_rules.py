@@ -24,8 +24,16 @@ def hetero(ps_type: str = "ml.r5.4xlarge", count: int = 2, **changes) -> dict:
             "distribution": {"parameter_server": {"ps": {"type": ps_type, "count": count}}}, **changes}
 
 
-def hvd(processes: int, **options) -> dict:
-    return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}}}
+def mirrored(rows: int, sparse_allreduce: str) -> dict:
+    """deepfm-mirrored on 2 x ml.g5.12xlarge (4 x A10G 24 GiB each), Adam, `rows` table rows."""
+    return {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored",
+            "instance": {"type": "ml.g5.12xlarge", "count": 2},
+            "hyperparameters": {"feature_size": rows, "optimizer": "adam", "sparse_allreduce": sparse_allreduce}}
+
+
+def hvd(processes: int, hyperparameters: dict | None = None, **options) -> dict:
+    return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}},
+            **({"hyperparameters": hyperparameters} if hyperparameters else {})}
 
 
 @pytest.fixture(autouse=True)
@@ -157,6 +165,19 @@ CASES = [
      hetero(hyperparameters={"feature_size": 2 * 10**9, "optimizer": "adam"}), ("warning", PS_FIELD, "79% of the ps group's")),
     (rules.check_ps_group, hetero(count=1, features=dict(RAW_BIG, categorical={"c1": {"hash_buckets": 10**8}}), **ADAM),
      hetero(count=1, features=RAW_BIG, **ADAM), ("error", PS_FIELD, "feature_size 1,500,000,107 x")),
+    # GPUs: float16 needs one; under Horovod and MWMS every GPU holds the whole tables and slots
+    (rules.check_mixed_precision_on_cpu, {"instance": {"type": "ml.g5.2xlarge"}, "hyperparameters": {"mixed_precision": True}},
+     {"instance": {"type": "ml.c5.4xlarge"}, "hyperparameters": {"mixed_precision": "yes"}},
+     ("error", "hyperparameters.mixed_precision", "ml.c5.4xlarge has no GPU")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(3 * 10**8, "gather"),
+     ("error", "hyperparameters.feature_size", "30.2 GiB (feature_size 300,000,000 x (1 + embedding_size 8) x 4 bytes x (1 + 2 adam slots)), more than one A10G of ml.g5.12xlarge (24 GiB)")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(2 * 10**8, "gather"),
+     ("warning", "hyperparameters.feature_size", "84% of one A10G")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(10**8 * 3 // 2, "dense"),
+     ("warning", "hyperparameters.feature_size", "2 adam slots + 1 dense gradient")),
+    (rules.check_gpu_memory, hvd(4, hyperparameters={"feature_size": 10**8}),
+     hvd(4, hyperparameters={"feature_size": 2 * 10**8, "optimizer": "ftrl"}),
+     ("error", "hyperparameters.feature_size", "each Horovod rank holds the whole embedding tables")),
     (rules.check_ps_group, hetero("ml.r6i.8xlarge"), hetero("ml.g5.2xlarge"), ("warning", f"{PS_FIELD}.type", "never uses")),
     (rules.check_ps_group, hetero("ml.r7i.4xlarge"), hetero("ml.r5.5xlarge"),
      ("error", f"{PS_FIELD}.type", "not a value SageMaker accepts for a training instance type (did you mean 'ml.r5.xlarge'?)")),
