@@ -7,7 +7,7 @@ The parameter-server layout keeps the tables in host memory instead (rules_heter
 
 from __future__ import annotations
 
-from launcher import catalog, contract, hetero
+from launcher import catalog, contract, gpu_tasks, hetero
 from launcher.findings import Finding, error, warning
 from launcher.rules_hetero import table_rows
 from launcher.spec import Spec
@@ -32,10 +32,10 @@ def check_mixed_precision_on_cpu(spec: Spec) -> list[Finding]:
                                    "than float32: use mixed_precision: auto (float16 only on GPUs) or false, or a GPU instance type")]
 
 
-def replicas(spec: Spec, info: catalog.InstanceType) -> int:
-    """Model copies in sync: Horovod ranks, or one MWMS replica per GPU (one on a CPU host)."""
-    per_host = spec.processes_per_host if spec.distribution_kind == "horovod" else max(info.gpus, 1)
-    return spec.instance.count * per_host
+def replicas(spec: Spec) -> int:
+    """Model copies in sync across the job (Horovod ranks, or MWMS replicas: one per GPU)."""
+    host = gpu_tasks.tasks_per_host(spec.instance.type, spec.distribution_kind, spec.processes_per_host)
+    return spec.instance.count * host.replicas
 
 
 def sparse_allreduce(hyperparameters: dict, defaults: dict, rows: int, copies: int) -> str:
@@ -85,7 +85,7 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
     if not rows or optimizer not in hetero.OPTIMIZER_SLOTS:  # check_features / the hyperparameter rule report those
         return []
     embedding_size = int(hyperparameters.get("embedding_size", defaults["embedding_size"]))
-    mode = sparse_allreduce(dict(hyperparameters), defaults, rows, replicas(spec, info))
+    mode = sparse_allreduce(dict(hyperparameters), defaults, rows, replicas(spec))
     needed = replica_bytes(rows, embedding_size, optimizer, mode == "dense")
     have = info.gpu_memory_gib * hetero.GIB
     slots = hetero.OPTIMIZER_SLOTS[optimizer]
@@ -103,3 +103,17 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
         return [warning(_field(spec), f"{each}, {needed / have:.0%} of {where}, leaving little for activations "
                                       f"and the CUDA context: {fix}")]
     return []
+
+
+def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
+    """deepfm-ps runs one worker task per GPU, and a Pipe-mode FIFO has one reader: each task needs its own
+    training channel (train, train-1, ...), or the script stops at start-up."""
+    if spec.data.mode != "Pipe" or spec.distribution_kind != "parameter_server" or spec.entry_point != "deepfm-ps":
+        return []
+    tasks = gpu_tasks.tasks_per_host(spec.instance.type, "parameter_server").worker_tasks
+    channels = len(spec.train_sources)
+    if tasks <= 1 or channels >= tasks:
+        return []
+    return [error("data.train", f"deepfm-ps runs {tasks} worker tasks on each {spec.instance.type} (one per GPU), and "
+                                f"each reads its own Pipe-mode FIFO: list at least {tasks} training paths (the same "
+                                "path may repeat), or use File/FastFile")]
