@@ -13,6 +13,27 @@ TensorFlow and Horovod are imported by the objects that use them, not by this mo
 """
 
 
+def sparse_as_dense(grads):
+    """IndexedSlices -> dense tensors: the embedding gradients are then all-reduced (NCCL on GPUs, one
+    table-sized exchange) instead of all-gathered (rows and ids of every replica, through the host under
+    Horovod). The `sparse_allreduce: dense` choice."""
+    import tensorflow as tf
+
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+
+def communication_implementation(num_gpus):
+    """MultiWorkerMirrored's collective implementation: NCCL across GPUs, ring (gRPC) on CPUs. Left to
+    AUTO, TensorFlow 2 resolves it to ring even on GPUs."""
+    return "NCCL" if num_gpus else "RING"
+
+
+def communication_options(tf, num_gpus):
+    name = communication_implementation(num_gpus)
+    implementation = getattr(tf.distribute.experimental.CommunicationImplementation, name)
+    return tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+
+
 class SingleProcess:
     """One process training alone: rank 0 of 1, sums and averages are the identity, broadcast a no-op."""
 

@@ -71,16 +71,19 @@ TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
 
 
-def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size, replicas):
+def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size, replicas, optimizer="adagrad"):
     """`sparse_allreduce` -> "dense" or "gather": how a synchronous run averages the embedding gradients.
 
     dense: the table-sized gradient is all-reduced (a ring sends and receives about twice the table per
     replica; NCCL does it on the GPU). gather: each replica's rows and ids are all-gathered (each replica
     receives every replica's batch_size x field_size rows of both tables, with int64 ids). auto: the one
-    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept."""
+    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept. Adam
+    keeps gather under auto: a dense gradient would turn its lazy update (moments of the batch's rows)
+    into a dense one (every row's moments decay each step); Adagrad, FTRL and SGD update zero rows not at
+    all, so for them both exchanges train the same."""
     if value in ("dense", "gather"):
         return value
-    if replicas <= 1:
+    if replicas <= 1 or optimizer == "adam":
         return "gather"
     row_bytes = (1 + embedding_size) * 4  # a row of both tables, float32
     dense = 2 * rows * row_bytes
@@ -192,6 +195,9 @@ def parse_hyperparameters(argv, prog="train"):
                  "checkpoint_steps", "ps_per_host"):
         if getattr(args, name) <= 0:
             raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
+    if args.sparse_allreduce == "dense" and args.optimizer == "adam":
+        raise HyperparameterError("argument --sparse_allreduce: dense would make the lazy Adam dense (every "
+                                  "row's moments decaying each step): use gather or auto with adam")
     if args.features:
         apply_features(args)
     return args

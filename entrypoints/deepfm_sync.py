@@ -23,15 +23,29 @@ BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY (not imported: deepfm_raw 
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
 
 
+def sparse_allreduce(hp, collectives):
+    """dense | gather: how this run averages the embedding gradients (deepfm_hparams.resolve_sparse_allreduce)."""
+    from deepfm_hparams import resolve_sparse_allreduce
+
+    return resolve_sparse_allreduce(hp.sparse_allreduce, hp.feature_size, hp.embedding_size, hp.batch_size,
+                                    hp.field_size, collectives.replicas, hp.optimizer)
+
+
 def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
-    """The trainer of a synchronous run: gradients averaged over the workers every step, the learning
-    rate scaled by the replicas in sync when scale_lr. Under a (mirrored) strategy the metrics are the
-    process's own, which every local replica adds into. -> (trainer, learning rate)."""
+    """The trainer of a synchronous run: gradients averaged over the workers every step (embedding
+    gradients densified first when sparse_allreduce resolves to dense), the learning rate scaled by the
+    replicas in sync when scale_lr. Under a (mirrored) strategy the metrics are the process's own, which
+    every local replica adds into. -> (trainer, learning rate)."""
+    from deepfm_collectives import sparse_as_dense
     from deepfm_training import build_trainer
 
     learning_rate = hp.learning_rate * (collectives.replicas if hp.scale_lr else 1)
+    average = collectives.average_gradients
+    if sparse_allreduce(hp, collectives) == "dense":
+        def average(grads):
+            return collectives.average_gradients(sparse_as_dense(grads))
     trainer = build_trainer(hp, strategy, compute_dtype=compute_dtype, learning_rate=learning_rate,
-                            grad_transform=collectives.average_gradients, process_metrics=strategy is not None)
+                            grad_transform=average, process_metrics=strategy is not None)
     return trainer, learning_rate
 
 

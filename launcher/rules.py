@@ -17,7 +17,7 @@ from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
-from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
+from launcher.rules_gpu import check_dense_adam, check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
 from launcher.rules_hetero import check_ps_group
 from launcher.rules_request import (
     check_channels,
@@ -231,6 +231,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_ps_group,
     check_mixed_precision_on_cpu,
     check_gpu_memory,
+    check_dense_adam,
     check_ps_pipe_channels,
     check_spot,
     check_mirrored,

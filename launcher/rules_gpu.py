@@ -45,7 +45,7 @@ def sparse_allreduce(hyperparameters: dict, defaults: dict, rows: int, copies: i
 
     return contract.bundled_hparams().resolve_sparse_allreduce(
         str(value("sparse_allreduce")).lower(), rows, int(value("embedding_size")), int(value("batch_size")),
-        int(value("field_size")), copies)
+        int(value("field_size")), copies, str(value("optimizer")).lower())
 
 
 def replica_bytes(rows: int, embedding_size: int, optimizer: str, dense_gradients: bool) -> int:
@@ -117,3 +117,15 @@ def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
     return [error("data.train", f"deepfm-ps runs {tasks} worker tasks on each {spec.instance.type} (one per GPU), and "
                                 f"each reads its own Pipe-mode FIFO: list at least {tasks} training paths (the same "
                                 "path may repeat), or use File/FastFile")]
+
+
+def check_dense_adam(spec: Spec) -> list[Finding]:
+    """The bundled scripts refuse it at start-up (deepfm_hparams): say so offline."""
+    if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    defaults = contract.bundled_hparams().DEFAULTS
+    optimizer = str(spec.hyperparameters.get("optimizer", defaults["optimizer"])).lower()
+    if str(spec.hyperparameters.get("sparse_allreduce", "")).lower() != "dense" or optimizer != "adam":
+        return []
+    return [error("hyperparameters.sparse_allreduce", "dense would make the lazy Adam dense (every row's moments decaying "
+                                                      "each step): use gather or auto with adam, or another optimizer")]

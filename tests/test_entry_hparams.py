@@ -89,3 +89,7 @@ def test_sparse_allreduce_is_a_choice_that_overrides_auto():
     assert H.resolve_sparse_allreduce("gather", 10, 8, 1024, 39, 64) == "gather"
     with pytest.raises(H.HyperparameterError, match="--sparse_allreduce"):
         H.parse_hyperparameters(["--sparse_allreduce", "nccl"])
+    # Adam stays lazy: auto keeps it sparse, dense is refused
+    assert H.resolve_sparse_allreduce("auto", 117581, 8, 1024, 39, 8, "adam") == "gather"
+    with pytest.raises(H.HyperparameterError, match="lazy Adam"):
+        H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", "adam"])

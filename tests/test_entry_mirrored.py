@@ -138,6 +138,8 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
                                 local_cpu_replicas=2, input_mode="FastFile")
     assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
+    # no GPU: ring all-reduce; a 1000-row table all-reduces in fewer bytes than 4 replicas' gathered rows
+    assert "communication=RING sparse_allreduce=dense" in texts[0]
     assert f"learning_rate={HPS['learning_rate'] * 4:g} (scale_lr=True)" in texts[0]
     assert [int(d["step"]) for d in dumps] == [4, 4]
     for key in _variables(dumps[0]):
@@ -171,3 +173,33 @@ def test_embedding_gradients_stay_sparse_through_the_average():
     done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
+
+
+_COMMUNICATION_CHECK = """
+import tensorflow as tf
+from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense
+
+NCCL, RING = tf.distribute.experimental.CommunicationImplementation.NCCL, tf.distribute.experimental.CommunicationImplementation.RING
+assert communication_options(tf, 4).implementation == NCCL and communication_options(tf, 0).implementation == RING
+strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(tf, 2))
+assert strategy.extended._communication_options.implementation == NCCL  # what the strategy will use
+strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(tf, 0))
+collectives = MirroredCollectives(strategy, 0)
+
+def average():
+    table_grad = tf.IndexedSlices(tf.ones([3, 4]), tf.constant([5, 1, 5]), tf.constant([100, 4]))
+    return collectives.average_gradients(sparse_as_dense([table_grad, None]))
+
+dense, missing = tf.function(lambda: strategy.run(average))()
+assert isinstance(dense, tf.Tensor) and missing is None, type(dense)
+expected = tf.math.unsorted_segment_sum(tf.ones([3, 4]), [5, 1, 5], 100)
+assert (dense.numpy() == expected.numpy()).all()
+print("communication ok")
+"""
+
+
+@pytest.mark.slow
+def test_nccl_on_gpus_ring_on_cpus_and_the_dense_exchange():
+    done = subprocess.run([es.PYTHON, "-c", _COMMUNICATION_CHECK], cwd=es.ENTRYPOINTS, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0 and "communication ok" in done.stdout, done.stderr[-2000:]

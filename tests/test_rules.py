@@ -24,11 +24,11 @@ def hetero(ps_type: str = "ml.r5.4xlarge", count: int = 2, **changes) -> dict:
             "distribution": {"parameter_server": {"ps": {"type": ps_type, "count": count}}}, **changes}
 
 
-def mirrored(rows: int, sparse_allreduce: str) -> dict:
-    """deepfm-mirrored on 2 x ml.g5.12xlarge (4 x A10G 24 GiB each), Adam, `rows` table rows."""
+def mirrored(rows: int, sparse_allreduce: str, optimizer: str = "adam") -> dict:
+    """deepfm-mirrored on 2 x ml.g5.12xlarge (4 x A10G 24 GiB each), `rows` table rows."""
     return {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored",
             "instance": {"type": "ml.g5.12xlarge", "count": 2},
-            "hyperparameters": {"feature_size": rows, "optimizer": "adam", "sparse_allreduce": sparse_allreduce}}
+            "hyperparameters": {"feature_size": rows, "optimizer": optimizer, "sparse_allreduce": sparse_allreduce}}
 
 
 def hvd(processes: int, hyperparameters: dict | None = None, **options) -> dict:
@@ -179,8 +179,10 @@ CASES = [
      ("error", "hyperparameters.feature_size", "30.2 GiB (feature_size 300,000,000 x (1 + embedding_size 8) x 4 bytes x (1 + 2 adam slots)), more than one A10G of ml.g5.12xlarge (24 GiB)")),
     (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(2 * 10**8, "gather"),
      ("warning", "hyperparameters.feature_size", "84% of one A10G")),
-    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(10**8 * 3 // 2, "dense"),
-     ("warning", "hyperparameters.feature_size", "2 adam slots + 1 dense gradient")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather", "ftrl"), mirrored(10**8 * 3 // 2, "dense", "ftrl"),
+     ("warning", "hyperparameters.feature_size", "2 ftrl slots + 1 dense gradient")),
+    (rules.check_dense_adam, mirrored(10**5, "dense", "adagrad"), mirrored(10**5, "dense"),
+     ("error", "hyperparameters.sparse_allreduce", "lazy Adam dense")),
     (rules.check_gpu_memory, hvd(4, hyperparameters={"feature_size": 10**8}),
      hvd(4, hyperparameters={"feature_size": 2 * 10**8, "optimizer": "ftrl"}),
      ("error", "hyperparameters.feature_size", "each Horovod rank holds the whole embedding tables")),
