@@ -29,6 +29,7 @@ ITEMS = {
     "distributed": ("bench.distributed", 600, 1800),
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
+    "broadcast_memory": ("bench.broadcast_memory", 300, 900),
 }
 
 

@@ -124,14 +124,43 @@ class MirroredCollectives:
         return self._local(self._sum(tensor)).numpy()
 
     def broadcast(self, variables):
-        """No broadcast in the strategy's API: sum rank 0's values with everyone else's zeros, all
-        variables packed into one float64 vector (exact for float32 and for step counters); the
-        assignment, outside any replica, sets every local copy."""
+        """No broadcast in the strategy's API: sum rank 0's values with everyone else's zeros (exact in
+        each variable's own dtype: x + 0 = x), then assign outside any replica, which sets every local
+        copy. Small variables travel packed by dtype, each large one alone, so the peak stays near one
+        copy of the largest variable (not a float64 copy of the whole state on every device)."""
+        for group in broadcast_groups(variables, PACK_ELEMENTS):
+            self._broadcast_group(group)
+
+    def _broadcast_group(self, group):
         tf = self.tf
-        packed = tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in variables], axis=0)
+        packed = group[0].read_value() if len(group) == 1 else tf.concat([tf.reshape(v, [-1]) for v in group], 0)
         if self.rank != 0:
             packed = tf.zeros_like(packed)
         total = self._local(self._sum(packed))
-        sizes = [int(tf.size(v)) for v in variables]
-        for var, part in zip(variables, tf.split(total, sizes)):
-            var.assign(tf.reshape(tf.cast(part, var.dtype), var.shape))
+        if len(group) == 1:
+            group[0].assign(total)
+            return
+        for var, part in zip(group, tf.split(total, [int(tf.size(v)) for v in group])):
+            var.assign(tf.reshape(part, var.shape))
+
+
+PACK_ELEMENTS = 1 << 20  # variables up to this size are packed (one collective per dtype, few traces)
+
+
+def broadcast_groups(variables, pack_elements):
+    """Variables -> the groups broadcast together: each variable above pack_elements alone, the others
+    packed by dtype in groups of at most pack_elements. Pure: works on anything with .dtype and .shape."""
+    groups, packs = [], {}
+    for var in variables:
+        size = var.shape.num_elements()
+        if size > pack_elements:
+            groups.append([var])
+            continue
+        pack = packs.setdefault(var.dtype, [[], 0])
+        if pack[1] + size > pack_elements and pack[0]:
+            groups.append(pack[0])
+            pack[0], pack[1] = [], 0
+        pack[0].append(var)
+        pack[1] += size
+    groups += [pack for pack, _ in packs.values() if pack]
+    return groups

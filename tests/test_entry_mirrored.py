@@ -203,3 +203,59 @@ def test_nccl_on_gpus_ring_on_cpus_and_the_dense_exchange():
     done = subprocess.run([es.PYTHON, "-c", _COMMUNICATION_CHECK], cwd=es.ENTRYPOINTS, capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0 and "communication ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_broadcast_groups_pack_small_variables_by_dtype_and_send_large_ones_alone():
+    from types import SimpleNamespace
+
+    from deepfm_collectives import broadcast_groups
+
+    def var(name, elements, dtype="float32"):
+        return SimpleNamespace(name=name, dtype=dtype, shape=SimpleNamespace(num_elements=lambda: elements))
+
+    variables = [var("table", 500), var("w1", 40), var("step", 1, "int64"), var("w2", 50), var("w3", 30)]
+    groups = [[v.name for v in group] for group in broadcast_groups(variables, 100)]
+    assert groups == [["table"], ["w1", "w2"], ["w3"], ["step"]]
+
+
+# Two workers whose variables differ (rank-dependent values, a large table sent alone, small ones packed,
+# an int64 step above float32's exact range): after the broadcast both hold rank 0's values exactly.
+_BROADCAST_CHECK = """
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+import deepfm_collectives
+from deepfm_collectives import MirroredCollectives
+
+rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+collectives = MirroredCollectives(strategy, rank)
+deepfm_collectives.PACK_ELEMENTS = 64
+with strategy.scope():
+    table = tf.Variable(tf.random.stateless_normal([300, 9], seed=[rank, 1]))
+    small = [tf.Variable(tf.fill([4, 4], float(rank) + 0.1)), tf.Variable(tf.fill([3], float(rank) + 0.2))]
+    step = tf.Variable(tf.constant(2**40 + 3 + rank, tf.int64))
+collectives.broadcast([table, *small, step])
+expected = tf.random.stateless_normal([300, 9], seed=[0, 1]).numpy()
+assert np.array_equal(table.numpy(), expected)
+assert np.all(small[0].numpy() == np.float32(0.1)) and np.all(small[1].numpy() == np.float32(0.2))
+assert int(step.numpy()) == 2**40 + 3, int(step.numpy())
+print("broadcast ok", rank)
+"""
+
+
+@pytest.mark.slow
+def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
+    cluster = {"worker": [f"localhost:{es.free_port()}" for _ in range(2)]}
+    procs = [subprocess.Popen([es.PYTHON, "-c", _BROADCAST_CHECK], cwd=es.ENTRYPOINTS, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                                       TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})))
+             for i in range(2)]
+    try:
+        outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for rank, (proc, output) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0 and f"broadcast ok {rank}" in output, output[-2000:]
