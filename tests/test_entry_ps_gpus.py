@@ -80,7 +80,8 @@ def run(tmp_path, bases, envs, hp, chief_boot=None):
 def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     rows, batch = 4096, 128
     bases, envs = two_host_cluster(tmp_path, rows, num_gpus=2)
-    codes, chief, worker, procs = run(tmp_path, bases, envs, dict(HP, batch_size=batch, log_steps=8))
+    hp = dict(HP, batch_size=batch, log_steps=8, mixed_precision="true")
+    codes, chief, worker, procs = run(tmp_path, bases, envs, hp)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)  # the extra worker tasks too
     assert "chief: 4 workers, 2 ps, replicas_in_sync=1 per worker task" in chief
@@ -95,6 +96,8 @@ def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     assert sorted(f[2] for f in shard_files.values()) == ["0", "1", "2", "3"]
     assert all(f[:2] == ["2", str(rank)] for (_, rank), f in shard_files.items())
     assert "training data exhausted on every worker" in chief  # all 4 tasks reported their end
+    # the chief traces the steps in float32 whatever mixed_precision says; the workers say so too
+    assert "mixed_precision=on" not in chief + worker and worker.count("mixed_precision=off") == 2
     # one step per batch: each of the 4 tasks reads 2 of the 8 files (1024 rows, 8 batches of 128)
     assert es.metric_lines(chief, "train")[-1]["step"] == rows // batch
 
