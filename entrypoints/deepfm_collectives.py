@@ -5,6 +5,7 @@ replicas). A collectives object has:
 - `rank`, `size` (workers), `replicas` (model copies in sync: the learning-rate scale)
 - `average_gradients(grads)`: inside the traced train step; IndexedSlices stay sparse (gathered)
 - `all_have(flag) -> bool`: True when every worker has `flag` (one small collective per step)
+- `all_have_tensor(flag) -> bool tensor`: the same inside a traced step, with no host round trip
 - `sum(tensor) -> tensor`: elementwise sum over workers
 - `broadcast(variables)`: rank 0's values everywhere
 - optionally `local_copies(var)`: every copy a worker holds of a variable (several local replicas)
@@ -45,6 +46,9 @@ class SingleProcess:
     def all_have(self, flag):
         return bool(flag)
 
+    def all_have_tensor(self, flag):
+        return flag
+
     def sum(self, tensor):
         return tensor
 
@@ -72,6 +76,11 @@ class HorovodCollectives:
                                   name="all_have_batch")
         return int(have.numpy()[0]) == 1
 
+    def all_have_tensor(self, flag):
+        tf = self.tf
+        have = self.hvd.allreduce(tf.reshape(tf.cast(flag, tf.int32), [1]), op=self.hvd.Min, name="all_have_batch")
+        return tf.equal(have[0], 1)
+
     def sum(self, tensor):
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name="metrics_sum").numpy()
 
@@ -81,6 +90,8 @@ class HorovodCollectives:
 
 class MirroredCollectives:
     """Collectives over the strategy's workers; each worker may hold several local replicas."""
+
+    in_graph_check = False  # deepfm_sync_steps.host_checked_steps says why
 
     def __init__(self, strategy, rank):
         import tensorflow as tf
@@ -119,6 +130,11 @@ class MirroredCollectives:
     def all_have(self, flag):
         total = self._local(self._sum(self.tf.constant([1.0 if flag else 0.0])))
         return int(round(float(total.numpy()[0]))) == self.size
+
+    def all_have_tensor(self, flag):
+        tf = self.tf
+        total = self._local(self._sum(tf.reshape(tf.cast(flag, tf.float32), [1])))
+        return tf.equal(tf.round(total[0]), float(self.size))
 
     def sum(self, tensor):
         return self._local(self._sum(tensor)).numpy()

@@ -53,6 +53,7 @@ DEFAULTS = {
     "mixed_precision": "auto",
     # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
     "sparse_allreduce": "auto",
+    "sync_check_steps": 16,  # steps between the host's reads of the in-step end-of-data check
     # outputs
     "model_dir": "",
     "checkpoint_dir": "",
@@ -192,7 +193,7 @@ def parse_hyperparameters(argv, prog="train"):
     if not 0.0 <= args.dropout < 1.0:
         raise HyperparameterError(f"argument --dropout: a drop rate in [0, 1), got {args.dropout}")
     for name in ("field_size", "feature_size", "embedding_size", "batch_size", "log_steps",
-                 "checkpoint_steps", "ps_per_host"):
+                 "checkpoint_steps", "ps_per_host", "sync_check_steps"):
         if getattr(args, name) <= 0:
             raise HyperparameterError(f"argument --{name}: must be positive, got {getattr(args, name)}")
     if args.sparse_allreduce == "dense" and args.optimizer == "adam":
