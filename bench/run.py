@@ -30,6 +30,7 @@ ITEMS = {
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
     "broadcast_memory": ("bench.broadcast_memory", 300, 900),
+    "sync_steps": ("bench.sync_steps", 300, 900),
 }
 
 
