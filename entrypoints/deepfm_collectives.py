@@ -91,8 +91,6 @@ class HorovodCollectives:
 class MirroredCollectives:
     """Collectives over the strategy's workers; each worker may hold several local replicas."""
 
-    in_graph_check = False  # deepfm_sync_steps.host_checked_steps says why
-
     def __init__(self, strategy, rank):
         import tensorflow as tf
 

@@ -12,26 +12,43 @@ BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY (not imported: deepfm_raw 
 
 
 def guarded_steps(step_fn, collectives):
-    """-> tf.function(iterator, todo) -> (steps trained, bad rows their batches skipped), both int64: up to
-    `todo` steps, each taken only when every worker has a batch, stopping at the first that is not."""
+    """-> run(iterator, todo) -> (steps trained, bad rows their batches skipped): up to `todo` steps, each
+    taken only when every worker has a batch, stopping at the first that is not.
+
+    The check is the condition of a traced while loop, with the batch fetched one step ahead, so no
+    conditional wraps the step: MultiWorkerMirrored's strategy.run cannot be traced inside one across
+    workers (TF 2.14: "You must feed a value for placeholder"). The look-ahead batch and its check are
+    carried from one window to the next."""
     import tensorflow as tf
 
     @tf.function
-    def steps(iterator, todo):
-        trained, bad_rows = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
-        for _ in tf.range(todo):
-            batch = iterator.get_next_as_optional()
-            if not collectives.all_have_tensor(batch.has_value()):
-                break
+    def fetch(iterator):
+        batch = iterator.get_next_as_optional()
+        return batch, collectives.all_have_tensor(batch.has_value())
+
+    @tf.function
+    def steps(iterator, batch, have, todo):
+        def body(done, batch, have, bad_rows):
             value = batch.get_value()
             step_fn(value)
-            trained += 1
             count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
             if count is not None:
                 bad_rows += tf.cast(count, tf.int64)
-        return trained, bad_rows
+            batch, have = fetch(iterator)
+            return done + 1, batch, have, bad_rows
 
-    return steps
+        start = (tf.constant(0, tf.int64), batch, have, tf.constant(0, tf.int64))
+        return tf.while_loop(lambda done, _, have, __: tf.logical_and(done < todo, have), body, start)
+
+    ahead = []  # [(batch, have)]: the next batch, fetched and checked by the last window
+
+    def run(iterator, todo):
+        batch, have = ahead.pop() if ahead else fetch(iterator)
+        trained, batch, have, bad_rows = steps(iterator, batch, have, tf.constant(todo, tf.int64))
+        ahead.append((batch, have))
+        return int(trained.numpy()), int(bad_rows.numpy())
+
+    return run
 
 
 def window(step, hp):
@@ -44,8 +61,8 @@ def window(step, hp):
 
 def host_checked_steps(step_fn, collectives):
     """-> fn(iterator, todo) -> (steps trained, bad rows): the same steps with the check on the host
-    before each one (a round trip per step). For MultiWorkerMirrored: its strategy.run inside the
-    traced loop's conditional fails on TensorFlow 2.14 ("You must feed a value for placeholder")."""
+    before each one (a round trip per step): the loop before the in-graph check, kept as the benchmark's
+    baseline (bench/sync_steps.py)."""
 
     def steps(iterator, todo):
         trained = bad_rows = 0
@@ -65,16 +82,5 @@ def host_checked_steps(step_fn, collectives):
 
 
 def window_runner(step_fn, collectives):
-    """-> fn(iterator, todo) -> (steps trained, bad rows) as plain ints: in-graph checks where the
-    collectives allow them, else host-checked."""
-    import tensorflow as tf
-
-    if not getattr(collectives, "in_graph_check", True):
-        return host_checked_steps(step_fn, collectives)
-    steps = guarded_steps(step_fn, collectives)
-
-    def run(iterator, todo):
-        trained, bad_rows = steps(iterator, tf.constant(todo, tf.int64))  # a tensor: one trace for all lengths
-        return int(trained.numpy()), int(bad_rows.numpy())
-
-    return run
+    """-> fn(iterator, todo) -> (steps trained, bad rows) as plain ints, the checks in-graph."""
+    return guarded_steps(step_fn, collectives)
