@@ -6,6 +6,8 @@ are real. A worker that sees 2 GPUs is faked by telling ParameterServerStrategy 
 patched in the chief), and must be refused.
 """
 
+import json
+
 import pytest
 from test_entry_hetero import SIX_HOSTS, resource_config
 from test_entry_ps import HP, group_gone, loopback_cluster, stop_all, two_hosts_s3_sharded
@@ -115,3 +117,32 @@ def test_a_worker_seeing_two_gpus_is_refused(tmp_path):
     assert "ParameterServerStrategy sees 2 GPUs on each worker task" in chief
     assert "one worker task per GPU" in chief and "[dfm] train " not in chief
     assert group_gone(procs[-1])  # the chief's own worker task went with it
+
+
+@pytest.mark.slow
+def test_ps_group_layout_runs_one_worker_task_per_gpu_on_every_worker_host(tmp_path):
+    """The heterogeneous layout (resourceconfig.json), worker hosts with 2 GPUs: 4 worker tasks, task k of
+    a host at 2223 + 100k, each with its own GPU and shard; every process exits."""
+    from test_entry_ps_hetero import HOSTS, HeteroJob
+
+    job = HeteroJob(tmp_path, dict(HP, log_steps=16, ps_group="ps"))
+    job.addresses.update({f"{h}:{hc.WORKER_PORT + hc.PORT_STRIDE}": f"127.0.0.1:{es.free_port()}" for h in HOSTS[:2]})
+    for host, env in job.envs.items():
+        env[hc.ADDRESSES_ENV] = json.dumps(job.addresses)
+        env["SM_NUM_GPUS"] = "2" if host in HOSTS[:2] else "0"
+    try:
+        job.start()
+        codes = {host: proc.wait(timeout=400) for host, proc in job.procs.items()}
+    finally:
+        job.stop()
+    chief, worker = job.log("algo-1"), job.log("algo-2")
+    assert codes == {"algo-1": 0, "algo-2": 0, "algo-3": 0}, chief[-3000:] + worker[-2000:] + job.stderr("algo-1")[-2000:]
+    assert job.leftovers() == []
+    assert "chief: 4 workers, 1 ps, replicas_in_sync=1 per worker task" in chief
+    for host, text, first in (("algo-1", chief, 0), ("algo-2", worker, 2)):
+        for rank in (0, 1):
+            assert (f"worker {first + rank} on {host}: channels=['train'] mode=File shard={first + rank}/4 "
+                    f"task={rank}/2 CUDA_VISIBLE_DEVICES={rank}") in text
+    assert "training data exhausted on every worker" in chief
+    # both hosts hold the same two files (40 + 24 batches): the 4 tasks' shards cover them once
+    assert es.metric_lines(chief, "train")[-1]["step"] == 40 + 24
