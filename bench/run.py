@@ -31,6 +31,8 @@ ITEMS = {
     "raw_training": ("bench.raw_training", 300, 1200),
     "tuning": ("bench.tuning", 1800, 3600),
     "prepare": ("bench.prepare", 600, 1800),
+    "broadcast_memory": ("bench.broadcast_memory", 300, 900),
+    "sync_steps": ("bench.sync_steps", 300, 900),
 }
 
 

@@ -54,6 +54,9 @@ DEFAULTS = {
     "omp_num_threads": 0,
     "kmp_settings": False,
     "mixed_precision": "auto",
+    # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
+    "sparse_allreduce": "auto",
+    "sync_check_steps": 16,  # steps between the host's reads of the in-step end-of-data check
     # outputs
     "model_dir": "",
     "checkpoint_dir": "",
@@ -65,10 +68,31 @@ CHOICES = {
     "data_format": ("tfrecord", "libsvm"),
     "s3_shard": ("auto", "true", "false"),
     "mixed_precision": ("auto", "true", "false"),
+    "sparse_allreduce": ("auto", "dense", "gather"),
 }
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
+
+
+def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size, replicas, optimizer="adagrad"):
+    """`sparse_allreduce` -> "dense" or "gather": how a synchronous run averages the embedding gradients.
+
+    dense: the table-sized gradient is all-reduced (a ring sends and receives about twice the table per
+    replica; NCCL does it on the GPU). gather: each replica's rows and ids are all-gathered (each replica
+    receives every replica's batch_size x field_size rows of both tables, with int64 ids). auto: the one
+    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept. Adam
+    keeps gather under auto: a dense gradient would turn its lazy update (moments of the batch's rows)
+    into a dense one (every row's moments decay each step); Adagrad, FTRL and SGD update zero rows not at
+    all, so for them both exchanges train the same."""
+    if value in ("dense", "gather"):
+        return value
+    if replicas <= 1 or optimizer == "adam":
+        return "gather"
+    row_bytes = (1 + embedding_size) * 4  # a row of both tables, float32
+    dense = 2 * rows * row_bytes
+    gather = replicas * batch_size * field_size * (row_bytes + 2 * 8)
+    return "dense" if dense <= gather else "gather"
 
 
 def parse_bool(text):
@@ -180,6 +204,7 @@ BOUNDS = {
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
+    "sync_check_steps": (1, None),
     "negative_rate": (0.0, 1.0),  # the share of negatives dfm data prepare kept; 1: none dropped
     "intra_op_threads": (0, None),
     "inter_op_threads": (0, None),
@@ -209,6 +234,9 @@ def value_problems(args):
         problem = bound_problem(name, getattr(args, name))
         if problem:
             problems.append((name, problem))
+    if args.sparse_allreduce == "dense" and args.optimizer == "adam":
+        problems.append(("sparse_allreduce", "dense would make the lazy Adam dense (every row's moments decaying each "
+                                             "step): use gather or auto with adam, or another optimizer"))
     if args.epochs == 0 and args.max_steps == 0:
         problems.append(("epochs", "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
                                    "never end; give epochs >= 1 or max_steps > 0"))

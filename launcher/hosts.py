@@ -163,7 +163,7 @@ def embedding_bytes(feature_size: int, embedding_size: int, optimizer: str) -> i
     return feature_size * (1 + embedding_size) * FLOAT_BYTES * (1 + OPTIMIZER_SLOTS[optimizer])
 
 
-def _gib(value: float) -> str:
+def gib(value: float) -> str:
     return f"{value / GIB:,.1f} GiB"
 
 
@@ -179,15 +179,15 @@ def embedding_memory_findings(feature_size: int, embedding_size: int, optimizer:
     slots = OPTIMIZER_SLOTS[optimizer]
     how = (f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
            f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})")
-    have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {_gib(available)}"
+    have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {gib(available)}"
     share = needed / available
     per_instance = info.memory_gib * GIB * WARN_FRACTION
     enough = max(ps.count + 1, math.ceil(needed / per_instance))
     if share > 1:
-        return [("error", f"the embedding tables need {_gib(needed)} ({how}), more than the ps group's {have}: "
+        return [("error", f"the embedding tables need {gib(needed)} ({how}), more than the ps group's {have}: "
                           f"use count {enough} or a larger memory instance for the ps, or a smaller feature_size")]
     if share > WARN_FRACTION:
-        return [("warning", f"the embedding tables need {_gib(needed)} ({how}), {share:.0%} of the ps group's "
+        return [("warning", f"the embedding tables need {gib(needed)} ({how}), {share:.0%} of the ps group's "
                             f"{have}: the ps processes need headroom; count {enough} keeps them under "
                             f"{WARN_FRACTION:.0%}")]
     return []

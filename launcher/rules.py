@@ -20,6 +20,7 @@ from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
 from launcher.rules_tune import TUNE_RULES
 from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
+from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -104,9 +105,9 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
     if hosts == 1:
         problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
     info = catalog.instance(spec.instance.type)
-    if info is not None and info.gpus > 1:
+    if info is not None and info.gpus > 1 and spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
         problems.append(
-            warning("instance.type", f"the parameter server runs one worker per host, so {info.gpus - 1} of {info.gpus} GPUs idle: use Horovod for multi-GPU hosts")
+            warning("instance.type", f"SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle")
         )
     if hosts > 1 and spec.checkpoint_config is None:
         problems.append(error("checkpoints", "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)"))
@@ -171,6 +172,9 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_instance_known,
     check_parameter_server,
     check_ps_group,
+    check_mixed_precision_on_cpu,
+    check_gpu_memory,
+    check_ps_pipe_channels,
     check_spot,
     check_mirrored,
     check_s3_shard,

@@ -103,10 +103,13 @@ def _assert_identical(dumps):
 def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_resumes(tmp_path):
     env = _container(tmp_path, {"train": [1024] * 4})
     # Run 1 stops at step 12 (a "spot interruption"); run 2 resumes there and finishes 2 epochs.
-    first = _launch(tmp_path, env, dict(HPS, max_steps=12), log_name="first.log")
+    # Run 1 all-gathers the embedding gradients, run 2 all-reduces them densely: both keep ranks equal.
+    first = _launch(tmp_path, env, dict(HPS, max_steps=12, sparse_allreduce="gather"), log_name="first.log")
     assert "shard=0/2" in first and "shard=1/2" in first  # the ranks read different data
+    assert "sparse_allreduce=gather" in first
     _assert_identical(_dumps(tmp_path))
-    text = _launch(tmp_path, env, HPS, log_name="second.log")
+    text = _launch(tmp_path, env, dict(HPS, sparse_allreduce="dense"), log_name="second.log")
+    assert "sparse_allreduce=dense" in text
     assert "restored" in text and "continuing at step 12" in text
     dumps = _dumps(tmp_path)
     _assert_identical(dumps)

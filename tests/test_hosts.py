@@ -65,7 +65,12 @@ def test_the_dry_run_shows_the_cluster_the_bundled_script_builds_on_every_host(t
 
 
 @pytest.mark.parametrize("changes, expected", [
-    ({"distribution": "parameter_server", "instance": {"count": 2}}, {"algo-1": ["ps", "master"], "algo-2": ["ps", "worker:0"]}),
+    # the toolkit's ps on each host; the master also runs its own host's worker task, after the other hosts'
+    ({"distribution": "parameter_server", "instance": {"count": 2}},
+     {"algo-1": ["ps", "master", "worker:1"], "algo-2": ["ps", "worker:0"]}),
+    ({"distribution": "parameter_server", "instance": {"type": "ml.p3.8xlarge", "count": 2}},  # one task per GPU
+     {"algo-1": ["ps", "master", "worker:4", "worker:5", "worker:6", "worker:7"],
+      "algo-2": ["ps", "worker:0", "worker:1", "worker:2", "worker:3"]}),
     ({"entry_point": "deepfm-horovod", "framework": {"version": "2.12"}, "instance": {"type": "ml.p3.8xlarge", "count": 2},
       "distribution": {"horovod": {"processes_per_host": 2}}}, {"algo-1": ["rank:0", "rank:1"], "algo-2": ["rank:2", "rank:3"]}),
     ({"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored", "instance": {"count": 2}},
