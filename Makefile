@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-matrix test-fast demo demo-horovod bench bench-quick bench-deps validate clean
+.PHONY: setup test test-matrix test-fast fuzz demo demo-horovod bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,10 @@ test-matrix: setup
 # The unit tests only (no TensorFlow processes): seconds.
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not horovod"
+
+# Longer random spec fuzzing, for humans: a new seed each day (make test runs the same derandomized examples every time).
+fuzz: setup
+	DFM_FUZZ_SEED=$$(date +%Y%m%d) DFM_FUZZ_EXAMPLES=$(or $(EXAMPLES),2000) $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_specs.py
 
 validate: setup
 	$(DFM) validate configs/*.yaml

@@ -4,6 +4,7 @@ SavedModel export of the trained model.
 TensorFlow is imported inside the functions that use it.
 """
 
+import math
 import os
 import time
 
@@ -63,16 +64,42 @@ class CheckpointKeeper:
         return path
 
 
+def calibrated_logit_shift(negative_rate):
+    """Training kept only `negative_rate` (w) of the negatives, so the model's odds are 1/w too high: the
+    calibrated probability p / (p + (1 - p) / w) is sigmoid(logit + log w)."""
+    return math.log(negative_rate)
+
+
+def serving_model(model, negative_rate):
+    """The model whose `predict` serving calls: calibrated when training data was negative-downsampled."""
+    if negative_rate >= 1.0:
+        return model
+    import tensorflow as tf
+
+    class Calibrated(tf.Module):
+        def __init__(self, deepfm):
+            super().__init__(name="calibrated")
+            self.deepfm = deepfm
+            self.shift = tf.constant(calibrated_logit_shift(negative_rate), tf.float32)
+
+        def predict(self, ids, values):
+            logits, _ = self.deepfm(ids, values, training=False)
+            return tf.sigmoid(tf.cast(logits, tf.float32) + self.shift)
+
+    return Calibrated(model)
+
+
 def export_saved_model(model, hp, model_dir, version=None):
     """Copy the trained values into a plain, unpartitioned model (unless `model` is such a copy already:
     deepfm_selection's best model) and save it to
     `<model_dir>/<version>/` with a `serving_default` signature: feat_ids int64[None, field_size],
     feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features, the raw
-    inputs by name (deepfm_raw.RawServing)."""
+    inputs by name (deepfm_raw.RawServing). With negative_rate < 1 the probabilities are calibrated."""
     import tensorflow as tf
     from deepfm_selection import copy_model
 
     local = model if getattr(model, "is_copy", False) else copy_model(model, hp)
+    local = serving_model(local, getattr(hp, "negative_rate", 1.0))
 
     class Serving(tf.Module):
         def __init__(self, deepfm):

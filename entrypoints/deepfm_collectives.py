@@ -5,12 +5,34 @@ replicas). A collectives object has:
 - `rank`, `size` (workers), `replicas` (model copies in sync: the learning-rate scale)
 - `average_gradients(grads)`: inside the traced train step; IndexedSlices stay sparse (gathered)
 - `all_have(flag) -> bool`: True when every worker has `flag` (one small collective per step)
+- `all_have_tensor(flag) -> bool tensor`: the same inside a traced step, with no host round trip
 - `sum(tensor) -> tensor`: elementwise sum over workers
 - `broadcast(variables)`: rank 0's values everywhere
 - optionally `local_copies(var)`: every copy a worker holds of a variable (several local replicas)
 
 TensorFlow and Horovod are imported by the objects that use them, not by this module.
 """
+
+
+def sparse_as_dense(grads):
+    """IndexedSlices -> dense tensors: the embedding gradients are then all-reduced (NCCL on GPUs, one
+    table-sized exchange) instead of all-gathered (rows and ids of every replica, through the host under
+    Horovod). The `sparse_allreduce: dense` choice."""
+    import tensorflow as tf
+
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+
+def communication_implementation(num_gpus):
+    """MultiWorkerMirrored's collective implementation: NCCL across GPUs, ring (gRPC) on CPUs. Left to
+    AUTO, TensorFlow 2 resolves it to ring even on GPUs."""
+    return "NCCL" if num_gpus else "RING"
+
+
+def communication_options(tf, num_gpus):
+    name = communication_implementation(num_gpus)
+    implementation = getattr(tf.distribute.experimental.CommunicationImplementation, name)
+    return tf.distribute.experimental.CommunicationOptions(implementation=implementation)
 
 
 class SingleProcess:
@@ -23,6 +45,9 @@ class SingleProcess:
 
     def all_have(self, flag):
         return bool(flag)
+
+    def all_have_tensor(self, flag):
+        return flag
 
     def sum(self, tensor):
         return tensor
@@ -50,6 +75,11 @@ class HorovodCollectives:
         have = self.hvd.allreduce(self.tf.constant([1 if flag else 0], self.tf.int32), op=self.hvd.Min,
                                   name="all_have_batch")
         return int(have.numpy()[0]) == 1
+
+    def all_have_tensor(self, flag):
+        tf = self.tf
+        have = self.hvd.allreduce(tf.reshape(tf.cast(flag, tf.int32), [1]), op=self.hvd.Min, name="all_have_batch")
+        return tf.equal(have[0], 1)
 
     def sum(self, tensor):
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name="metrics_sum").numpy()
@@ -99,18 +129,52 @@ class MirroredCollectives:
         total = self._local(self._sum(self.tf.constant([1.0 if flag else 0.0])))
         return int(round(float(total.numpy()[0]))) == self.size
 
+    def all_have_tensor(self, flag):
+        tf = self.tf
+        total = self._local(self._sum(tf.reshape(tf.cast(flag, tf.float32), [1])))
+        return tf.equal(tf.round(total[0]), float(self.size))
+
     def sum(self, tensor):
         return self._local(self._sum(tensor)).numpy()
 
     def broadcast(self, variables):
-        """No broadcast in the strategy's API: sum rank 0's values with everyone else's zeros, all
-        variables packed into one float64 vector (exact for float32 and for step counters); the
-        assignment, outside any replica, sets every local copy."""
+        """No broadcast in the strategy's API: sum rank 0's values with everyone else's zeros (exact in
+        each variable's own dtype: x + 0 = x), then assign outside any replica, which sets every local
+        copy. Small variables travel packed by dtype, each large one alone, so the peak stays near one
+        copy of the largest variable (not a float64 copy of the whole state on every device)."""
+        for group in broadcast_groups(variables, PACK_ELEMENTS):
+            self._broadcast_group(group)
+
+    def _broadcast_group(self, group):
         tf = self.tf
-        packed = tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in variables], axis=0)
+        packed = group[0].read_value() if len(group) == 1 else tf.concat([tf.reshape(v, [-1]) for v in group], 0)
         if self.rank != 0:
             packed = tf.zeros_like(packed)
         total = self._local(self._sum(packed))
-        sizes = [int(tf.size(v)) for v in variables]
-        for var, part in zip(variables, tf.split(total, sizes)):
-            var.assign(tf.reshape(tf.cast(part, var.dtype), var.shape))
+        if len(group) == 1:
+            group[0].assign(total)
+            return
+        for var, part in zip(group, tf.split(total, [int(tf.size(v)) for v in group])):
+            var.assign(tf.reshape(part, var.shape))
+
+
+PACK_ELEMENTS = 1 << 20  # variables up to this size are packed (one collective per dtype, few traces)
+
+
+def broadcast_groups(variables, pack_elements):
+    """Variables -> the groups broadcast together: each variable above pack_elements alone, the others
+    packed by dtype in groups of at most pack_elements. Pure: works on anything with .dtype and .shape."""
+    groups, packs = [], {}
+    for var in variables:
+        size = var.shape.num_elements()
+        if size > pack_elements:
+            groups.append([var])
+            continue
+        pack = packs.setdefault(var.dtype, [[], 0])
+        if pack[1] + size > pack_elements and pack[0]:
+            groups.append(pack[0])
+            pack[0], pack[1] = [], 0
+        pack[0].append(var)
+        pack[1] += size
+    groups += [pack for pack, _ in packs.values() if pack]
+    return groups

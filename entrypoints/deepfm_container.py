@@ -23,6 +23,7 @@ class ContainerEnv:
     model_dir: str
     num_cpus: int
     input_data_config: dict = field(default_factory=dict)
+    num_gpus: int = 0  # SM_NUM_GPUS: the host's GPUs, whatever this process is pinned to
 
     @property
     def num_hosts(self):
@@ -64,7 +65,8 @@ def load_env(environ=None):
     return ContainerEnv(
         base_dir=base, hosts=hosts, current_host=current, channels=sorted(channels),
         model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
-        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1), input_data_config=input_config)
+        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1), input_data_config=input_config,
+        num_gpus=int(env.get("SM_NUM_GPUS") or 0))
 
 
 def resolve_s3_shard(hp, env, channels):

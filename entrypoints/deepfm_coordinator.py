@@ -15,16 +15,21 @@ from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
+from ps_gpu_workers import in_worker_replicas_problem
 
 SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
 
 
-def write_worker_shard(hp, env, hosts, task_index):
-    """On a worker, before it serves: its host's share of the data in SHARD_FILE. -> (channels, mode, shards)."""
-    where = Placement(hosts.index(env.current_host), len(hosts), len(hosts))
+def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_host=1, workdir=None):
+    """On a worker, before it serves: its share of the data (task `local_rank` of `workers_per_host` on its
+    host) in SHARD_FILE of its working directory (default: the base dir). -> (channels, mode, shards)."""
+    from ps_gpu_workers import placement
+
+    workdir = workdir or env.base_dir
+    where = Placement(*placement(hosts, env.current_host, local_rank, workers_per_host))
     channels, mode, _, _, shards = training_input(hp, env, where)
-    os.makedirs(env.pipe_state_dir, exist_ok=True)
-    with open(os.path.join(env.base_dir, SHARD_FILE), "w") as f:
+    os.makedirs(os.path.join(workdir, "pipe_state"), exist_ok=True)
+    with open(os.path.join(workdir, SHARD_FILE), "w") as f:
         f.write(f"{shards[0]} {shards[1]} {task_index}\n")
     return channels, mode, shards
 
@@ -89,11 +94,16 @@ def train_with_coordinator(hp, env, cluster):
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=embedding_partitioner(hp, len(cluster["ps"])))
+    problem = in_worker_replicas_problem(strategy.num_replicas_in_sync)
+    if problem:
+        log(f"error: {problem}")
+        raise SystemExit(1)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     report_closure_errors_once()
     trainer = build_trainer(hp, strategy=strategy)
     shards = flat_variables([trainer.model.embeddings])
-    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps; embeddings in {len(shards)} shard(s) "
+    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps, "
+        f"replicas_in_sync={strategy.num_replicas_in_sync} per worker task; embeddings in {len(shards)} shard(s) "
         f"on {' '.join(shard.device for shard in shards)}")
     keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps,
                               io_device="/job:chief/replica:0/task:0/device:CPU:0")

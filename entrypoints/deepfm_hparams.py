@@ -45,6 +45,8 @@ DEFAULTS = {
     "cache": False,
     "s3_shard": "auto",
     "features": "",  # JSON of the spec's `features:` section (raw features); empty = pre-indexed input
+    # share of the negatives the training data kept (dfm data prepare's balance); the export undoes it
+    "negative_rate": 1.0,
     # cluster (deepfm-ps)
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
@@ -55,6 +57,9 @@ DEFAULTS = {
     "omp_num_threads": 0,
     "kmp_settings": False,
     "mixed_precision": "auto",
+    # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
+    "sparse_allreduce": "auto",
+    "sync_check_steps": 16,  # steps between the host's reads of the in-step end-of-data check
     # outputs
     "model_dir": "",
     "checkpoint_dir": "",
@@ -67,10 +72,31 @@ CHOICES = {
     "s3_shard": ("auto", "true", "false"),
     "mixed_precision": ("auto", "true", "false"),
     "best_of": ("eval:auc", "eval:loss", "last"),
+    "sparse_allreduce": ("auto", "dense", "gather"),
 }
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
+
+
+def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size, replicas, optimizer="adagrad"):
+    """`sparse_allreduce` -> "dense" or "gather": how a synchronous run averages the embedding gradients.
+
+    dense: the table-sized gradient is all-reduced (a ring sends and receives about twice the table per
+    replica; NCCL does it on the GPU). gather: each replica's rows and ids are all-gathered (each replica
+    receives every replica's batch_size x field_size rows of both tables, with int64 ids). auto: the one
+    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept. Adam
+    keeps gather under auto: a dense gradient would turn its lazy update (moments of the batch's rows)
+    into a dense one (every row's moments decay each step); Adagrad, FTRL and SGD update zero rows not at
+    all, so for them both exchanges train the same."""
+    if value in ("dense", "gather"):
+        return value
+    if replicas <= 1 or optimizer == "adam":
+        return "gather"
+    row_bytes = (1 + embedding_size) * 4  # a row of both tables, float32
+    dense = 2 * rows * row_bytes
+    gather = replicas * batch_size * field_size * (row_bytes + 2 * 8)
+    return "dense" if dense <= gather else "gather"
 
 
 def parse_bool(text):
@@ -177,7 +203,7 @@ BOUNDS = {
     "l2_dense": (0.0, None),
     "learning_rate": (0.0, None),
     "batch_size": (1, None),
-    "epochs": (1, None),
+    "epochs": (0, None),  # 0: repeat the data until max_steps (value_problems refuses 0 without max_steps)
     "max_steps": (0, None),
     "log_steps": (1, None),
     "checkpoint_steps": (1, None),
@@ -186,11 +212,13 @@ BOUNDS = {
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
+    "sync_check_steps": (1, None),
+    "negative_rate": (0.0, 1.0),  # the share of negatives dfm data prepare kept; 1: none dropped
     "intra_op_threads": (0, None),
     "inter_op_threads": (0, None),
     "omp_num_threads": (0, None),
 }
-OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high")}
+OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high"), ("negative_rate", "low")}
 
 
 def bound_problem(name, value):
@@ -217,6 +245,12 @@ def value_problems(args):
     if args.early_stopping_patience and args.best_of == "last":
         problems.append(("early_stopping_patience", "follows the best_of metric: set best_of to eval:auc or "
                                                     "eval:loss, or the patience to 0"))
+    if args.sparse_allreduce == "dense" and args.optimizer == "adam":
+        problems.append(("sparse_allreduce", "dense would make the lazy Adam dense (every row's moments decaying each "
+                                             "step): use gather or auto with adam, or another optimizer"))
+    if args.epochs == 0 and args.max_steps == 0:
+        problems.append(("epochs", "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
+                                   "never end; give epochs >= 1 or max_steps > 0"))
     return problems
 
 

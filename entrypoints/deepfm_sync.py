@@ -5,8 +5,9 @@ Every worker holds a whole model; each step the gradients are averaged across wo
 apply the same update and stay identical. How workers talk is a collectives object
 (deepfm_collectives: one process alone, Horovod, MultiWorkerMirroredStrategy).
 
-Uneven shards never deadlock: before each step every worker says whether it still has a batch, and
-all stop at the first step where any worker has none, so every worker runs the same number of steps.
+Uneven shards never deadlock: in each step every worker says whether it still has a batch, and all
+stop at the first step where any worker has none, so every worker runs the same number of steps (the
+check runs inside the traced step; the host reads it once per window: deepfm_sync_steps).
 Only rank 0 saves checkpoints, logs metric lines and exports; evaluation is sharded across workers and
 their metric histograms summed, so no worker waits long on another.
 """
@@ -17,22 +18,37 @@ import time
 import numpy as np
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
-from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import log
+from deepfm_sync_steps import window_runner
+from deepfm_sync_steps import window as steps_window
 from deepfm_worker_input import eval_dataset, train_dataset
 
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
 
 
+def sparse_allreduce(hp, collectives):
+    """dense | gather: how this run averages the embedding gradients (deepfm_hparams.resolve_sparse_allreduce)."""
+    from deepfm_hparams import resolve_sparse_allreduce
+
+    return resolve_sparse_allreduce(hp.sparse_allreduce, hp.feature_size, hp.embedding_size, hp.batch_size,
+                                    hp.field_size, collectives.replicas, hp.optimizer)
+
+
 def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
-    """The trainer of a synchronous run: gradients averaged over the workers every step, the learning
-    rate scaled by the replicas in sync when scale_lr. Under a (mirrored) strategy the metrics are the
-    process's own, which every local replica adds into. -> (trainer, learning rate)."""
+    """The trainer of a synchronous run: gradients averaged over the workers every step (embedding
+    gradients densified first when sparse_allreduce resolves to dense), the learning rate scaled by the
+    replicas in sync when scale_lr. Under a (mirrored) strategy the metrics are the process's own, which
+    every local replica adds into. -> (trainer, learning rate)."""
+    from deepfm_collectives import sparse_as_dense
     from deepfm_training import build_trainer
 
     learning_rate = hp.learning_rate * (collectives.replicas if hp.scale_lr else 1)
+    average = collectives.average_gradients
+    if sparse_allreduce(hp, collectives) == "dense":
+        def average(grads):
+            return collectives.average_gradients(sparse_as_dense(grads))
     trainer = build_trainer(hp, strategy, compute_dtype=compute_dtype, learning_rate=learning_rate,
-                            grad_transform=collectives.average_gradients, process_metrics=strategy is not None)
+                            grad_transform=average, process_metrics=strategy is not None)
     return trainer, learning_rate
 
 
@@ -64,29 +80,28 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
         # resume: skip the batches this epoch already trained on
         iterator = iter(train_dataset(hp, env, where, skip_batches=step - epoch_start, batch_size=batch_size,
                                       whole_batches=whole_batches, epoch=epoch))
+        # a runner per epoch: it carries its look-ahead batch from one window to the next of one iterator
+        run_window = window_runner(step_fn, collectives)  # the end-of-data check, in the steps where possible
+        exhausted = False
         while not hp.max_steps or step < hp.max_steps:
+            todo = steps_window(step, hp)
             try:
-                batch = iterator.get_next_as_optional()
-                has_value = bool(batch.has_value())
+                trained, bad = run_window(iterator, todo)
             except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
                 log(f"error: {err.message.strip().splitlines()[0]}")
                 raise SystemExit(1) from None
-            if not collectives.all_have(has_value):
-                epoch, epoch_start = epoch + 1, step
-                trainer.progress.assign([epoch, epoch_start])
-                break
-            value = batch.get_value()
-            count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
-            if hasattr(count, "numpy"):  # a plain tensor (one replica); per-replica values are not counted
-                bad_rows += int(count)
-            step_fn(value)
-            step += 1
-            if step % hp.log_steps == 0:
+            step, bad_rows = step + trained, bad_rows + bad
+            if step % hp.log_steps == 0 and trained:
                 window.report(step)
             if keeper is not None:
                 keeper.maybe_save(step)
-        else:
+            if trained < todo:
+                exhausted = True
+                break
+        if not exhausted:
             break  # max_steps: the epoch stays unfinished
+        epoch, epoch_start = epoch + 1, step
+        trainer.progress.assign([epoch, epoch_start])
         if where.rank == 0:
             log(f"epoch {epoch}/{hp.epochs} done at step {step}")
         evaluating = time.monotonic()

@@ -217,6 +217,8 @@ class Trainer:
             grads, finite = self.loss_scale.unscale(grads)
             if finite:
                 self.optimizer.apply(grads)
+            else:  # skipped, but its batch is used up: iterations counts batches (resume, checkpoint names)
+                assign_add(self.optimizer.iterations, 1)
             self.loss_scale.update(finite)
         else:
             self.optimizer.apply(grads)

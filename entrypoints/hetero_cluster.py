@@ -8,7 +8,9 @@ TF_CONFIG, and the script reads `resourceconfig.json` (`current_host`, `current_
 
 - chief: the first host of the worker group, at CHIEF_PORT. It coordinates, checkpoints and exports.
 - worker: every host of the worker group at WORKER_PORT, the chief's host included (its own worker
-  trains on that host's data, as in the homogeneous layout where the master starts a worker child).
+  trains on that host's data, as in the homogeneous layout where the master starts a worker child);
+  `workers_per_host` tasks per host on multi-GPU hosts (one per GPU, ps_gpu_workers), task k at
+  WORKER_PORT + ps_gpu_workers.PORT_STRIDE x k.
 - ps: `ps_per_host` tasks on every host of the ps group, at PS_PORT, PS_PORT + 1, ...
 
 Every host computes the same cluster from the same file, so no host waits for another to tell it.
@@ -31,6 +33,7 @@ CHIEF_PORT, WORKER_PORT, PS_PORT = 2222, 2223, 2224
 # {"algo-1:2222": "127.0.0.1:41001", ...}: where each container address really listens. The local
 # emulation runs every host on loopback, so each (host, port) gets its own port there; SageMaker needs none.
 ADDRESSES_ENV = "DFM_CLUSTER_ADDRESSES"
+PORT_STRIDE = 100  # ps_gpu_workers.PORT_STRIDE (not imported: this module stands alone)
 JOB_NAMES = {"chief": "chief", "worker": "worker", "ps": "parameter server"}
 
 
@@ -118,10 +121,6 @@ def read_resource_config(path=None, environ=None):
         raise ClusterError(f"cannot read {path}: {err}") from err
 
 
-def is_heterogeneous(resource_config):
-    return len(resource_config.get("instance_groups") or []) > 1
-
-
 def addresses_from_env(environ=None):
     env = os.environ if environ is None else environ
     raw = env.get(ADDRESSES_ENV, "")
@@ -144,7 +143,7 @@ def _groups(resource_config):
 
 
 def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, addresses=None,
-                  ports=(CHIEF_PORT, WORKER_PORT, PS_PORT)):
+                  ports=(CHIEF_PORT, WORKER_PORT, PS_PORT), workers_per_host=1):
     """resourceconfig.json (as a dict) + the ps group's name -> HeteroCluster.
 
     worker_group: the group that trains; may be omitted when the job has exactly two groups.
@@ -183,7 +182,9 @@ def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, a
         return Task(job, index, host, addresses.get(container, container))
 
     tasks = [task("chief", 0, worker_hosts[0], chief_port)]
-    tasks += [task("worker", i, host, worker_port) for i, host in enumerate(worker_hosts)]
+    per_host = int(workers_per_host)
+    tasks += [task("worker", i * per_host + k, host, worker_port + PORT_STRIDE * k)
+              for i, host in enumerate(worker_hosts) for k in range(per_host)]
     tasks += [task("ps", i * ps_per_host + k, host, ps_port + k)
               for i, host in enumerate(ps_hosts) for k in range(int(ps_per_host))]
     return HeteroCluster(tuple(tasks), current, worker_group, ps_group, tuple(worker_hosts), tuple(ps_hosts))

@@ -57,6 +57,7 @@ def main(argv):
     if where.rank == 0:
         log(f"horovod size={hvd.size()} hosts={env.num_hosts} local_size={hvd.local_size()} "
             f"learning_rate={learning_rate:g} (scale_lr={hp.scale_lr}) "
+            f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
             f"hyperparameters={json.dumps(vars(hp), sort_keys=True, default=str)}")
     deepfm_sync.run(hp, env, trainer, collectives, where)  # 5 (broadcast) and 6 (rank 0 saves) inside
     return 0

@@ -56,10 +56,12 @@ def main(argv):
     set_thread_environment(hp, env)
 
     import tensorflow as tf
-    from deepfm_collectives import MirroredCollectives
+    from deepfm_collectives import MirroredCollectives, communication_implementation, communication_options
 
     compute_dtype = configure_tensorflow(hp, env)  # thread pools, GPU memory growth: before the strategy
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # before any other TensorFlow op
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(  # before any other TensorFlow op
+        communication_options=communication_options(tf, num_gpus))
     resolver = strategy.cluster_resolver
     rank = resolver.task_id if resolver is not None and resolver.task_type else 0
     collectives = MirroredCollectives(strategy, rank)
@@ -71,6 +73,8 @@ def main(argv):
             f"replicas={collectives.replicas} per_replica_batch={hp.batch_size} "
             f"global_batch={hp.batch_size * collectives.replicas} learning_rate={learning_rate:g} "
             f"(scale_lr={hp.scale_lr}) devices={','.join(strategy.extended.worker_devices)} "
+            f"communication={communication_implementation(num_gpus)} "
+            f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
             f"TF_CONFIG={os.environ.get('TF_CONFIG', '')}")
     deepfm_sync.run(hp, env, trainer, collectives, where,
                     train_step_fn=replica_train_step(trainer, collectives, hp.batch_size),

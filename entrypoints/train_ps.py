@@ -6,6 +6,9 @@ every host at 2223 started by the toolkit itself, `worker` = the other hosts at 
   (a child process at a free port, appended to the cluster) so that the master host's share of the
   data is trained on too; DFM_PS_CHIEF_WORKER=0 turns that off.
 - worker: serves a tf.distribute.Server and exits once the chief's port has gone away.
+On a host with G > 1 GPUs (SM_NUM_GPUS) every worker host, the master's included, runs G worker tasks,
+each pinned to its GPU and reading its own shard (ps_gpu_workers): ParameterServerStrategy must never see
+more than one GPU per worker task.
 - ps (only when a launcher other than the toolkit starts it through this script): same, as a ps.
 Without TF_CONFIG it runs deepfm_sync's loop as a single process (one host), unless the `ps_group`
 hyperparameter names the parameter servers' instance group of a heterogeneous job: then every host
@@ -21,6 +24,7 @@ import time
 import traceback
 
 import hetero_cluster
+import ps_gpu_workers as gpu_workers
 from deepfm_container import start_or_exit
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow, set_thread_environment
@@ -41,9 +45,12 @@ def main(argv):
     if not cluster or sum(len(v) for v in cluster.values()) <= 1:
         return train_single_host(hp, env)
     cluster, task_type, task_index = rename_master(cluster, tf_config["task"])
-    if task_type in ("worker", "ps"):
+    per_host = gpu_workers.workers_per_host(env.num_gpus)
+    if task_type == "ps":
         return serve_until_chief_done(hp, env, cluster, task_type, task_index)
-    return train_chief(hp, env, cluster, argv)
+    if task_type == "worker":
+        return serve_worker_tasks(hp, env, cluster, task_index, argv, per_host)
+    return train_chief(hp, env, cluster, argv, per_host)
 
 
 def rename_master(cluster, task):
@@ -77,21 +84,41 @@ def training_hosts(env):
     return list(env.hosts) if chief_runs_worker() else list(env.hosts[1:])
 
 
-def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=None):
-    """data_hosts: the hosts whose workers share the training data, in shard order (default: training_hosts)."""
-    configure_tensorflow(hp, env)
+def serve_worker_tasks(hp, env, cluster, task_index, argv, per_host):
+    """A worker host of the toolkit's layout: its first task (this process, GPU 0) and, on a host with
+    per_host GPUs, per_host - 1 more as child processes, each on its own GPU, port and shard. A process
+    started as one of those (or as one of the chief's worker tasks) gets the cluster already expanded."""
+    if gpu_workers.is_extra_task():
+        rank = gpu_workers.local_rank()
+    else:
+        rank, task_index = 0, task_index * per_host
+        cluster = dict(cluster, worker=gpu_workers.expand_workers(cluster.get("worker", []), per_host))
+        os.environ.update(gpu_workers.gpu_environment(0, per_host))  # before TensorFlow starts
+        for k in range(1, per_host):
+            tf_config = {"cluster": cluster, "task": {"type": "worker", "index": task_index + k}}
+            start_child(argv, {"TF_CONFIG": json.dumps(tf_config), **gpu_workers.gpu_environment(k, per_host)})
+    return serve_until_chief_done(hp, env, cluster, "worker", task_index, local_rank=rank, per_host=per_host)
+
+
+def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=None, local_rank=0, per_host=1):
+    """data_hosts: the hosts whose workers share the training data, in shard order (default: training_hosts);
+    this task is worker `local_rank` of the `per_host` on its host."""
+    configure_tensorflow(hp, env, float16_supported=False)  # the chief's traced steps compute in float32
     import tensorflow as tf
 
     if task_type == "worker":
         from deepfm_coordinator import write_worker_shard
 
         hosts = list(data_hosts) if data_hosts is not None else training_hosts(env)
-        channels, mode, (num_shards, index) = write_worker_shard(hp, env, hosts, task_index)
+        workdir = gpu_workers.task_workdir(env.base_dir, local_rank, per_host)
+        channels, mode, (num_shards, index) = write_worker_shard(hp, env, hosts, task_index, local_rank, per_host,
+                                                                 workdir)
         if mode.lower() == "pipe":
             import sagemaker_tensorflow  # noqa: F401  registers the PipeModeDataset op in this server
-        os.chdir(env.base_dir)  # the chief's dataset function uses paths relative to this
+        os.chdir(workdir)  # the chief's dataset function uses paths relative to this
         log(f"worker {task_index} on {env.current_host}: channels={channels} mode={mode} "
-            f"shard={index}/{num_shards}")
+            f"shard={index}/{num_shards} task={local_rank}/{per_host} "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(all)')}")
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=task_index,
                                   protocol="grpc", start=True)
     chief_host, chief_port = cluster["chief"][0].rsplit(":", 1)
@@ -101,19 +128,23 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
     exit_now(0 if seen else 1)
 
 
-def train_chief(hp, env, cluster, argv):
+def train_chief(hp, env, cluster, argv, per_host=1):
     from deepfm_coordinator import train_with_coordinator
 
-    child = None
+    children = []
+    cluster = dict(cluster, worker=gpu_workers.expand_workers(cluster.get("worker", []), per_host))
     try:
         if chief_runs_worker():
-            cluster, child = start_chief_worker(cluster, argv)
+            cluster, children = start_chief_workers(cluster, argv, per_host)
         if not cluster.get("worker"):
             raise RuntimeError("no worker task: with DFM_PS_CHIEF_WORKER=0 a single host cannot train")
+        if per_host > 1:  # the GPUs are the worker tasks'; the chief traces and evaluates on the CPU
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         wait_for_tasks(cluster)
         return train_with_coordinator(hp, env, cluster)
     finally:
-        stop_child(child)
+        for child in children:
+            stop_child(child)
 
 
 # ---- a heterogeneous job: ps and workers in their own instance groups ----
@@ -122,9 +153,10 @@ def run_heterogeneous(hp, env, argv):
     """This host's tasks of the cluster in resourceconfig.json: a ps host serves its ps tasks; the
     first worker host runs the chief and (as a child process) worker 0; every other worker host serves
     its worker. A worker's data shard is its host's position in the worker group."""
-    try:
+    per_host = gpu_workers.workers_per_host(env.num_gpus)  # a ps host's own count: its view of the workers
+    try:                                                    # is unused (the chief's cluster reaches every task)
         cluster = hetero_cluster.build_cluster(hetero_cluster.read_resource_config(), hp.ps_group,
-                                               ps_per_host=hp.ps_per_host,
+                                               ps_per_host=hp.ps_per_host, workers_per_host=per_host,
                                                addresses=hetero_cluster.addresses_from_env())
     except hetero_cluster.ClusterError as err:
         return fail(err)
@@ -136,7 +168,14 @@ def run_heterogeneous(hp, env, argv):
     if task.job == "ps":
         return serve_ps_tasks(hp, env, cluster)
     if task.job == "worker":
-        return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts)
+        rank = task.index % per_host
+        if not chosen:  # this host's other worker tasks, one per GPU
+            os.environ.update(gpu_workers.gpu_environment(rank, per_host))
+            for other in [t for t in mine.values() if t.job == "worker" and t is not task]:
+                start_child(argv, {HETERO_TASK_ENV: other.name,
+                                   **gpu_workers.gpu_environment(other.index % per_host, per_host)})
+        return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts,
+                                      local_rank=rank, per_host=per_host)
     return train_heterogeneous_chief(hp, env, cluster, argv)
 
 
@@ -154,8 +193,12 @@ def serve_ps_tasks(hp, env, cluster):
 def train_heterogeneous_chief(hp, env, cluster, argv):
     from deepfm_coordinator import train_with_coordinator
 
-    worker = next(t for t in cluster.local_tasks() if t.job == "worker")
-    child = start_child(argv, {HETERO_TASK_ENV: worker.name})
+    per_host = gpu_workers.workers_per_host(env.num_gpus)
+    workers = [t for t in cluster.local_tasks() if t.job == "worker"]
+    children = [start_child(argv, {HETERO_TASK_ENV: w.name, **gpu_workers.gpu_environment(rank, per_host)})
+                for rank, w in enumerate(workers)]
+    if per_host > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
         hetero_cluster.wait_for_tasks([t for t in cluster.tasks if t.job != "chief"])
         return train_with_coordinator(hp, env, cluster.cluster_spec())
@@ -164,11 +207,13 @@ def train_heterogeneous_chief(hp, env, cluster, argv):
         message = str(err) if missing else hetero_cluster.ps_failure_message(err, cluster)
         if message is None:
             raise
-        stop_child(child)
+        for child in children:
+            stop_child(child)
         # Exit before the failed run is torn down: its remote functions' cleanup would log more errors.
         fail(message, exit_at_once=True)
     finally:
-        stop_child(child)
+        for child in children:
+            stop_child(child)
 
 
 def fail(message, exit_at_once=False):
@@ -186,12 +231,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_chief_worker(cluster, argv):
-    """The master host's own worker task: a child process at a free port, appended to `worker`."""
+def start_chief_workers(cluster, argv, per_host=1):
+    """The master host's own worker tasks (one per GPU, one on a CPU host): child processes at free
+    ports, appended to `worker`. -> (the cluster with them, the children)."""
     chief_host = cluster["chief"][0].rsplit(":", 1)[0]
-    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{free_port()}"])
-    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": len(cluster["worker"]) - 1}}
-    return cluster, start_child(argv, {"TF_CONFIG": json.dumps(tf_config)})
+    first = len(cluster.get("worker", []))
+    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{free_port()}" for _ in range(per_host)])
+    children = []
+    for rank in range(per_host):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": first + rank}}
+        children.append(start_child(argv, {"TF_CONFIG": json.dumps(tf_config), gpu_workers.LOCAL_WORKER_ENV: str(rank),
+                                           **gpu_workers.gpu_environment(rank, per_host)}))
+    return cluster, children
 
 
 def start_child(argv, extra_env):

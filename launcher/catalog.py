@@ -21,6 +21,16 @@ class InstanceType:
     usd_per_hour: float | None = None
     accelerators: str = ""  # other accelerators, which the TensorFlow images do not use
 
+    @property
+    def gpu_memory_gib(self) -> int | None:
+        """Memory of one GPU (each Horovod rank or MWMS replica holds a whole copy of the model there)."""
+        return GPU_MEMORY_GIB.get(self.gpu)
+
+
+# Memory per GPU (GiB, as NVIDIA states it) of the GPUs below; the p3's V100 is the 16 GB part.
+GPU_MEMORY_GIB = {"T4": 16, "A10G": 24, "L4": 24, "L40S": 48, "V100": 16, "A100 40GB": 40, "A100 80GB": 80,
+                  "H100": 80, "H200": 141}
+
 
 def _sizes(family: str, rows: list[tuple]) -> dict[str, InstanceType]:
     """`(size, vcpus, memory_gib, gpus, gpu, usd)` rows of one family -> `ml.<family>.<size>` entries."""

@@ -1,7 +1,8 @@
-"""Commands about submitted jobs: status, logs, stop, list.
+"""Commands about submitted jobs of every kind (training, tuning, processing): status, logs, stop, list.
 
-The backend is imported inside each command: `dfm --help` stays free of boto3, and none of these
-commands needs the SageMaker SDK at all (plain boto3 clients).
+Each command dispatches on the job's kind (`sagemaker_backend.kinds`): given with --kind, or the kind SageMaker
+knows the name as. The backend is imported inside each command: `dfm --help` stays free of boto3, and none of
+these commands needs the SageMaker SDK at all (plain boto3 clients).
 """
 
 from __future__ import annotations
@@ -13,10 +14,15 @@ import click
 from launcher.cli_options import OUTPUT, REGION
 
 
-def _backend():
-    from launcher import sagemaker_backend
+KINDS = ("training", "tuning", "processing")
+KIND = click.option("--kind", type=click.Choice(KINDS), default=None,
+                    help="The job's kind (default: whichever kind SageMaker has a job of that name).")
 
-    return sagemaker_backend
+
+def _kinds():
+    from launcher.sagemaker_backend import kinds
+
+    return kinds
 
 
 def _echo_json(value) -> None:
@@ -31,7 +37,7 @@ def _instances_text(summary: dict) -> str:
     return text + (" (spot)" if summary.get("spot") else "")
 
 
-def _status_text(summary: dict) -> str:
+def _training_status_text(summary: dict) -> str:
     status = summary["status"]
     if summary.get("secondary_status") and summary["secondary_status"] != status:
         status += f" ({summary['secondary_status']})"
@@ -51,19 +57,46 @@ def _status_text(summary: dict) -> str:
     return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
 
 
+def _tuning_status_text(summary: dict) -> str:
+    trials, objective = summary["trials"], summary["objective"]
+    lines = [f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
+             f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
+             f"{trials['failed']} failed (of {summary['max_jobs']})"]
+    if summary.get("best"):
+        best = summary["best"]
+        lines.append(f"best: {best['job_name']} {objective['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}")
+    for trial in summary.get("trial_list", []):
+        lines.append(f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}")
+    if summary.get("failure_reason"):
+        lines.append(f"failure: {summary['failure_reason']}")
+    lines.append(summary["console_url"])
+    return "\n".join(lines)
+
+
+def _processing_status_text(summary: dict) -> str:
+    rows = [("job", summary["job_name"]), ("status", summary["status"]), ("failure", summary.get("failure_reason")),
+            ("instances", f"{summary['instance_count']} x {summary['instance_type']}"), ("image", summary.get("image")),
+            ("created", summary.get("created")), ("ended", summary.get("ended")),
+            *((f"output {name}", uri) for name, uri in summary.get("outputs", {}).items()),
+            ("console", summary.get("console_url"))]
+    return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
+
+
+STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text, "processing": _processing_status_text}
+
+
 @click.command()
 @click.argument("job_name", metavar="JOB")
+@KIND
 @REGION
 @OUTPUT
-def status(job_name: str, region: str | None, output: str) -> None:
-    """Show a training job's state. Exits 1 when it failed or was stopped."""
-    backend = _backend()
-    summary = backend.describe(job_name, region)
-    if output == "json":
-        _echo_json(summary)
-    else:
-        click.echo(_status_text(summary))
-    backend.raise_for_outcome(summary)
+def status(job_name: str, kind: str | None, region: str | None, output: str) -> None:
+    """Show a job's state (a tuning job's: trials and the best). Exits 1 when it failed or was stopped."""
+    from launcher.sagemaker_backend.jobs import raise_for_outcome
+
+    found, summary = _kinds().find(job_name, region, kind)
+    click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else STATUS_TEXT[found.name](summary))
+    raise_for_outcome(summary)
 
 
 @click.command()
@@ -71,52 +104,61 @@ def status(job_name: str, region: str | None, output: str) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends (exit 1 if it fails).")
 @click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
               help="Seconds between polls with --follow.")
+@KIND
 @REGION
 @OUTPUT
-def logs(job_name: str, follow: bool, poll_seconds: float, region: str | None, output: str) -> None:
-    """Print a training job's CloudWatch log lines, from every instance, in time order.
+def logs(job_name: str, follow: bool, poll_seconds: float, kind: str | None, region: str | None, output: str) -> None:
+    """Print a job's CloudWatch log lines, from every instance, in time order (a tuning job: its best trial's).
 
     With --output json: one JSON object per line (timestamp in ms, host, message).
     """
-    backend = _backend()
-    final = backend.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
-                                as_json=output == "json")
-    if follow:
-        backend.raise_for_final_status(job_name, region, final)
+    from launcher.sagemaker_backend.jobs import raise_for_outcome
+
+    found = _kinds().kind_of(job_name, region, kind)
+    final = found.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
+                              as_json=output == "json")
+    if follow and final in ("Failed", "Stopped"):
+        raise_for_outcome(found.describe(job_name, region))
 
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
+@KIND
 @REGION
 @OUTPUT
-def stop(job_name: str, region: str | None, output: str) -> None:
-    """Ask SageMaker to stop a running training job."""
-    result = _backend().stop(job_name, region)
+def stop(job_name: str, kind: str | None, region: str | None, output: str) -> None:
+    """Ask SageMaker to stop a running job (a tuning job's running trials stop too)."""
+    found = _kinds().kind_of(job_name, region, kind)
+    result = found.stop(job_name, region)
     if output == "json":
         _echo_json(result)
     else:
-        click.echo(f"stopping {result['job_name']}\n{result['console_url']}")
+        click.echo(f"stopping {found.name} job {result['job_name']}\n{result['console_url']}")
 
 
 @click.command(name="list")
 @click.option("--name-contains", default=None, metavar="TEXT", help="Only jobs whose name contains TEXT.")
 @click.option("--max", "max_results", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="At most this many jobs, newest first.")
+@click.option("--kind", type=click.Choice(KINDS), multiple=True, help="Only jobs of this kind (repeatable; default: every kind).")
 @REGION
 @OUTPUT
-def list_(name_contains: str | None, max_results: int, region: str | None, output: str) -> None:
-    """List recent training jobs, newest first."""
-    jobs = _backend().list_jobs(region, name_contains=name_contains, max_results=max_results)
+def list_(name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str) -> None:
+    """List recent jobs of every kind, newest first."""
+    kinds = _kinds()
+    jobs = [job for name in (kind or KINDS)
+            for job in kinds.KINDS[name].list_jobs(region, name_contains=name_contains, max_results=max_results)]
+    jobs = sorted(jobs, key=lambda job: str(job.get("created") or ""), reverse=True)[:max_results]
     if output == "json":
         _echo_json(jobs)
         return
     if not jobs:
-        click.echo("no training jobs" + (f" whose name contains {name_contains!r}" if name_contains else ""))
+        click.echo("no jobs" + (f" whose name contains {name_contains!r}" if name_contains else ""))
         return
     width = max(len(job["job_name"]) for job in jobs)
-    click.echo(f"{'JOB':<{width}}  {'STATUS':<10}  {'CREATED':<25}  ENDED")
+    click.echo(f"{'JOB':<{width}}  {'KIND':<10}  {'STATUS':<10}  {'CREATED':<25}  ENDED")
     for job in jobs:
-        click.echo(f"{job['job_name']:<{width}}  {job['status']:<10}  {str(job['created'] or '-'):<25}  "
+        click.echo(f"{job['job_name']:<{width}}  {job['kind']:<10}  {job['status']:<10}  {str(job['created'] or '-'):<25}  "
                    f"{job['ended'] or '-'}")
 
 

@@ -8,7 +8,7 @@ the spec is known to be valid.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -132,56 +132,28 @@ def launch(
         _submit(plan, wait, output)
 
 
-def _masked(result: dict, show_secrets: bool) -> dict:
-    """The dry-run result with secret-looking environment values hidden (CI logs show dry runs)."""
-    from launcher.secrets import mask_environment
+def show_dry_run(document: dict, render: Callable[[dict], str], output: str, show_secrets: bool) -> None:
+    """Every dry run, of every job kind and backend: its document, secret-looking environment values masked
+    (CI logs keep dry runs), printed as JSON or as the backend's text rendering of that same document."""
+    from launcher.secrets import mask_document
 
-    kwargs = dict(result["estimator"]["kwargs"])
-    if "environment" in kwargs:
-        kwargs["environment"] = mask_environment(kwargs["environment"], show_secrets)
-    request = dict(result["request"])
-    if "Environment" in request:
-        request["Environment"] = mask_environment(request["Environment"], show_secrets)
-    return {**result, "estimator": {**result["estimator"], "kwargs": kwargs}, "request": request}
+    document = mask_document(document, show_secrets)
+    click.echo(json.dumps(document, indent=2, default=str) if output == "json" else render(document))
 
 
 def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
     from launcher import sagemaker_backend
+    from launcher.render import render_dry_run
 
-    result = _masked(sagemaker_backend.dry_run(plan), show_secrets)
-    document = {
-        "job_name": plan.job_name,
-        "estimator": result["estimator"],
-        "inputs": result["inputs"],
-        "argv": list(plan.argv),
-        "image_uri": result["image_uri"],
-        "request": result["request"],
-        "cost": dict(plan.cost or {}),
-        "warnings": list(plan.warnings),
-    }
-    if plan.source_files:  # shipped in the source dir beside the scripts
-        document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
-    if plan.heterogeneous:
-        from launcher.hetero import describe_groups
-
-        document["instance_groups"] = describe_groups(plan.instance_groups, plan.distribution.ps_per_host)
-    if output == "json":
-        click.echo(json.dumps(document, indent=2, default=str))
-    else:
-        from launcher.render import render_dry_run
-
-        render_dry_run(document, plan)
+    show_dry_run(sagemaker_backend.dry_run(plan), render_dry_run, output, show_secrets)
 
 
 def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
     from launcher.local.describe import render_request, request_document
     from launcher.local.request import build_request
 
-    request = build_request(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s)
-    if output == "json":
-        click.echo(json.dumps(request_document(request, show_secrets), indent=2))
-    else:
-        click.echo(render_request(request, show_secrets))
+    request = build_request(plan)
+    show_dry_run(request_document(request), render_request, output, show_secrets)
     if request.problems:  # the run would refuse to start: say so in the exit code too, as validate does
         raise SystemExit(2)
 
@@ -190,7 +162,7 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     from launcher.local import run_local
 
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, run_dir=plan.local.run_dir, timeout_s=plan.local.timeout_s, echo=echo,
+    code = run_local(plan, echo=echo,
                      verbose=verbose)
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
@@ -201,33 +173,9 @@ def _submit(plan: Any, wait: bool, output: str) -> None:
     from launcher import sagemaker_backend
 
     echo = click.echo if output == "text" else _echo_err
-    for line in _idle_hosts_on_s3(plan):
-        _echo_err(f"warning: {line}")
-    job_name = sagemaker_backend.submit(plan, wait=wait, echo=echo)
+    job_name = sagemaker_backend.submit(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":
         click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
-
-
-def _idle_hosts_on_s3(plan: Any) -> list[str]:
-    """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
-    from launcher import sagemaker_backend
-
-    if plan.instance_count < 2:
-        return []
-    found = []
-    s3 = sagemaker_backend.client("s3", plan.region)
-    for channel in plan.channels:
-        if channel.kind != "s3" or channel.distribution != "ShardedByS3Key":
-            continue
-        bucket, _, prefix = channel.uri[len("s3://") :].partition("/")
-        with sagemaker_backend.aws_errors(f"listing {channel.uri}", region=plan.region):
-            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=plan.instance_count + 1)
-        count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
-        if count < plan.instance_count:
-            found.append(
-                f"channel {channel.name}: {channel.uri} holds {count} object(s) for {plan.instance_count} hosts; with ShardedByS3Key {plan.instance_count - count} host(s) get no data"
-            )
-    return found
 
 
 COMMANDS: list = [validate, schema, launch]

@@ -7,7 +7,7 @@ same errors, warnings and plan. Nothing heavy is imported here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from launcher import rules
 from launcher.plan import Plan, build_plan
@@ -26,14 +26,13 @@ class Compiled:
         return not self.errors
 
 
-def compile_spec(path: str, overrides: Iterable[str] = (), job_name: str | None = None, *,
+def compile_spec(source: str | Mapping[str, Any], overrides: Iterable[str] = (), job_name: str | None = None, *,
                  env: dict[str, str] | None = None) -> Compiled:
-    """Spec file + `--set` overrides + job name -> plan, or the errors that stop it, with the warnings.
-
-    `env` replaces os.environ for `${VAR}` substitution (tests).
+    """Spec file (or spec data) + `--set` overrides + job name -> plan, or the errors that stop it, with the
+    warnings. `env` replaces os.environ for `${VAR}` substitution (tests).
     """
     try:
-        spec = load_spec(path, overrides, env=env)
+        spec = load_spec(source, overrides, env=env)
     except SpecError as err:
         return Compiled(None, None, tuple(err.lines()), ())
     findings = rules.check(spec, job_name)

@@ -2,7 +2,7 @@
 
 The other side of this contract is `entrypoints/`: hyperparameters are read from its `deepfm_hparams`.
 What SageMaker does to every job (channels, container paths, metric regexes, argv) is in
-`launcher.conventions`; the names below are re-exported from there for the modules that read them here.
+`launcher.conventions`.
 Nothing heavy is imported here.
 """
 
@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from launcher.conventions import CONTAINER_BASE_DIR, METRIC_DEFINITIONS, render_argv
-
-__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_features", "bundled_hparams", "bundled_source_dir",
-           "features_delivery", "features_hyperparameter", "FEATURES_FILE",
-           "CONTAINER_BASE_DIR", "METRIC_DEFINITIONS", "render_argv"]
+__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_cluster", "bundled_features", "bundled_hparams", "bundled_source_dir",
+           "features_delivery", "features_hyperparameter", "FEATURES_FILE"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +75,13 @@ def features_delivery(features: dict, max_value: int) -> tuple[str, dict[str, st
     if len(json.dumps(text)) <= max_value:
         return text, {}
     return f"{bundled_hparams().FEATURES_FILE_PREFIX}{FEATURES_FILE}", {FEATURES_FILE: text}
+
+
+@functools.cache
+def bundled_cluster() -> ModuleType:
+    """The bundled scripts' `hetero_cluster` (build_cluster, ADDRESSES_ENV): the layout of a ps-group job as
+    the script builds it. Standard library only."""
+    return _load_bundled("hetero_cluster.py", "dfm_bundled_cluster")
 
 
 @functools.cache

@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from launcher import catalog, contract, conventions, hetero, images, service_model
+from launcher import catalog, contract, conventions, hosts, images, service_model
 
 
 @dataclass(frozen=True)
 class Channel:
     name: str  # SageMaker channel name: "train", "train-1", "eval", or the spec's name for EFS/FSx
     uri: str  # s3://... ; file://... or a local path; for EFS/FSx the directory path on the file system
-    kind: str = "s3"  # "s3" | "file" | "efs" | "fsx"
+    kind: str = "s3"  # "s3" | "efs" | "fsx"
     input_mode: str = "File"  # File | Pipe | FastFile
     distribution: str = "FullyReplicated"  # or "ShardedByS3Key" (S3 only)
     file_system_id: str | None = None  # EFS/FSx
@@ -32,14 +32,17 @@ class Distribution:
     kind: str = "none"  # "none" | "parameter_server" | "horovod" | "multi_worker_mirrored"
     processes_per_host: int = 1
     mpi_options: str = ""
-    ps_per_host: int = 1  # parameter servers per host of the ps group (heterogeneous clusters)
+    ps_per_host: int = 1  # parameter servers per host of the ps group
+    # True: SageMaker's TensorFlow toolkit sets the cluster up (TF_CONFIG and a ps per host, or mpirun), told by
+    # the sagemaker_*_enabled hyperparameters. False: parameter servers on their own group, where the script
+    # builds the cluster itself from resourceconfig.json and the toolkit is told no distribution.
+    toolkit: bool = True
 
 
 @dataclass(frozen=True)
 class LocalOptions:
     """The spec's `local:` section, for `dfm launch --local` only."""
 
-    channels: Mapping[str, str] = field(default_factory=dict)  # channel -> local folder (absolute)
     run_dir: str = "runs"
     timeout_s: int | None = None
     master_grace_s: float = 60.0
@@ -59,15 +62,14 @@ class Plan:
     entry_point: str  # script file name, relative to source_dir
     source_dir: str  # absolute local folder (or an s3:// tarball) shipped as the source dir
     bundled: bool  # entry_point is one of dfm's bundled scripts
-    instance_type: str
-    instance_count: int
+    # The hosts: one group of identical hosts, or workers then parameter servers (hosts.layout).
+    instance_groups: tuple[hosts.InstanceGroup, ...]
     volume_gb: int
     max_run: int  # seconds
     distribution: Distribution
     input_mode: str  # the job's input mode: File | Pipe | FastFile
     channels: tuple[Channel, ...]
     hyperparameters: Mapping[str, Any]  # what the container sees: the spec's (plus derived ones) and model_dir
-    argv: tuple[str, ...]  # the script's argv exactly as the container renders it
     environment: Mapping[str, str]
     output_path: str  # s3:// prefix; the job writes under <output_path>/<job_name>/, the source dir goes there too
     framework_version: str | None = None
@@ -85,19 +87,26 @@ class Plan:
     # Files added to the source dir's root as it is shipped (name -> text): a `features:` section too long
     # for a hyperparameter value. Both backends add them; the dry run lists them.
     source_files: Mapping[str, str] = field(default_factory=dict)
-    # A heterogeneous cluster (parameter servers on their own instances): the groups, workers first.
-    # Then instance_type/instance_count are the worker group's, and no toolkit distribution is sent.
-    instance_groups: tuple[hetero.InstanceGroup, ...] = ()
 
     @property
-    def heterogeneous(self) -> bool:
-        return bool(self.instance_groups)
+    def instance_type(self) -> str:
+        """The training (first) group's instance type."""
+        return self.instance_groups[0].instance_type
+
+    @property
+    def instance_count(self) -> int:
+        """The training (first) group's host count."""
+        return self.instance_groups[0].count
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The script's argv exactly as the container renders it from the hyperparameters."""
+        return tuple(conventions.render_argv(self.hyperparameters))
 
     @property
     def toolkit_distribution(self) -> str:
-        """The distribution SageMaker's TensorFlow toolkit is told about: none on a heterogeneous cluster,
-        whose script builds the cluster itself from resourceconfig.json."""
-        return "none" if self.heterogeneous else self.distribution.kind
+        """The distribution SageMaker's TensorFlow toolkit is told about."""
+        return self.distribution.kind if self.distribution.toolkit else "none"
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -113,7 +122,7 @@ def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
     local_path = os.path.abspath(os.path.expanduser(local)) if local else None
     if isinstance(source, str):
         sharded = training and spec.data.s3_shard
-        groups = hetero.channel_instance_groups("s3") if spec.ps_group is not None else None
+        groups = hosts.channel_instance_groups("s3") if spec.ps_group is not None else None
         return Channel(
             name=name,
             uri=source,
@@ -157,41 +166,12 @@ def _max_hyperparameter_value() -> int:
         return 2500  # botocore 1.44's value
 
 
-def instance_groups(spec: Any) -> tuple[hetero.InstanceGroup, ...]:
-    """The groups of a heterogeneous cluster (workers first), or () for one group of identical hosts."""
+def instance_groups(spec: Any) -> tuple[hosts.InstanceGroup, ...]:
+    """The job's hosts: workers then the parameter servers' own group, or one group of identical hosts."""
     ps = spec.ps_group
     if ps is None:
-        return ()
-    return hetero.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
-
-
-def _cost(spec: Any) -> dict[str, Any]:
-    groups = instance_groups(spec)
-    if groups:
-        cost = {**hetero.group_costs(groups, spec.max_run, spec.warm_pool_seconds), "spot": spec.spot is not None}
-        cost["warm_pool_hours"] = round(spec.warm_pool_seconds / 3600, 3)
-        cost["note"] = "ceiling per group: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
-        return cost
-    info = catalog.instance(spec.instance.type)
-    info = info if info is not None and info.usd_per_hour is not None else None  # no price, no estimate
-    run_hours = spec.max_run / 3600
-    warm_hours = spec.warm_pool_seconds / 3600
-    cost: dict[str, Any] = {
-        "instance_type": spec.instance.type,
-        "instance_count": spec.instance.count,
-        "instance_hourly_usd": info.usd_per_hour if info else None,
-        "max_hours": round(run_hours, 3),
-        "warm_pool_hours": round(warm_hours, 3),
-        "max_usd": round(info.usd_per_hour * spec.instance.count * (run_hours + warm_hours), 2) if info else None,
-        "spot": spec.spot is not None,
-    }
-    if info is None:
-        cost["note"] = f"{spec.instance.type} is not in dfm's price table"
-    elif spec.spot is not None:
-        cost["note"] = "on-demand ceiling: spot bills the spot price (often 60-90% less) for the time actually trained"
-    else:
-        cost["note"] = "ceiling: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
-    return cost
+        return hosts.one_group(spec.instance.type, spec.instance.count)
+    return hosts.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
 
 
 def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str] = ()) -> Plan:
@@ -229,10 +209,13 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
 
     groups = instance_groups(spec)
     hyperparameters = dict(spec.hyperparameters)
-    if groups and bundled is not None:
-        hyperparameters.update(hetero.script_hyperparameters(spec.ps_group.per_host))
+    if spec.ps_group is not None and bundled is not None:
+        hyperparameters.update(hosts.script_hyperparameters(spec.ps_group.per_host))
     if bundled is not None and config is not None:  # where the script writes what SageMaker syncs or mounts
         hyperparameters["checkpoint_dir"] = checkpoint_dir or checkpoint_local_path
+    if bundled is not None and spec.prepare is not None and spec.prepare.balance is not None:
+        # The export undoes the negative downsampling dfm data prepare applied (calibrated probabilities).
+        hyperparameters["negative_rate"] = spec.prepare.balance.negative_rate
     source_files: dict[str, str] = {}
     if spec.features is not None:
         hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())
@@ -246,13 +229,12 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
     if image is not None:
         py_version = py_version or image.python
         if not image.sdk_v2:  # SDK v2 cannot resolve it: dfm writes the DLC URI; the version still informs the SDK
-            gpu = any(_has_gpu(t) for t in [spec.instance.type, *(g.instance_type for g in groups)])
+            gpu = any(_has_gpu(g.instance_type) for g in groups)
             image_uri = images.image_uri(image, spec.region, "gpu" if gpu else "cpu")
             framework_version = image.version
 
     mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
     local = LocalOptions(
-        channels={c.name: c.local_path for c in channels if c.local_path},
         run_dir=os.path.abspath(os.path.expanduser(spec.local.run_dir)),
         timeout_s=spec.local.timeout_s,
         master_grace_s=spec.local.master_grace_s,
@@ -264,16 +246,15 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         entry_point=entry_point,
         source_dir=source_dir,
         bundled=bundled is not None,
-        instance_type=spec.instance.type,
-        instance_count=spec.instance.count,
+        instance_groups=groups,
         volume_gb=spec.instance.volume_gb,
         max_run=spec.max_run,
         distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options,
-                                  ps_per_host=spec.ps_group.per_host if spec.ps_group is not None else 1),
+                                  ps_per_host=spec.ps_group.per_host if spec.ps_group is not None else 1,
+                                  toolkit=spec.ps_group is None),
         input_mode=job_input_mode,
         channels=tuple(channels),
         hyperparameters=hyperparameters,
-        argv=tuple(conventions.render_argv(hyperparameters)),
         environment=dict(spec.environment),
         output_path=output_path,
         framework_version=framework_version,
@@ -286,8 +267,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         warm_pool_seconds=spec.warm_pool_seconds or 0,
         tags=dict(spec.tags),
         warnings=tuple(warnings),
-        cost=_cost(spec),
+        cost=hosts.costs(groups, spec.max_run, spec.warm_pool_seconds, spot=spec.spot is not None),
         local=local,
-        instance_groups=groups,
         source_files=source_files,
     )

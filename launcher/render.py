@@ -1,9 +1,12 @@
-"""Readable text for `dfm launch --dry-run` (the JSON form is the same document, as it is)."""
+"""Readable text of the SageMaker dry runs (`dfm launch`, `dfm data prepare`), each from its document alone (the
+JSON form is that document as it is)."""
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import shutil
 from typing import Any
 
 from rich.console import Console
@@ -22,15 +25,14 @@ def _table(*headers: str, show_header: bool = True) -> Table:
     return table
 
 
-def _inputs_table(plan: Any) -> Table:
-    headers = ["channel", "source", "input mode", "distribution"] + (["groups"] if plan.heterogeneous else [])
-    table = _table(*headers, "--local reads")
-    for channel in plan.channels:
-        source = channel.uri if channel.kind == "s3" else f"{channel.kind}:{channel.file_system_id}:{channel.uri} ({channel.access_mode})"
-        mode = channel.input_mode if channel.kind == "s3" else f"{plan.input_mode} (job)"
-        distribution = channel.distribution if channel.kind == "s3" else "-"
-        groups = [", ".join(channel.instance_groups or ["all"])] if plan.heterogeneous else []
-        table.add_row(channel.name, source, mode, distribution, *groups, channel.local_path or "-")
+def _inputs_table(channels: list[dict[str, Any]], job_input_mode: str) -> Table:
+    table = _table("channel", "source", "input mode", "distribution", "groups", "--local reads")
+    for channel in channels:
+        s3 = channel["kind"] == "s3"
+        source = channel["uri"] if s3 else f"{channel['kind']}:{channel['file_system_id']}:{channel['uri']} ({channel['access_mode']})"
+        mode = channel["input_mode"] if s3 else f"{job_input_mode} (job)"
+        groups = ", ".join(channel["instance_groups"] or ["all"])
+        table.add_row(channel["name"], source, mode, channel["distribution"] if s3 else "-", groups, channel["local_path"] or "-")
     return table
 
 
@@ -52,7 +54,8 @@ def _kwargs_table(kwargs: dict[str, Any]) -> Table:
     for key in sorted(kwargs):
         if key not in ("hyperparameters", "metric_definitions"):
             table.add_row(key, _value(kwargs[key]))
-    table.add_row("hyperparameters", f"{len(kwargs.get('hyperparameters', {}))} (see the script's argv)")
+    if "hyperparameters" in kwargs:
+        table.add_row("hyperparameters", f"{len(kwargs['hyperparameters'])} (see the script's argv)")
     if "metric_definitions" in kwargs:
         names = ", ".join(m["Name"] for m in kwargs["metric_definitions"])
         table.add_row("metric_definitions", names)
@@ -62,28 +65,25 @@ def _kwargs_table(kwargs: dict[str, Any]) -> Table:
 def _cost_line(cost: dict[str, Any]) -> str:
     if cost.get("max_usd") is None:
         return cost.get("note", "no estimate")
-    hours = cost["max_hours"] + cost.get("warm_pool_hours", 0)
-    if "groups" in cost:
-        parts = " + ".join(f"${g['instance_hourly_usd']}/h x {g['instance_count']} ({g['group']})" for g in cost["groups"])
-        head = f"at most ${cost['max_usd']:,.2f} = ({parts}) x {hours:g} h"
-    else:
-        head = f"at most ${cost['max_usd']:,.2f} = ${cost['instance_hourly_usd']}/h x {cost['instance_count']} x {hours:g} h"
-    return f"{head}{' (spot)' if cost.get('spot') else ''}; {cost['note']}"
+    hours = cost["max_hours"] + cost["warm_pool_hours"]
+    parts = " + ".join(f"${g['instance_hourly_usd']}/h x {g['instance_count']} ({g['group']})" for g in cost["groups"])
+    head = f"at most ${cost['max_usd']:,.2f} = ({parts}) x {hours:g} h"
+    return f"{head}{' (spot)' if cost['spot'] else ''}; {cost['note']}"
 
 
-def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None = None) -> None:
-    console = console or Console(highlight=False, soft_wrap=True)
+def render_dry_run(document: dict[str, Any]) -> str:
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
     estimator = document["estimator"]
     console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
-    if "instance_groups" in document:
-        console.print("\n[bold]Instance groups[/bold] (hosts are numbered across groups in this order)")
-        console.print(_groups_table(document["instance_groups"], document["cost"]))
+    console.print("\n[bold]Hosts[/bold] (numbered across the instance groups in this order)")
+    console.print(_groups_table(document["instance_groups"], document["cost"]))
     console.print("\n[bold]Channels[/bold]")
-    console.print(_inputs_table(plan))
+    console.print(_inputs_table(document["channels"], estimator["kwargs"]["input_mode"]))
     console.print("\n[bold]Script argv[/bold]")
-    console.print(shlex.join(["python", plan.entry_point, *document["argv"]]), markup=False)
+    console.print(shlex.join(["python", document["entry_point"], *document["argv"]]), markup=False)
     for name, size in document.get("source_files", {}).items():
         console.print(f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
                       "for a hyperparameter value)")
@@ -91,3 +91,21 @@ def render_dry_run(document: dict[str, Any], plan: Any, console: Console | None 
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     console.print("\n[bold]CreateTrainingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
+    return out.getvalue().rstrip("\n")
+
+
+def render_processing_dry_run(document: dict[str, Any]) -> str:
+    """The text of `dfm data prepare --dry-run`, from its document alone."""
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
+    console.print(f"[bold]Dry run[/bold] {document['request']['ProcessingJobName']} (nothing was sent)")
+    console.print(f"[bold]Processor[/bold] {document['processor']['class']}")
+    console.print(_kwargs_table(document["processor"]["kwargs"]))
+    console.print("\n[bold]run()[/bold]")
+    console.print(_kwargs_table(document["run"]))
+    console.print("\n[bold]Uploaded at submit[/bold] (the dry run records them instead)")
+    for uri in document["uploads"]:
+        console.print(f"  {uri}", markup=False)
+    console.print("\n[bold]CreateProcessingJob request[/bold]")
+    console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
+    return out.getvalue().rstrip("\n")

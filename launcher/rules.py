@@ -16,8 +16,11 @@ from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
-from launcher.rules_hetero import check_ps_group
+from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
+from launcher.rules_tune import TUNE_RULES
+from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
+from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -102,9 +105,9 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
     if hosts == 1:
         problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
     info = catalog.instance(spec.instance.type)
-    if info is not None and info.gpus > 1:
+    if info is not None and info.gpus > 1 and spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
         problems.append(
-            warning("instance.type", f"the parameter server runs one worker per host, so {info.gpus - 1} of {info.gpus} GPUs idle: use Horovod for multi-GPU hosts")
+            warning("instance.type", f"SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle")
         )
     if hosts > 1 and spec.checkpoint_config is None:
         problems.append(error("checkpoints", "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)"))
@@ -129,7 +132,7 @@ def check_s3_shard(spec: Spec) -> list[Finding]:
         return []
     if not any(isinstance(s, str) for s in spec.train_sources):
         return [warning("data.s3_shard", "no S3 training channel to shard: it has no effect on file systems")]
-    if spec.instance.count == 1:
+    if spec.instance.count == 1 or prepared_layout_fits(spec):
         return []
     return [
         warning("data.s3_shard", f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)")
@@ -169,11 +172,17 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_instance_known,
     check_parameter_server,
     check_ps_group,
+    check_mixed_precision_on_cpu,
+    check_gpu_memory,
+    check_ps_pipe_channels,
     check_spot,
     check_mirrored,
     check_s3_shard,
     check_file_systems,
     check_local_channels,
+    *TUNE_RULES,
+    check_prepare,
+    check_prepared_layout,
 )
 
 

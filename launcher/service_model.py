@@ -30,7 +30,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 REQUEST_SHAPE = "CreateTrainingJobRequest"
-CACHE_FORMAT = 2
+# Also kept: the shapes of a tuning job request (its trials' definition and its limits) and of dfm data
+# prepare's Spark processing job.
+PROCESSING_SHAPE = "CreateProcessingJobRequest"
+ROOT_SHAPES = (REQUEST_SHAPE, "CreateHyperParameterTuningJobRequest", PROCESSING_SHAPE)
+CACHE_FORMAT = 4
 # Java's `.` matches anything but these (without DOTALL / UNIX_LINES).
 _JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
 # Java's POSIX classes and \w \d \s are US-ASCII (without UNICODE_CHARACTER_CLASS). Unicode categories
@@ -154,10 +158,6 @@ def compiled(python_pattern: str):
     return regex.compile(python_pattern)
 
 
-def java_fullmatch(java_pattern: str, value: str) -> bool:
-    return compiled(java_regex(java_pattern)).fullmatch(value) is not None
-
-
 # ---------------------------------------------------------------------------------------------- the model
 def model_file() -> Path:
     """botocore's SageMaker service model (the newest API version it ships), found without importing it."""
@@ -183,7 +183,7 @@ def _extract(source: Path) -> dict[str, dict]:
     raw = source.read_bytes()
     model = json.loads(gzip.decompress(raw) if source.suffix == ".gz" else raw)
     everything, kept = model["shapes"], {}
-    pending = [REQUEST_SHAPE]
+    pending = list(ROOT_SHAPES)
     while pending:
         name = pending.pop()
         if name in kept:
@@ -215,7 +215,8 @@ def _write_atomically(path: Path, content: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def shapes() -> dict[str, dict]:
-    """Name -> shape for every shape a CreateTrainingJob request uses."""
+    """Name -> shape for every shape a CreateTrainingJob, CreateHyperParameterTuningJob or CreateProcessingJob
+    request uses."""
     source = model_file()
     stat = source.stat()
     key = hashlib.sha256(f"{CACHE_FORMAT}:{source}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]

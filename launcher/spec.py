@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 
 from annotated_types import MinLen
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     PrivateAttr,
@@ -26,79 +23,33 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from launcher.spec_errors import schema_problems
+from launcher.spec_prepare import Prepare
+from launcher.spec_tune import Tune
+from launcher.spec_types import (
+    ChannelName,
+    EnvName,
+    FileSystemId,
+    InstanceTypeName,
+    Region,
+    RoleArn,
+    S3OrAuto,
+    S3Uri,
+    SecurityGroupId,
+    SubnetId,
+    _by_shape,
+    _custom,
+    _pattern,
+    _shape,
+    _Strict,
+)
 from launcher.specfile import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
 
 __all__ = ["Spec", "SpecError", "Location", "Problem", "load_spec", "json_schema", "did_you_mean", "parse_override"]
 
 
 # ---------------------------------------------------------------------------------------------- schema
-def _custom(kind: str, message: str) -> PydanticCustomError:
-    return PydanticCustomError(kind, message)
-
-
-def _pattern(regex: str, kind: str, example: str):
-    compiled = re.compile(regex)
-
-    def check(value: str) -> str:
-        if not compiled.fullmatch(value):
-            raise _custom(kind, f"'{value}' is not {example}")
-        return value
-
-    return AfterValidator(check)
-
-
-_S3 = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?")
-S3Uri = Annotated[str, _pattern(_S3.pattern, "s3_uri", "an S3 URI like s3://bucket/prefix/")]
-
-
-def _s3_or_auto(value: str) -> str:
-    if value != "auto" and not _S3.fullmatch(value):
-        raise _custom("s3_uri", f"'{value}' is neither auto nor an S3 URI like s3://bucket/prefix/")
-    return value
-
-
-S3OrAuto = Annotated[str, AfterValidator(_s3_or_auto)]
-RoleArn = Annotated[
-    str,
-    _pattern(r"arn:aws[a-z\-]*:iam::\d{12}:role/\S+", "role_arn", "an IAM role ARN like arn:aws:iam::123456789012:role/Name"),
-]
-Region = Annotated[str, _pattern(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", "region", "an AWS region like us-east-1")]
-InstanceTypeName = Annotated[
-    str, _pattern(r"ml\.[a-z0-9\-]+\.[a-z0-9]+", "instance_type", "a SageMaker instance type like ml.c5.18xlarge")
-]
-FileSystemId = Annotated[str, _pattern(r"fs-[0-9a-f]{8,17}", "file_system_id", "a file system id like fs-0123456789abcdef0")]
-SubnetId = Annotated[str, _pattern(r"subnet-[0-9a-f]{8,17}", "subnet", "a subnet id like subnet-0123456789abcdef0")]
-SecurityGroupId = Annotated[str, _pattern(r"sg-[0-9a-f]{8,17}", "security_group", "a security group id like sg-0123456789abcdef0")]
-ChannelName = Annotated[
-    str, _pattern(r"[A-Za-z0-9.\-_]{1,64}", "channel_name", "a channel name (letters, digits, . - _; at most 64)")
-]
-EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]{0,511}", "env_name", "an environment variable name")]
-
-
-def _shape(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "~bool"
-    if isinstance(value, str):
-        return "~text"
-    if isinstance(value, (Mapping, BaseModel)):  # a model when serializing
-        return "~mapping"
-    if isinstance(value, list):
-        return "~list"
-    return None
-
-
-def _by_shape(expected: str) -> Discriminator:
-    """A union chosen by the YAML shape of the value, so errors come from the one branch meant."""
-    return Discriminator(_shape, custom_error_type="wrong_shape", custom_error_message=f"expected {expected}")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class Framework(_Strict):
     """The SageMaker TensorFlow training image to use."""
 
@@ -312,6 +263,8 @@ class Spec(_Strict):
         default_factory=dict, max_length=50
     )
     local: Local = Field(default_factory=Local)
+    tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
+    prepare: Prepare | None = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")
 
     _path: str = PrivateAttr("<spec>")
     _lines: dict[tuple, Location] = PrivateAttr(default_factory=dict)
@@ -377,13 +330,17 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
-def load_spec(path: str | os.PathLike, overrides: Iterable[str] = (), env: Mapping[str, str] | None = None) -> Spec:
-    """Read, merge, override and validate a spec file. Raises SpecError (exit 2) listing every problem."""
-    data, lines = read_spec_data(path, overrides, env)
+def load_spec(source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (),
+              env: Mapping[str, str] | None = None) -> Spec:
+    """Read, merge, override and validate a spec file (or a mapping of spec data: tests, programs). Raises
+    SpecError (exit 2) listing every problem."""
+    data, lines = read_spec_data(source, overrides, env)
+    path = "<spec>" if isinstance(source, Mapping) else str(source)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(schema_problems(err, lines, str(path), json_schema())) from None
-    spec._path = str(path)
+        raise SpecError(schema_problems(err, lines, path, json_schema())) from None
+    spec._path = path
     spec._lines = lines
     return spec
+

@@ -8,6 +8,7 @@ duplicate keys, several documents, binary and non-UTF-8 files, files over 1 MiB.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -315,11 +316,16 @@ def _apply_override(data: dict, lines: dict, text: str) -> None:
 
 
 def read_spec_data(
-    path: str | os.PathLike, overrides: Iterable[str] = (), env: Mapping[str, str] | None = None
+    source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (), env: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[tuple, Location]]:
-    """The merged, interpolated, overridden data of a spec file, and where each field came from."""
-    resolved = Path(path).resolve()
-    data, lines = _load_file(resolved, str(path), os.environ if env is None else env, (resolved,))
+    """The merged, interpolated, overridden data of a spec file, and where each field came from. A mapping is
+    taken as already-read data (no file: no lines, no `extends:` or `${VAR}`; relative paths from the current
+    directory)."""
+    if isinstance(source, Mapping):
+        data, lines = copy.deepcopy(dict(source)), {}
+    else:
+        resolved = Path(source).resolve()
+        data, lines = _load_file(resolved, str(source), os.environ if env is None else env, (resolved,))
     for text in overrides:
         _apply_override(data, lines, text)
     return data, lines

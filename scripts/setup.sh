@@ -19,6 +19,17 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; t
   fi
 fi
 
+# 1b. A JDK for local Spark (`dfm data prepare --local`; pyspark bundles Spark's jars but not Java).
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing a JDK for local Spark (Debian's openjdk-17-jre-headless)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    step "Java missing and apt-get unavailable: dfm data prepare --local will not run"
+  fi
+fi
+
 # 2. The project's virtual environment: the launcher, and the TF 2.14.1 runtime (the TF 2.13/2.14 images) on Python 3.11.
 if [ ! -x "$PY" ]; then
   PYTHON=$(command -v python3.11 || command -v python3)
@@ -29,10 +40,21 @@ fi
 
 # 3. dfm itself (editable) with the local-run and test extras; pip's cache makes repeats cheap.
 stamp=$VENV/.dfm-installed
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  step "installing dfm[local,test] into $VENV"
-  "$PY" -m pip install -q -e '.[local,test]' cloudpickle packaging wheel
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  step "installing dfm[local,tune,spark,test] into $VENV"
+  "$PY" -m pip install -q -e '.[local,tune,spark,test]' cloudpickle packaging wheel
   touch "$stamp"
+fi
+
+# 3b. google-crc32c's wheel for the Python of SageMaker's Spark 3.5 image (3.12), which `dfm data prepare` ships to
+#     the processing job so its TFRecord framing uses the C extension (the image has no CRC32C; without the wheel
+#     the shipped pure-Python fallback works, slower).
+SPARK_WHEELS=$HOME/.cache/dfm/wheels/spark
+if ! ls "$SPARK_WHEELS"/google_crc32c-*-cp312-*.whl >/dev/null 2>&1; then
+  step "fetching google-crc32c for the Spark image's Python 3.12 into $SPARK_WHEELS"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+      --platform manylinux2014_x86_64 -d "$SPARK_WHEELS" "google-crc32c>=1.5" \
+    || step "could not fetch it: prepare jobs will use google-crc32c's pure-Python fallback"
 fi
 
 # 4. PipeModeDataset (sagemaker-tensorflow): cp310 wheels only; its op does not link Python, so the

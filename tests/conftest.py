@@ -66,14 +66,12 @@ def source_dir(tmp_path):
 
 
 JOB = "deepfm-ps-2026-11-21-20-00-00-000"
-# A user's script (source_dir: src) on a two-host parameter server, with S3 channels and checkpoints.
-SAMPLE_SPEC = {
+# The tests' one base spec (spec_helpers.BASE) as a user's script (source_dir: src) on a two-host parameter
+# server, with S3 channels and checkpoints.
+SAMPLE_CHANGES = {
     "name": "deepfm-ps",
     "role": ROLE,
-    "region": REGION,
     "entry_point": "train.py",
-    "source_dir": "src",
-    "framework": {"version": "2.14"},
     "instance": {"type": "ml.c5.18xlarge", "count": 2, "volume_gb": 50},
     "distribution": "parameter_server",
     "data": {"train": f"s3://{BUCKET}/data/train/", "eval": f"s3://{BUCKET}/data/eval/", "s3_shard": True},
@@ -86,15 +84,15 @@ SAMPLE_SPEC = {
 
 @pytest.fixture
 def sample_plan(source_dir):
-    """make(changes, job_name=JOB, **beyond) -> the Plan `dfm launch` compiles from SAMPLE_SPEC deep-merged
+    """make(changes, job_name=JOB, **beyond) -> the Plan `dfm launch` compiles from SAMPLE_CHANGES on BASE, deep-merged
     with `changes`. `beyond` replaces Plan fields afterwards: values no valid spec can give, for the
     checks the backend makes on its own."""
     from launcher.compile import compile_spec
-    from spec_helpers import write_spec
+    from spec_helpers import BASE, merged
 
     def make(changes: dict | None = None, *, job_name: str = JOB, **beyond) -> Plan:
-        path = write_spec(source_dir.parent, changes, base=SAMPLE_SPEC)
-        compiled = compile_spec(path, job_name=job_name, env={})
+        sample = merged(BASE, {**SAMPLE_CHANGES, "source_dir": str(source_dir)})
+        compiled = compile_spec(merged(sample, changes or {}), job_name=job_name, env={})
         assert compiled.ok, compiled.errors
         return dataclasses.replace(compiled.plan, **beyond) if beyond else compiled.plan
 

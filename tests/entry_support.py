@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,24 @@ FEATURES = {
                                      "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test"),
 }
 EXPECT_ENV = "DFM_EXPECT"  # e.g. "horovod,pipe": in this runtime those tests must run, not skip
+
+
+def entrypoint_module(name):
+    """An entry-point module imported as the container imports it: flat, its folder on sys.path for its siblings."""
+    return importlib.import_module(name)
+
+
+def feed_fifo(path, payload):
+    """mkfifo `path` and write `payload` into it from a thread (the write blocks until a reader opens it)."""
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "wb") as fifo:
+            fifo.write(payload)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
 
 
 def have(feature):
@@ -131,15 +150,31 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+# A ParameterServerStrategy that believes each worker task has {count} GPUs (its discovery counts the
+# workers' remote GPU devices; test-only, TensorFlow-internal), then the script as __main__.
+FAKE_PS_WORKER_GPUS = """
+import runpy, sys
+from tensorflow.python.distribute import parameter_server_strategy_v2 as pss
+
+def fake_gpus(self):
+    self._num_gpus_per_worker = {count}
+
+pss.ParameterServerStrategyV2Extended._set_num_gpus = fake_gpus
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None,
-                 stderr_path=None):
+                 stderr_path=None, boot=None):
     """Run `python <script> --key value ...` in <base>/code, the way the container does;
     local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs;
-    stderr_path: stderr to its own file (default: into the log)."""
+    stderr_path: stderr to its own file (default: into the log); boot: Python code run first (`-c`), which
+    runs the script itself (as FAKE_PS_WORKER_GPUS does)."""
     run_env = dict(env, **(extra_env or {}))
     log = open(log_path, "w")
     stderr = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
-    boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else []
+    boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else ["-c", boot] if boot else []
     return subprocess.Popen([PYTHON, *boot, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
                             env=run_env, stdout=log, stderr=stderr, start_new_session=True)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -79,9 +80,15 @@ def standin_plan(tmp_path: Path, *, job_name="standin-job", **options) -> Plan:
     return build_plan(load_spec(standin_spec(tmp_path, **options)), job_name=job_name)
 
 
+def in_run_dir(plan: Plan, run_dir: Path | str, timeout_s: float | None = None) -> Plan:
+    """`plan` with its local runs under run_dir (as `--run-dir` and `--timeout` set them)."""
+    timeout_s = plan.local.timeout_s if timeout_s is None else timeout_s
+    return replace(plan, local=replace(plan.local, run_dir=str(run_dir), timeout_s=timeout_s))
+
+
 def local_run(plan: Plan, tmp_path: Path, *, timeout_s: float | None = None, echo=lambda line: None) -> LocalRun:
     """The runner for `plan`'s request, its runs under tmp_path/runs."""
-    return LocalRun(build_request(plan, run_dir=str(tmp_path / "runs"), timeout_s=timeout_s), echo=echo)
+    return LocalRun(build_request(in_run_dir(plan, tmp_path / "runs", timeout_s)), echo=echo)
 
 
 def assert_no_survivors(pids) -> None:

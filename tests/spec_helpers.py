@@ -50,3 +50,12 @@ def line_of(path: Path, text: str) -> int:
         if text in line:
             return number
     raise AssertionError(f"{text!r} not in {path}")
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    """`dfm ARGS...` in this process: (exit code, stdout, stderr)."""
+    from launcher.cli import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err

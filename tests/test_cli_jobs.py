@@ -10,15 +10,9 @@ import pytest
 from botocore.stub import Stubber
 
 from launcher.sagemaker_backend import aws as sm_aws
-from launcher.cli import main
+from spec_helpers import run
 
 REGION = "us-east-1"  # as in conftest.py
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_status_of_a_completed_job(moto_jobs, capsys):
@@ -53,7 +47,7 @@ def test_status_of_a_failed_job_exits_1_with_the_reason(moto_jobs, capsys):
 def test_status_of_an_unknown_job_is_one_line_exit_1(aws, capsys):
     code, out, err = run(capsys, "status", "nope")
     assert code == 1 and out == ""
-    assert err.strip() == f"dfm: no training job named nope in {REGION}: check the name and --region"
+    assert err.strip() == f"dfm: no training, tuning or processing job named nope in {REGION}: check the name, --kind and --region"
 
 
 def test_list_text_json_filter_and_max(moto_jobs, capsys):
@@ -61,7 +55,7 @@ def test_list_text_json_filter_and_max(moto_jobs, capsys):
         moto_jobs.create(name)
     code, out, _ = run(capsys, "list")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["JOB", "STATUS", "CREATED", "ENDED"] and len(lines) == 4
+    assert code == 0 and lines[0].split() == ["JOB", "KIND", "STATUS", "CREATED", "ENDED"] and len(lines) == 4
 
     code, out, _ = run(capsys, "list", "--name-contains", "ps", "--output", "json")
     assert code == 0 and sorted(job["job_name"] for job in json.loads(out)) == ["deepfm-ps-a", "deepfm-ps-c"]
@@ -70,7 +64,7 @@ def test_list_text_json_filter_and_max(moto_jobs, capsys):
     assert code == 0 and len(json.loads(out)) == 1
 
     code, out, _ = run(capsys, "list", "--name-contains", "zzz")
-    assert code == 0 and out.strip() == "no training jobs whose name contains 'zzz'"
+    assert code == 0 and out.strip() == "no jobs whose name contains 'zzz'"
 
 
 @pytest.mark.parametrize("argv", [
@@ -128,11 +122,11 @@ def stubbed_sagemaker(aws, monkeypatch):
 
 def test_stop(stubbed_sagemaker, capsys):
     stubbed_sagemaker.add_response("stop_training_job", {}, {"TrainingJobName": "deepfm-ps-s"})
-    code, out, _ = run(capsys, "stop", "deepfm-ps-s")
-    assert code == 0 and out.startswith("stopping deepfm-ps-s")
+    code, out, _ = run(capsys, "stop", "deepfm-ps-s", "--kind", "training")
+    assert code == 0 and out.startswith("stopping training job deepfm-ps-s")
 
     stubbed_sagemaker.add_response("stop_training_job", {}, {"TrainingJobName": "deepfm-ps-t"})
-    code, out, _ = run(capsys, "stop", "deepfm-ps-t", "--output", "json")
+    code, out, _ = run(capsys, "stop", "deepfm-ps-t", "--kind", "training", "--output", "json")
     assert code == 0 and json.loads(out)["status"] == "Stopping"
     stubbed_sagemaker.assert_no_pending_responses()
 
@@ -140,7 +134,7 @@ def test_stop(stubbed_sagemaker, capsys):
 def test_stop_refused_exits_1(stubbed_sagemaker, capsys):
     stubbed_sagemaker.add_client_error("stop_training_job", "ValidationException",
                                        "The request was rejected because the training job is in status Completed.")
-    code, out, err = run(capsys, "stop", "deepfm-ps-s")
+    code, out, err = run(capsys, "stop", "deepfm-ps-s", "--kind", "training")
     assert code == 1 and out == ""
     assert err.startswith("dfm: AWS refused stopping deepfm-ps-s (ValidationException)") and err.count("\n") == 1
 
@@ -154,4 +148,34 @@ def test_help_imports_neither_boto3_nor_sagemaker():
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "Show a training job's state" in done.stdout and "--name-contains" in done.stdout
+    assert "Show a job's state" in done.stdout and "--name-contains" in done.stdout
+
+
+def test_list_merges_every_kind_newest_first(stubbed_sagemaker, capsys):
+    import datetime
+
+    day = datetime.datetime(2026, 11, 24)
+    stubbed_sagemaker.add_response("list_training_jobs", {"TrainingJobSummaries": [
+        {"TrainingJobName": "deepfm-ps-old", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-old",
+         "CreationTime": day, "TrainingJobStatus": "Completed"}]})
+    stubbed_sagemaker.add_response("list_hyper_parameter_tuning_jobs", {"HyperParameterTuningJobSummaries": [
+        {"HyperParameterTuningJobName": "deepfm-tune-1", "HyperParameterTuningJobArn":
+         "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1",
+         "HyperParameterTuningJobStatus": "InProgress", "Strategy": "Bayesian", "CreationTime": day.replace(hour=3),
+         "TrainingJobStatusCounters": {}, "ObjectiveStatusCounters": {}}]})
+    stubbed_sagemaker.add_response("list_processing_jobs", {"ProcessingJobSummaries": [
+        {"ProcessingJobName": "deepfm-prep-1", "ProcessingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:processing-job/deepfm-prep-1",
+         "CreationTime": day.replace(hour=1), "ProcessingJobStatus": "Failed"}]})
+    code, out, _ = run(capsys, "list", "--output", "json")
+    assert code == 0
+    assert [(job["job_name"], job["kind"], job["status"]) for job in json.loads(out)] == [
+        ("deepfm-tune-1", "tuning", "InProgress"), ("deepfm-prep-1", "processing", "Failed"),
+        ("deepfm-ps-old", "training", "Completed")]
+
+
+def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys):
+    stubbed_sagemaker.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
+    stubbed_sagemaker.add_client_error("describe_hyper_parameter_tuning_job", "ResourceNotFound", "Amazon SageMaker can't find a tuning job")
+    stubbed_sagemaker.add_client_error("describe_processing_job", "ValidationException", "Could not find requested job")
+    code, out, err = run(capsys, "status", "nope")
+    assert code == 1 and out == "" and "no training, tuning or processing job named nope" in err

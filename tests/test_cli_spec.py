@@ -10,18 +10,11 @@ import boto3
 import pytest
 
 from launcher.sagemaker_backend import aws as sm_aws
-from launcher.cli import main
-from spec_helpers import CONFIGS, REPO, write_spec
+from spec_helpers import CONFIGS, REPO, run, write_spec
 
 JOB = "deepfm-ps-2026-11-21-20-00-00-000"
 BAD = REPO / "tests" / "bad_specs"
 HEAVY = ("sagemaker", "tensorflow", "boto3", "botocore", "horovod")
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def imported_after(code: str) -> dict:
@@ -212,8 +205,8 @@ def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_pa
 
     calls = []
 
-    def record(plan, *, run_dir, timeout_s, echo, verbose):
-        calls.append((plan, run_dir, timeout_s, verbose))
+    def record(plan, *, echo, verbose):
+        calls.append((plan, plan.local.run_dir, plan.local.timeout_s, verbose))
         return 3
 
     monkeypatch.setattr(launcher.local, "run_local", record)

@@ -88,10 +88,8 @@ def test_sm_input_config_dir_wins_over_the_base_dir(tmp_path):
     assert hc.build_cluster(hc.read_resource_config(path), "ps").current_host == "algo-2"
 
 
-def test_the_homogeneous_layout_is_not_heterogeneous():
+def test_the_homogeneous_layout_has_no_ps_group():
     homogeneous = resource_config([("homogeneousCluster", "ml.c5.xlarge", ["algo-1", "algo-2"])], "algo-1")
-    assert not hc.is_heterogeneous(homogeneous)
-    assert hc.is_heterogeneous(resource_config(SIX_HOSTS, "algo-1"))
     with pytest.raises(hc.ClusterError, match="no instance group 'ps'.*homogeneousCluster"):
         hc.build_cluster(homogeneous, "ps")
 

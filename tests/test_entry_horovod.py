@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -106,10 +105,13 @@ def _assert_identical(dumps):
 def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_resumes(tmp_path):
     env = _container(tmp_path, {"train": [1024] * 4})
     # Run 1 stops at step 12 (a "spot interruption"); run 2 resumes there and finishes 2 epochs.
-    first = _launch(tmp_path, env, dict(HPS, max_steps=12), log_name="first.log")
+    # Run 1 all-gathers the embedding gradients, run 2 all-reduces them densely: both keep ranks equal.
+    first = _launch(tmp_path, env, dict(HPS, max_steps=12, sparse_allreduce="gather"), log_name="first.log")
     assert "shard=0/2" in first and "shard=1/2" in first  # the ranks read different data
+    assert "sparse_allreduce=gather" in first
     _assert_identical(_dumps(tmp_path))
-    text = _launch(tmp_path, env, HPS, log_name="second.log")
+    text = _launch(tmp_path, env, dict(HPS, sparse_allreduce="dense"), log_name="second.log")
+    assert "sparse_allreduce=dense" in text
     assert "restored" in text and "continuing at step 12" in text
     dumps = _dumps(tmp_path)
     _assert_identical(dumps)
@@ -126,18 +128,6 @@ def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_re
     assert (tmp_path / "base" / "checkpoints" / "ckpt-32.index").exists()
 
 
-def _feed_fifo(path, payload):
-    os.mkfifo(path)
-
-    def write():
-        with open(path, "wb") as fifo:  # blocks until the reader opens it
-            fifo.write(payload)
-
-    thread = threading.Thread(target=write, daemon=True)
-    thread.start()
-    return thread
-
-
 @horovod_run
 def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp_path):
     """Under horovodrun --gloo: local rank 0 streams `train` (1024 rows, 8 batches), local rank 1
@@ -149,7 +139,7 @@ def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp
     data.mkdir(parents=True, exist_ok=True)
     for channel in ("train", "train-1"):
         payload = b"".join(p.read_bytes() for p in sorted((staged / channel).iterdir()))
-        _feed_fifo(str(data / f"{channel}_0"), payload)
+        es.feed_fifo(str(data / f"{channel}_0"), payload)
     text = _launch(tmp_path, env, dict(HPS, epochs=1, log_steps=1), launcher="gloo")  # horovodrun ships with Horovod
     assert "local_rank=0/2 channels=train mode=Pipe" in text
     assert "local_rank=1/2 channels=train-1 mode=Pipe" in text

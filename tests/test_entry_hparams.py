@@ -80,3 +80,25 @@ def test_every_default_renders_and_parses_back_with_its_type():
     """What the SDK sends for the defaults (json.dumps of each) parses to the defaults, type included."""
     parsed = vars(H.parse_hyperparameters(es.argv_for(H.DEFAULTS)))
     assert {k: (type(v), v) for k, v in parsed.items()} == {k: (type(v), v) for k, v in H.DEFAULTS.items()}
+
+
+@pytest.mark.parametrize("replicas, rows, expected", [
+    # the default table (117,581 rows x 9 floats, 4.2 MB): a ring all-reduce moves ~8.5 MB per replica;
+    # gathering 1024 x 39 rows and ids moves ~2.1 MB per replica, so dense wins from 5 replicas on
+    (1, 117581, "gather"), (2, 117581, "gather"), (4, 117581, "gather"), (5, 117581, "dense"),
+    (8, 117581, "dense"), (8, 10**7, "gather"),
+])
+def test_sparse_allreduce_auto_picks_the_cheaper_exchange(replicas, rows, expected):
+    assert H.resolve_sparse_allreduce("auto", rows, 8, 1024, 39, replicas) == expected
+
+
+def test_sparse_allreduce_is_a_choice_that_overrides_auto():
+    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense"]).sparse_allreduce == "dense"
+    assert H.resolve_sparse_allreduce("dense", 10**9, 8, 1024, 39, 2) == "dense"
+    assert H.resolve_sparse_allreduce("gather", 10, 8, 1024, 39, 64) == "gather"
+    with pytest.raises(H.HyperparameterError, match="--sparse_allreduce"):
+        H.parse_hyperparameters(["--sparse_allreduce", "nccl"])
+    # Adam stays lazy: auto keeps it sparse, dense is refused
+    assert H.resolve_sparse_allreduce("auto", 117581, 8, 1024, 39, 8, "adam") == "gather"
+    with pytest.raises(H.HyperparameterError, match="lazy Adam"):
+        H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", "adam"])

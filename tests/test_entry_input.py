@@ -1,11 +1,6 @@
 """The input pipeline: the shard table over hosts x workers (every cell, real files through the real
 pipeline), channel choice by name, libsvm = TFRecord, resume skipping, Pipe mode through real FIFOs."""
 
-import json
-import os
-import threading
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -122,18 +117,6 @@ def test_training_repeats_epochs_and_resume_skips_consumed_batches(tmp_path):
     assert read_ids(resumed[:8]) == list(range(20, 100))
 
 
-def _feed_fifo(path, payload):
-    os.mkfifo(path)
-
-    def write():
-        with open(path, "wb") as fifo:  # blocks until PipeModeDataset opens it
-            fifo.write(payload)
-
-    thread = threading.Thread(target=write, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.slow
 def test_pipe_mode_reads_each_epoch_from_its_fifo_and_shards_records(tmp_path):
     es.require("pipe")
@@ -141,7 +124,7 @@ def test_pipe_mode_reads_each_epoch_from_its_fifo_and_shards_records(tmp_path):
     write_ids(tmp_path / "records.tfrecord", list(range(40)))
     payload = (tmp_path / "records.tfrecord").read_bytes()
     data_dir = tmp_path / "input" / "data"
-    threads = [_feed_fifo(str(data_dir / f"train_{epoch}"), payload) for epoch in range(2)]
+    threads = [es.feed_fifo(str(data_dir / f"train_{epoch}"), payload) for epoch in range(2)]
     cfg = cfg_for(data_dir, batch_size=8, input_mode="Pipe", config_dir=env["SM_INPUT_CONFIG_DIR"],
                   pipe_state_dir=str(tmp_path / "pipe_state"))
     ids = read_ids(I.make_dataset(cfg, ["train"], num_shards=2, index=1, epochs=2))

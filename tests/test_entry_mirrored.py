@@ -139,6 +139,8 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
                                 local_cpu_replicas=2, input_mode="FastFile")
     assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
+    # no GPU: ring all-reduce; a 1000-row table all-reduces in fewer bytes than 4 replicas' gathered rows
+    assert "communication=RING sparse_allreduce=dense" in texts[0]
     assert f"learning_rate={HPS['learning_rate'] * 4:g} (scale_lr=True)" in texts[0]
     assert [int(d["step"]) for d in dumps] == [4, 4]
     for key in _variables(dumps[0]):
@@ -182,3 +184,87 @@ def test_rank0_stops_both_workers_early_and_exports_the_best_evaluation(tmp_path
         np.testing.assert_array_equal(dumps[0][key], dumps[1][key], err_msg=key)
     assert "early stopping" not in texts[1] and not es.metric_lines(texts[1], "eval")
     ss.assert_best_kept_and_stopped_early(texts[0], tmp_path / "run" / "algo-1" / "model", evaluation)
+_COMMUNICATION_CHECK = """
+import tensorflow as tf
+from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense
+
+NCCL, RING = tf.distribute.experimental.CommunicationImplementation.NCCL, tf.distribute.experimental.CommunicationImplementation.RING
+assert communication_options(tf, 4).implementation == NCCL and communication_options(tf, 0).implementation == RING
+strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(tf, 2))
+assert strategy.extended._communication_options.implementation == NCCL  # what the strategy will use
+strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(tf, 0))
+collectives = MirroredCollectives(strategy, 0)
+
+def average():
+    table_grad = tf.IndexedSlices(tf.ones([3, 4]), tf.constant([5, 1, 5]), tf.constant([100, 4]))
+    return collectives.average_gradients(sparse_as_dense([table_grad, None]))
+
+dense, missing = tf.function(lambda: strategy.run(average))()
+assert isinstance(dense, tf.Tensor) and missing is None, type(dense)
+expected = tf.math.unsorted_segment_sum(tf.ones([3, 4]), [5, 1, 5], 100)
+assert (dense.numpy() == expected.numpy()).all()
+print("communication ok")
+"""
+
+
+@pytest.mark.slow
+def test_nccl_on_gpus_ring_on_cpus_and_the_dense_exchange():
+    done = subprocess.run([es.PYTHON, "-c", _COMMUNICATION_CHECK], cwd=es.ENTRYPOINTS, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0 and "communication ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_broadcast_groups_pack_small_variables_by_dtype_and_send_large_ones_alone():
+    from types import SimpleNamespace
+
+    from deepfm_collectives import broadcast_groups
+
+    def var(name, elements, dtype="float32"):
+        return SimpleNamespace(name=name, dtype=dtype, shape=SimpleNamespace(num_elements=lambda: elements))
+
+    variables = [var("table", 500), var("w1", 40), var("step", 1, "int64"), var("w2", 50), var("w3", 30)]
+    groups = [[v.name for v in group] for group in broadcast_groups(variables, 100)]
+    assert groups == [["table"], ["w1", "w2"], ["w3"], ["step"]]
+
+
+# Two workers whose variables differ (rank-dependent values, a large table sent alone, small ones packed,
+# an int64 step above float32's exact range): after the broadcast both hold rank 0's values exactly.
+_BROADCAST_CHECK = """
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+import deepfm_collectives
+from deepfm_collectives import MirroredCollectives
+
+rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+collectives = MirroredCollectives(strategy, rank)
+deepfm_collectives.PACK_ELEMENTS = 64
+with strategy.scope():
+    table = tf.Variable(tf.random.stateless_normal([300, 9], seed=[rank, 1]))
+    small = [tf.Variable(tf.fill([4, 4], float(rank) + 0.1)), tf.Variable(tf.fill([3], float(rank) + 0.2))]
+    step = tf.Variable(tf.constant(2**40 + 3 + rank, tf.int64))
+collectives.broadcast([table, *small, step])
+expected = tf.random.stateless_normal([300, 9], seed=[0, 1]).numpy()
+assert np.array_equal(table.numpy(), expected)
+assert np.all(small[0].numpy() == np.float32(0.1)) and np.all(small[1].numpy() == np.float32(0.2))
+assert int(step.numpy()) == 2**40 + 3, int(step.numpy())
+print("broadcast ok", rank)
+"""
+
+
+@pytest.mark.slow
+def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
+    cluster = {"worker": [f"localhost:{es.free_port()}" for _ in range(2)]}
+    procs = [subprocess.Popen([es.PYTHON, "-c", _BROADCAST_CHECK], cwd=es.ENTRYPOINTS, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                                       TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})))
+             for i in range(2)]
+    try:
+        outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for rank, (proc, output) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0 and f"broadcast ok {rank}" in output, output[-2000:]

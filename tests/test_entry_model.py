@@ -121,8 +121,22 @@ def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, d
                                rtol=1e-5, atol=1e-6)
 
 
+def test_export_after_negative_downsampling_serves_calibrated_probabilities(tmp_path):
+    """negative_rate w: the export answers p / (p + (1 - p) / w) for the model's own p (both signatures' models)."""
+    hp = small_hp(negative_rate=0.25)
+    trainer = T.build_trainer(hp)
+    tf.function(trainer.train_step)(random_batch(hp, seed=1))
+    serve = tf.saved_model.load(C.export_saved_model(trainer.model, hp, str(tmp_path), version=1))
+    features, _ = random_batch(hp, rows=32, seed=4)
+    served = serve.signatures["serving_default"](feat_ids=features["ids"], feat_vals=features["values"])
+    p = trainer.model.predict(features["ids"], features["values"]).numpy().astype(np.float64)
+    np.testing.assert_allclose(served["probabilities"].numpy(), p / (p + (1 - p) / 0.25), rtol=1e-4, atol=1e-6)
+    with pytest.raises(H.HyperparameterError, match="negative_rate"):
+        small_hp(negative_rate=0)
+
+
 def test_metric_lines_match_the_launchers_metric_definitions():
-    from launcher.contract import METRIC_DEFINITIONS
+    from launcher.conventions import METRIC_DEFINITIONS
 
     train = deepfm_log.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
     evaluation = deepfm_log.format_metric("eval", 1200, 0.45, 0.79)
@@ -149,8 +163,12 @@ def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_
     trainer.loss_scale.scale.assign(3e38)  # scaled loss overflows float32: the step must be skipped
     step(random_batch(hp, seed=2))
     np.testing.assert_array_equal(trainer.model.kernels[0].numpy(), before)
-    assert int(trainer.optimizer.iterations.numpy()) == 1
+    # the skipped step still used its batch: iterations (the resume step and the batches a restart skips,
+    # and the loop's step that names checkpoints) counts it, so a resume neither repeats nor drops batches
+    assert int(trainer.optimizer.iterations.numpy()) == 2
     assert trainer.loss_scale.scale.numpy() == pytest.approx(1.5e38)
+    step(random_batch(hp, seed=3))  # the halved scale still overflows: skipped again, counted again
+    assert int(trainer.optimizer.iterations.numpy()) == 3
 
 
 def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_whole(tmp_path):

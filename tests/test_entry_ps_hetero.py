@@ -103,7 +103,7 @@ def test_heterogeneous_job_trains_each_workers_shard_on_the_ps_group_and_every_h
     assert job.leftovers() == []
     chief, worker, ps = (job.log(host) for host in HOSTS)
     # the embedding table split over both ps tasks of the ps host
-    (placed,) = [line for line in chief.splitlines() if line.startswith("[dfm] chief: 2 workers, 2 ps; embeddings")]
+    (placed,) = [line for line in chief.splitlines() if line.startswith("[dfm] chief: 2 workers, 2 ps, replicas_in_sync=1 per worker task; embeddings")]
     assert "in 2 shard(s) on" in placed
     assert sorted(placed.split(" on ")[1].split()) == ["/job:ps/replica:0/task:0/device:CPU:0",
                                                        "/job:ps/replica:0/task:1/device:CPU:0"]

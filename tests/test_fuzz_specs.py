@@ -17,8 +17,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, seed, settings, strategies as st  # noqa: E402
 
-from launcher.cli import main  # noqa: E402
-from spec_helpers import CONFIGS, REPO  # noqa: E402
+from spec_helpers import CONFIGS, REPO, run  # noqa: E402
 
 JOB = "deepfm-fuzz-2026-01-01-00-00-00-000"
 SPECIAL_VALUES = ["", "null", "~", "[1, 2]", "{a: 1}", "true", "-1", "0", "1e400", ".nan", "2.10", "'x'",
@@ -70,12 +69,6 @@ def with_extends(text: str, target: str, folder: Path, spec: Path) -> str:
     return f"extends: {target}\n" + "\n".join(kept) + "\n"
 
 
-def run(capsys, argv: list[str]) -> tuple[int, str]:
-    code = main(argv)
-    _, err = capsys.readouterr()
-    return code, err
-
-
 # CI runs the same examples every time (derandomize: drawn from the test's own source), so a pass or a
 # failure is not chance; `make fuzz` runs many more, seeded from the date (DFM_FUZZ_SEED), for humans.
 FUZZ_SEED = os.environ.get("DFM_FUZZ_SEED")
@@ -96,11 +89,11 @@ def test_mutated_configs_exit_0_or_2_without_traceback(config, edits, extends, c
         if extends is not None:
             text = with_extends(text, extends, folder, spec)
         spec.write_text(text)
-        code, err = run(capsys, ["validate", str(spec)])
+        code, _, err = run(capsys, "validate", str(spec))
         assert code in (0, 2) and "Traceback" not in err, err
         hypothesis.event(f"validate exit {code}")
         if code == 0:
-            code, err = run(capsys, ["launch", str(spec), "--dry-run", "--output", "json", "--job-name", JOB])
+            code, _, err = run(capsys, "launch", str(spec), "--dry-run", "--output", "json", "--job-name", JOB)
             assert code in (0, 2) and "Traceback" not in err, err
             assert no_network == []
 
@@ -109,7 +102,7 @@ def test_mutated_configs_exit_0_or_2_without_traceback(config, edits, extends, c
 def test_special_extends_targets_fail_at_once_on_one_line(tmp_path, capsys, target):
     spec = tmp_path / "spec.yaml"
     spec.write_text(with_extends((REPO / "configs" / "ps.yaml").read_text(), target, tmp_path, spec))
-    code, err = run(capsys, ["validate", str(spec)])
+    code, _, err = run(capsys, "validate", str(spec))
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
 
@@ -121,7 +114,7 @@ def test_bad_feature_size_in_the_hetero_config_is_one_line(tmp_path, capsys, val
     shutil.copytree(REPO / "configs" / "shared", tmp_path / "shared")
     text = (REPO / "configs" / "hetero-ps.yaml").read_text()
     spec.write_text(mutate(text, [("value", _line_index(text, "feature_size:"), value)]))
-    code, err = run(capsys, ["validate", str(spec)])
+    code, _, err = run(capsys, "validate", str(spec))
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert code == 2 and len(errors) == 1 and "hyperparameters.feature_size" in errors[0] and "Traceback" not in err, err
 

@@ -35,9 +35,8 @@ def test_fully_replicated_hosts_see_every_file_under_its_key(tmp_path):
         assert sorted(p.name for p in target.iterdir()) == ["nested", "part-000.tfrecord", "part-001.tfrecord"]
 
 
-def test_channel_source_accepts_file_urls_and_refuses_s3_without_a_local_folder(tmp_path):
+def test_channel_source_is_the_local_folder_and_s3_without_one_is_refused(tmp_path):
     folder = make_channel_data(tmp_path, "train", 1)
-    assert channel_source(Channel("train", folder.as_uri(), kind="file")) == folder
     assert channel_source(Channel("train", "s3://b/t/", local_path=str(folder))) == folder
     with pytest.raises(DfmError, match="local"):
         channel_source(Channel("train", "s3://b/t/"))

@@ -7,7 +7,7 @@ import pytest
 
 from local_plans import make_channel_data, standin_plan, toolkit_pythonpath, toolkit_versions_off_pin
 
-from launcher.local.container import HostTree, container_env, host_names
+from launcher.local.container import HostTree, container_env
 from launcher.local.request import build_request
 from launcher.local.runner import write_host_tree
 
@@ -17,7 +17,7 @@ def test_environment_points_into_the_host_tree(tmp_path):
     tree = HostTree("algo-2", tmp_path / "algo-2")
     env = container_env(plan, tree)
     assert env["SAGEMAKER_BASE_DIR"] == str(tree.base)
-    assert json.loads(env["SM_HOSTS"]) == host_names(2) and env["SM_CURRENT_HOST"] == "algo-2"
+    assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"] and env["SM_CURRENT_HOST"] == "algo-2"
     assert json.loads(env["SM_CHANNELS"]) == ["eval", "train"]  # sorted, as the toolkit sorts them
     assert env["SM_CHANNEL_TRAIN"] == str(tree.channel_dir("train"))
     assert env["SM_MODEL_DIR"] == str(tree.model) and env["SM_OUTPUT_DATA_DIR"] == str(tree.output_data)

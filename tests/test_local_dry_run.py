@@ -91,11 +91,11 @@ def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):
 def test_mpi_listing_shows_mpirun_and_what_each_rank_changes(tmp_path):
     from local_plans import standin_plan
 
-    from launcher.local.describe import render_request
+    from launcher.local.describe import render_request, request_document
     from launcher.local.request import build_request
 
     plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=1)
-    text = render_request(build_request(plan))
+    text = render_request(request_document(build_request(plan)))
     mpirun = text.split("  mpirun  (mpirun)\n", 1)[1]
     assert mpirun.startswith("    command  ") and " -x SM_HOSTS " in mpirun.split("\n", 1)[0]
     rank1 = text.split("  algo-2/rank1  (rank 1, started by mpirun through rank_exec.py)\n", 1)[1]

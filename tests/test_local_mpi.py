@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_plans import standin_plan, toolkit_pythonpath
+from local_plans import in_run_dir, standin_plan, toolkit_pythonpath
 
 from launcher.errors import DfmError
 from launcher.local import mpi
@@ -99,7 +99,7 @@ def test_mpirun_command_is_the_toolkits_but_for_the_loopback_differences(tmp_pat
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     plan = standin_plan(tmp_path, kind="horovod", hosts=hosts, per_host=per_host, mpi_options=options)
-    request = build_request(plan, run_dir=str(tmp_path / "runs"))
+    request = build_request(in_run_dir(plan, str(tmp_path / "runs")))
     mpirun = request.process("mpirun")
     ours, environ = list(mpirun.argv), mpirun.env
     first = request.hosts[0]

@@ -2,7 +2,7 @@
 
 import re
 
-from launcher.contract import METRIC_DEFINITIONS
+from launcher.conventions import METRIC_DEFINITIONS
 from launcher.local.progress import Progress, parse_metric_line
 
 

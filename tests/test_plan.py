@@ -4,7 +4,6 @@ contract with the bundled entry points (names, hyperparameters, argv, metric lin
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from launcher import contract, conventions
 from launcher.compile import compile_spec
 from launcher.plan import job_timestamp
 from launcher.sagemaker_backend.request import estimator_kwargs
+from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
 
 JOB = "deepfm-test-2026-11-21-20-00-00-000"
@@ -34,16 +34,6 @@ def compiled_plan(path, job_name: str | None = JOB, env: dict | None = None):
     compiled = compile_spec(path, job_name=job_name, env=env if env is not None else {})
     assert compiled.ok, compiled.errors
     return compiled.plan
-
-
-def entrypoint_module(name: str):
-    """An entry point module loaded as the container does: its folder on sys.path for its siblings."""
-    if str(REPO / "entrypoints") not in sys.path:
-        sys.path.insert(0, str(REPO / "entrypoints"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "entrypoints" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- plans of the example configs ------------------------------------------------------------------
@@ -191,7 +181,7 @@ def test_request_for_each_config(config, no_aws_env, no_network):
     sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
     assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
     resources = request["ResourceConfig"]
-    if plan.heterogeneous:
+    if len(plan.instance_groups) > 1:
         assert resources["InstanceGroups"] == [g.request() for g in plan.instance_groups]
     else:
         assert (resources["InstanceType"], resources["InstanceCount"]) == (plan.instance_type, plan.instance_count)

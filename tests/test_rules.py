@@ -8,7 +8,8 @@ import pytest
 
 from launcher import contract, rules, rules_images
 from launcher.spec import load_spec
-from spec_helpers import CONFIGS, DELETE, line_of, write_spec
+from spec_helpers import BASE, CONFIGS, DELETE, line_of, merged, write_spec
+from test_tune_rules import TUNE_CASES
 
 PS2 = {"distribution": "parameter_server", "instance": {"count": 2}}
 HOROVOD = {"entry_point": "deepfm-horovod", "instance": {"type": "ml.p3.8xlarge"}}
@@ -24,8 +25,16 @@ def hetero(ps_type: str = "ml.r5.4xlarge", count: int = 2, **changes) -> dict:
             "distribution": {"parameter_server": {"ps": {"type": ps_type, "count": count}}}, **changes}
 
 
-def hvd(processes: int, **options) -> dict:
-    return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}}}
+def mirrored(rows: int, sparse_allreduce: str, optimizer: str = "adam") -> dict:
+    """deepfm-mirrored on 2 x ml.g5.12xlarge (4 x A10G 24 GiB each), `rows` table rows."""
+    return {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored",
+            "instance": {"type": "ml.g5.12xlarge", "count": 2},
+            "hyperparameters": {"feature_size": rows, "optimizer": optimizer, "sparse_allreduce": sparse_allreduce}}
+
+
+def hvd(processes: int, hyperparameters: dict | None = None, **options) -> dict:
+    return {**HOROVOD, "distribution": {"horovod": {"processes_per_host": processes, **options}},
+            **({"hyperparameters": hyperparameters} if hyperparameters else {})}
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +43,14 @@ def fixed_today(monkeypatch):
     monkeypatch.setattr(rules_images, "today", lambda: datetime.date(2026, 11, 22))
 
 
-def findings(tmp_path, changes, rule):
+def file_findings(tmp_path, changes, rule):
+    """The rule's findings on BASE + changes written as tmp_path/spec.yaml (relative paths start there)."""
     return [(f.severity, f.field, f.message) for f in rule(load_spec(write_spec(tmp_path, changes)))]
+
+
+def findings(tmp_path, changes, rule):
+    """The rule's findings on BASE + changes, in memory (tmp_path: where a relative path would be written)."""
+    return [(f.severity, f.field, f.message) for f in rule(load_spec(merged(BASE, changes)))]
 
 
 RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "tags"],
@@ -45,6 +60,7 @@ RAW = {"format": "tsv", "label": "clicked", "columns": ["clicked", "i1", "c1", "
 # categorical ids alone: 1.5e9 + 1 rows, over one ml.r5.4xlarge (the numeric and multi-hot fields add 106)
 RAW_BIG = {**RAW, "categorical": {"c1": {"hash_buckets": 15 * 10**8}}}
 ADAM = {"hyperparameters": {"optimizer": "adam"}}
+PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
     (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
@@ -83,8 +99,10 @@ CASES = [
      {"hyperparameters": {"batch_size": 0}}, ("error", "hyperparameters.batch_size", "must be at least 1, got 0")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"learning_rate": 0.5}},
      {"hyperparameters": {"learning_rate": -1}}, ("error", "hyperparameters.learning_rate", "must be above 0.0, got -1.0")),
-    (rules.check_bundled_hyperparameters, {"hyperparameters": {"epochs": 1}},
-     {"hyperparameters": {"epochs": 0}}, ("error", "hyperparameters.epochs", "must be at least 1, got 0")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"epochs": 0, "max_steps": 100}},
+     {"hyperparameters": {"epochs": 0}}, ("error", "hyperparameters.epochs", "the job would never end")),
+    (rules.check_bundled_hyperparameters, {"hyperparameters": {"epochs": 2}},
+     {"hyperparameters": {"epochs": -1}}, ("error", "hyperparameters.epochs", "must be at least 0, got -1")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"dropout": 0.5}},
      {"hyperparameters": {"dropout": float("nan")}}, ("error", "hyperparameters.dropout", "must be a finite number")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"feature_size": 5}},
@@ -161,7 +179,13 @@ CASES = [
     (rules.check_instance_known, {"instance": {"type": "ml.g6e.12xlarge"}}, {"instance": {"type": "ml.trn1.2xlarge"}},
      ("warning", "instance.type", "TensorFlow images do not use")),
     (rules.check_parameter_server, PS2, {**PS2, "instance": {"count": 1}}, ("warning", "instance.count", "count >= 2")),
-    (rules.check_parameter_server, PS2, {**PS2, "instance": {"type": "ml.p3.8xlarge"}}, ("warning", "instance.type", "3 of 4 GPUs idle")),
+    # deepfm-ps runs one worker task per GPU; a user's script gets the warning
+    (rules.check_parameter_server, {**PS2, "instance": {"type": "ml.p3.8xlarge", "count": 2}},
+     {**PS2, **USER_SCRIPT, "instance": {"type": "ml.p3.8xlarge", "count": 2}}, ("warning", "instance.type", "3 of 4 GPUs idle")),
+    (rules.check_ps_pipe_channels,
+     {**PS2, "instance": {"type": "ml.p3.8xlarge", "count": 2}, "data": {"mode": "Pipe", "train": [f"s3://dfm-bucket/t{i}/" for i in range(4)]}},
+     {**PS2, "instance": {"type": "ml.p3.8xlarge", "count": 2}, "data": {"mode": "Pipe", "train": "s3://dfm-bucket/t/"}},
+     ("error", "data.train", "runs 4 worker tasks on each ml.p3.8xlarge")),
     (rules.check_parameter_server, {**PS2, "checkpoints": {"file_system": EFS}, "vpc": VPC}, {**PS2, "checkpoints": False},
      ("error", "checkpoints", "shared model/checkpoint location")),
     (rules.check_parameter_server, hetero(instance={"type": "ml.g5.2xlarge", "count": 1}), {**PS2, "instance": {"count": 1}},
@@ -175,6 +199,21 @@ CASES = [
      hetero(hyperparameters={"feature_size": 2 * 10**9, "optimizer": "adam"}), ("warning", PS_FIELD, "79% of the ps group's")),
     (rules.check_ps_group, hetero(count=1, features=dict(RAW_BIG, categorical={"c1": {"hash_buckets": 10**8}}), **ADAM),
      hetero(count=1, features=RAW_BIG, **ADAM), ("error", PS_FIELD, "feature_size 1,500,000,107 x")),
+    # GPUs: float16 needs one; under Horovod and MWMS every GPU holds the whole tables and slots
+    (rules.check_mixed_precision_on_cpu, {"instance": {"type": "ml.g5.2xlarge"}, "hyperparameters": {"mixed_precision": True}},
+     {"instance": {"type": "ml.c5.4xlarge"}, "hyperparameters": {"mixed_precision": "yes"}},
+     ("error", "hyperparameters.mixed_precision", "ml.c5.4xlarge has no GPU")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(3 * 10**8, "gather"),
+     ("error", "hyperparameters.feature_size", "30.2 GiB (feature_size 300,000,000 x (1 + embedding_size 8) x 4 bytes x (1 + 2 adam slots)), more than one A10G of ml.g5.12xlarge (24 GiB)")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(2 * 10**8, "gather"),
+     ("warning", "hyperparameters.feature_size", "84% of one A10G")),
+    (rules.check_gpu_memory, mirrored(10**8, "gather", "ftrl"), mirrored(10**8 * 3 // 2, "dense", "ftrl"),
+     ("warning", "hyperparameters.feature_size", "2 ftrl slots + 1 dense gradient")),
+    (rules.check_bundled_hyperparameters, mirrored(10**5, "dense", "adagrad"), mirrored(10**5, "dense"),
+     ("error", "hyperparameters.sparse_allreduce", "lazy Adam dense")),
+    (rules.check_gpu_memory, hvd(4, hyperparameters={"feature_size": 10**8}),
+     hvd(4, hyperparameters={"feature_size": 2 * 10**8, "optimizer": "ftrl"}),
+     ("error", "hyperparameters.feature_size", "each Horovod rank holds the whole embedding tables")),
     (rules.check_ps_group, hetero("ml.r6i.8xlarge"), hetero("ml.g5.2xlarge"), ("warning", f"{PS_FIELD}.type", "never uses")),
     (rules.check_ps_group, hetero("ml.r7i.4xlarge"), hetero("ml.r5.5xlarge"),
      ("error", f"{PS_FIELD}.type", "not a value SageMaker accepts for a training instance type (did you mean 'ml.r5.xlarge'?)")),
@@ -197,6 +236,14 @@ CASES = [
      ("error", "data.train.1", "add vpc:")),
     (rules.check_local_channels, {"data": {"eval": "s3://dfm-bucket/e/"}, "local": {"channels": {"eval": "x"}}},
      {"local": {"channels": {"eval": "x"}}}, ("error", "local.channels.eval", "no channel 'eval'")),
+    *TUNE_CASES,
+    (rules.check_prepare, {"prepare": PREPARE}, {"prepare": {**PREPARE, "eval_fraction": 0.1}},
+     ("error", "data.eval", "give data.eval")),
+    (rules.check_prepared_layout, {**hvd(2), "framework": {"version": "2.12"}, "prepare": PREPARE,
+                                   "data": {"train": ["s3://dfm-bucket/a/", "s3://dfm-bucket/b/"]}},
+     {**hvd(2), "framework": {"version": "2.12"}, "prepare": PREPARE,
+      "data": {"train": ["s3://dfm-bucket/a/", "s3://dfm-bucket/b/", "s3://dfm-bucket/c/"]}},
+     ("error", "prepare.files_per_worker", "multiple of workers")),
 ]
 
 
@@ -237,12 +284,12 @@ def test_job_name_override_is_the_full_name():
 
 
 def test_user_script_must_exist_next_to_the_spec(tmp_path):
-    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point)[0][1] == "entry_point"
+    assert file_findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point)[0][1] == "entry_point"
     (tmp_path / "train.py").write_text("print('hi')\n")
-    assert findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point) == []
+    assert file_findings(tmp_path, {"entry_point": "train.py"}, rules.check_entry_point) == []
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "main.py").write_text("")
-    assert findings(tmp_path, {"entry_point": "main.py", "source_dir": "src"}, rules.check_entry_point) == []
+    assert file_findings(tmp_path, {"entry_point": "main.py", "source_dir": "src"}, rules.check_entry_point) == []
 
 
 def test_every_bundled_default_passes_the_type_checks(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 
 from conftest import _moto_training_job
-from launcher import conventions, sagemaker_backend as sb
+from launcher import conventions, hosts, sagemaker_backend as sb
 from launcher.errors import DfmError
 from launcher.plan import Channel
 from launcher.sagemaker_backend import aws as sm_aws, request as sm_request
@@ -168,7 +168,7 @@ def test_file_system_and_fast_file_channels(sample_plan, no_aws_env, no_network)
     ({"region": ""}, "no AWS region"),
     # beyond botocore's validator: the service model's maximums, enums and patterns, on the request the SDK built
     ({"environment": {"BIG": "x" * 600}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
-    ({"instance_type": "ml.c5.bogus"}, "ResourceConfig.InstanceType"),
+    ({"instance_groups": hosts.one_group("ml.c5.bogus", 1)}, "ResourceConfig.InstanceType"),
     ({"hyperparameters": {"k": "x" * 2600, "model_dir": "/opt/ml/model"}}, "HyperParameters.k: 2602 characters"),
     ({"tags": {"team": "a;b"}}, "Tags.0.Value: does not match"),
 ])
@@ -318,7 +318,7 @@ def test_describe_summarises_and_unknown_job_is_exit_1(moto_jobs):
     with pytest.raises(DfmError) as caught:
         sb.describe("no-such-job", REGION)
     assert caught.value.exit_code == 1
-    assert caught.value.message == f"no training job named no-such-job in {REGION}: check the name and --region"
+    assert caught.value.message == f"no job named no-such-job in {REGION}: check the name and --region"
 
 
 def test_follow_prints_each_line_once_until_the_job_ends(moto_jobs, moto_logs):
@@ -447,7 +447,7 @@ def test_every_config_dry_runs_offline_and_the_request_matches_the_plan(path, no
     for key, value in plan.hyperparameters.items():  # what the script receives, after the SDK's JSON encoding
         assert json.loads(hps[key]) == value, key
     assert json.loads(hps["sagemaker_program"]) == plan.entry_point
-    if plan.heterogeneous:  # the SDK refuses InstanceType/InstanceCount beside groups
+    if len(plan.instance_groups) > 1:  # the SDK refuses InstanceType/InstanceCount beside groups
         assert request["ResourceConfig"]["InstanceGroups"] == [g.request() for g in plan.instance_groups]
         assert "InstanceType" not in request["ResourceConfig"] and "InstanceCount" not in request["ResourceConfig"]
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.secrets import MASK, is_secret_name, mask_environment
+from launcher.secrets import MASK, is_secret_name, mask_document, mask_environment
 
 
 @pytest.mark.parametrize("name", ["DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "githubToken",
@@ -26,3 +26,14 @@ def test_mask_environment_hides_only_secret_values_and_show_reveals_them():
     assert mask_environment(env, show=True) == env
     assert env["DB_PASSWORD"] == "hunter2"  # a copy: the caller's mapping is untouched
     assert mask_environment(None) == {}
+
+
+def test_mask_document_masks_every_environment_mapping_in_a_dry_run_document():
+    document = {"estimator": {"kwargs": {"environment": {"API_TOKEN": "t", "MODE": "x"}}},
+                "request": {"Environment": {"DB_PASSWORD": "p"}},
+                "processes": [{"env": {"AWS_SECRET_ACCESS_KEY": "k", "PATH": "/bin"}, "argv": ["API_TOKEN"]}]}
+    masked = mask_document(document)
+    assert masked["estimator"]["kwargs"]["environment"] == {"API_TOKEN": MASK, "MODE": "x"}
+    assert masked["request"]["Environment"] == {"DB_PASSWORD": MASK}
+    assert masked["processes"][0] == {"env": {"AWS_SECRET_ACCESS_KEY": MASK, "PATH": "/bin"}, "argv": ["API_TOKEN"]}
+    assert mask_document(document, show=True) == document

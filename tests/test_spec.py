@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -252,3 +253,15 @@ def test_a_file_in_an_unreadable_folder_is_one_line(tmp_path):
         assert caught.value.lines() == [f"{path}: cannot read: Permission denied"]
     finally:
         folder.chmod(0o700)
+
+
+def test_spec_data_compiles_like_the_file_it_came_from(tmp_path):
+    from launcher.compile import compile_spec
+    from spec_helpers import BASE, write_spec
+
+    from_file = compile_spec(str(write_spec(tmp_path, {"instance": {"count": 2}})), job_name="j")
+    from_data = compile_spec({**BASE, "instance": {**BASE["instance"], "count": 2}}, job_name="j")
+    unplaced = lambda compiled: dataclasses.replace(compiled.plan, warnings=())  # noqa: E731 (warnings name the file)
+    assert from_data.ok and unplaced(from_data) == unplaced(from_file)
+    refused = compile_spec({**BASE, "hyperparameters": {"batch_size": 0}})
+    assert refused.errors == ("<spec>:1: hyperparameters.batch_size: must be at least 1, got 0",)

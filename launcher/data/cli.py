@@ -246,3 +246,12 @@ def inspect_command(file: Path, rows: int, columns: str | None, header: bool | N
                                           "ragged_skipped": sample.ragged}}, indent=2))
     else:
         click.echo(inspect_mod.to_yaml(proposal), nl=False)
+
+
+def _register_prepare() -> None:
+    from launcher.data.cli_prepare import prepare
+
+    data.add_command(prepare)
+
+
+_register_prepare()

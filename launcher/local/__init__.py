@@ -8,13 +8,12 @@ runner.py executes it; describe.py prints it for `--local --dry-run`. Importing 
 from __future__ import annotations
 
 
-def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None, echo=print,
-              verbose: bool = False) -> int:
-    """Run `plan` locally; 0 when every script succeeded, 1 when a process failed, timed out or was stopped.
+def run_local(plan, *, echo=print, verbose: bool = False) -> int:
+    """Run `plan` locally (under its local.run_dir); 0 when every script succeeded, 1 when a process failed, timed out or was stopped.
     `verbose`: the terminal also gets TensorFlow's INFO log records (the log files always do)."""
     from launcher.local.runner import run_local as _run_local
 
-    return _run_local(plan, run_dir=run_dir, timeout_s=timeout_s, echo=echo, verbose=verbose)
+    return _run_local(plan, echo=echo, verbose=verbose)
 
 
 __all__ = ["run_local"]

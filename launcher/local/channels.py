@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 from launcher.errors import DfmError
 from launcher.plan import Channel
@@ -22,13 +21,10 @@ from launcher.plan import Channel
 def channel_source(channel: Channel) -> Path:
     """The local folder (or single file) that stands in for the channel's S3 prefix / file system path."""
     location = channel.local_path
-    if location is None and (channel.kind == "file" or not urlparse(channel.uri).scheme
-                             or channel.uri.startswith("file://")):
-        location = channel.uri
     if location is None:
         raise DfmError(f"channel '{channel.name}' reads {channel.uri}; --local needs a local folder for it "
                        f"(the spec's local: channels: section, or --channel {channel.name}=PATH)")
-    path = Path(urlparse(location).path if location.startswith("file://") else location).expanduser()
+    path = Path(location).expanduser()
     if not path.exists():
         raise DfmError(f"channel '{channel.name}': local data {path} does not exist")
     return path.resolve()

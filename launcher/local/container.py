@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher import hetero
-from launcher.contract import CONTAINER_BASE_DIR
+from launcher import hosts
+from launcher.conventions import CONTAINER_BASE_DIR
 from launcher.plan import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
@@ -24,33 +24,18 @@ TOOLKIT_OWN_HYPERPARAMETERS = (
     "default_user_module_name", "_tuning_objective_metric", "sagemaker_s3_output",
 )
 FRAMEWORK_MODULE = "sagemaker_tensorflow_container.training:main"
-INSTANCE_GROUP = "homogeneousCluster"
 DISTRIBUTION_FLAGS = ("sagemaker_parameter_server_enabled", "sagemaker_mpi_enabled",
                       "sagemaker_multi_worker_mirrored_strategy_enabled")
-NETWORK_INTERFACE = "eth0"
-
-
-def host_names(count: int) -> list[str]:
-    return [f"algo-{i}" for i in range(1, count + 1)]
 
 
 def plan_hosts(plan: Plan) -> list[str]:
-    """Every host of the job: algo-1..N, numbered across the instance groups of a heterogeneous cluster."""
-    if plan.heterogeneous:
-        return [h for hosts in hetero.host_names(plan.instance_groups).values() for h in hosts]
-    return host_names(plan.instance_count)
-
-
-def host_group(plan: Plan, host: str) -> tuple[str, list[str]]:
-    """(the host's instance group, that group's hosts)."""
-    if plan.heterogeneous:
-        return next((name, hosts) for name, hosts in hetero.host_names(plan.instance_groups).items() if host in hosts)
-    return INSTANCE_GROUP, host_names(plan.instance_count)
+    """Every host of the job: algo-1..N, numbered across its instance groups."""
+    return hosts.all_hosts(plan.instance_groups)
 
 
 def host_channels(plan: Plan, host: str) -> list[Channel]:
     """The channels SageMaker delivers to `host`: a channel restricted to instance groups skips the others."""
-    group, _ = host_group(plan, host)
+    group = hosts.group_of(plan.instance_groups, host).name
     return [c for c in plan.channels if c.instance_groups is None or group in c.instance_groups]
 
 
@@ -150,22 +135,14 @@ def input_data_config(plan: Plan, host: str) -> dict[str, dict[str, str]]:
     config: dict[str, dict[str, str]] = {}
     for channel in host_channels(plan, host):
         entry = {"TrainingInputMode": channel_mode(plan, channel), "RecordWrapperType": "None"}
-        if channel.kind in ("s3", "file"):
+        if channel.kind == "s3":
             entry["S3DistributionType"] = channel.distribution
         config[channel.name] = entry
     return config
 
 
 def resource_config(plan: Plan, host: str) -> dict[str, Any]:
-    if plan.heterogeneous:
-        return hetero.hetero_resource_configs(plan.instance_groups)[host]
-    hosts = host_names(plan.instance_count)
-    return {
-        "current_host": host, "current_instance_type": plan.instance_type, "current_group_name": INSTANCE_GROUP,
-        "hosts": hosts, "network_interface_name": NETWORK_INTERFACE,
-        "instance_groups": [{"instance_group_name": INSTANCE_GROUP, "instance_type": plan.instance_type,
-                             "hosts": hosts}],
-    }
+    return hosts.resource_configs(plan.instance_groups)[host]
 
 
 def config_files(plan: Plan, tree: HostTree) -> dict[str, Any]:
@@ -197,7 +174,7 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     `current_host` overrides SM_CURRENT_HOST: under MPI the toolkit on the first host exports its own
     environment to every rank (`mpirun -x`), so ranks on other hosts see the first host's name.
     """
-    hosts = plan_hosts(plan)
+    every_host = plan_hosts(plan)
     host = current_host or tree.host
     encoded = encode_hyperparameters(sdk_hyperparameters(plan, tree))
     decoded = {k: json.loads(v) for k, v in encoded.items()}
@@ -207,13 +184,14 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     channels = sorted(c.name for c in host_channels(plan, host))
     module_name = plan.entry_point[:-3] if plan.entry_point.endswith(".py") else plan.entry_point
     resources = resource_config(plan, host)
-    group, group_hosts = host_group(plan, host)
     groups = {g["instance_group_name"]: g for g in resources["instance_groups"]}
+    group = resources["current_group_name"]
+    group_hosts = groups[group]["hosts"]
     # the toolkit: a distribution runs on the current group when its sagemaker_*_enabled flag is set
     distribution_groups = [group] if any(framework_params.get(flag) for flag in DISTRIBUTION_FLAGS) else []
     distribution_hosts = [h for name in distribution_groups for h in groups[name]["hosts"]]
     fields: dict[str, Any] = {
-        "hosts": hosts, "network_interface_name": NETWORK_INTERFACE, "hps": user_hps,
+        "hosts": every_host, "network_interface_name": resources["network_interface_name"], "hps": user_hps,
         "user_entry_point": plan.entry_point, "framework_params": framework_params,
         "resource_config": resources, "input_data_config": input_data_config(plan, host),
         "output_data_dir": str(tree.output_data), "channels": channels, "current_host": host,
@@ -232,8 +210,8 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     fields["training_env"] = {
         **{renamed.get(k, k): v for k, v in fields.items() if k not in ("user_args", "channels")},
         "job_name": plan.job_name, "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
-        "distribution_hosts": distribution_hosts, "master_hostname": (distribution_hosts or hosts)[0],
-        "is_master": host == (distribution_hosts or hosts)[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
+        "distribution_hosts": distribution_hosts, "master_hostname": (distribution_hosts or every_host)[0],
+        "is_master": host == (distribution_hosts or every_host)[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
     for name in channels:
         fields[f"channel_{name}"] = str(tree.channel_dir(name))
     for key, value in user_hps.items():

@@ -1,6 +1,6 @@
 """What a local run shows on the terminal: the processes' lines (less TensorFlow's INFO chatter), the
 progress line and the end-of-run summary, read from the entry points' metric lines with the regexes
-SageMaker scrapes them with (contract.METRIC_DEFINITIONS), and their `[dfm] exported <path>` lines.
+SageMaker scrapes them with (conventions.METRIC_DEFINITIONS), and their `[dfm] exported <path>` lines.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from launcher.contract import METRIC_DEFINITIONS
+from launcher.conventions import METRIC_DEFINITIONS
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
 

@@ -14,14 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher import hetero
-from launcher.contract import render_argv
+from launcher import contract, hosts, tasks
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
 from launcher.local import runtime as runtimes
 from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
-                                      host_group, plan_hosts, to_host_path)
+                                      plan_hosts, to_host_path)
 from launcher.local.runtime import Runtime
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
@@ -118,10 +117,10 @@ def log_file(log_dir: Path, label: str) -> str:
     return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
-def build_request(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
-                  environ: Mapping[str, str] | None = None, runtime: Runtime | None = None) -> LocalRequest:
-    """The local run of `plan`; DfmError for what no run of this plan could do. `environ`: the launcher's
-    environment (default os.environ); `runtime`: the Python of the job (default: the image's runtime)."""
+def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None) -> LocalRequest:
+    """The local run of `plan` (under its local.run_dir, stopped after local.timeout_s); DfmError for what no run
+    of this plan could do. `environ`: the launcher's environment (default os.environ); `runtime`: the Python of
+    the job (default: the image's runtime)."""
     environ = dict(os.environ if environ is None else environ)
     kind = plan.distribution.kind
     if kind not in SUPPORTED_DISTRIBUTIONS:
@@ -129,23 +128,19 @@ def build_request(plan, *, run_dir: str | None = None, timeout_s: float | None =
     if kind == "horovod":
         mpi.parse_custom_mpi_options(plan.distribution.mpi_options)  # refuses what the toolkit cannot read
     runtime = runtime or runtimes.for_plan(plan)
-    root = Path(run_dir or plan.local.run_dir or DEFAULT_RUN_DIR).resolve()
+    root = Path(plan.local.run_dir or DEFAULT_RUN_DIR).resolve()
     job_dir = root / plan.job_name
     trees = [HostTree(name, job_dir / "hosts" / name) for name in plan_hosts(plan)]
     store = checkpoint_store(plan, root)
     warnings: list[str] = []
     problems: list[str] = []
     sources = _channel_sources(plan, problems)
-    hosts = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
-    expected = render_argv(plan.hyperparameters)  # drops sagemaker_* as the toolkit does
-    if list(plan.argv) != expected:
-        warnings.append(f"warning: the plan's argv differs from what the container renders from its "
-                        f"hyperparameters ({expected}); running the plan's argv")
+    host_requests = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
     processes, master, files = _processes(plan, trees, runtime, environ, job_dir)
     return LocalRequest(
         job_name=plan.job_name, job_dir=str(job_dir), log_dir=str(job_dir / "logs"), source_dir=plan.source_dir,
-        runtime=runtime, hosts=hosts, processes=processes, master=master,
-        timeout_s=timeout_s if timeout_s is not None else plan.local.timeout_s,
+        runtime=runtime, hosts=host_requests, processes=processes, master=master,
+        timeout_s=plan.local.timeout_s,
         master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
         source_files=dict(plan.source_files),
         warnings=tuple(warnings), problems=tuple(problems))
@@ -169,7 +164,7 @@ def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tup
 
 def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]) -> LocalHost:
     feeds = []
-    _, group_hosts = host_group(plan, tree.host)
+    group_hosts = hosts.host_names(plan.instance_groups)[hosts.group_of(plan.instance_groups, tree.host).name]
     index, count = group_hosts.index(tree.host), len(group_hosts)  # ShardedByS3Key splits among the group's hosts
     for channel in host_channels(plan, tree.host):
         source = sources[channel.name]
@@ -226,10 +221,9 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
 
     if kind == "horovod":
         return _mpi_processes(plan, trees, runtime, environ, job_dir)
-    if plan.heterogeneous:  # no toolkit distribution: every host runs the script, which builds the cluster
-        addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}"
-                     for a in hetero.container_addresses(plan.instance_groups, plan.distribution.ps_per_host)}
-        extra_env = {hetero.CLUSTER_ADDRESSES_ENV: json.dumps(addresses)}
+    if not plan.distribution.toolkit:  # every host runs the script, which builds the cluster itself
+        addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}" for a in tasks.container_addresses(plan)}
+        extra_env = {contract.bundled_cluster().ADDRESSES_ENV: json.dumps(addresses)}
         scripts = [script(t, f"{t.host}/train", "train", extra_env=extra_env) for t in trees]
         return tuple(scripts), scripts[0].label, {}
     if kind == "parameter_server" and len(trees) > 1:

@@ -36,9 +36,8 @@ class RunResult:
     isolated: bool = False  # ran in a loopback-only network namespace
 
 
-def run_local(plan, *, run_dir: str | None = None, timeout_s: float | None = None,
-              echo: Callable[[str], None] = print, verbose: bool = False) -> int:
-    request = build_request(plan, run_dir=run_dir, timeout_s=timeout_s)
+def run_local(plan, *, echo: Callable[[str], None] = print, verbose: bool = False) -> int:
+    request = build_request(plan)
     return LocalRun(request, echo=echo, verbose=verbose).run().exit_code
 
 

@@ -68,6 +68,17 @@ def console_url(job_name: str, region: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
 
 
+class JobNotFound(DfmError):
+    """SageMaker has no job of that name (of the kind asked about)."""
+
+
+def _not_found(err: ClientError) -> bool:
+    error = err.response.get("Error", {})
+    code, message = error.get("Code", "Unknown"), one_line(error.get("Message", ""))
+    return code in {"ResourceNotFound", "ResourceNotFoundException", "NoSuchBucket"} or bool(
+        code == "ValidationException" and re.search(r"could not find|does not exist|not found", message, re.I))
+
+
 def _client_error_message(err: ClientError, action: str, job_name: str | None, region: str | None) -> str:
     error = err.response.get("Error", {})
     code, message = error.get("Code", "Unknown"), one_line(error.get("Message", ""))
@@ -78,12 +89,9 @@ def _client_error_message(err: ClientError, action: str, job_name: str | None, r
     if code in {"AccessDenied", "AccessDeniedException"}:
         return (f"AWS denied {action}: {message} (grant these credentials the sagemaker/s3/logs permissions, "
                 "and iam:PassRole on the job's role)")
-    not_found = code in {"ResourceNotFound", "ResourceNotFoundException", "NoSuchBucket"} or (
-        code == "ValidationException" and re.search(r"could not find|does not exist|not found", message, re.I))
-    if not_found and job_name:
-        return f"no training job named {job_name} in {region}: check the name and --region"
+    not_found = _not_found(err)
     if not_found:
-        return f"{action}: not found: {message}"
+        return f"{action}: not found ({code}): {message}"
     return f"AWS refused {action} ({code}): {message}"
 
 
@@ -101,6 +109,8 @@ def aws_errors(action: str, *, job_name: str | None = None, region: str | None =
         raise DfmError(f"cannot reach AWS for {action} ({one_line(err)}): check the network, proxy "
                        "and region", 1) from err
     except ClientError as err:
+        if job_name and _not_found(err):
+            raise JobNotFound(f"no job named {job_name} in {region}: check the name and --region", 1) from err
         raise DfmError(_client_error_message(err, action, job_name, region), 1) from err
     except S3UploadFailedError as err:  # boto3's transfer manager wraps the S3 ClientError
         raise DfmError(f"{action}: uploading the source dir failed: {one_line(err)}", 1) from err

@@ -50,11 +50,32 @@ def source_dir_with_files(plan: Plan) -> Iterator[str]:
         yield str(copy)
 
 
-def submit(plan: Plan, *, wait: bool, echo: Echo = print) -> str:
-    """Build the request (refusing an invalid job before uploading anything), upload the source dir, create
-    the training job with exactly that request; with `wait`, stream its logs to the end."""
+def idle_hosts_on_s3(plan: Plan, s3) -> list[str]:
+    """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
+    if plan.instance_count < 2:
+        return []
+    found = []
+    for channel in plan.channels:
+        if channel.kind != "s3" or channel.distribution != "ShardedByS3Key":
+            continue
+        bucket, _, prefix = channel.uri[len("s3://"):].partition("/")
+        with aws.aws_errors(f"listing {channel.uri}", region=plan.region):
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=plan.instance_count + 1)
+        count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
+        if count < plan.instance_count:
+            found.append(f"channel {channel.name}: {channel.uri} holds {count} object(s) for {plan.instance_count} "
+                         f"hosts; with ShardedByS3Key {plan.instance_count - count} host(s) get no data")
+    return found
+
+
+def submit(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print) -> str:
+    """Build the request (refusing an invalid job before uploading anything), warn of hosts the S3 data leaves
+    idle, upload the source dir, create the training job with exactly that request; with `wait`, stream its
+    logs to the end."""
     built = request.build(plan)
     session = aws.boto_session(plan.region)
+    for line in idle_hosts_on_s3(plan, session.client("s3")):
+        warn(line)
     with aws.aws_errors("creating the training job", region=plan.region):
         _upload_source_dir(plan, built, session)
         session.client("sagemaker").create_training_job(**built.request)
@@ -75,6 +96,7 @@ def _summary(description: dict, region: str) -> dict:
     transitions = description.get("SecondaryStatusTransitions") or []
     return {
         "job_name": description["TrainingJobName"],
+        "kind": "training",
         "status": description["TrainingJobStatus"],
         "secondary_status": description.get("SecondaryStatus"),
         "status_message": transitions[-1].get("StatusMessage") if transitions else None,
@@ -102,6 +124,7 @@ def describe(job_name: str, region: str | None) -> dict:
 
 
 def raise_for_outcome(summary: dict) -> None:
+    """Exit 1 (with the reason) for a job of any kind that failed or was stopped."""
     if summary["status"] in ("Failed", "Stopped"):
         reason = f": {aws.one_line(summary['failure_reason'])}" if summary.get("failure_reason") else ""
         raise DfmError(f"job {summary['job_name']} {summary['status']}{reason}", 1)
@@ -133,7 +156,7 @@ def list_jobs(region: str | None, name_contains: str | None = None, max_results:
     jobs = []
     with aws.aws_errors("listing training jobs", region=region):
         for page in sagemaker_client.get_paginator("list_training_jobs").paginate(**query):
-            jobs += [{"job_name": job["TrainingJobName"], "status": job["TrainingJobStatus"],
+            jobs += [{"job_name": job["TrainingJobName"], "kind": "training", "status": job["TrainingJobStatus"],
                       "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
                      for job in page["TrainingJobSummaries"]]
     return jobs[:max_results]

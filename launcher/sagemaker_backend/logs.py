@@ -1,20 +1,29 @@
-"""A job's CloudWatch log lines, from every instance, in time order; followed until the job ends."""
+"""A job's CloudWatch log lines, from every instance, in time order; followed until the job ends. Each kind of
+job names its log group and how its state is read (`LogSource`); the reading and following are the same."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
 from launcher.sagemaker_backend import aws
 
-LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 
 Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where a kind of job writes its logs, and how its state is read while they are followed."""
+
+    log_group: str
+    state: Callable[[Any, str], tuple[str, str, bool]]  # (sagemaker client, job) -> (status, progress line, several hosts)
 
 
 def _host_of(stream_name: str) -> str:
@@ -26,14 +35,14 @@ def _host_of(stream_name: str) -> str:
 class _LogCursor:
     """Reads a job's CloudWatch events once each, across all of its instances' streams."""
 
-    def __init__(self, logs_client, job_name: str):
-        self.logs, self.job_name = logs_client, job_name
+    def __init__(self, logs_client, log_group: str, job_name: str):
+        self.logs, self.log_group, self.job_name = logs_client, log_group, job_name
         self.start_ms, self.ids_at_start = 0, set()
 
     def _streams(self) -> list[str]:
         names = []
         pages = self.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/")
+            logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/")
         for page in pages:
             names += [stream["logStreamName"] for stream in page["logStreams"]]
         return names
@@ -48,7 +57,7 @@ class _LogCursor:
         events = []
         for first in range(0, len(streams), 100):  # FilterLogEvents takes at most 100 stream names
             pages = self.logs.get_paginator("filter_log_events").paginate(
-                logGroupName=LOG_GROUP, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
+                logGroupName=self.log_group, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
             for page in pages:
                 events += page["events"]
         fresh = [e for e in events if e["eventId"] not in self.ids_at_start]
@@ -76,8 +85,17 @@ def _progress_line(description: dict) -> str:
     return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
 
 
+def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool]:
+    description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
+    groups = aws.instance_groups(description.get("ResourceConfig", {}))
+    return description["TrainingJobStatus"], _progress_line(description), sum(g["instance_count"] for g in groups) > 1
+
+
+TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
+
+
 def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: Echo = print, *,
-                poll_seconds: float = 10.0, as_json: bool = False) -> str:
+                poll_seconds: float = 10.0, as_json: bool = False, source: LogSource = TRAINING) -> str:
     """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status.
 
     Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
@@ -86,15 +104,11 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
     region = aws.resolve_region(region)
     session = aws.boto_session(region)
     sagemaker_client, logs_client = session.client("sagemaker"), session.client("logs")
-    cursor = _LogCursor(logs_client, job_name)
+    cursor = _LogCursor(logs_client, source.log_group, job_name)
     was_running, last_progress = False, None
     with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
-            description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
-            status = description["TrainingJobStatus"]
-            groups = aws.instance_groups(description.get("ResourceConfig", {}))
-            multi_host = sum(group["instance_count"] for group in groups) > 1
-            progress = _progress_line(description)
+            status, progress, multi_host = source.state(sagemaker_client, job_name)
             if follow and not as_json and progress != last_progress:
                 echo(progress)
                 last_progress = progress

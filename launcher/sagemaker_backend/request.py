@@ -9,6 +9,7 @@ imported here only, inside functions, and quietly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import inspect
@@ -45,6 +46,14 @@ class JobRequest:
     image_uri: str
 
 
+def _host_kwargs(groups) -> dict[str, Any]:
+    """One group of identical hosts goes as instance_type/instance_count (ResourceConfig.InstanceType/Count, the
+    form every SageMaker feature takes); several as instance_groups (the SDK refuses both at once)."""
+    if len(groups) == 1:
+        return {"instance_type": groups[0].instance_type, "instance_count": groups[0].count}
+    return {"instance_groups": [group.sdk_kwargs() for group in groups]}
+
+
 def estimator_kwargs(plan: Plan) -> dict[str, Any]:
     """The keyword arguments of `sagemaker.tensorflow.TensorFlow(...)` for this plan (JSON-able)."""
     kwargs: dict[str, Any] = {
@@ -60,10 +69,7 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         "hyperparameters": {k: v for k, v in plan.hyperparameters.items() if k != "model_dir"},
         **DISABLED_SDK_EXTRAS,
     }
-    if plan.heterogeneous:  # the SDK refuses instance_type/instance_count beside groups
-        kwargs["instance_groups"] = [group.sdk_kwargs() for group in plan.instance_groups]
-    else:
-        kwargs["instance_type"], kwargs["instance_count"] = plan.instance_type, plan.instance_count
+    kwargs.update(_host_kwargs(plan.instance_groups))
     if plan.bundled:  # a user's script keeps the SDK's own default (which conventions.model_dir predicts)
         kwargs["model_dir"] = plan.hyperparameters["model_dir"]
     if plan.image_uri is not None:
@@ -217,9 +223,10 @@ def _would_be_source_uri(estimator) -> str:
     return f"s3://{bucket}/{estimator._assign_s3_prefix(prefix)}/sourcedir.tar.gz"
 
 
-def build(plan: Plan) -> JobRequest:
-    """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
-    sagemaker = _sdk()
+def offline_estimator(plan: Plan):
+    """(session, estimator kwargs, the SDK's estimator, channel inputs) for this plan, the estimator's source
+    upload replaced by the location it would upload to: the training and the tuning request start here."""
+    _sdk()
     from sagemaker.fw_utils import UploadedCode
 
     session = sagemaker_session(plan)
@@ -235,6 +242,13 @@ def build(plan: Plan) -> JobRequest:
         return UploadedCode(s3_prefix=_would_be_source_uri(job), script_name=script)
 
     job._stage_user_code_in_s3 = stage_without_upload
+    return session, kwargs, job, inputs
+
+
+def build(plan: Plan) -> JobRequest:
+    """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
+    sagemaker = _sdk()
+    session, kwargs, job, inputs = offline_estimator(plan)
     try:
         job._prepare_for_training(job_name=plan.job_name)
         args = sagemaker.estimator._TrainingJob.get_train_args(job, inputs, None)
@@ -245,27 +259,40 @@ def build(plan: Plan) -> JobRequest:
     return JobRequest(kwargs, {name: dict(value.config) for name, value in inputs.items()}, request, args["image_uri"])
 
 
-def validate(sagemaker_client, request: dict) -> None:
+def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJob") -> None:
     from botocore.validate import ParamValidator
 
     from launcher import service_model
 
-    shape = sagemaker_client.meta.service_model.operation_model("CreateTrainingJob").input_shape
+    shape = sagemaker_client.meta.service_model.operation_model(operation).input_shape
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
-        raise DfmError(f"the CreateTrainingJob request would be refused: {aws.one_line(report.generate_report())}", 2)
+        raise DfmError(f"the {operation} request would be refused: {aws.one_line(report.generate_report())}", 2)
     # The validator checks types and minimums; the service also refuses enums, maximums and patterns.
-    refused = [f"{path}: {message}" for path, message in service_model.walk(request)]
+    refused = [f"{path}: {message}" for path, message in service_model.walk(request, f"{operation}Request")]
     if refused:
-        raise DfmError(f"the CreateTrainingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
+        raise DfmError(f"the {operation} request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
 def dry_run(plan: Plan) -> dict:
-    """What a submit would send, built by the real SDK with zero network calls."""
+    """The dry run's document: what a submit would send (built by the real SDK with zero network calls), with
+    the plan's channels, hosts, cost and warnings beside it."""
+    from launcher import tasks
+
     built = build(plan)
-    return {
+    document = {
+        "job_name": plan.job_name,
         "estimator": {"class": ESTIMATOR_CLASS, "kwargs": built.estimator_kwargs},
         "inputs": built.inputs,
-        "request": built.request,
+        "channels": [dataclasses.asdict(channel) for channel in plan.channels],
+        "entry_point": plan.entry_point,
+        "argv": list(plan.argv),
         "image_uri": built.image_uri,
+        "instance_groups": tasks.describe(plan),
+        "request": built.request,
+        "cost": dict(plan.cost or {}),
+        "warnings": list(plan.warnings),
     }
+    if plan.source_files:  # shipped in the source dir beside the scripts
+        document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
+    return document

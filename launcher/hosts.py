@@ -1,14 +1,10 @@
-"""Heterogeneous parameter-server jobs: parameter servers on their own instance group, workers on another.
+"""A job's hosts: a tuple of instance groups, the one cluster model. A job of identical hosts is one group
+(SageMaker's `homogeneousCluster`); parameter servers on their own instances make two (workers, then ps).
 
-Pure (no I/O, no SageMaker import). What the spec, rules, plan, SageMaker backend and local emulation need:
-- the instance groups (worker group first, so the chief, the first worker host, is algo-1) and their
-  CreateTrainingJob / SDK forms, names checked against the service model;
-- which channels go to which group: S3 channels to the worker group only (`InstanceGroupNames`);
-- the cost per group;
-- the embedding memory estimate against the ps group's memory;
-- `resourceconfig.json` per host as SageMaker writes it for instance groups (the local emulation).
-
-The bundled script's side is entrypoints/hetero_cluster.py: it reads that file and builds the cluster.
+Pure (no I/O, no SageMaker import). Computed here from the groups, for every job alike: the host names
+(algo-1..N across the groups), the resourceconfig.json SageMaker writes per host, which channels reach which
+group, what runs on each host, the cost ceiling, the group checks against the service model, and the
+embedding memory estimate. The bundled script's side of the ps-group layout is entrypoints/hetero_cluster.py.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ from typing import Any, Iterable
 
 from launcher import catalog, service_model
 
+HOMOGENEOUS_GROUP = "homogeneousCluster"  # SageMaker's name for the one group of a job without InstanceGroups
 WORKER_GROUP = "worker"
 PS_GROUP = "ps"
 NETWORK_INTERFACE = "eth0"
@@ -33,10 +30,6 @@ GIB = 1 << 30
 # to find its groups in resourceconfig.json).
 PS_GROUP_HYPERPARAMETER = "ps_group"
 PS_PER_HOST_HYPERPARAMETER = "ps_per_host"
-# Where the bundled script's tasks listen (entrypoints/hetero_cluster.py; a test pins the two copies), and the
-# variable through which `--local` tells it the loopback port standing in for each container address.
-CHIEF_PORT, WORKER_PORT, PS_PORT = 2222, 2223, 2224
-CLUSTER_ADDRESSES_ENV = "DFM_CLUSTER_ADDRESSES"
 
 
 @dataclass(frozen=True)
@@ -53,6 +46,11 @@ class InstanceGroup:
     def sdk_kwargs(self) -> dict[str, Any]:
         """JSON-able kwargs of sagemaker.instance_group.InstanceGroup(...)."""
         return {"instance_group_name": self.name, "instance_type": self.instance_type, "instance_count": self.count}
+
+
+def one_group(instance_type: str, count: int) -> tuple[InstanceGroup, ...]:
+    """The hosts of a job of identical hosts."""
+    return (InstanceGroup(HOMOGENEOUS_GROUP, instance_type, count, "worker"),)
 
 
 def layout(worker_type: str, worker_count: int, ps_type: str, ps_count: int) -> tuple[InstanceGroup, ...]:
@@ -88,7 +86,7 @@ def channel_instance_groups(channel_kind: str) -> list[str] | None:
     ps hosts download nothing; the chief, which evaluates, is a worker host. EFS/FSx channels cannot be
     restricted (FileSystemDataSource has no InstanceGroupNames): they are mounted on every host. None:
     no restriction."""
-    return [WORKER_GROUP] if channel_kind in ("s3", "file") else None
+    return [WORKER_GROUP] if channel_kind == "s3" else None
 
 
 def host_names(groups: Iterable[InstanceGroup]) -> dict[str, list[str]]:
@@ -100,45 +98,19 @@ def host_names(groups: Iterable[InstanceGroup]) -> dict[str, list[str]]:
     return hosts
 
 
-def processes_by_host(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> dict[str, list[str]]:
-    """host -> the tasks the bundled script runs there (entrypoints/hetero_cluster.py's layout), for the
-    dry run: the first worker host runs the chief and worker 0, each other worker host one worker, each
-    ps host `ps_per_host` parameter servers."""
+def all_hosts(groups: Iterable[InstanceGroup]) -> list[str]:
+    return [host for hosts in host_names(groups).values() for host in hosts]
+
+
+def group_of(groups: Iterable[InstanceGroup], host: str) -> InstanceGroup:
     groups = list(groups)
-    hosts = host_names(groups)
-    out: dict[str, list[str]] = {}
-    workers = [h for g in groups if g.role == "worker" for h in hosts[g.name]]
-    for index, host in enumerate(workers):
-        out[host] = (["chief:0"] if index == 0 else []) + [f"worker:{index}"]
-    ps_hosts = [h for g in groups if g.role == "ps" for h in hosts[g.name]]
-    for index, host in enumerate(ps_hosts):
-        out[host] = [f"ps:{index * ps_per_host + k}" for k in range(ps_per_host)]
-    return out
+    return next(g for g in groups if host in host_names(groups)[g.name])
 
 
-def container_addresses(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> list[str]:
-    """Every host:port a task of the bundled script's cluster listens on, in task order."""
-    addresses = []
-    for host, tasks in processes_by_host(groups, ps_per_host).items():
-        for task in tasks:
-            job, index = task.split(":")
-            port = {"chief": CHIEF_PORT, "worker": WORKER_PORT}.get(job, PS_PORT + int(index) % ps_per_host)
-            addresses.append(f"{host}:{port}")
-    return addresses
-
-
-def describe_groups(groups: Iterable[InstanceGroup], ps_per_host: int = 1) -> list[dict[str, Any]]:
-    """Each group with its hosts and what runs on each, for the dry run."""
-    groups = list(groups)
-    hosts, processes = host_names(groups), processes_by_host(groups, ps_per_host)
-    return [{"group": g.name, "role": g.role, "instance_type": g.instance_type, "instance_count": g.count,
-             "hosts": {host: processes[host] for host in hosts[g.name]}} for g in groups]
-
-
-def hetero_resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[str, Any]]:
-    """host -> its resourceconfig.json, as SageMaker writes it on a heterogeneous cluster: `current_host`,
-    `current_instance_type`, `current_group_name`, `hosts` (all groups), `instance_groups` (each group's
-    name, type and hosts) and `network_interface_name`."""
+def resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[str, Any]]:
+    """host -> its resourceconfig.json, as SageMaker writes it (one group: `homogeneousCluster`):
+    `current_host`, `current_instance_type`, `current_group_name`, `hosts` (all groups), `instance_groups`
+    (each group's name, type and hosts) and `network_interface_name`."""
     groups = list(groups)
     hosts = host_names(groups)
     every_host = [h for g in groups for h in hosts[g.name]]
@@ -156,8 +128,8 @@ def hetero_resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[s
     return configs
 
 
-def group_costs(groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: float = 0.0) -> dict[str, Any]:
-    """The cost ceiling per group and in all (on-demand list price x count x (max_run + warm pool))."""
+def costs(groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: float = 0.0, *, spot: bool = False) -> dict[str, Any]:
+    """The cost ceiling per group and in all: on-demand list price x count x (max_run + warm pool)."""
     hours = (max_run_s + warm_pool_s) / 3600
     rows, total = [], 0.0
     for group in groups:
@@ -172,8 +144,15 @@ def group_costs(groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: 
         else:
             total += row["max_usd"]
         rows.append(row)
-    return {"groups": rows, "max_hours": round(hours, 3),
-            "max_usd": None if math.isnan(total) else round(total, 2)}
+    unknown = [row["note"] for row in rows if "note" in row]
+    if unknown:
+        note = "; ".join(unknown)
+    elif spot:
+        note = "on-demand ceiling: spot bills the spot price (often 60-90% less) for the time actually trained"
+    else:
+        note = "ceiling: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
+    return {"groups": rows, "max_hours": round(max_run_s / 3600, 3), "warm_pool_hours": round(warm_pool_s / 3600, 3),
+            "max_usd": None if math.isnan(total) else round(total, 2), "spot": spot, "note": note}
 
 
 # ---- embedding memory ----
@@ -184,7 +163,7 @@ def embedding_bytes(feature_size: int, embedding_size: int, optimizer: str) -> i
     return feature_size * (1 + embedding_size) * FLOAT_BYTES * (1 + OPTIMIZER_SLOTS[optimizer])
 
 
-def _gib(value: float) -> str:
+def gib(value: float) -> str:
     return f"{value / GIB:,.1f} GiB"
 
 
@@ -200,15 +179,15 @@ def embedding_memory_findings(feature_size: int, embedding_size: int, optimizer:
     slots = OPTIMIZER_SLOTS[optimizer]
     how = (f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
            f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})")
-    have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {_gib(available)}"
+    have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {gib(available)}"
     share = needed / available
     per_instance = info.memory_gib * GIB * WARN_FRACTION
     enough = max(ps.count + 1, math.ceil(needed / per_instance))
     if share > 1:
-        return [("error", f"the embedding tables need {_gib(needed)} ({how}), more than the ps group's {have}: "
+        return [("error", f"the embedding tables need {gib(needed)} ({how}), more than the ps group's {have}: "
                           f"use count {enough} or a larger memory instance for the ps, or a smaller feature_size")]
     if share > WARN_FRACTION:
-        return [("warning", f"the embedding tables need {_gib(needed)} ({how}), {share:.0%} of the ps group's "
+        return [("warning", f"the embedding tables need {gib(needed)} ({how}), {share:.0%} of the ps group's "
                             f"{have}: the ps processes need headroom; count {enough} keeps them under "
                             f"{WARN_FRACTION:.0%}")]
     return []

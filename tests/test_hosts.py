@@ -1,27 +1,23 @@
-"""launcher/hetero.py: instance groups, channels per group, cost per group, the embedding memory estimate
-and the resource configs of a heterogeneous job; checked against the real sagemaker-training toolkit (how it reads our resource configs) and the bundled script's
-own cluster builder and optimizer."""
+"""launcher/hosts.py and tasks.py, the one cluster model: instance groups, host names, resource configs, what runs
+where, cost per group, the embedding memory estimate; checked against the real sagemaker-training toolkit (how it
+reads our resource configs) and the bundled script's own cluster builder and optimizer."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from local_plans import toolkit_pythonpath
 
-from launcher import catalog, hetero
+from launcher import catalog, hosts, tasks
+from launcher.plan import build_plan
+from launcher.spec import load_spec
+from entry_support import entrypoint_module
+from spec_helpers import write_spec
 
-ENTRYPOINTS = Path(__file__).resolve().parents[1] / "entrypoints"
-GROUPS = hetero.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
-
-
-def entrypoint_module(name):
-    if str(ENTRYPOINTS) not in sys.path:
-        sys.path.insert(0, str(ENTRYPOINTS))
-    return __import__(name)
+GROUPS = hosts.layout("ml.g5.2xlarge", 4, "ml.r5.4xlarge", 2)
 
 
 # ---- groups, hosts, resource configs ----
@@ -30,11 +26,11 @@ def test_layout_puts_the_workers_first_and_numbers_hosts_across_groups():
     assert [g.request() for g in GROUPS] == [
         {"InstanceGroupName": "worker", "InstanceType": "ml.g5.2xlarge", "InstanceCount": 4},
         {"InstanceGroupName": "ps", "InstanceType": "ml.r5.4xlarge", "InstanceCount": 2}]
-    assert hetero.host_names(GROUPS) == {"worker": ["algo-1", "algo-2", "algo-3", "algo-4"], "ps": ["algo-5", "algo-6"]}
+    assert hosts.host_names(GROUPS) == {"worker": ["algo-1", "algo-2", "algo-3", "algo-4"], "ps": ["algo-5", "algo-6"]}
 
 
 def test_resource_configs_have_sagemakers_heterogeneous_layout():
-    configs = hetero.hetero_resource_configs(GROUPS)
+    configs = hosts.resource_configs(GROUPS)
     assert sorted(configs, key=lambda h: int(h.split("-")[1])) == [f"algo-{i}" for i in range(1, 7)]
     # the keys and nesting SageMaker writes (amazon-sagemaker-examples' heterogeneous hello-world job printed them)
     assert configs["algo-5"] == {
@@ -50,25 +46,48 @@ def test_resource_configs_have_sagemakers_heterogeneous_layout():
     assert "mutated" not in configs["algo-2"]["hosts"]
 
 
-def test_the_bundled_script_builds_the_intended_cluster_from_every_hosts_config():
+def test_the_dry_run_shows_the_cluster_the_bundled_script_builds_on_every_host(tmp_path):
     hc = entrypoint_module("hetero_cluster")
-    hps = hetero.script_hyperparameters(ps_per_host=2)
+    spec = write_spec(tmp_path, {"instance": {"type": "ml.g5.2xlarge", "count": 4},
+                                 "distribution": {"parameter_server": {"ps": {"type": "ml.r5.4xlarge", "count": 2, "per_host": 2}}}})
+    plan = build_plan(load_spec(spec), job_name="j")
     roles = {}
-    # the dry run's "which processes run where" is the same layout the script builds
-    assert hetero.processes_by_host(GROUPS, ps_per_host=2) == {
-        "algo-1": ["chief:0", "worker:0"], "algo-2": ["worker:1"], "algo-3": ["worker:2"],
-        "algo-4": ["worker:3"], "algo-5": ["ps:0", "ps:1"], "algo-6": ["ps:2", "ps:3"]}
-    for host, config in hetero.hetero_resource_configs(GROUPS).items():
-        cluster = hc.build_cluster(json.loads(json.dumps(config)), hps[hetero.PS_GROUP_HYPERPARAMETER],
-                                   ps_per_host=hps[hetero.PS_PER_HOST_HYPERPARAMETER])
+    for host, config in hosts.resource_configs(plan.instance_groups).items():
+        cluster = hc.build_cluster(json.loads(json.dumps(config)), plan.hyperparameters["ps_group"],
+                                   ps_per_host=plan.hyperparameters["ps_per_host"])
         roles[host] = [t.name for t in cluster.local_tasks()]
         assert cluster.cluster_spec()["chief"] == ["algo-1:2222"]
     assert roles == {"algo-1": ["chief:0", "worker:0"], "algo-2": ["worker:1"], "algo-3": ["worker:2"],
                      "algo-4": ["worker:3"], "algo-5": ["ps:0", "ps:1"], "algo-6": ["ps:2", "ps:3"]}
-    # `--local` maps exactly the addresses the script dials, through the variable it reads
-    assert hetero.container_addresses(GROUPS, ps_per_host=2) == [t.address for t in cluster.tasks]
-    assert hetero.CLUSTER_ADDRESSES_ENV == hc.ADDRESSES_ENV
-    assert (hetero.CHIEF_PORT, hetero.WORKER_PORT, hetero.PS_PORT) == (hc.CHIEF_PORT, hc.WORKER_PORT, hc.PS_PORT)
+    assert tasks.tasks_by_host(plan) == roles
+    # `--local` maps exactly the addresses the script dials
+    assert tasks.container_addresses(plan) == [t.address for t in cluster.tasks]
+
+
+@pytest.mark.parametrize("changes, expected", [
+    # the toolkit's ps on each host; the master also runs its own host's worker task, after the other hosts'
+    ({"distribution": "parameter_server", "instance": {"count": 2}},
+     {"algo-1": ["ps", "master", "worker:1"], "algo-2": ["ps", "worker:0"]}),
+    ({"distribution": "parameter_server", "instance": {"type": "ml.p3.8xlarge", "count": 2}},  # one task per GPU
+     {"algo-1": ["ps", "master", "worker:4", "worker:5", "worker:6", "worker:7"],
+      "algo-2": ["ps", "worker:0", "worker:1", "worker:2", "worker:3"]}),
+    ({"entry_point": "deepfm-horovod", "framework": {"version": "2.12"}, "instance": {"type": "ml.p3.8xlarge", "count": 2},
+      "distribution": {"horovod": {"processes_per_host": 2}}}, {"algo-1": ["rank:0", "rank:1"], "algo-2": ["rank:2", "rank:3"]}),
+    ({"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored", "instance": {"count": 2}},
+     {"algo-1": ["worker:0"], "algo-2": ["worker:1"]}),
+    ({}, {"algo-1": ["script"]}),
+])
+def test_what_runs_on_each_host_of_a_toolkit_layout(tmp_path, changes, expected):
+    assert tasks.tasks_by_host(build_plan(load_spec(write_spec(tmp_path, changes)), job_name="j")) == expected
+
+
+def test_one_group_of_identical_hosts_is_sagemakers_homogeneous_cluster():
+    configs = hosts.resource_configs(hosts.one_group("ml.c5.xlarge", 2))
+    assert configs["algo-2"] == {
+        "current_host": "algo-2", "current_instance_type": "ml.c5.xlarge", "current_group_name": "homogeneousCluster",
+        "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0",
+        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.c5.xlarge",
+                             "hosts": ["algo-1", "algo-2"]}]}
 
 
 TOOLKIT_READS = """
@@ -88,7 +107,7 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(toolkit_pythonpath() is None, reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
 def test_the_real_toolkit_reads_our_resource_configs_as_a_heterogeneous_cluster(tmp_path):
-    configs = hetero.hetero_resource_configs(GROUPS)
+    configs = hosts.resource_configs(GROUPS)
     result = subprocess.run([sys.executable, "-c", TOOLKIT_READS, json.dumps(configs)], capture_output=True, text=True,
                             env={"PYTHONPATH": toolkit_pythonpath(), "SAGEMAKER_BASE_DIR": str(tmp_path),
                                  "AWS_DEFAULT_REGION": "us-east-1"}, check=True)
@@ -101,12 +120,12 @@ def test_the_real_toolkit_reads_our_resource_configs_as_a_heterogeneous_cluster(
 
 
 def test_group_problems_are_what_sagemaker_would_refuse():
-    assert hetero.group_problems(GROUPS) == []
-    six = [hetero.InstanceGroup(f"g{i}", "ml.c5.xlarge", 1, "worker") for i in range(6)]
-    assert hetero.group_problems(six) == ["6 instance groups, SageMaker allows at most 5"]
-    bad = [hetero.InstanceGroup("ps", "ml.r5.large", 1, "ps"), hetero.InstanceGroup("ps", "ml.r5.large", 0, "ps"),
-           hetero.InstanceGroup("x" * 65, "ml.c5.xlarge", 1, "worker"), hetero.InstanceGroup("", "ml.c5.xlarge", 1, "worker")]
-    problems = hetero.group_problems(bad)
+    assert hosts.group_problems(GROUPS) == []
+    six = [hosts.InstanceGroup(f"g{i}", "ml.c5.xlarge", 1, "worker") for i in range(6)]
+    assert hosts.group_problems(six) == ["6 instance groups, SageMaker allows at most 5"]
+    bad = [hosts.InstanceGroup("ps", "ml.r5.large", 1, "ps"), hosts.InstanceGroup("ps", "ml.r5.large", 0, "ps"),
+           hosts.InstanceGroup("x" * 65, "ml.c5.xlarge", 1, "worker"), hosts.InstanceGroup("", "ml.c5.xlarge", 1, "worker")]
+    problems = hosts.group_problems(bad)
     assert "instance group name 'ps' is used twice: names must be unique" in problems
     assert "instance group 'ps' has 0 instances: it needs at least 1" in problems
     assert f"instance group name {'x' * 65!r}: 65 characters, SageMaker allows at most 64" in problems
@@ -114,13 +133,24 @@ def test_group_problems_are_what_sagemaker_would_refuse():
 
 
 def test_cost_per_group_and_in_all():
-    cost = hetero.group_costs(GROUPS, max_run_s=7200)
+    cost = hosts.costs(GROUPS, max_run_s=7200)
     worker, ps = cost["groups"]
     assert worker["max_usd"] == round(catalog.instance("ml.g5.2xlarge").usd_per_hour * 4 * 2, 2)
     assert ps["max_usd"] == round(catalog.instance("ml.r5.4xlarge").usd_per_hour * 2 * 2, 2)
     assert cost["max_usd"] == round(worker["max_usd"] + ps["max_usd"], 2) and cost["max_hours"] == 2
-    unknown = hetero.group_costs([GROUPS[0], hetero.InstanceGroup("ps", "ml.x9.huge", 1, "ps")], 3600)
+    unknown = hosts.costs([GROUPS[0], hosts.InstanceGroup("ps", "ml.x9.huge", 1, "ps")], 3600)
     assert unknown["max_usd"] is None and "not in dfm's price table" in unknown["groups"][1]["note"]
+
+
+def test_warm_pool_hours_are_counted_once():
+    one = hosts.one_group("ml.c5.xlarge", 2)
+    cost = hosts.costs(one, max_run_s=3600, warm_pool_s=1800)
+    price = catalog.instance("ml.c5.xlarge").usd_per_hour
+    assert cost["max_usd"] == round(price * 2 * 1.5, 2)
+    assert (cost["max_hours"], cost["warm_pool_hours"]) == (1, 0.5)
+    from launcher.render import _cost_line
+
+    assert _cost_line(cost).startswith(f"at most ${cost['max_usd']:,.2f} = (${price}/h x 2 (homogeneousCluster)) x 1.5 h")
 
 
 # ---- embedding memory ----
@@ -132,20 +162,20 @@ def test_optimizer_slots_match_the_bundled_optimizer(optimizer):
     table = tf.Variable(tf.zeros([10, 3]))
     sparse = model.SparseOptimizer(optimizer, 0.01)
     sparse.build([table])
-    assert len(sparse.slots[0]) == hetero.OPTIMIZER_SLOTS[optimizer]
+    assert len(sparse.slots[0]) == hosts.OPTIMIZER_SLOTS[optimizer]
     assert all(slot.shape == table.shape for slot in sparse.slots[0].values())  # one slot element per table element
 
 
 def test_embedding_bytes_follow_the_formula():
-    assert hetero.embedding_bytes(1000, 8, "adagrad") == 1000 * 9 * 4 * 2
-    assert hetero.embedding_bytes(1000, 8, "sgd") == 1000 * 9 * 4
-    assert hetero.embedding_bytes(1000, 8, "adam") == 1000 * 9 * 4 * 3
+    assert hosts.embedding_bytes(1000, 8, "adagrad") == 1000 * 9 * 4 * 2
+    assert hosts.embedding_bytes(1000, 8, "sgd") == 1000 * 9 * 4
+    assert hosts.embedding_bytes(1000, 8, "adam") == 1000 * 9 * 4 * 3
 
 
 def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():
     ps = GROUPS[1]  # 2 x ml.r5.4xlarge = 256 GiB
     # 2e9 x 17 x 4 x 3 (adam) = 408e9 bytes = 380 GiB
-    findings = hetero.embedding_memory_findings(2_000_000_000, 16, "adam", ps)
+    findings = hosts.embedding_memory_findings(2_000_000_000, 16, "adam", ps)
     assert len(findings) == 1 and findings[0][0] == "error"
     message = findings[0][1]
     assert message.startswith("the embedding tables need 380.0 GiB (feature_size 2,000,000,000 x "
@@ -157,11 +187,11 @@ def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():
 def test_tables_near_the_ps_memory_are_a_warning_and_small_ones_pass():
     ps = GROUPS[1]
     # 2e9 x 9 x 4 x 2 (adagrad, the default) = 144e9 bytes = 134 GiB: 52% -> fine; 3.5e9 -> 92% -> warning
-    assert hetero.embedding_memory_findings(2_000_000_000, 8, "adagrad", ps) == []
-    findings = hetero.embedding_memory_findings(3_500_000_000, 8, "adagrad", ps)
+    assert hosts.embedding_memory_findings(2_000_000_000, 8, "adagrad", ps) == []
+    findings = hosts.embedding_memory_findings(3_500_000_000, 8, "adagrad", ps)
     assert [f[0] for f in findings] == ["warning"] and "92% of the ps group's" in findings[0][1]
-    assert hetero.embedding_memory_findings(10**12, 8, "adagrad",
-                                            hetero.InstanceGroup("ps", "ml.x9.huge", 2, "ps")) == []
+    assert hosts.embedding_memory_findings(10**12, 8, "adagrad",
+                                            hosts.InstanceGroup("ps", "ml.x9.huge", 2, "ps")) == []
 
 
 # ---- the request the real SDK v2 builds offline ----

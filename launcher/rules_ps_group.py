@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from launcher import catalog, contract, hetero, service_model
+from launcher import catalog, contract, hosts, service_model
 from launcher.findings import Finding, error, warning
 from launcher.rules_hparams import script_values
 from launcher.spec import Spec, did_you_mean
@@ -27,8 +27,8 @@ def check_ps_group(spec: Spec) -> list[Finding]:
     ps = spec.ps_group
     if ps is None:
         return []
-    groups = hetero.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
-    problems = [error(PS_FIELD, problem) for problem in hetero.group_problems(groups)]
+    groups = hosts.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
+    problems = [error(PS_FIELD, problem) for problem in hosts.group_problems(groups)]
     try:
         if ps.type not in service_model.enum("TrainingInstanceType"):
             known = service_model.enum("TrainingInstanceType")
@@ -48,6 +48,6 @@ def check_ps_group(spec: Spec) -> list[Finding]:
     values = script_values(spec)  # None: a bad value, which check_bundled_hyperparameters reports
     rows = table_rows(spec, values) if values is not None else 0
     if rows:
-        for severity, message in hetero.embedding_memory_findings(rows, values.embedding_size, values.optimizer, groups[-1]):
+        for severity, message in hosts.embedding_memory_findings(rows, values.embedding_size, values.optimizer, groups[-1]):
             problems.append(error(PS_FIELD, message) if severity == "error" else warning(PS_FIELD, message))
     return problems

@@ -1,0 +1,91 @@
+"""Item: the peak memory of the synchronous start-up broadcast (deepfm_collectives.MirroredCollectives).
+
+Before: every variable cast to float64 and concatenated into one vector, summed, split and cast back
+(about 7x the float32 state at once). After: each large variable in its own dtype, small ones packed by
+dtype. Each contender runs in its own process under MultiWorkerMirroredStrategy with 2 logical CPU
+devices as replicas (standing in for 2 GPUs, whose memory no CPU run can measure), on a table and its
+Adagrad slot; the peak is the growth of the process's maximum resident set over the broadcast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from bench.common import REPO, add_table, fmt, median, section, verdict
+
+ROWS = {True: 1_000_000, False: 4_000_000}
+COLUMNS = 9  # first-order weight + embedding 8
+
+_CHILD = """
+import json, resource, sys
+sys.path.insert(0, {entrypoints!r})
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+cars.CollectiveAllReduceExtended._initialize_local_devices = (
+    lambda self, cluster_resolver, worker_device: (tuple(f"{{worker_device}}/device:CPU:{{i}}" for i in range(2)), "CPU"))
+from deepfm_collectives import MirroredCollectives
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+collectives = MirroredCollectives(strategy, 0)
+rows, columns, contender = {rows}, {columns}, {contender!r}
+
+
+def float64_packed(variables):  # the broadcast before this change
+    packed = tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in variables], axis=0)
+    total = collectives._local(collectives._sum(packed))
+    for var, part in zip(variables, tf.split(total, [int(tf.size(v)) for v in variables])):
+        var.assign(tf.reshape(tf.cast(part, var.dtype), var.shape))
+
+
+with strategy.scope():
+    variables = [tf.Variable(tf.random.stateless_normal([rows, columns], seed=[1, k])) for k in range(2)]
+    variables += [tf.Variable(tf.zeros([400, 400])) for _ in range(3)] + [tf.Variable(tf.constant(0, tf.int64))]
+broadcast = collectives.broadcast if contender == "after" else float64_packed
+small = [tf.Variable(tf.zeros([2]))]
+broadcast(small)  # start the collectives (and their threads) before measuring
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+broadcast(variables)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+state = sum(v.shape.num_elements() * v.dtype.size for v in variables)
+print(json.dumps({{"peak_growth": (after - before) * 1024, "state": state}}))
+"""
+
+
+def _run(contender: str, rows: int) -> dict:
+    code = _CHILD.format(entrypoints=str(REPO / "entrypoints"), rows=rows, columns=COLUMNS, contender=contender)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(quick: bool, context: dict) -> dict:
+    repetitions = context.get("repetitions") or (2 if quick else 3)
+    rows = ROWS[quick]
+    result = section(
+        "Start-up broadcast memory",
+        "the synchronous broadcast's peak stays within 3x the float32 state (was ~7x: one float64 copy of everything)",
+        f"`bench/broadcast_memory.py`: MultiWorkerMirrored, 2 logical CPU replicas, a {rows:,} x {COLUMNS} table "
+        "and its slot plus an MLP; growth of the maximum resident set over one broadcast")
+    growth = {"before": [], "after": []}
+    state = 0
+    for _ in range(repetitions):
+        for contender in ("before", "after"):
+            measured = _run(contender, rows)
+            growth[contender].append(measured["peak_growth"])
+            state = measured["state"]
+    peaks = {name: median(values) for name, values in growth.items()}
+    add_table(result, ["broadcast", "peak growth (MiB)", "x float32 state"],
+              [[name, fmt(peaks[name] / 2**20), fmt(peaks[name] / state, 2) + "x"] for name in ("before", "after")],
+              caption=f"float32 state {fmt(state / 2**20)} MiB; median of {repetitions} runs each")
+    result["data"] = {"state_bytes": state, **{f"{k}_bytes": v for k, v in peaks.items()}}
+    ratio = peaks["after"] / state
+    verdict(result, "peak <= 3x the state", ratio <= 3, f"after {fmt(ratio, 2)}x, before {fmt(peaks['before'] / state, 2)}x")
+    return result

@@ -1,0 +1,110 @@
+"""`dfm data prepare SPEC --local`: the Spark application of the SageMaker job, on local Spark (`local[*]`).
+
+pyspark (the `spark` extra; `make setup` installs it and a JDK) is imported here only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.data import prepare_job
+from launcher.errors import DfmError
+from launcher.spec import Spec
+
+
+def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
+    """A local SparkSession sized for a laptop or CI: no UI, few shuffle partitions, quiet logs."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise DfmError("pyspark is not installed: run `make setup` (or pip install 'dfm[spark]') and install a "
+                       "JDK (apt-get install openjdk-17-jre-headless)", 2) from None
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise DfmError("local Spark needs Java: apt-get install openjdk-17-jre-headless (make setup does it)", 2)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv, not python3
+    spark = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.driver.memory", os.environ.get("DFM_SPARK_DRIVER_MEMORY", "2g"))
+             .config("spark.python.worker.reuse", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def clear_outputs(job: dict[str, Any], force: bool) -> None:
+    """The channel folders and the report are replaced only with --force: prepared data is expensive."""
+    folders = sorted({str(Path(p).parent) for p in job["train_paths"] + job["eval_paths"]} | {job["report_dir"]})
+    sources = [Path(p).resolve() for p in (job["input"]["uri"], job.get("eval_uri")) if p]
+    for folder in folders:
+        inside = [s for s in sources if s == Path(folder).resolve() or Path(folder).resolve() in s.parents]
+        if inside:
+            raise DfmError(f"{folder} (a local.channels folder) holds the input {inside[0]}: prepare writes its "
+                           "channels elsewhere", 2)
+    taken = [f for f in folders if Path(f).exists() and any(Path(f).iterdir())]
+    if taken and not force:
+        raise DfmError(f"{taken[0]} is not empty; pass --force to replace the prepared data there")
+    for folder in taken:
+        shutil.rmtree(folder)
+
+
+def load_app(spark):
+    """The application file itself, shipped to Spark's Python workers as on SageMaker (`--py-files`): the
+    workers import it by its own name, never through `launcher`."""
+    from launcher.data import prepare_app
+
+    spark.sparkContext.addPyFile(prepare_app.__file__)
+    return importlib.import_module(Path(prepare_app.__file__).stem)
+
+
+def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:
+    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json)."""
+
+    missing = [name for name in prepare_job.prepared_layout(spec).channel_names()
+               + (["eval"] if prepare_job.wants_eval(spec) else []) if name not in spec.local.channels]
+    if missing:
+        raise DfmError(f"{spec.where('local.channels')}: local.channels: --local writes each channel's folder: "
+                       f"add {', '.join(f'{m}: data/...' for m in missing)}", 2)
+    job = prepare_job.job_description(spec, local=True, stats_only=stats_only)
+    if not Path(job["input"]["uri"]).exists():
+        raise DfmError(f"{spec.where('prepare.input.local')}: prepare.input.local: {job['input']['uri']} not found", 2)
+    if not stats_only:
+        clear_outputs(job, force)
+    owned = spark is None
+    spark = spark or spark_session()
+    try:
+        prepare_app = load_app(spark)
+        report = prepare_app.run(spark, job)
+    except SystemExit as stop:  # bad_rows: fail
+        raise DfmError(str(stop.code).removeprefix(prepare_app.STAGE_PREFIX + " "), 1) from None
+    finally:
+        if owned:
+            spark.stop()
+    if "stats" in report:
+        from launcher.data.prepare_stats import proposal_yaml
+
+        (Path(job["report_dir"]) / "features.yaml").write_text(proposal_yaml(report["stats"], spec))
+    return report
+
+
+def summary(report: dict[str, Any]) -> str:
+    parts = [f"{report['rows']} good rows, {report['bad_rows']} bad ({report['bad_rows_policy']})"]
+    for part in ("train", "eval"):
+        if part in report:
+            done = report[part]
+            parts.append(f"{part}: {done['rows']} rows in {done['files']} files "
+                         f"({done['positives'] / max(1, done['rows']):.1%} positive)")
+    if report.get("negative_rate") is not None:
+        parts.append(f"negatives kept at {report['negative_rate']}")
+    return "; ".join(parts)
+
+
+def dump(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2)

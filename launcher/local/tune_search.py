@@ -1,0 +1,114 @@
+"""The search of `dfm tune --local`, by Optuna: the sampler and pruner each SageMaker strategy maps to, a
+trial's hyperparameters from its ranges, and the intermediate values a trial reports while it streams.
+
+SageMaker Bayesian -> TPE, Random -> random, Grid -> grid, Hyperband -> random sampling with Optuna's
+Hyperband pruner; early stopping `auto` -> the median rule (SageMaker's: stop a trial whose objective is
+worse than the median of earlier trials' at the same point). Optuna is imported lazily by the callers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from launcher.tuning_plan import TuningPlan
+
+# A pruned trial must first have reported this many times, and the median needs this many finished trials.
+WARMUP_REPORTS = 1
+STARTUP_TRIALS = 3
+_STEP = re.compile(r"\[dfm\] train step=(\d+)")
+
+
+def sampler(tplan: TuningPlan):
+    import optuna
+
+    seed = tplan.random_seed
+    if tplan.strategy == "Grid":
+        space = {rng.name: list(rng.values) for rng in tplan.ranges}
+        return optuna.samplers.GridSampler(space, seed=seed)
+    if tplan.strategy == "Bayesian":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(1, tplan.max_jobs // 3)))
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def pruner(tplan: TuningPlan):
+    import optuna
+
+    if tplan.strategy == "Hyperband" and tplan.hyperband is not None:
+        low, high = tplan.hyperband
+        return optuna.pruners.HyperbandPruner(min_resource=low, max_resource=high)
+    if tplan.early_stopping == "Auto":
+        return optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS, n_warmup_steps=WARMUP_REPORTS)
+    return optuna.pruners.NopPruner()
+
+
+def suggest(trial, tplan: TuningPlan) -> dict[str, Any]:
+    """The trial's hyperparameters, one per range. Auto scaling is linear here; reverse_log too (noted in docs)."""
+    values: dict[str, Any] = {}
+    for rng in tplan.ranges:
+        if rng.kind == "categorical":
+            values[rng.name] = trial.suggest_categorical(rng.name, list(rng.values))
+        elif rng.kind == "integer":
+            values[rng.name] = trial.suggest_int(rng.name, int(rng.min), int(rng.max), log=rng.scaling == "Logarithmic")
+        else:
+            values[rng.name] = trial.suggest_float(rng.name, float(rng.min), float(rng.max), log=rng.scaling == "Logarithmic")
+    return values
+
+
+def baseline(tplan: TuningPlan, defaults: dict[str, Any]) -> dict[str, Any] | None:
+    """The untuned job's values of the tuned hyperparameters (the script's defaults), when every one lies in its
+    range: enqueued as the first trial, so the study's best is at least the untuned job."""
+    values = {}
+    for rng in tplan.ranges:
+        value = defaults.get(rng.name)
+        if rng.kind == "categorical":
+            if value not in rng.values:
+                return None
+        elif value is None or isinstance(value, bool) or not rng.min <= value <= rng.max:
+            return None
+        values[rng.name] = value
+    return values
+
+
+def intermediate_metric(objective: str) -> str:
+    """The metric a trial reports while it runs: the objective's training-side twin (`eval:auc` ->
+    `train:auc`), since the bundled scripts evaluate once, at the end."""
+    kind, _, name = objective.partition(":")
+    return f"train:{name}" if kind == "eval" else objective
+
+
+class Reports:
+    """Turns a trial's metric lines into (resource, value) reports at the same points for every trial:
+    resource k once k x `unit` examples were trained (unit: the largest batch size x log_steps), so trials
+    with different batch sizes are compared after the same amount of data."""
+
+    def __init__(self, metric: str, batch_size: int, unit: int):
+        self.kind, _, self.name = metric.partition(":")
+        self.batch_size, self.unit = batch_size, max(1, unit)
+        self.reported = 0
+        self.label: str | None = None  # the one process whose lines count (the first that reports)
+
+    def feed(self, label: str, parsed: tuple[str, dict[str, float]] | None, line: str) -> list[tuple[int, float]]:
+        if parsed is None or parsed[0] != self.kind or self.name not in parsed[1]:
+            return []
+        if self.label is None:
+            self.label = label
+        if label != self.label:
+            return []
+        step = _STEP.search(line)
+        if step is None:  # an eval line: no step count of examples, one report after the last
+            self.reported += 1
+            return [(self.reported, parsed[1][self.name])]
+        reached = int(step.group(1)) * self.batch_size // self.unit
+        out = [(k, parsed[1][self.name]) for k in range(self.reported + 1, reached + 1)]
+        self.reported = max(self.reported, reached)
+        return out
+
+
+def report_unit(tplan: TuningPlan, defaults: dict[str, Any]) -> int:
+    hyperparameters = tplan.training.hyperparameters
+    batches = [int(v) for rng in tplan.ranges if rng.name == "batch_size"
+               for v in (rng.values or (rng.max,))]
+    batch = max(batches) if batches else int(hyperparameters.get("batch_size", defaults.get("batch_size", 1)))
+    log_steps = int(hyperparameters.get("log_steps", defaults.get("log_steps", 100)))
+    return batch * log_steps

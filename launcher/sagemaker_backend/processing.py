@@ -1,0 +1,271 @@
+"""`dfm data prepare SPEC` on SageMaker Processing: the CreateProcessingJob request that the SDK v2's own
+`PySparkProcessor.run` builds, offline, checked against botocore's model; submit; status, logs, stop, list.
+
+The SDK uploads the app, its dependencies and the Spark configuration while it builds the request; here those
+uploads are recorded instead of sent (so a dry run makes no network call), and a submit sends exactly the
+recorded files and then exactly the request the dry run prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+from urllib.parse import urlparse
+
+from launcher import catalog
+from launcher.data import prepare_job
+from launcher.errors import DfmError
+from launcher.sagemaker_backend import aws, logs, request
+from launcher.sagemaker_backend.jobs import _iso, raise_for_outcome
+from launcher.spec import Spec
+
+PROCESSOR_CLASS = "sagemaker.spark.processing.PySparkProcessor"
+# The newest Spark 3.5 processing image (aws/sagemaker-spark-container, new_images.yml, 2026-04): Python 3.12 on
+# Amazon Linux 2023, Java 17; the SDK's tag is 3.5-cpu-py312-v1.3. Its runtime has numpy, pandas and boto3,
+# no TensorFlow, protobuf or CRC32C.
+PY_VERSION, CONTAINER_VERSION = "py312", "1.3"
+LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
+Echo = Callable[[str], None]
+
+
+@dataclass
+class ProcessingRequest:
+    processor_kwargs: dict[str, Any]
+    run_kwargs: dict[str, Any]
+    request: dict[str, Any]  # CreateProcessingJob, exactly as it is sent
+    uploads: dict[str, bytes] = field(default_factory=dict)  # s3 uri -> content, sent before the request
+
+
+def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return f"{spec.name[:63 - len('-prep-') - len(stamp)]}-prep-{stamp}"
+
+
+def _bucket(spec: Spec) -> str:
+    return urlparse(spec.output).netloc
+
+
+def spark_configuration(spec: Spec) -> list[dict[str, Any]]:
+    """EMR-style classifications: parallelism from the cluster's cores (two tasks per vCPU)."""
+    cores = (catalog.INSTANCES[spec.prepare.instance.type].vcpus if spec.prepare.instance.type in catalog.INSTANCES
+             else 4) * spec.prepare.instance.count
+    return [{"Classification": "spark-defaults", "Properties": {
+        "spark.default.parallelism": str(2 * cores), "spark.sql.shuffle.partitions": str(2 * cores),
+        "spark.python.worker.reuse": "true"}}]
+
+
+def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
+    prepare = spec.prepare
+    kwargs: dict[str, Any] = {
+        "role": spec.role, "instance_type": prepare.instance.type, "instance_count": prepare.instance.count,
+        "framework_version": prepare.spark.version, "py_version": PY_VERSION,
+        "container_version": CONTAINER_VERSION,
+        "volume_size_in_gb": prepare.instance.volume_gb, "max_runtime_in_seconds": prepare.max_runtime,
+        "base_job_name": name,
+        # The SDK puts <job name>/input/conf and /input/py-files under these: the job's own output prefix.
+        "configuration_location": spec.output.rstrip("/"),
+        "dependency_location": spec.output.rstrip("/"),
+    }
+    if spec.tags:
+        kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+    if spec.environment:
+        kwargs["env"] = dict(spec.environment)
+    return kwargs
+
+
+def _crc32c_wheel(folder: Path) -> list[str]:
+    """google-crc32c's wheel for the image's Python (`make setup` keeps it in ~/.cache/dfm/wheels/spark), renamed
+    for --py-files; the app unpacks it so the C extension loads. None cached: the pure-Python fallback only."""
+    cache = Path(os.environ.get("DFM_SPARK_WHEELS", Path.home() / ".cache" / "dfm" / "wheels" / "spark"))
+    found = sorted(cache.glob(f"google_crc32c-*-cp{PY_VERSION[2:]}-*manylinux*x86_64*.whl")) if cache.is_dir() else []
+    if not found:
+        return []
+    target = folder / f"google_crc32c-cext-{PY_VERSION}.zip"
+    shutil.copy(found[-1], target)
+    return [str(target)]
+
+
+def _crc32c_package(folder: Path) -> str:
+    """google-crc32c's Python files zipped for --py-files: the image has no CRC32C; its pure-Python fallback
+    runs anywhere (the C extension here is built for this machine's Python, not the image's)."""
+    import google_crc32c
+
+    package = Path(google_crc32c.__file__).parent
+    target = folder / "google_crc32c.zip"
+    with zipfile.ZipFile(target, "w") as archive:
+        for source in sorted(package.glob("*.py")):
+            archive.write(source, f"google_crc32c/{source.name}")
+    return str(target)
+
+
+@contextlib.contextmanager
+def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
+    """The SDK's S3 uploads, recorded (uri -> bytes) instead of sent; folders become one entry per file."""
+    from sagemaker.s3 import S3Uploader
+
+    def upload(local_path, desired_s3_uri, kms_key=None, sagemaker_session=None, callback=None):
+        path = Path(local_path)
+        if path.is_dir():
+            for item in sorted(p for p in path.rglob("*") if p.is_file()):
+                uploads[f"{desired_s3_uri.rstrip('/')}/{item.relative_to(path).as_posix()}"] = item.read_bytes()
+            return desired_s3_uri
+        uri = f"{desired_s3_uri.rstrip('/')}/{path.name}"
+        uploads[uri] = path.read_bytes()
+        return uri
+
+    def upload_string(body, desired_s3_uri=None, kms_key=None, sagemaker_session=None):
+        uploads[desired_s3_uri] = body.encode() if isinstance(body, str) else body.getvalue()
+        return desired_s3_uri
+
+    saved = S3Uploader.upload, S3Uploader.upload_string_as_file_body
+    S3Uploader.upload, S3Uploader.upload_string_as_file_body = staticmethod(upload), staticmethod(upload_string)
+    try:
+        yield
+    finally:
+        S3Uploader.upload, S3Uploader.upload_string_as_file_body = (staticmethod(saved[0]), staticmethod(saved[1]))
+
+
+def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
+    """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
+    request._sdk()  # imported quietly
+    from sagemaker.processing import ProcessingOutput
+    from sagemaker.spark.processing import PySparkProcessor
+
+    from launcher.data import prepare_app
+
+    session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
+    session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
+    kwargs = processor_kwargs(spec, name)
+    job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
+    job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
+    outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
+                                output_name=channel)
+               for channel, uri in prepare_job.channel_uris(spec).items()]
+    outputs.append(ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{prepare_job.REPORT}",
+                                    destination=prepare_job.report_uri(spec, name), output_name=prepare_job.REPORT))
+    uploads: dict[str, bytes] = {job_uri: json.dumps(job, indent=2).encode()}
+    captured: dict[str, Any] = {}
+    session.process = lambda **args: captured.update(session._get_process_request(**args))
+    with tempfile.TemporaryDirectory() as folder:
+        app = Path(folder) / "dfm_prepare.py"
+        shutil.copy(prepare_app.__file__, app)
+        py_files = [_crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
+        run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
+                      "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
+                      "outputs": outputs, "wait": False, "logs": False, "job_name": name}
+        try:
+            processor = PySparkProcessor(sagemaker_session=session, **kwargs)
+            with _recorded_uploads(uploads):
+                processor.run(**run_kwargs)
+        except (ValueError, TypeError) as err:
+            raise DfmError(f"the SageMaker SDK refused the processing job: {aws.one_line(err)}", 2) from err
+    validate(session.sagemaker_client, captured)
+    shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": [Path(p).name for p in py_files],
+             "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name}
+                         for o in outputs]}
+    return ProcessingRequest(kwargs, shown, captured, uploads)
+
+
+def validate(sagemaker_client, built: dict) -> None:
+    from botocore.validate import ParamValidator
+
+    from launcher import service_model
+
+    shape = sagemaker_client.meta.service_model.operation_model("CreateProcessingJob").input_shape
+    report = ParamValidator().validate(built, shape)
+    if report.has_errors():
+        raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line(report.generate_report())}", 2)
+    refused = [f"{path}: {message}" for path, message in service_model.walk(built, service_model.PROCESSING_SHAPE)]
+    if refused:
+        raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
+
+
+def dry_run(spec: Spec, name: str, stats_only: bool = False) -> dict:
+    built = build(spec, name, stats_only)
+    return {"processor": {"class": PROCESSOR_CLASS, "kwargs": built.processor_kwargs},
+            "run": built.run_kwargs, "uploads": sorted(built.uploads), "request": built.request}
+
+
+def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print, stats_only: bool = False) -> str:
+    built = build(spec, name, stats_only)
+    session = aws.boto_session(spec.region)
+    s3 = session.client("s3")
+    with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=spec.region):
+        for uri, body in built.uploads.items():
+            parts = urlparse(uri)
+            s3.put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
+    with aws.aws_errors(f"creating processing job {name}", job_name=name, region=spec.region):
+        session.client("sagemaker").create_processing_job(**built.request)
+    echo(f"submitted {name}")
+    if wait:
+        status = stream_logs(name, spec.region, follow=True, echo=echo)
+        raise_for_outcome(describe(name, spec.region) if status != "Completed" else {"job_name": name, "status": status})
+    return name
+
+
+# ------------------------------------------------------------------------------------- status, logs, stop, list
+def describe(name: str, region: str | None) -> dict:
+    region = aws.resolve_region(region)
+    with aws.aws_errors(f"describing {name}", job_name=name, region=region):
+        found = aws.client("sagemaker", region).describe_processing_job(ProcessingJobName=name)
+    cluster = found.get("ProcessingResources", {}).get("ClusterConfig", {})
+    return {"job_name": found["ProcessingJobName"], "kind": "processing", "status": found["ProcessingJobStatus"],
+            "failure_reason": found.get("FailureReason") or found.get("ExitMessage"),
+            "instance_type": cluster.get("InstanceType"), "instance_count": cluster.get("InstanceCount"),
+            "image": found.get("AppSpecification", {}).get("ImageUri"),
+            "outputs": {o["OutputName"]: o.get("S3Output", {}).get("S3Uri")
+                        for o in found.get("ProcessingOutputConfig", {}).get("Outputs", [])},
+            "created": _iso(found.get("CreationTime")), "ended": _iso(found.get("ProcessingEndTime")),
+            "arn": found.get("ProcessingJobArn"), "console_url": console_url(found["ProcessingJobName"], region)}
+
+
+def stop(name: str, region: str | None) -> dict:
+    region = aws.resolve_region(region)
+    with aws.aws_errors(f"stopping {name}", job_name=name, region=region):
+        aws.client("sagemaker", region).stop_processing_job(ProcessingJobName=name)
+    return {"job_name": name, "kind": "processing", "status": "Stopping", "console_url": console_url(name, region)}
+
+
+def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
+    """The newest processing jobs first."""
+    region = aws.resolve_region(region)
+    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending",
+                             "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
+    if name_contains:
+        query["NameContains"] = name_contains
+    found = []
+    with aws.aws_errors("listing processing jobs", region=region):
+        pages = aws.client("sagemaker", region).get_paginator("list_processing_jobs").paginate(**query)
+        for page in pages:
+            found += [{"job_name": job["ProcessingJobName"], "kind": "processing", "status": job["ProcessingJobStatus"],
+                       "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("ProcessingEndTime"))}
+                      for job in page["ProcessingJobSummaries"]]
+    return found[:max_results]
+
+
+def _state(sagemaker_client, name: str) -> tuple[str, str, bool]:
+    found = sagemaker_client.describe_processing_job(ProcessingJobName=name)
+    status, hosts = found["ProcessingJobStatus"], found.get("ProcessingResources", {}).get("ClusterConfig", {})
+    return status, f"-- {status}", hosts.get("InstanceCount", 1) > 1
+
+
+LOGS = logs.LogSource(LOG_GROUP, _state)
+
+
+def stream_logs(name: str, region: str | None, **options) -> str:
+    """Print the job's log lines (every instance's, in time order); with follow, until it ends. -> its status."""
+    return logs.stream_logs(name, region, source=LOGS, **options)
+
+
+def console_url(name: str, region: str) -> str:
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{name}"
+

@@ -1,0 +1,117 @@
+"""Following a SageMaker tuning job: its state, trial counts, best trial, each trial's hyperparameters and
+objective; stop and list (plain boto3). A tuning job writes no log of its own: `logs` follows a trial's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from launcher.sagemaker_backend import aws
+from launcher.sagemaker_backend.jobs import _iso
+
+def _hyperparameters(tuned: dict) -> dict[str, Any]:
+    """The SDK JSON-encodes categorical values ("\\"512\\""): decode what decodes."""
+    decoded = {}
+    for name, value in (tuned or {}).items():
+        try:
+            decoded[name] = json.loads(value)
+        except (TypeError, ValueError):
+            decoded[name] = value
+        if isinstance(decoded[name], str):
+            try:
+                decoded[name] = json.loads(decoded[name])
+            except ValueError:
+                pass
+    return decoded
+
+
+def _trial(summary: dict) -> dict[str, Any]:
+    objective = summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+    return {
+        "job_name": summary["TrainingJobName"],
+        "status": summary.get("TrainingJobStatus"),
+        "objective": objective.get("Value"),
+        "hyperparameters": _hyperparameters(summary.get("TunedHyperParameters")),
+        "objective_status": summary.get("ObjectiveStatus"),
+        "failure_reason": summary.get("FailureReason"),
+        "started": _iso(summary.get("TrainingStartTime")),
+        "ended": _iso(summary.get("TrainingEndTime")),
+    }
+
+
+def trials(name: str, region: str | None, max_results: int = 100) -> list[dict]:
+    region = aws.resolve_region(region)
+    client = aws.client("sagemaker", region)
+    found: list[dict] = []
+    with aws.aws_errors(f"listing the trials of {name}", job_name=name, region=region):
+        pages = client.get_paginator("list_training_jobs_for_hyper_parameter_tuning_job").paginate(
+            HyperParameterTuningJobName=name, PaginationConfig={"MaxItems": max_results})
+        for page in pages:
+            found += [_trial(summary) for summary in page["TrainingJobSummaries"]]
+    return found
+
+
+def describe(name: str, region: str | None, *, with_trials: bool = True) -> dict[str, Any]:
+    region = aws.resolve_region(region)
+    client = aws.client("sagemaker", region)
+    with aws.aws_errors(f"describing {name}", job_name=name, region=region):
+        description = client.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+    config = description.get("HyperParameterTuningJobConfig", {})
+    counters = description.get("TrainingJobStatusCounters", {})
+    best = description.get("BestTrainingJob")
+    objective = config.get("HyperParameterTuningJobObjective", {})
+    summary = {
+        "job_name": name,
+        "kind": "tuning",
+        "status": description.get("HyperParameterTuningJobStatus"),
+        "strategy": config.get("Strategy"),
+        "objective": {"metric": objective.get("MetricName"), "type": objective.get("Type")},
+        "max_jobs": config.get("ResourceLimits", {}).get("MaxNumberOfTrainingJobs"),
+        "max_parallel_jobs": config.get("ResourceLimits", {}).get("MaxParallelTrainingJobs"),
+        "trials": {"completed": counters.get("Completed", 0), "running": counters.get("InProgress", 0),
+                   "stopped": counters.get("Stopped", 0),
+                   "failed": counters.get("RetryableError", 0) + counters.get("NonRetryableError", 0)},
+        "best": _trial(best) if best else None,
+        "failure_reason": description.get("FailureReason"),
+        "created": _iso(description.get("CreationTime")),
+        "ended": _iso(description.get("HyperParameterTuningEndTime")),
+        "console_url": console_url(name, region),
+    }
+    if with_trials:
+        summary["trial_list"] = trials(name, region)
+    return summary
+
+
+def stop(name: str, region: str | None) -> dict:
+    region = aws.resolve_region(region)
+    client = aws.client("sagemaker", region)
+    with aws.aws_errors(f"stopping {name}", job_name=name, region=region):
+        client.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+    return {"job_name": name, "kind": "tuning", "status": "Stopping", "console_url": console_url(name, region)}
+
+
+def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
+    """The newest tuning jobs first."""
+    region = aws.resolve_region(region)
+    client = aws.client("sagemaker", region)
+    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": min(max_results, 100)}
+    if name_contains:
+        query["NameContains"] = name_contains
+    with aws.aws_errors("listing tuning jobs", region=region):
+        page = client.list_hyper_parameter_tuning_jobs(**query)
+    return [{"job_name": job["HyperParameterTuningJobName"], "kind": "tuning",
+             "status": job["HyperParameterTuningJobStatus"], "strategy": job.get("Strategy"),
+             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("HyperParameterTuningEndTime"))}
+            for job in page["HyperParameterTuningJobSummaries"]][:max_results]
+
+
+def trial_to_follow(summary: dict) -> str | None:
+    """The trial whose log `logs` shows: the best so far, else the newest."""
+    if summary.get("best"):
+        return summary["best"]["job_name"]
+    listed = summary.get("trial_list") or []
+    return max(listed, key=lambda t: t.get("started") or "")["job_name"] if listed else None
+
+
+def console_url(name: str, region: str) -> str:
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"

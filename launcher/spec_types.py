@@ -1,0 +1,74 @@
+"""The spec's value types shared by its sections (spec.py, spec_tune.py, spec_prepare.py): strict models,
+S3 URIs, ARNs, instance types and ids checked by pattern, unions chosen by the YAML shape of a value. Pydantic only."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Mapping
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator
+from pydantic_core import PydanticCustomError
+
+
+def _custom(kind: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(kind, message)
+
+
+def _pattern(regex: str, kind: str, example: str):
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise _custom(kind, f"'{value}' is not {example}")
+        return value
+
+    return AfterValidator(check)
+
+
+_S3 = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?")
+S3Uri = Annotated[str, _pattern(_S3.pattern, "s3_uri", "an S3 URI like s3://bucket/prefix/")]
+
+
+def _s3_or_auto(value: str) -> str:
+    if value != "auto" and not _S3.fullmatch(value):
+        raise _custom("s3_uri", f"'{value}' is neither auto nor an S3 URI like s3://bucket/prefix/")
+    return value
+
+
+S3OrAuto = Annotated[str, AfterValidator(_s3_or_auto)]
+RoleArn = Annotated[
+    str,
+    _pattern(r"arn:aws[a-z\-]*:iam::\d{12}:role/\S+", "role_arn", "an IAM role ARN like arn:aws:iam::123456789012:role/Name"),
+]
+Region = Annotated[str, _pattern(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", "region", "an AWS region like us-east-1")]
+InstanceTypeName = Annotated[
+    str, _pattern(r"ml\.[a-z0-9\-]+\.[a-z0-9]+", "instance_type", "a SageMaker instance type like ml.c5.18xlarge")
+]
+FileSystemId = Annotated[str, _pattern(r"fs-[0-9a-f]{8,17}", "file_system_id", "a file system id like fs-0123456789abcdef0")]
+SubnetId = Annotated[str, _pattern(r"subnet-[0-9a-f]{8,17}", "subnet", "a subnet id like subnet-0123456789abcdef0")]
+SecurityGroupId = Annotated[str, _pattern(r"sg-[0-9a-f]{8,17}", "security_group", "a security group id like sg-0123456789abcdef0")]
+ChannelName = Annotated[
+    str, _pattern(r"[A-Za-z0-9.\-_]{1,64}", "channel_name", "a channel name (letters, digits, . - _; at most 64)")
+]
+EnvName = Annotated[str, _pattern(r"[A-Za-z_][A-Za-z0-9_]{0,511}", "env_name", "an environment variable name")]
+
+
+def _shape(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "~bool"
+    if isinstance(value, str):
+        return "~text"
+    if isinstance(value, (Mapping, BaseModel)):  # a model when serializing
+        return "~mapping"
+    if isinstance(value, list):
+        return "~list"
+    return None
+
+
+def _by_shape(expected: str) -> Discriminator:
+    """A union chosen by the YAML shape of the value, so errors come from the one branch meant."""
+    return Discriminator(_shape, custom_error_type="wrong_shape", custom_error_message=f"expected {expected}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)

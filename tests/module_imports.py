@@ -1,0 +1,45 @@
+"""The imports of dfm's own modules, read with ast (function-level imports included): for the module-map test."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("sagemaker", "tensorflow", "pyspark", "optuna", "horovod", "boto3", "botocore", "matplotlib")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def launcher_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((REPO / "launcher").rglob("*.py"))}
+
+
+def imports(path: Path, known: set[str], name: str | None = None) -> set[str]:
+    """launcher modules and heavy third-party packages that module `name` (default: from `path`) imports, its
+    source read from `path` (`from launcher import x` names module x)."""
+    found: set[str] = set()
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for imported in names:
+            top = imported.split(".")[0]
+            if top == "launcher" and imported != "launcher":
+                while imported not in known and "." in imported:
+                    imported = imported.rpartition(".")[0]
+                found.add(imported)
+            elif top in HEAVY:
+                found.add(top)
+    return found - {name}

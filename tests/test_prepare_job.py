@@ -1,0 +1,280 @@
+"""`dfm data prepare` without Spark: the prepare: section and its rules, the layout against the bundled scripts'
+shard table, the CreateProcessingJob request the real PySparkProcessor builds (botocore-validated, offline), and
+the processing-job commands against moto."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prepare_support import write_spec
+
+from launcher.compile import compile_spec
+from launcher.data import prepare_job
+from launcher.spec import load_spec
+
+PREPARE = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm"}, "eval_fraction": 0.05,
+           "balance": {"negative_rate": 0.25}, "instance": {"type": "ml.m5.4xlarge", "count": 3}}
+RAW = {"format": "tfrecord", "label": "y", "numeric": {"n": {}}, "categorical": {"c": {"hash_buckets": 16}}}
+
+
+def errors_of(tmp_path, prepare=PREPARE, **changes) -> list[str]:
+    return list(compile_spec(str(write_spec(tmp_path, prepare, **changes))).errors)
+
+
+def test_a_prepare_section_compiles_and_sets_the_export_calibration(tmp_path):
+    compiled = compile_spec(str(write_spec(tmp_path, PREPARE)))
+    assert compiled.ok, compiled.errors
+    assert compiled.plan.hyperparameters["negative_rate"] == 0.25
+    assert compile_spec("configs/prepare-ps.yaml").ok
+
+
+@pytest.mark.parametrize("prepare, changes, words", [
+    ({**PREPARE, "eval": {"uri": "s3://dfm-test-bucket/e/"}}, {}, "either eval_fraction or eval"),
+    ({**PREPARE, "balance": {"negative_rate": 0}}, {}, "greater than 0"),
+    ({**PREPARE, "instance": {"type": "ml.m5.4xlarge", "count": 101}}, {}, "less than or equal to 100"),
+    ({**PREPARE, "spark": {"version": "4.0"}}, {}, "3.5"),
+    (PREPARE, {"features": RAW}, "drop features:"),
+    ({**PREPARE, "input": {"uri": "s3://dfm-test-bucket/c/", "format": "tsv"}}, {"features": RAW}, "needs columns"),
+    ({**PREPARE, "input": {"uri": "s3://dfm-test-bucket/c/", "format": "csv", "columns": ["y", "n"]}},
+     {"features": RAW}, "c not among the columns"),
+    ({**PREPARE, "input": {"uri": "s3://dfm-test-bucket/c/", "format": "parquet"}}, {}, "features.format: tfrecord"),
+    (PREPARE, {"hyperparameters": {"negative_rate": 0.5}}, "set by prepare.balance"),
+])
+def test_prepare_mistakes_are_refused_with_the_field(tmp_path, prepare, changes, words):
+    found = errors_of(tmp_path, prepare, **changes)
+    assert any(words in line for line in found), found
+    assert all(":" in line.split(" ")[0] for line in found)  # file:line: first
+
+
+def test_eval_needs_a_destination(tmp_path):
+    path = write_spec(tmp_path, PREPARE)
+    found = list(compile_spec(str(path), ["data.eval=null"]).errors)
+    assert any("give data.eval" in line for line in found), found
+
+
+def shard_for():
+    import entry_support  # noqa: F401  (entrypoints/ on sys.path)
+
+    tf = pytest.importorskip("tensorflow")
+    del tf
+    import deepfm_input
+
+    return deepfm_input.shard_for
+
+
+@pytest.mark.parametrize("count, processes, multi, s3_shard", [
+    (1, 1, 1, False), (2, 1, 1, True), (2, 4, 1, True), (3, 2, 1, False), (2, 2, 4, True), (2, 2, 2, False),
+    (4, 8, 8, True)])
+def test_layout_gives_every_worker_files_by_the_scripts_own_shard_table(tmp_path, count, processes, multi, s3_shard):
+    train = [f"s3://dfm-test-bucket/t{k}/" for k in range(multi)] if multi > 1 else None
+    spec = load_spec(write_spec(tmp_path, PREPARE, count=count, processes=processes, train=train, s3_shard=s3_shard))
+    layout = prepare_job.prepared_layout(spec)
+    fit = prepare_job.fit(layout, s3_shard, shard_for())
+    assert fit.min_files_per_worker == fit.max_files_per_worker >= 1  # nobody idle, nobody with more
+    assert prepare_job.shard_table()(count, count - 1, processes, processes - 1, multi > 1, s3_shard) == \
+        shard_for()(count, count - 1, processes, processes - 1, multi > 1, s3_shard)
+    job = prepare_job.job_description(spec, local=False)
+    assert len(job["train_paths"]) == len(set(job["train_paths"])) == layout.channel_count * fit.files_per_channel
+    assert len(job["eval_paths"]) == count * processes
+    assert not compile_spec(str(tmp_path / "prep.yaml")).errors
+
+
+def test_a_layout_that_would_idle_workers_is_caught_offline(tmp_path):
+    train = [f"s3://dfm-test-bucket/t{k}/" for k in range(3)]  # 3 channels for 2 ranks per host
+    found = errors_of(tmp_path, count=2, processes=2, train=train)
+    assert any("prepare.files_per_worker" in line and "multiple of workers" in line for line in found), found
+
+
+def test_prepared_data_settles_the_launch_time_file_count_warning(tmp_path):
+    prepared = compile_spec(str(write_spec(tmp_path / "a", PREPARE, count=2, processes=2)))
+    assert prepared.ok and not any("ShardedByS3Key" in w for w in prepared.warnings)
+    path = write_spec(tmp_path / "b", PREPARE, count=2, processes=2)
+    plain = compile_spec(str(path), ["prepare=null", "hyperparameters.negative_rate=0.5"])
+    assert any("ShardedByS3Key" in w for w in plain.warnings)
+    assert plain.plan.hyperparameters["negative_rate"] == 0.5
+
+
+# ---------------------------------------------------------------------------------------------- SageMaker
+def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, no_aws_env, no_network):
+    from launcher.sagemaker_backend import processing
+
+    spec = load_spec(write_spec(tmp_path, PREPARE, count=2, processes=2))
+    result = processing.dry_run(spec, "prep-20261124-000000")
+    request = result["request"]
+    assert request["ProcessingResources"]["ClusterConfig"] == {"InstanceType": "ml.m5.4xlarge", "InstanceCount": 3,
+                                                               "VolumeSizeInGB": 30}
+    assert request["AppSpecification"]["ImageUri"].endswith("/sagemaker-spark-processing:3.5-cpu-py312-v1.3")
+    entry = request["AppSpecification"]["ContainerEntrypoint"]
+    assert entry[0] == "smspark-submit" and entry[-1].endswith("/dfm_prepare.py") and "--py-files" in entry
+    job_uri = request["AppSpecification"]["ContainerArguments"][1]
+    outputs = {o["OutputName"]: o["S3Output"] for o in request["ProcessingOutputConfig"]["Outputs"]}
+    assert outputs["train"] == {"S3Uri": "s3://dfm-test-bucket/prepared/train/", "LocalPath":
+                                "/opt/ml/processing/output/train", "S3UploadMode": "EndOfJob"}
+    assert set(outputs) == {"train", "eval", "report"}
+    inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in request["ProcessingInputs"]}
+    assert set(inputs) == {"code", "conf", "py-files"}
+    assert set(result["uploads"]) >= {job_uri, inputs["code"]} and any("google_crc32c.zip" in u for u in result["uploads"])
+    built = processing.build(spec, "prep-20261124-000000")
+    job = json.loads(built.uploads[job_uri])
+    assert len(job["train_paths"]) == 4 and job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
+    conf = json.loads(next(body for uri, body in built.uploads.items() if uri.endswith("configuration.json")))
+    assert conf[0]["Classification"] == "spark-defaults"
+    assert not no_network
+
+
+def test_the_validator_refuses_what_the_service_would(tmp_path, no_aws_env):
+    import boto3
+
+    from launcher.errors import DfmError
+    from launcher.sagemaker_backend import processing
+
+    spec = load_spec(write_spec(tmp_path, PREPARE))
+    request = processing.build(spec, "prep-1").request
+    client = boto3.client("sagemaker", region_name="us-east-1")
+    with pytest.raises(DfmError, match="InstanceCount"):
+        processing.validate(client, {**request, "ProcessingResources": {"ClusterConfig": {
+            **request["ProcessingResources"]["ClusterConfig"], "InstanceCount": 0}}})
+    with pytest.raises(DfmError, match="ProcessingJobName"):
+        processing.validate(client, {**request, "ProcessingJobName": "no_underscores_allowed"})
+
+
+def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_know_it(tmp_path, aws, monkeypatch, capsys):
+    import boto3
+
+    from launcher.errors import DfmError
+    from launcher.sagemaker_backend import aws as sm_aws, logs as sm_logs, processing
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="dfm-test-bucket")
+    spec = load_spec(write_spec(tmp_path, PREPARE))
+    expected = processing.dry_run(spec, "prep-2")
+    sent: list[dict] = []
+    real = sm_aws.boto_session
+
+    def hooked(region):
+        session = real(region)
+        session.events.register("provide-client-params.sagemaker.CreateProcessingJob",
+                                lambda params, **kwargs: sent.append(json.loads(json.dumps(params))))
+        return session
+
+    monkeypatch.setattr(sm_aws, "boto_session", hooked)
+    lines: list[str] = []
+    assert processing.submit(spec, "prep-2", wait=False, echo=lines.append) == "prep-2"
+    assert sent == [expected["request"]]  # exactly what the dry run printed
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for uri in expected["uploads"]:
+        bucket, key = uri[len("s3://"):].split("/", 1)
+        assert s3.get_object(Bucket=bucket, Key=key)["ContentLength"] > 0
+    summary = processing.describe("prep-2", "us-east-1")  # (moto's answer omits resources and outputs)
+    assert summary["job_name"] == "prep-2" and summary["status"] == "Completed"
+    assert summary["image"] == expected["request"]["AppSpecification"]["ImageUri"]
+    assert [job["job_name"] for job in processing.list_jobs("us-east-1", name_contains="prep")] == ["prep-2"]
+    assert processing.stop("prep-2", "us-east-1")["status"] == "Stopping"
+    assert processing.stream_logs("prep-2", "us-east-1", echo=lines.append) in sm_logs.TERMINAL_STATUSES + (
+        "InProgress", "Stopping")
+    with pytest.raises(DfmError) as refused:
+        processing.describe("no-such-job", "us-east-1")
+    assert refused.value.exit_code == 1
+    from launcher.cli import main  # the job commands find it by kind
+
+    assert main(["status", "prep-2", "--region", "us-east-1", "--output", "json"]) == 1  # stopped above
+    assert json.loads(capsys.readouterr().out)["kind"] == "processing"
+
+
+def test_processing_logs_read_their_own_log_group(tmp_path, aws):
+    import boto3
+
+    from launcher.sagemaker_backend import processing
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="dfm-test-bucket")
+    logs = boto3.client("logs", region_name="us-east-1")
+    logs.create_log_group(logGroupName=processing.LOG_GROUP)
+    logs.create_log_stream(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200")
+    logs.put_log_events(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200",
+                        logEvents=[{"timestamp": int(time.time() * 1000), "message": "[dfm-prepare] read 1.0s: 10 good rows"}])
+    processing.submit(load_spec(write_spec(tmp_path, PREPARE)), "prep-3", wait=False, echo=lambda line: None)
+    lines: list[str] = []
+    processing.stream_logs("prep-3", "us-east-1", echo=lines.append)
+    assert lines == ["[dfm-prepare] read 1.0s: 10 good rows"]  # one instance: no host prefix, as for training
+
+
+def test_cli_dry_run_prints_json_or_text_and_a_missing_section_is_exit_2(tmp_path, no_aws_env, capsys):
+    from launcher.cli import main
+
+    path = write_spec(tmp_path, PREPARE)
+    assert main(["data", "prepare", str(path), "--dry-run", "--job-name", "prep-4", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["ProcessingJobName"] == "prep-4"
+    assert main(["data", "prepare", str(path), "--dry-run", "--job-name", "prep-4"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Dry run prep-4 (nothing was sent)") and "CreateProcessingJob request" in text
+    bare = Path(tmp_path / "bare.yaml")
+    data = __import__("yaml").safe_load(path.read_text())
+    del data["prepare"]
+    bare.write_text(__import__("yaml").safe_dump(data))
+    assert main(["data", "prepare", str(bare), "--dry-run"]) == 2
+
+
+def test_prepare_imports_neither_pyspark_nor_the_sdk_until_used():
+    import subprocess
+
+    code = ("import sys; from launcher.cli import main; main(['data', 'prepare', '--help']); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'sagemaker', 'tensorflow')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().endswith("[]"), out.stdout + out.stderr
+
+
+def test_the_shipped_crc32c_runs_without_its_c_extension(tmp_path):
+    """The Spark image has no CRC32C: the zip of google-crc32c's Python files falls back to pure Python there."""
+    import subprocess
+
+    from launcher.sagemaker_backend import processing
+
+    archive = processing._crc32c_package(tmp_path)
+    code = ("import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('ignore'); "
+            "import google_crc32c; print(google_crc32c.__file__, google_crc32c.implementation, "
+            "hex(google_crc32c.value(b'123456789')))")
+    out = subprocess.run([sys.executable, "-c", code, archive], capture_output=True, text=True, timeout=60)
+    where, implementation, check = out.stdout.split()
+    assert where.startswith(archive) and implementation == "python"
+    assert check == "0xe3069283"  # CRC32C's standard check value
+
+
+def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tmp_path):
+    """On Python 3.12 (the Spark image's), with the zips as --py-files puts them on sys.path, the app loads
+    google-crc32c's C extension from the unpacked wheel."""
+    import os
+    import subprocess
+
+    from launcher.data import prepare_app
+    from launcher.sagemaker_backend import processing
+
+    python = Path(os.environ.get("DFM_RUNTIMES", Path.home() / ".cache/dfm/runtimes")) / "tf-2.21/bin/python"
+    wheels = processing._crc32c_wheel(tmp_path)
+    if not python.exists() or not wheels:
+        pytest.skip("needs the Python 3.12 runtime and the cached cp312 wheel (make setup makes both)")
+    code = ("import sys, importlib.util; sys.path[:0] = sys.argv[2:]; "
+            "spec = importlib.util.spec_from_file_location('dfm_prepare', sys.argv[1]); "
+            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app._crc32c(); "
+            "import google_crc32c; print(google_crc32c.implementation, hex(value(b'123456789')))")
+    archive = processing._crc32c_package(tmp_path)
+    out = subprocess.run([str(python), "-c", code, prepare_app.__file__, archive, *wheels], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.stdout.split() == ["c", "0xe3069283"], out.stdout + out.stderr
+
+
+def test_local_outputs_never_replace_the_input(tmp_path):
+    from launcher.data import prepare_local
+    from launcher.errors import DfmError
+
+    (tmp_path / "data/train").mkdir(parents=True)
+    (tmp_path / "data/train/part-0.libsvm").write_text("1 0:1 1:1 2:1\n")
+    section = {**PREPARE, "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
+                                    "local": str(tmp_path / "data/train")}}
+    spec = load_spec(write_spec(tmp_path, section, local={"train": str(tmp_path / "data/train"),
+                                                          "eval": str(tmp_path / "data/eval")}))
+    with pytest.raises(DfmError, match="holds the input"):
+        prepare_local.clear_outputs(prepare_job.job_description(spec, local=True), force=True)
+    assert (tmp_path / "data/train/part-0.libsvm").exists()

@@ -1,0 +1,132 @@
+"""Prepared data trains: `dfm data prepare --local` then `dfm launch --local`, on synthetic click logs with a known
+teacher. The same eval AUC as on `dfm data convert` output, and calibrated probabilities after negative
+downsampling."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+FIELDS, FEATURES = 10, 1000
+MODEL = {"field_size": FIELDS, "feature_size": FEATURES, "batch_size": 256, "deep_layers": [32, 32],
+         "embedding_size": 4, "log_steps": 50, "optimizer": "adam", "learning_rate": 0.003, "epochs": 2}
+
+
+def dfm(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clicks")
+    dfm("data", "synth", "--format", "libsvm", "--out", str(out), "--rows", "40000", "--files", "4",
+        "--eval-rows", "10000", "--eval-files", "2", "--seed", "11", "--field-size", str(FIELDS),
+        "--feature-size", str(FEATURES))
+    return out
+
+
+def write_spec(folder: Path, clicks: Path, channels: dict[str, Path], prepare: dict | None) -> Path:
+    spec = {
+        "name": folder.name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
+        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test-bucket/out/",
+        "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": 1}, "distribution": "none",
+        "data": {"mode": "File", "train": "s3://dfm-test-bucket/train/", "eval": "s3://dfm-test-bucket/eval/"},
+        "hyperparameters": MODEL,
+        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(folder / "runs"),
+                  "timeout_s": 600},
+    }
+    if prepare is not None:
+        spec["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
+                                     "local": str(clicks / "train")},
+                           "eval": {"uri": "s3://dfm-test-bucket/clicks-eval/", "local": str(clicks / "eval")},
+                           "stats": False, "seed": 3, **prepare}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def final_auc(output: str) -> float:
+    found = re.findall(r"final eval: .*?auc=([0-9.]+)", output)
+    assert found, output[-2000:]
+    return float(found[-1])
+
+
+def prepared(tmp_path: Path, clicks: Path, name: str, prepare: dict) -> tuple[Path, float]:
+    folder = tmp_path / name
+    spec = write_spec(folder, clicks, {"train": folder / "data/train", "eval": folder / "data/eval"}, prepare)
+    dfm("data", "prepare", str(spec), "--local")
+    return folder, final_auc(dfm("launch", str(spec), "--local").stdout)
+
+
+def test_prepared_data_reaches_the_auc_of_converted_data(tmp_path, clicks):
+    converted = tmp_path / "converted"
+    for part in ("train", "eval"):
+        dfm("data", "convert", str(clicks / part), "--out", str(converted / part), "--field-size", str(FIELDS))
+    spec = write_spec(converted, clicks, {"train": converted / "train", "eval": converted / "eval"}, None)
+    baseline = final_auc(dfm("launch", str(spec), "--local").stdout)
+    _, auc = prepared(tmp_path, clicks, "prepared", {})
+    print(f"eval AUC: prepared {auc:.4f}, converted {baseline:.4f}")
+    assert abs(auc - baseline) < 0.01, (auc, baseline)
+    assert baseline > 0.7  # it learned something (the teacher's AUC is about 0.8)
+
+
+def test_the_export_after_negative_downsampling_is_calibrated(tmp_path, clicks):
+    import tensorflow as tf
+
+    from launcher.data.tfrecord import read_examples
+
+    rate = 0.25
+    folder, auc = prepared(tmp_path, clicks, "balanced", {"balance": {"negative_rate": rate}})
+    assert auc > 0.7
+    (model_dir,) = [p.parent for p in (folder / "runs").glob("*/hosts/algo-1/model/*/saved_model.pb")]
+    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    labels, ids, values = read_examples(sorted((folder / "data/eval").iterdir()), FIELDS)
+    probabilities = serve(feat_ids=tf.constant(ids), feat_vals=tf.constant(values))["probabilities"].numpy()
+    positive_rate = float(labels.mean())
+    print(f"mean predicted CTR {probabilities.mean():.4f}, eval positive rate {positive_rate:.4f}, AUC {auc:.4f}")
+    assert abs(probabilities.mean() - positive_rate) / positive_rate < 0.10, (probabilities.mean(), positive_rate)
+    odds = probabilities / (1 - probabilities) / rate  # what the model said before the export's correction
+    uncorrected = odds / (1 + odds)
+    assert abs(uncorrected.mean() - positive_rate) / positive_rate > 0.3  # the correction is what made it right
+    assert np.isfinite(probabilities).all()
+
+
+def test_raw_tsv_prepared_as_examples_trains_with_a_tfrecord_features_section(tmp_path):
+    import json
+
+    raw = tmp_path / "raw"
+    dfm("data", "synth", "--format", "criteo-tsv", "--multi-hot", "recent_cats", "--rows", "16000", "--files", "2",
+        "--out", str(raw), "--seed", "3", "--field-size", "10", "--feature-size", "2000")
+    meta = json.loads((raw / "meta.json").read_text())
+    numeric = [c for c in meta["columns"] if c.startswith("i")]
+    categorical = [c for c in meta["columns"] if c.startswith("c") and c != meta["label"]]
+    features = {"format": "tfrecord", "label": meta["label"],
+                "numeric": {name: {"transform": "log1p"} for name in numeric},
+                "categorical": {name: {"hash_buckets": 1000} for name in categorical},
+                "multi_hot": {"recent_cats": {"separator": "|", "hash_buckets": 1000, "max_length": 20}}}
+    folder = tmp_path / "raw-prepared"
+    spec = write_spec(folder, raw, {"train": folder / "data/train", "eval": folder / "data/eval"}, None)
+    data = yaml.safe_load(spec.read_text())
+    data["hyperparameters"] = {k: v for k, v in MODEL.items() if k not in ("field_size", "feature_size")}
+    data["features"] = features
+    data["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/raw/", "format": "tsv", "columns": meta["columns"],
+                                 "local": str(raw / "train")}, "eval_fraction": 0.2}
+    spec.write_text(yaml.safe_dump(data))
+    dfm("data", "prepare", str(spec), "--local")
+    proposal = yaml.safe_load((folder / "data/prepare/features.yaml").read_text())["features"]
+    assert set(proposal["numeric"]) == set(numeric) and proposal["multi_hot"]["recent_cats"]["max_length"] <= 20
+    auc = final_auc(dfm("launch", str(spec), "--local").stdout)
+    print(f"raw prepared eval AUC {auc:.4f} (teacher {meta['teacher_auc']:.4f})")
+    assert auc > 0.7

@@ -1,0 +1,73 @@
+"""The `tune:` rules: each with a spec it accepts and one it refuses (test_rules.py runs TUNE_CASES with the
+others), and the rules' view of the example config."""
+
+from __future__ import annotations
+
+from launcher import rules_tune
+from launcher.compile import compile_spec
+from launcher.tuning_plan import build_tuning_plan, grid_size
+from spec_helpers import REPO, write_spec
+
+OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}
+LR = {"learning_rate": {"min": 0.001, "max": 0.1, "scaling": "log"}}
+
+
+def tune(**changes) -> dict:
+    return {"tune": {"objective": OBJECTIVE, "max_jobs": 4, "ranges": LR, **changes}}
+
+
+TUNE_CASES = [
+    (rules_tune.check_tune_ranges, tune(ranges={"embedding_size": {"min": 4, "max": 32, "type": "integer"}}),
+     tune(ranges={"embedding_size": {"min": 4, "max": 32}}), ("error", "tune.ranges.embedding_size", "add `type: integer`")),
+    (rules_tune.check_tune_ranges, tune(ranges={"dropout": {"min": 0.0, "max": 0.5}}),
+     tune(ranges={"dropout": {"min": 0.0, "max": 1.0}}), ("error", "tune.ranges.dropout", "outside what deepfm-ps accepts")),
+    (rules_tune.check_tune_ranges, tune(ranges={"optimizer": {"values": ["adam", "ftrl"]}}),
+     tune(ranges={"optimizer": {"min": 1, "max": 2, "type": "integer"}}), ("error", "tune.ranges.optimizer", "use {values: [...]}")),
+    (rules_tune.check_tune_ranges, tune(), {**tune(), "hyperparameters": {"learning_rate": 0.01}},
+     ("error", "tune.ranges.learning_rate", "also fixed in hyperparameters.learning_rate")),
+    (rules_tune.check_tune_ranges, tune(), {**tune(), "entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"},
+     ("warning", "tune.ranges.learning_rate", "dfm cannot check that train.py reads --learning_rate")),
+    (rules_tune.check_tune_range_values, tune(), tune(ranges={"learning_rate": {"min": 0.0, "max": 0.1, "scaling": "log"}}),
+     ("error", "tune.ranges.learning_rate.scaling", "log scaling needs min > 0")),
+    (rules_tune.check_tune_range_values, tune(), tune(ranges={"learning_rate": {"min": 0.1, "max": 0.01}}),
+     ("error", "tune.ranges.learning_rate", "is not below max")),
+    (rules_tune.check_tune_range_values, tune(ranges={"batch_size": {"values": list(range(1, 31))}}),
+     tune(ranges={"batch_size": {"values": list(range(1, 32))}}), ("error", "tune.ranges.batch_size", "31 values, SageMaker allows 30")),
+    (rules_tune.check_tune_limits, tune(name="d" * 18), tune(name="d" * 19), ("error", "tune.name", "at most 18 characters")),
+    (rules_tune.check_tune_limits, tune(max_parallel_jobs=4), tune(max_parallel_jobs=5), ("error", "tune.max_parallel_jobs", "use at most 4")),
+    (rules_tune.check_tune_limits, {**tune(max_runtime_s=120), "max_run": 120}, {**tune(max_runtime_s=119), "max_run": 100},
+     ("error", "tune.max_runtime_s", "minimum 120")),
+    (rules_tune.check_tune_limits, tune(warm_start={"type": "transfer_learning", "parents": ["a", "b", "c", "d", "e"]}),
+     tune(warm_start={"type": "transfer_learning", "parents": ["a", "b", "c", "d", "e", "f"]}),
+     ("error", "tune.warm_start.parents", "SageMaker allows 5")),
+    (rules_tune.check_tune_objective, tune(), tune(objective={"metric": "eval:acc", "goal": "maximize"}),
+     ("error", "tune.objective.metric", "did you mean 'eval:auc'")),
+    (rules_tune.check_tune_strategy, tune(strategy="grid", max_jobs=None, ranges={"batch_size": {"values": [256, 512]}}),
+     tune(strategy="grid", max_jobs=3, ranges={"batch_size": {"values": [256, 512]}}), ("error", "tune.max_jobs", "is 2 trials")),
+    (rules_tune.check_tune_strategy, tune(strategy="hyperband", hyperband={"min_resource": 1, "max_resource": 9}),
+     tune(strategy="hyperband", early_stopping="auto", hyperband={"min_resource": 1, "max_resource": 9}),
+     ("error", "tune.early_stopping", "early_stopping: off")),
+    (rules_tune.check_tune_strategy, tune(), tune(max_jobs=None), ("error", "tune", "max_jobs is required")),
+    (rules_tune.check_tune_cluster, {**tune(), "instance": {"type": "ml.g5.2xlarge", "count": 2}, "distribution": "parameter_server"},
+     {**tune(), "instance": {"type": "ml.g5.2xlarge", "count": 2},
+      "distribution": {"parameter_server": {"ps": {"type": "ml.r5.4xlarge", "count": 1}}}},
+     ("error", "distribution.parameter_server.ps", "no instance groups")),
+    (rules_tune.check_tune_completion, tune(completion={"no_improvement_jobs": 3}), tune(completion={"no_improvement_jobs": 4}),
+     ("warning", "tune.completion.no_improvement_jobs", "never stops the job early")),
+]
+
+
+def test_the_example_config_has_no_tuning_findings_and_its_plan_bounds_cost_and_time(tmp_path):
+    compiled = compile_spec(str(REPO / "configs" / "tune-ps.yaml"), env={})
+    assert compiled.ok, compiled.errors
+    assert [w for w in compiled.warnings if "tune." in w] == []
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="deepfm-ps-261124-000000")
+    assert tplan.rounds == 10 and tplan.cost["max_usd"] == round(20 * compiled.plan.cost["max_usd"], 2)
+
+
+def test_grid_size_is_the_product_of_the_value_counts(tmp_path):
+    path = write_spec(tmp_path, tune(strategy="grid", max_jobs=None, ranges={
+        "batch_size": {"values": [256, 512, 1024]}, "optimizer": {"values": ["adam", "adagrad"]}}))
+    compiled = compile_spec(path, env={})
+    assert compiled.ok, compiled.errors
+    assert grid_size(compiled.spec.tune) == 6
