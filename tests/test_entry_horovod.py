@@ -24,7 +24,8 @@ MPIRUN = shutil.which("mpirun")
 _OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
 HOROVODRUN = str(_OWN_HOROVODRUN) if _OWN_HOROVODRUN.exists() else shutil.which("horovodrun")
 HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8}
+       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8,
+       "optimizer": "adagrad"}  # the old default these settings were tuned with (and sparse_allreduce dense takes)
 TIMEOUT = 150
 
 

@@ -93,7 +93,7 @@ def test_sparse_allreduce_auto_picks_the_cheaper_exchange(replicas, rows, expect
 
 
 def test_sparse_allreduce_is_a_choice_that_overrides_auto():
-    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense"]).sparse_allreduce == "dense"
+    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense", "--optimizer", "adagrad"]).sparse_allreduce == "dense"
     assert H.resolve_sparse_allreduce("dense", 10**9, 8, 1024, 39, 2) == "dense"
     assert H.resolve_sparse_allreduce("gather", 10, 8, 1024, 39, 64) == "gather"
     with pytest.raises(H.HyperparameterError, match="--sparse_allreduce"):
