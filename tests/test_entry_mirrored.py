@@ -14,7 +14,8 @@ import selection_support as ss
 import train_mirrored
 
 HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 1, "shuffle_buffer": 100, "learning_rate": 0.05, "dropout": 0.0}  # no random masks: runs compare exactly
+       "epochs": 1, "shuffle_buffer": 100, "learning_rate": 0.05, "dropout": 0.0,  # no random masks: runs compare exactly
+       "optimizer": "adagrad"}  # the old default these settings were tuned with (auto then exchanges dense)
 HOSTS = ["algo-1", "algo-2"]
 
 
