@@ -43,6 +43,7 @@ $(SAMPLE)/.done:
 demo: setup
 	@$(MAKE) --no-print-directory $(SAMPLE)/.done
 	$(DFM) launch configs/ps.yaml --local
+	@$(PY) -c "import json; m = json.load(open('$(SAMPLE)/meta.json')); print(f\"[demo] ceiling: the planted teacher's own eval AUC is {m['eval_teacher_auc']:.4f}, the true model; no model learns it back from {m['rows']:,} rows (make bench's quality item puts dfm beside logistic regression and DeepCTR)\")"
 
 # configs/horovod.yaml's layout (channels train ... train-3, Pipe mode) scaled down to 2 ranks on one host.
 $(SAMPLE)/split/.done: $(SAMPLE)/.done
@@ -60,6 +61,7 @@ DEEPCTR_VERSION := 0.9.3
 bench-deps: setup
 	@$(PY) -c "from importlib.metadata import version; assert version('deepctr') == '$(DEEPCTR_VERSION)'" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-deps deepctr==$(DEEPCTR_VERSION)
+	@$(PY) -c "import sklearn" 2>/dev/null || $(PY) -m pip install -q scikit-learn  # the quality item's logistic regression
 
 bench: bench-deps
 	$(PY) -m bench.run

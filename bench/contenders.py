@@ -15,6 +15,9 @@ import numpy as np
 from bench.common import seconds, use_entrypoints
 
 FIELDS = 39
+# Both steps regularized alike: L2 on the embedding rows looked up, dropout after each hidden layer, L2 on
+# the MLP kernels (the bundled scripts' defaults; DeepCTR's l2_reg_embedding, dnn_dropout, l2_reg_dnn).
+L2_EMBEDDING, DROPOUT, L2_DENSE = 1e-5, 0.2, 0.03
 
 
 def synthetic(rows: int, feature_size: int, seed: int = 5):
@@ -35,7 +38,8 @@ def _window(step, iterator, steps: int, batch: int):
 
 def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
             dense_updates: bool = False, deep_layers=(400, 400, 400)):
-    """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), as train_ps runs it.
+    """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), as train_ps runs it,
+    regularized (L2_EMBEDDING, DROPOUT, L2_DENSE).
 
     dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes
     its dense path over the whole table (what Keras' stock Adam does to its moments)."""
@@ -48,7 +52,8 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
     hp = parse_hyperparameters([
         "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),
         "--deep_layers", ",".join(map(str, deep_layers)), "--batch_size", str(batch),
-        "--optimizer", optimizer])
+        "--optimizer", optimizer, "--l2_reg", str(L2_EMBEDDING), "--dropout", str(DROPOUT),
+        "--l2_dense", str(L2_DENSE)])
     densify = (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                               for g in grads]) if dense_updates else None
     trainer = build_trainer(hp, grad_transform=densify)
@@ -82,7 +87,8 @@ def import_deepctr():
 
 def deepctr(data, batch: int, embedding_size: int, steps: int, deep_layers=(400, 400, 400)):
     """DeepCTR's DeepFM, one SparseFeat per field (vocabulary = the field's id range, so the tables
-    add up to the same rows), Adagrad(0.01), run through Keras' own compiled train function as fit does."""
+    add up to the same rows), regularized as the bundled step, Adagrad(0.01), run through Keras' own
+    compiled train function as fit does."""
     import tensorflow as tf
 
     DeepFM, SparseFeat = import_deepctr()
@@ -90,8 +96,8 @@ def deepctr(data, batch: int, embedding_size: int, steps: int, deep_layers=(400,
     vocab = local.max(axis=0) + 1
     columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=embedding_size)
                for i in range(FIELDS)]
-    model = DeepFM(columns, columns, dnn_hidden_units=tuple(deep_layers), l2_reg_embedding=1e-5,
-                   task="binary")
+    model = DeepFM(columns, columns, dnn_hidden_units=tuple(deep_layers), l2_reg_embedding=L2_EMBEDDING,
+                   l2_reg_dnn=L2_DENSE, dnn_dropout=DROPOUT, task="binary")
     # DeepCTR 0.9.3 builds on tensorflow.python.keras (TF's legacy copy), so its optimizers come from there.
     from tensorflow.python.keras.optimizer_v2.adagrad import Adagrad
 

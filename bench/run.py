@@ -29,6 +29,7 @@ ITEMS = {
     "distributed": ("bench.distributed", 600, 1800),
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
+    "quality": ("bench.quality", 1500, 2400),
     "tuning": ("bench.tuning", 1800, 3600),
     "prepare": ("bench.prepare", 600, 1800),
     "broadcast_memory": ("bench.broadcast_memory", 300, 900),

@@ -30,7 +30,7 @@ class CheckpointKeeper:
     def __init__(self, trainer, directory, every_steps, io_device=None, max_to_keep=3):
         import tensorflow as tf
 
-        objects = {"model": trainer.model, "optimizer": trainer.optimizer}
+        objects = {"model": trainer.model, "optimizer": trainer.optimizer, "progress": trainer.progress}
         if trainer.loss_scale is not None:
             objects["loss_scale"] = trainer.loss_scale
         self.checkpoint = tf.train.Checkpoint(**objects)
@@ -90,18 +90,15 @@ def serving_model(model, negative_rate):
 
 
 def export_saved_model(model, hp, model_dir, version=None):
-    """Copy the trained values into a plain, unpartitioned model and save it to
+    """Copy the trained values into a plain, unpartitioned model (unless `model` is such a copy already:
+    deepfm_selection's best model) and save it to
     `<model_dir>/<version>/` with a `serving_default` signature: feat_ids int64[None, field_size],
     feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features, the raw
     inputs by name (deepfm_raw.RawServing). With negative_rate < 1 the probabilities are calibrated."""
     import tensorflow as tf
-    from deepfm_model import build_model
-    from deepfm_variables import full_value
+    from deepfm_selection import copy_model
 
-    with tf.distribute.get_strategy().scope(), tf.device("/cpu:0"):
-        local = build_model(hp)
-    for dst, src in zip(local.all_variables, model.all_variables):
-        dst.assign(full_value(src))
+    local = model if getattr(model, "is_copy", False) else copy_model(model, hp)
     local = serving_model(local, getattr(hp, "negative_rate", 1.0))
 
     class Serving(tf.Module):

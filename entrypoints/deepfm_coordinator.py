@@ -8,14 +8,15 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 """
 
 import os
+import time
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
+from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
 from ps_gpu_workers import in_worker_replicas_problem
 
-BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY
 SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
 
 
@@ -84,6 +85,8 @@ def train_with_coordinator(hp, env, cluster):
     configure_tensorflow(hp, env, float16_supported=False)  # the steps compute in float32 (build_trainer's default), GPU workers too
     import tensorflow as tf
     import deepfm_input
+    from deepfm_selection import ModelSelection
+    from deepfm_sync import per_epoch_evaluation
     from deepfm_training import TrainWindow, build_trainer, evaluate
     from deepfm_variables import flat_variables
 
@@ -108,7 +111,6 @@ def train_with_coordinator(hp, env, cluster):
 
     channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
     cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
-    skip = step // len(cluster["worker"])  # resume: each worker skips its share of the steps done
 
     def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
         # decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the
@@ -119,12 +121,13 @@ def train_with_coordinator(hp, env, cluster):
                                   [tf.constant(0, tf.int64)] * 3, field_delim=" ")
         return tf.stack(fields)
 
-    def dataset_fn():
-        shard = read_worker_shard_file()
-        return deepfm_input.make_dataset(cfg, channels, shard[0], shard[1], training=True, epochs=hp.epochs,
-                                         skip_batches=skip)
+    def epoch_iterator(skip):  # one pass over each worker's data, `skip` batches on each already trained
+        def dataset_fn():
+            shard = read_worker_shard_file()
+            return deepfm_input.make_dataset(cfg, channels, shard[0], shard[1], training=True, epochs=1,
+                                             skip_batches=skip)
 
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+        return iter(coordinator.create_per_worker_dataset(dataset_fn))
 
     raw = hp.features != ""
 
@@ -146,38 +149,59 @@ def train_with_coordinator(hp, env, cluster):
         return read_worker_shard_file()[2]
 
     window = TrainWindow(trainer.train_metrics)
-    finished_workers, bad_rows = set(), {}
-    done = bool(hp.max_steps and step >= hp.max_steps)
-    while not done:
-        todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
-        if hp.max_steps:
-            todo = min(todo, hp.max_steps - step)
-        results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
-        join_or_exit(coordinator)
-        previous, step = step, int(trainer.optimizer.iterations.numpy())
-        if raw:
-            answers = [r.fetch() for r in results]
-            for _, task, bad in answers:
-                bad_rows[int(task)] = bad_rows.get(int(task), 0) + int(bad)
-            results = [answer[0] for answer in answers]
-        else:
-            results = [r.fetch() for r in results] if step - previous < todo else []
-        if step - previous < todo:  # some closures found no data: note which workers are done
-            finished_workers.update(int(r) for r in results)
-            finished_workers.discard(-1)
-        exhausted = len(finished_workers) >= len(cluster["worker"])
-        if exhausted:
-            log("training data exhausted on every worker")
-        if step // hp.log_steps > previous // hp.log_steps:
-            window.report(step)
-        keeper.maybe_save(step)
-        done = exhausted or bool(hp.max_steps and step >= hp.max_steps)
+    selection, eval_step = ModelSelection(hp), tf.function(trainer.eval_step)
+    has_eval = deepfm_input.EVAL_CHANNEL in env.channels
+    per_epoch = has_eval and per_epoch_evaluation(hp, env, ALONE)
+    epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
+    bad_rows, evaluated, stopped = {}, [], False
+
+    def evaluate_now(step):  # the chief evaluates the whole channel itself
+        loss, auc = evaluate(trainer, eval_dataset(hp, env, ALONE), step, step_fn=eval_step)
+        evaluated.append(step)
+        return selection.observe(trainer.model, step, loss, auc)
+
+    def reached(step):
+        return bool(hp.max_steps and step >= hp.max_steps)
+
+    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
+        # resume: each worker skips its share of the steps this epoch already trained
+        iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
+        finished_workers, exhausted = set(), False
+        while not (exhausted or reached(step)):
+            todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
+            if hp.max_steps:
+                todo = min(todo, hp.max_steps - step)
+            results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
+            join_or_exit(coordinator)
+            previous, step = step, int(trainer.optimizer.iterations.numpy())
+            if raw:
+                answers = [r.fetch() for r in results]
+                for _, task, bad in answers:
+                    bad_rows[int(task)] = bad_rows.get(int(task), 0) + int(bad)
+                results = [answer[0] for answer in answers]
+            else:
+                results = [r.fetch() for r in results] if step - previous < todo else []
+            if step - previous < todo:  # some closures found no data: note which workers are done
+                finished_workers.update(int(r) for r in results)
+                finished_workers.discard(-1)
+            exhausted = len(finished_workers) >= len(cluster["worker"])
+            if step // hp.log_steps > previous // hp.log_steps:
+                window.report(step)
+            keeper.maybe_save(step)
+        if not exhausted:
+            break  # max_steps: the epoch stays unfinished
+        epoch, epoch_start = epoch + 1, step
+        trainer.progress.assign([epoch, epoch_start])
+        log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
+        evaluating = time.monotonic()
+        stopped = per_epoch and evaluate_now(step)
+        window.leave_out(evaluating)
     window.report(step)
     for task in sorted(bad_rows) if raw else []:
         log(f"bad rows skipped: {bad_rows[task]} (worker {task})")
     keeper.maybe_save(step, force=True)
-    if deepfm_input.EVAL_CHANNEL in env.channels:  # the chief evaluates the whole channel itself
-        evaluate(trainer, eval_dataset(hp, env, ALONE), step)
+    if has_eval and (not evaluated or evaluated[-1] != step):
+        evaluate_now(step)
     if hp.export:
-        export_saved_model(trainer.model, hp, env.model_dir)
+        export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
     return 0

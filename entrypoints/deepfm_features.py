@@ -22,6 +22,9 @@ TEXT_FORMATS = {"tsv": "\t", "csv": ","}
 TRANSFORMS = ("log1p", "bucketize", "none")
 POOLINGS = ("mean", "sum")
 BAD_ROWS = ("skip", "fail")
+# The batch key of the rows bad_rows: skip dropped (deepfm_raw adds it, the loops count it); NAME refuses it
+# as a feature name (it starts with `_`).
+BAD_ROWS_KEY = "_bad_rows"
 KEYS = ("format", "label", "columns", "numeric", "categorical", "multi_hot", "bad_rows")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")  # also a SavedModel signature input name
 MAX_FEATURE_SIZE = 2**31 - 1  # ids of one int32-indexable table

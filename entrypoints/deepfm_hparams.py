@@ -21,19 +21,22 @@ DEFAULTS = {
     "field_size": 39,
     "feature_size": 117581,
     "embedding_size": 8,
-    "deep_layers": [400, 400, 400],
-    "dropout": 0.0,
+    "deep_layers": [64, 32],  # small: a 400x3 MLP memorizes a 200k-row sample within an epoch
+    "dropout": 0.2,
     "batch_norm": False,
-    "l2_reg": 1e-5,
+    "l2_reg": 1e-5,  # L2 on the embedding and first-order rows each batch looks up (sparse: only those rows)
+    "l2_dense": 0.03,  # L2 on the MLP kernels
     # training
-    "optimizer": "adagrad",
-    "learning_rate": 0.01,
-    "batch_size": 1024,
+    "optimizer": "adam",
+    "learning_rate": 0.002,
+    "batch_size": 512,
     "epochs": 1,
     "max_steps": 0,
     "log_steps": 100,
     "checkpoint_steps": 1000,
     "eval_steps": 0,
+    "best_of": "eval:auc",  # export the model of the best evaluation by this metric; `last`: the last model
+    "early_stopping_patience": 0,  # stop after this many evaluations without a better best_of metric; 0: off
     "scale_lr": True,
     # data
     "data_format": "tfrecord",
@@ -68,6 +71,7 @@ CHOICES = {
     "data_format": ("tfrecord", "libsvm"),
     "s3_shard": ("auto", "true", "false"),
     "mixed_precision": ("auto", "true", "false"),
+    "best_of": ("eval:auc", "eval:loss", "last"),
     "sparse_allreduce": ("auto", "dense", "gather"),
 }
 
@@ -138,6 +142,8 @@ def _choice(name):
 
     def convert(text):
         word = str(text).strip().strip("\"'").lower()
+        if name == "best_of" and word in ("", "none"):
+            word = "last"
         if name in ("s3_shard", "mixed_precision") and word not in allowed:
             try:
                 word = "true" if parse_bool(word) else "false"
@@ -194,6 +200,7 @@ BOUNDS = {
     "embedding_size": (1, None),
     "dropout": (0.0, 1.0),
     "l2_reg": (0.0, None),
+    "l2_dense": (0.0, None),
     "learning_rate": (0.0, None),
     "batch_size": (1, None),
     "epochs": (0, None),  # 0: repeat the data until max_steps (value_problems refuses 0 without max_steps)
@@ -201,6 +208,7 @@ BOUNDS = {
     "log_steps": (1, None),
     "checkpoint_steps": (1, None),
     "eval_steps": (0, None),
+    "early_stopping_patience": (0, None),
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
@@ -234,6 +242,9 @@ def value_problems(args):
         problem = bound_problem(name, getattr(args, name))
         if problem:
             problems.append((name, problem))
+    if args.early_stopping_patience and args.best_of == "last":
+        problems.append(("early_stopping_patience", "follows the best_of metric: set best_of to eval:auc or "
+                                                    "eval:loss, or the patience to 0"))
     if args.sparse_allreduce == "dense" and args.optimizer == "adam":
         problems.append(("sparse_allreduce", "dense would make the lazy Adam dense (every row's moments decaying each "
                                              "step): use gather or auto with adam, or another optimizer"))

@@ -16,13 +16,17 @@ class DeepFM(tf.Module):
     """first-order weights + FM second-order term + MLP over the field embeddings -> logit."""
 
     def __init__(self, field_size, feature_size, embedding_size, deep_layers, dropout=0.0,
-                 batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, name="deepfm"):
+                 batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, l2_dense=0.0,
+                 name="deepfm"):
         """pooling: None (one input slot per field) or a callable [B, S, K] -> [B, F, K] (raw features'
-        SlotPooling: a multi-hot field's slots summed into one field embedding)."""
+        SlotPooling: a multi-hot field's slots summed into one field embedding).
+        l2_reg: L2 on the embedding and first-order rows a batch looks up, per example: only those rows get
+        a gradient, so the updates stay sparse (lazy optimizers, tables partitioned across ps tasks).
+        l2_dense: L2 on the MLP kernels."""
         super().__init__(name=name)
         self.pooling = pooling
         self.field_size, self.embedding_size = field_size, embedding_size
-        self.dropout, self.batch_norm, self.l2_reg = dropout, batch_norm, l2_reg
+        self.dropout, self.batch_norm, self.l2_reg, self.l2_dense = dropout, batch_norm, l2_reg, l2_dense
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self._seed = seed
         # Callables, so ParameterServerStrategy can create the tables partitioned.
@@ -80,7 +84,8 @@ class DeepFM(tf.Module):
         logits = linear + fm + deep + self.bias
         batch = tf.cast(tf.shape(ids)[0], tf.float32)
         l2 = self.l2_reg * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(vectors)) / batch
-        l2 += self.l2_reg * tf.add_n([tf.nn.l2_loss(k) for k in self.kernels])
+        if self.l2_dense:
+            l2 += self.l2_dense * tf.add_n([tf.nn.l2_loss(k) for k in self.kernels])
         return logits, l2
 
     def _mlp(self, x, training):
@@ -130,4 +135,4 @@ def build_model(hp, compute_dtype=tf.float32):
         layout = F.build_layout(spec)
         pooling = SlotPooling(layout, hp.embedding_size)
     return DeepFM(hp.field_size, hp.feature_size, hp.embedding_size, hp.deep_layers, hp.dropout,
-                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling)
+                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling, l2_dense=hp.l2_dense)

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 import deepfm_features as F
 
-BAD_ROWS_KEY = "_bad_rows"  # rows of the batch dropped by bad_rows: skip; not a valid feature name
 NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 
@@ -96,14 +95,14 @@ def parse_example_batch(serialized, spec):
 
 def batch_parser(spec, transform=None):
     """records[B] (lines or serialized Examples; or a (lines, files) pair) -> (features, labels), for
-    Dataset.map after batch. features: transform(raw) (or raw) plus BAD_ROWS_KEY."""
+    Dataset.map after batch. features: transform(raw) (or raw) plus F.BAD_ROWS_KEY."""
     def parse(records, files=None):
         if spec.format == "tfrecord":
             raw, labels, bad = parse_example_batch(records, spec)
         else:
             raw, labels, bad = parse_text_batch(records, spec, files)
         features = dict(transform(raw)) if transform is not None else dict(raw)
-        features[BAD_ROWS_KEY] = bad
+        features[F.BAD_ROWS_KEY] = bad
         return features, labels
     return parse
 
@@ -118,7 +117,7 @@ def raw_dataset(files, spec, batch_size, transform=None, shuffle_buffer=0, seed=
                 drop_remainder=False):
     """Batches of (features, labels) from raw files: records -> shuffle -> batch -> parse (+ transform).
     files: paths (list or string tensor). epochs <= 0 repeats forever. The bad rows each batch dropped
-    are features[BAD_ROWS_KEY]; sum them for the worker's total. With bad_rows: fail, each line travels
+    are features[F.BAD_ROWS_KEY]; sum them for the worker's total. With bad_rows: fail, each line travels
     with its file's name, for the error."""
     if spec.format == "tfrecord":
         records = tf.data.TFRecordDataset(files)

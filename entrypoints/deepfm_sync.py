@@ -13,6 +13,7 @@ their metric histograms summed, so no worker waits long on another.
 """
 
 import os
+import time
 
 import numpy as np
 
@@ -53,40 +54,59 @@ def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
 
 def model_state(trainer):
     """Every variable a restart or a broadcast must carry: model, optimizer slots and step, loss scale."""
-    state = list(trainer.model.variables) + list(trainer.optimizer.variables)
+    state = list(trainer.model.variables) + list(trainer.optimizer.variables) + [trainer.progress]
     if trainer.loss_scale is not None:
         state += list(trainer.loss_scale.variables)
     unique = {v.ref(): v for v in state}  # the optimizer also references the model's variables
     return list(unique.values())
 
 
-def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True):
-    """Run the synchronous loop; -> the global step reached. `step_fn(batch)` defaults to the
-    trainer's train step traced once; `batch_size` is what one step of this worker consumes."""
+def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True,
+          after_epoch=None):
+    """Run the synchronous loop, one pass over the data per epoch; -> the global step reached.
+    `step_fn(batch)` defaults to the trainer's train step traced once; `batch_size` is what one step of
+    this worker consumes; `after_epoch(step)` (an evaluation) runs on every worker after each whole epoch
+    and ends training when it returns True."""
     import tensorflow as tf
     from deepfm_training import TrainWindow
 
     step = int(trainer.optimizer.iterations.numpy())
+    epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     step_fn = step_fn or tf.function(trainer.train_step)
-    iterator = iter(train_dataset(hp, env, where, skip_batches=step, batch_size=batch_size,
-                                  whole_batches=whole_batches))
     window = TrainWindow(trainer.train_metrics, collectives)
     bad_rows = 0
-    run_window = window_runner(step_fn, collectives)  # the end-of-data check, in the steps where possible
-    while not hp.max_steps or step < hp.max_steps:
-        todo = steps_window(step, hp)
-        try:
-            trained, bad = run_window(iterator, todo)
-        except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
-            log(f"error: {err.message.strip().splitlines()[0]}")
-            raise SystemExit(1) from None
-        step, bad_rows = step + trained, bad_rows + bad
-        if step % hp.log_steps == 0 and trained:
-            window.report(step)
-        if keeper is not None:
-            keeper.maybe_save(step)
-        if trained < todo:
-            break
+    stopped = False
+    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not (hp.max_steps and step >= hp.max_steps):
+        # resume: skip the batches this epoch already trained on
+        iterator = iter(train_dataset(hp, env, where, skip_batches=step - epoch_start, batch_size=batch_size,
+                                      whole_batches=whole_batches, epoch=epoch))
+        # a runner per epoch: it carries its look-ahead batch from one window to the next of one iterator
+        run_window = window_runner(step_fn, collectives)  # the end-of-data check, in the steps where possible
+        exhausted = False
+        while not hp.max_steps or step < hp.max_steps:
+            todo = steps_window(step, hp)
+            try:
+                trained, bad = run_window(iterator, todo)
+            except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
+                log(f"error: {err.message.strip().splitlines()[0]}")
+                raise SystemExit(1) from None
+            step, bad_rows = step + trained, bad_rows + bad
+            if step % hp.log_steps == 0 and trained:
+                window.report(step)
+            if keeper is not None:
+                keeper.maybe_save(step)
+            if trained < todo:
+                exhausted = True
+                break
+        if not exhausted:
+            break  # max_steps: the epoch stays unfinished
+        epoch, epoch_start = epoch + 1, step
+        trainer.progress.assign([epoch, epoch_start])
+        if where.rank == 0:
+            log(f"epoch {epoch}/{hp.epochs} done at step {step}")
+        evaluating = time.monotonic()
+        stopped = after_epoch is not None and after_epoch(step)
+        window.leave_out(evaluating)
     window.report(step)  # the last partial window (prints nothing when it is empty)
     if hp.features:
         log(f"bad rows skipped: {bad_rows}")
@@ -114,10 +134,14 @@ def dump_weights(trainer, rank, step, local_copies=None):
 
 def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None,
         whole_batches=True):
-    """Restore (rank 0) -> broadcast -> train -> final checkpoint -> evaluate -> export (rank 0).
-    `batch_size`: examples one step of this worker consumes (default hp.batch_size); whole_batches=False
-    (one process, one replica) also trains on each epoch's last partial batch. -> the step reached."""
+    """Restore (rank 0) -> broadcast -> train, evaluating after each epoch -> final checkpoint -> final
+    evaluation (unless the last epoch's is at this step) -> export (rank 0) of the best evaluation's model
+    (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
+    whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
+    -> the step reached."""
+    import tensorflow as tf
     import deepfm_input as di
+    from deepfm_selection import ModelSelection, stop_together
     from deepfm_training import evaluate
 
     keeper = None
@@ -126,16 +150,40 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
         keeper.restore_latest()
     collectives.broadcast(model_state(trainer))
     start = int(trainer.optimizer.iterations.numpy())
-    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches)
+    selection = ModelSelection(hp, where.rank)
+    eval_step_fn = eval_step_fn or tf.function(trainer.eval_step)
+    evaluated = []
+
+    def evaluate_now(step):  # every worker: its part of eval, summed; rank 0 decides whether to stop
+        loss, auc = evaluate(trainer, eval_dataset(hp, env, where), step, collectives, eval_step_fn)
+        evaluated.append(step)
+        return stop_together(collectives, selection.observe(trainer.model, step, loss, auc))
+
+    has_eval = di.EVAL_CHANNEL in env.channels
+    per_epoch = has_eval and per_epoch_evaluation(hp, env, where)
+    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches,
+                 after_epoch=evaluate_now if per_epoch else None)
     if where.rank == 0:
         log(f"trained steps {start}..{step} on {where.size} workers")
         if step == start and not (hp.max_steps and step >= hp.max_steps):
             log("warning: no step trained: some worker's shard holds less than one whole batch")
     if keeper is not None:
         keeper.maybe_save(step, force=True)
-    if di.EVAL_CHANNEL in env.channels:
-        evaluate(trainer, eval_dataset(hp, env, where), step, collectives, eval_step_fn)
+    if has_eval and (not evaluated or evaluated[-1] != step):
+        evaluate_now(step)
     dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))
     if where.rank == 0 and hp.export:
-        export_saved_model(trainer.model, hp, env.model_dir)
+        export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
     return step
+
+
+def per_epoch_evaluation(hp, env, where):
+    """Evaluate after every epoch, unless `eval` arrives in Pipe mode (it is read once, at the end:
+    each reading takes a FIFO of its own). Rank 0 says which."""
+    import deepfm_input as di
+
+    if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
+        if where.rank == 0:
+            log("evaluating once, after training: the eval channel is in Pipe mode")
+        return False
+    return True

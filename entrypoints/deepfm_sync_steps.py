@@ -8,7 +8,7 @@ check before each step. The loop stops at the first step some worker has no batc
 worker alike, so no worker waits on another and every worker counts the same steps.
 """
 
-BAD_ROWS_KEY = "_bad_rows"  # deepfm_raw.BAD_ROWS_KEY (not imported: deepfm_raw starts TensorFlow)
+from deepfm_features import BAD_ROWS_KEY
 
 
 def guarded_steps(step_fn, collectives):

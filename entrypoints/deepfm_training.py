@@ -197,6 +197,9 @@ class Trainer:
         self.model, self.optimizer, self.loss_scale = model, optimizer, loss_scale
         self.train_metrics, self.eval_metrics = train_metrics, eval_metrics
         self.grad_transform = grad_transform
+        # [epochs completed, global step at the start of the current epoch]: checkpointed, so a restart
+        # resumes inside the right epoch
+        self.progress = tf.Variable([0, 0], dtype=tf.int64, trainable=False, name="progress")
         self.variables = flat_variables(model.sparse_variables) + flat_variables(model.dense_variables)
         optimizer.build(self.variables)
 
@@ -279,6 +282,10 @@ class TrainWindow:
             emit(format_metric("train", step, loss, auc, examples / max(now - self.started, 1e-9)))
         self.started = now
         return loss, auc
+
+    def leave_out(self, since):
+        """Leave the time from `since` (time.monotonic()) to now out of the window: an evaluation's."""
+        self.started += time.monotonic() - since
 
 
 def evaluate(trainer, dataset, step, collectives=None, step_fn=None):

@@ -54,7 +54,7 @@ def collect(dataset):
     out, labels = {}, []
     for features, label in dataset:
         for key, value in features.items():
-            if key != R.BAD_ROWS_KEY:
+            if key != F.BAD_ROWS_KEY:
                 out.setdefault(key, []).append(value.numpy())
         labels.append(label.numpy())
     return {k: np.concatenate(v) for k, v in out.items()}, np.concatenate(labels)
@@ -194,7 +194,7 @@ def test_skip_drops_bad_rows_and_counts_them(synth_tsv, tmp_path):
     path, good_lines = _with_bad_rows(tmp_path, files)
     spec = F.spec_from_dict(features_for(columns, max_length=6, bad_rows="skip"))
     batches = list(R.raw_dataset([str(path)], spec, 32))
-    assert sum(int(f[R.BAD_ROWS_KEY]) for f, _ in batches) == 3
+    assert sum(int(f[F.BAD_ROWS_KEY]) for f, _ in batches) == 3
     labels = np.concatenate([label.numpy() for _, label in batches])
     np.testing.assert_array_equal(labels, [float(line.split("\t")[0]) for line in good_lines])
     c5 = np.concatenate([f["c5"].numpy() for f, _ in batches])

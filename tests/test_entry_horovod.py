@@ -5,6 +5,7 @@ and rank 0's start broadcast; uneven shards must end on one step count instead o
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import entry_support as es
+import selection_support as ss
 import deepfm_container as container
 import deepfm_tuning
 import deepfm_worker_input as worker_input
@@ -22,7 +24,8 @@ MPIRUN = shutil.which("mpirun")
 _OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
 HOROVODRUN = str(_OWN_HOROVODRUN) if _OWN_HOROVODRUN.exists() else shutil.which("horovodrun")
 HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8}
+       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8,
+       "optimizer": "adagrad"}  # the old default these settings were tuned with (and sparse_allreduce dense takes)
 TIMEOUT = 150
 
 
@@ -118,7 +121,8 @@ def test_two_ranks_identical_weights_rank0_alone_checkpoints_and_exports_then_re
     # mpirun --tag-output prefixes each line with [1,<rank>]: metric lines and the export come from rank 0 only.
     tagged = _lines(text, "[dfm] train ") + _lines(text, "[dfm] eval ") + _lines(text, "[dfm] exported ")
     assert tagged and all(line.startswith("[1,0]") for line in tagged)
-    assert len(_lines(text, "[dfm] eval ")) == 1
+    # an evaluation after each epoch (the first resumed at step 12)
+    assert [int(line.split("step=")[1].split()[0]) for line in _lines(text, "[dfm] eval ")][:2] == [16, 32]
     assert [int(line.split("step=")[1].split()[0]) for line in _lines(text, "[dfm] train ")] == [16, 20, 24, 28, 32]
     exports = sorted((tmp_path / "base" / "model").iterdir())
     assert len(exports) == 2 and all((p / "saved_model.pb").exists() for p in exports)
@@ -197,3 +201,18 @@ def test_embedding_gradients_stay_sparse_through_the_average():
     done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
                           timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
+
+
+@horovod_run
+def test_rank0_stops_every_rank_early_and_exports_the_best_evaluation(tmp_path):
+    train, evaluation = ss.planted_overfit()
+    env = es.make_container(tmp_path / "base", ["train", "eval"])
+    es.write_tfrecords(tmp_path / "base" / "input" / "data" / "train", train, 2)
+    es.write_tfrecords(tmp_path / "base" / "input" / "data" / "eval", evaluation, 2)
+    env["DFM_DUMP_WEIGHTS"] = str(tmp_path / "dump")
+    text = _launch(tmp_path, env, ss.HPS)  # fails on a hang: a rank left waiting in a collective
+    dumps = _dumps(tmp_path)
+    _assert_identical(dumps)  # both ranks stopped at the same step
+    assert len(_lines(text, "early stopping at step")) == 1 and _lines(text, "early stopping")[0].startswith("[1,0]")
+    untagged = re.sub(r"^\[1,\d+\]<stdout>:", "", text, flags=re.M)
+    ss.assert_best_kept_and_stopped_early(untagged, tmp_path / "base" / "model", evaluation)

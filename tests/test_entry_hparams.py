@@ -61,10 +61,19 @@ def test_values_are_converted_to_the_default_type():
 
 
 @pytest.mark.parametrize("argv", [["--optimizer", "rmsprop"], ["--dropout", "1.5"], ["--batch_size", "0"],
-                                  ["--epochs", "one"], ["--data_format", "csv"], ["--ps_per_host", "0"]])
+                                  ["--epochs", "one"], ["--data_format", "csv"], ["--ps_per_host", "0"],
+                                  ["--l2_reg", "-0.1"], ["--l2_dense", "-1"], ["--best_of", "train:auc"],
+                                  ["--early_stopping_patience", "-1"],
+                                  ["--early_stopping_patience", "2", "--best_of", "last"]])
 def test_out_of_range_values_are_errors_naming_the_flag(argv):
     with pytest.raises(H.HyperparameterError, match=argv[0]):
         H.parse_hyperparameters(argv)
+
+
+def test_best_of_reads_an_empty_value_as_last_and_patience_follows_its_metric():
+    assert H.parse_hyperparameters(["--best_of", '""']).best_of == "last"
+    args = H.parse_hyperparameters(["--best_of", "EVAL:LOSS", "--early_stopping_patience", "3"])
+    assert (args.best_of, args.early_stopping_patience) == ("eval:loss", 3)
 
 
 def test_every_default_renders_and_parses_back_with_its_type():
@@ -84,7 +93,7 @@ def test_sparse_allreduce_auto_picks_the_cheaper_exchange(replicas, rows, expect
 
 
 def test_sparse_allreduce_is_a_choice_that_overrides_auto():
-    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense"]).sparse_allreduce == "dense"
+    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense", "--optimizer", "adagrad"]).sparse_allreduce == "dense"
     assert H.resolve_sparse_allreduce("dense", 10**9, 8, 1024, 39, 2) == "dense"
     assert H.resolve_sparse_allreduce("gather", 10, 8, 1024, 39, 64) == "gather"
     with pytest.raises(H.HyperparameterError, match="--sparse_allreduce"):

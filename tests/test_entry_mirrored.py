@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import entry_support as es
+import selection_support as ss
 import train_mirrored
 
 HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 1, "shuffle_buffer": 100, "learning_rate": 0.05}
+       "epochs": 1, "shuffle_buffer": 100, "learning_rate": 0.05, "dropout": 0.0,  # no random masks: runs compare exactly
+       "optimizer": "adagrad"}  # the old default these settings were tuned with (auto then exchanges dense)
 HOSTS = ["algo-1", "algo-2"]
 
 
@@ -175,6 +177,14 @@ def test_embedding_gradients_stay_sparse_through_the_average():
     assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
 
 
+@pytest.mark.slow
+def test_rank0_stops_both_workers_early_and_exports_the_best_evaluation(tmp_path):
+    train, evaluation = ss.planted_overfit()
+    texts, dumps = _run_workers(tmp_path, ss.HPS, [train.take(0, 1000), train.take(1000, 2000)], evaluation)
+    for key in dumps[0]:  # both workers stopped at the same step with the same weights
+        np.testing.assert_array_equal(dumps[0][key], dumps[1][key], err_msg=key)
+    assert "early stopping" not in texts[1] and not es.metric_lines(texts[1], "eval")
+    ss.assert_best_kept_and_stopped_early(texts[0], tmp_path / "run" / "algo-1" / "model", evaluation)
 _COMMUNICATION_CHECK = """
 import tensorflow as tf
 from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense

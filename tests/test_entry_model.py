@@ -20,7 +20,7 @@ import deepfm_variables as V  # noqa: E402
 
 def small_hp(**overrides):
     argv = ["--feature_size", "2000", "--deep_layers", "[64, 32]", "--batch_size", "256",
-            "--learning_rate", "0.1"]
+            "--learning_rate", "0.1", "--optimizer", "adagrad"]  # the settings these tests were tuned with
     for key, value in overrides.items():
         argv += [f"--{key}", str(value)]
     return H.parse_hyperparameters(argv)
@@ -195,3 +195,22 @@ def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_wh
     path = C.export_saved_model(model, hp, str(tmp_path), version=1)
     loaded = tf.saved_model.load(path)
     np.testing.assert_allclose(loaded.deepfm.embeddings.numpy(), whole)
+
+
+def test_model_selection_keeps_the_best_evaluations_copy_and_counts_patience(capsys):
+    import deepfm_selection as S
+
+    hp = small_hp(best_of="eval:loss", early_stopping_patience=2, feature_size=50)
+    model = M.build_model(hp)
+    selection = S.ModelSelection(hp)
+    assert not selection.observe(model, 10, loss=0.50, auc=0.70)  # the best so far: copied
+    model.bias.assign(1.0)
+    assert not selection.observe(model, 20, loss=0.60, auc=0.80)  # worse loss (the AUC is not followed)
+    assert selection.observe(model, 30, loss=0.55, auc=0.90)  # 2 evaluations without a lower loss: stop
+    chosen = selection.model_to_export(model, 30)
+    assert chosen is not model and float(chosen.bias.numpy()) == 0.0  # the values of step 10
+    out = capsys.readouterr().out
+    assert "early stopping at step 30: 2 evaluation(s) without a better eval:loss than 0.500000 (step 10)" in out
+    assert out.strip().splitlines()[-1] == "[dfm] eval step=10 loss=0.500000 auc=0.700000"
+    last = S.ModelSelection(small_hp(best_of="last"))
+    assert not last.observe(model, 10, 0.5, 0.7) and last.model_to_export(model, 10) is model

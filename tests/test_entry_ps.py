@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import entry_support as es
+import selection_support as ss
 
 HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "log_steps": 20,
-      "learning_rate": 0.1, "shuffle_buffer": 1000}
+      "learning_rate": 0.1, "shuffle_buffer": 1000, "optimizer": "adagrad"}
 
 
 def group_gone(proc, timeout=15):
@@ -169,7 +170,7 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     env, train, evaluation = single_host(tmp_path)
     es.write_tfrecords(tmp_path / "input/data/train", train, 2)
     es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
-    hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40)
+    hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40, best_of="last")
     first = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "first.log")
     try:
         deadline = time.monotonic() + 180
@@ -193,7 +194,7 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     assert restored >= killed_at > 0
     steps = [row["step"] for row in es.metric_lines(log, "train")]
     assert steps[0] == restored + 40 - restored % 40 and steps[-1] == 800
-    assert es.metric_lines(log, "eval")[0]["step"] == 800
+    assert es.metric_lines(log, "eval")[-1]["step"] == 800  # after the epochs' evaluations, one at max_steps
     assert list((tmp_path / "model").iterdir())
 
 
@@ -308,3 +309,30 @@ def test_waiting_for_the_chief_ends_when_its_port_closes():
     threading.Timer(1.5, server.close).start()
     assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
     assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
+
+
+@pytest.mark.slow
+def test_one_host_exports_the_best_evaluation_and_stops_early(tmp_path):
+    train, evaluation = ss.planted_overfit()
+    env = es.make_container(tmp_path, ["train", "eval"])
+    es.write_tfrecords(tmp_path / "input/data/train", train, 2)
+    es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
+    proc = es.start_script(tmp_path, "train_ps.py", ss.HPS, env, tmp_path / "run.log")
+    assert proc.wait(timeout=240) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    ss.assert_best_kept_and_stopped_early((tmp_path / "run.log").read_text(), tmp_path / "model", evaluation)
+
+
+@pytest.mark.slow
+def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_path):
+    train, evaluation = ss.planted_overfit()
+    hosts = ["algo-1", "algo-2"]
+    bases = [tmp_path / host for host in hosts]
+    envs = [es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
+            for base, host in zip(bases, hosts)]
+    for base, part in zip(bases, [train.take(0, 1000), train.take(1000, 2000)]):
+        es.write_tfrecords(base / "input/data/train", part, 2)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, ss.HPS)
+    assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+    assert all(group_gone(proc) for proc in procs)
+    ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation)

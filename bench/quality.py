@@ -1,0 +1,223 @@
+"""Item: model quality. Eval AUC per epoch of dfm's recipe (the bundled scripts with their defaults, as
+`dfm launch --local` runs them) on the demo sample and on the raw sample, beside logistic regression
+(scikit-learn) and DeepCTR's DeepFM on the same split, all in one run: a quality regression shows here
+the way a speed regression shows in the other items.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO, add_table, fmt, section, verdict, versions
+from bench.distributed import _dfm
+
+EPOCHS = 3
+LR_C = 0.1  # logistic regression's inverse L2 strength (the best of 0.03 / 0.1 / 0.3 on the demo sample)
+# The samples as `make demo` and configs/criteo-raw.yaml's comment make them.
+SAMPLES = {
+    "demo": ("configs/ps.yaml", ["--rows", "200000", "--files", "8", "--eval-rows", "40000", "--seed", "7"]),
+    "raw": ("configs/criteo-raw.yaml", ["--format", "criteo-tsv", "--multi-hot", "recent_cats", "--rows", "200000",
+                                        "--eval-rows", "20000", "--files", "4"]),
+}
+# DeepCTR's DeepFM twice: the settings base.yaml had before issue 17 (a 400x3 MLP, no dropout), and dfm's
+# recipe (the scripts' defaults) carried over to DeepCTR's own arguments.
+DEEPCTR = {
+    "DeepCTR DeepFM, MLP 400x3, Adam 1e-3, batch 1024": dict(layers=(400, 400, 400), dropout=0.0, l2_dnn=0.0,
+                                                             lr=1e-3, batch=1024),
+    "DeepCTR DeepFM, dfm's recipe (MLP 64x32, dropout 0.2, L2 0.03 on the MLP, Adam 2e-3, batch 512)":
+        dict(layers=(64, 32), dropout=0.2, l2_dnn=0.03, lr=2e-3, batch=512),
+}
+
+
+def _synth(work: Path, name: str) -> Path:
+    out = work / name
+    subprocess.run([_dfm(), "data", "synth", "--out", str(out), *SAMPLES[name][1]], check=True,
+                   capture_output=True, text=True, cwd=REPO)
+    return out
+
+
+def _indexed(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids [rows, fields], values, labels) of a pre-indexed TFRecord folder."""
+    import tensorflow as tf
+
+    files = sorted(str(p) for p in folder.iterdir() if not p.name.startswith((".", "_")))
+    spec = {"label": tf.io.FixedLenFeature([], tf.float32), "ids": tf.io.FixedLenFeature([39], tf.int64),
+            "values": tf.io.FixedLenFeature([39], tf.float32)}
+    parts = [tf.io.parse_example(batch, spec) for batch in tf.data.TFRecordDataset(files).batch(65536)]
+    return tuple(np.concatenate([p[k].numpy() for p in parts]) for k in ("ids", "values", "label"))
+
+
+def _tokens(folder: Path) -> tuple[list[list[str]], list[list[str]], np.ndarray]:
+    """Raw TSV rows -> (one token per single-valued column, the multi-hot column's tokens, labels)."""
+    singles, bags, labels = [], [], []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith((".", "_")):
+            continue
+        with open(path, newline="") as handle:
+            for row in csv.reader(handle, delimiter="\t"):
+                labels.append(float(row[0]))
+                singles.append([f"{i}={value}" for i, value in enumerate(row[1:40])])
+                bags.append([f"bag={v}" for v in row[40].split("|") if v] if len(row) > 40 else [])
+    return singles, bags, np.asarray(labels, np.float32)
+
+
+def _one_hot(rows: list[list[tuple[str, float]]], vocabulary: dict | None = None):
+    """Rows of (token, weight) -> CSR matrix (tokens unknown to a given vocabulary dropped) and the
+    vocabulary (built from these rows when none is given)."""
+    from scipy.sparse import csr_matrix
+
+    grow = vocabulary is None
+    vocabulary = {} if grow else vocabulary
+    indptr, indices, data = [0], [], []
+    for tokens in rows:
+        for token, weight in tokens:
+            index = vocabulary.setdefault(token, len(vocabulary)) if grow else vocabulary.get(token)
+            if index is not None:
+                indices.append(index)
+                data.append(weight)
+        indptr.append(len(indices))
+    return csr_matrix((data, indices, indptr), shape=(len(rows), max(len(vocabulary), 1))), vocabulary
+
+
+def _weighted(singles: list[list[str]], bags: list[list[str]]) -> list[list[tuple[str, float]]]:
+    """Single-valued tokens weigh 1; a multi-hot bag's tokens 1/length (its mean, as the recipe pools it)."""
+    return [[(t, 1.0) for t in one] + [(t, 1.0 / len(bag)) for t in bag] for one, bag in zip(singles, bags)]
+
+
+def logistic_regression(train_x, train_y, eval_x, eval_y) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    model = LogisticRegression(C=LR_C, max_iter=300, solver="lbfgs").fit(train_x, train_y)
+    return float(roc_auc_score(eval_y, model.predict_proba(eval_x)[:, 1]))
+
+
+def deepctr_per_epoch(train_ids, train_y, eval_ids, eval_y, settings: dict) -> list[float]:
+    """DeepCTR's DeepFM on per-field indices (vocabulary = the field's id range); eval AUC after each epoch.
+    Stepped through `make_train_function` as `fit` steps it (DeepCTR 0.9.3's `fit` fails on TF 2.14)."""
+    import tensorflow as tf
+    from sklearn.metrics import roc_auc_score
+    from tensorflow.python.keras.optimizer_v2.adam import Adam
+
+    from bench.contenders import import_deepctr
+
+    DeepFM, SparseFeat = import_deepctr()
+    tf.random.set_seed(0)
+    low = np.minimum(train_ids.min(axis=0), eval_ids.min(axis=0))
+    vocab = np.maximum(train_ids.max(axis=0), eval_ids.max(axis=0)) - low + 1
+    columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=8) for i in range(len(vocab))]
+    model = DeepFM(columns, columns, dnn_hidden_units=settings["layers"], l2_reg_embedding=1e-5,
+                   l2_reg_dnn=settings["l2_dnn"], dnn_dropout=settings["dropout"], task="binary", seed=0)
+    model.compile(optimizer=Adam(settings["lr"]), loss="binary_crossentropy")
+
+    def inputs(ids):
+        return {f"f{i}": (ids[:, i:i + 1] - low[i]).astype(np.int32) for i in range(len(vocab))}
+
+    batch, steps = settings["batch"], len(train_y) // settings["batch"]
+    dataset = tf.data.Dataset.from_tensor_slices((inputs(train_ids), train_y[:, None]))
+    iterator = iter(dataset.shuffle(len(train_y), seed=0).batch(batch, drop_remainder=True).repeat())
+    train_function = model.make_train_function()
+    eval_in, aucs = inputs(eval_ids), []
+    for _ in range(EPOCHS):
+        for _ in range(steps):
+            train_function(iterator)
+        probs = np.concatenate([model({k: v[i:i + 8192] for k, v in eval_in.items()}, training=False).numpy()[:, 0]
+                                for i in range(0, len(eval_y), 8192)])
+        aucs.append(float(roc_auc_score(eval_y, probs)))
+    return aucs
+
+
+def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path):
+    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", "1800"]
+    for item in sets:
+        argv += ["--set", item]
+    for name, path in channels.items():
+        argv += ["--channel", f"{name}={path}"]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1900)
+
+
+def dfm_per_epoch(config: str, sample: Path, run_dir: Path) -> tuple[list[float], float, str]:
+    """`dfm launch <config> --local` for EPOCHS epochs on the sample with the recipe's defaults ->
+    (eval AUC after each epoch, the final (exported model's) AUC, failure or '')."""
+    from launcher.local.progress import parse_metric_line
+
+    done = _launch(config, [f"hyperparameters.epochs={EPOCHS}"], {"train": sample / "train", "eval": sample / "eval"},
+                   run_dir)
+    evals = [parsed[1] for parsed in map(parse_metric_line, done.stdout.splitlines())
+             if parsed is not None and parsed[0] == "eval"]
+    if done.returncode != 0 or not evals:
+        errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
+        return [], float("nan"), f"exit {done.returncode}: {(errors or ['no error line'])[-1][:200]}"
+    per_epoch = evals[:EPOCHS] if len(evals) > EPOCHS else evals  # the last line repeats the best one
+    return [row["auc"] for row in per_epoch], evals[-1]["auc"], ""
+
+
+def measure(quick: bool, context: dict) -> dict:
+    result = section(
+        "Model quality on the samples",
+        f"dfm's recipe (defaults) >= logistic regression's eval AUC, and {EPOCHS} epochs end no lower than 1",
+        f"`dfm data synth` as `make demo` and configs/criteo-raw.yaml make the samples; dfm: `dfm launch <config> "
+        f"--local --set hyperparameters.epochs={EPOCHS}`; logistic regression (scikit-learn, C={LR_C}) on one-hot "
+        "ids; DeepCTR's DeepFM on the same split; `bench/quality.py`")
+    work = Path(tempfile.mkdtemp(prefix="dfm-bench-quality-"))
+    (work / "runs").mkdir()
+    rows, data = [], {}
+    try:
+        for name, (config, _) in SAMPLES.items():
+            sample = _synth(work, name)
+            ceiling = json.loads((sample / "meta.json").read_text())["eval_teacher_auc"]
+            if name == "demo":
+                (tr_ids, _, tr_y), (ev_ids, _, ev_y) = _indexed(sample / "train"), _indexed(sample / "eval")
+                tr_x, vocabulary = _one_hot([[(str(i), 1.0) for i in row] for row in tr_ids])
+                ev_x, _ = _one_hot([[(str(i), 1.0) for i in row] for row in ev_ids], vocabulary)
+            else:
+                (tr_s, tr_b, tr_y), (ev_s, ev_b, ev_y) = _tokens(sample / "train"), _tokens(sample / "eval")
+                tr_x, vocabulary = _one_hot(_weighted(tr_s, tr_b))
+                ev_x, _ = _one_hot(_weighted(ev_s, ev_b), vocabulary)
+                per_field: list[dict] = [{} for _ in range(39)]
+                tr_ids, ev_ids = (np.asarray([[per_field[f].setdefault(t, len(per_field[f])) for f, t in enumerate(row)]
+                                              for row in rows], np.int64) for rows in (tr_s, ev_s))
+            lr_auc = logistic_regression(tr_x, tr_y, ev_x, ev_y)
+            ours, final, failure = dfm_per_epoch(config, sample, work / "runs" / name)
+            rows.append([name, "dfm recipe (the scripts' defaults), `dfm launch --local`",
+                         *[fmt(a, 4) for a in (ours + [float("nan")] * EPOCHS)[:EPOCHS]],
+                         fmt(final, 4) if not failure else f"not run: {failure}"])
+            rows.append([name, f"logistic regression, one-hot (C={LR_C})", "", "", "", fmt(lr_auc, 4)])
+            for label, settings in DEEPCTR.items():
+                try:
+                    aucs = deepctr_per_epoch(tr_ids, tr_y, ev_ids, ev_y, settings)
+                    rows.append([name, label, *[fmt(a, 4) for a in aucs], ""])
+                except Exception as err:  # reported, never replaced by a number
+                    rows.append([name, label, "", "", "", f"not run: {type(err).__name__}: {err}"[:200]])
+            rows.append([name, "the planted teacher: a ceiling no model reaches from 200k rows", "", "", "",
+                         fmt(ceiling, 4)])
+            data[name] = {"dfm_per_epoch": ours, "dfm_final": final, "logistic_regression": lr_auc,
+                          "teacher": ceiling, "failure": failure}
+            met = bool(ours) and final >= lr_auc and ours[-1] >= ours[0]
+            verdict(result, f"{name}: dfm >= logistic regression and epoch {EPOCHS} >= epoch 1",
+                    met if ours else None,
+                    failure or f"dfm final {final:.4f} (epochs {', '.join(f'{a:.4f}' for a in ours)}) vs "
+                               f"logistic regression {lr_auc:.4f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    add_table(result, ["sample", "model", "epoch 1", "epoch 2", "epoch 3", "final (exported) / AUC"], rows,
+              "Eval AUC:")
+    result["notes"] += [
+        "dfm's final AUC is that of the exported model: `best_of: eval:auc` (the default) keeps the model of the "
+        "best evaluation, and the run repeats that evaluation's metric line last.",
+        "Raw sample: logistic regression one-hot encodes each column's value (the multi-hot column's ids "
+        "weighted 1/length, its mean); DeepCTR gets one field per single-valued column (the multi-hot column "
+        "left out) and each field's values indexed in order of appearance.",
+        f"DeepCTR {versions(('deepctr',))['deepctr']}: embedding 8, l2_reg_embedding 1e-5, stepped one epoch at a time "
+        "through `make_train_function` (its `fit` fails on TF 2.14), "
+        "seed 0; the teacher is the sample's planted model (meta.json's eval_teacher_auc).",
+    ]
+    result["data"] = data
+    return result
