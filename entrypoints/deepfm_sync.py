@@ -43,10 +43,11 @@ def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
     from deepfm_training import build_trainer
 
     learning_rate = hp.learning_rate * (collectives.replicas if hp.scale_lr else 1)
-    average = collectives.average_gradients
     if sparse_allreduce(hp, collectives) == "dense":
         def average(grads):
             return collectives.average_gradients(sparse_as_dense(grads))
+    else:
+        average = collectives.average_gradients
     trainer = build_trainer(hp, strategy, compute_dtype=compute_dtype, learning_rate=learning_rate,
                             grad_transform=average, process_metrics=strategy is not None)
     return trainer, learning_rate
