@@ -42,7 +42,7 @@ def test_dry_run_is_offline_and_botocore_accepts_it(capsys, monkeypatch, no_aws_
     assert config["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 20, "MaxParallelTrainingJobs": 2}
     ranges = config["ParameterRanges"]
     assert {r["Name"]: r["ScalingType"] for r in ranges["ContinuousParameterRanges"]} == \
-        {"learning_rate": "Logarithmic", "l2_reg": "Logarithmic", "dropout": "Auto"}
+        {"learning_rate": "Logarithmic", "l2_dense": "Logarithmic", "dropout": "Auto"}
     assert [r["Name"] for r in ranges["IntegerParameterRanges"]] == ["embedding_size"]
     definition = built["TrainingJobDefinition"]
     assert definition["StaticHyperParameters"]["sagemaker_parameter_server_enabled"] == "true"
@@ -167,7 +167,7 @@ def test_dry_run_text_shows_the_ranges_and_the_ceilings(capsys, monkeypatch, no_
     assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", NAME]) == 0
     out = capsys.readouterr().out
     assert f"tuning job {NAME}: Bayesian, maximize eval:auc, 20 trials, 2 at once, early stopping auto" in out
-    assert "learning_rate   continuous   0.001 .. 0.01 (logarithmic)" in out
+    assert "learning_rate   continuous   0.0005 .. 0.01 (logarithmic)" in out
     assert "cost ceiling: $146.80 (20 trials x $7.34)" in out
     assert "wall time: at most 1" in out and "(10 rounds of 2 trials x 1.0 h)" in out
 
