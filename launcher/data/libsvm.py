@@ -7,12 +7,13 @@ each bad row is reported with its file and line number. Blank lines are skipped.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from launcher.data.prepare_app import parse_libsvm
 
 _BATCH = 4096
 
@@ -36,34 +37,9 @@ class ConvertReport:
     counts: list[int] = field(default_factory=list)  # records per output file
 
 
-def parse_row(text: str, field_size: int, feature_size: int | None) -> tuple[float, list[int], list[float]]:
-    """One libsvm row -> (label, ids, values); ValueError with a short reason when it is malformed."""
-    tokens = text.split()
-    pairs = tokens[1:]
-    if len(pairs) != field_size:
-        raise ValueError(f"{len(pairs)} id:value pairs, expected {field_size}")
-    try:
-        label = float(tokens[0])
-    except ValueError:
-        raise ValueError(f"label {tokens[0]!r} is not a number") from None
-    if not 0.0 <= label <= 1.0:
-        raise ValueError(f"label {tokens[0]} is outside [0, 1]")
-    ids, values = [], []
-    for position, pair in enumerate(pairs, start=1):
-        id_text, sep, value_text = pair.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            feature_id, value = int(id_text), float(value_text)
-        except ValueError:
-            raise ValueError(f"pair {position} {pair!r} is not id:value") from None
-        if feature_id < 0 or (feature_size is not None and feature_id >= feature_size):
-            raise ValueError(f"pair {position}: id {feature_id} is outside [0, {feature_size or 'inf'})")
-        if not math.isfinite(value):
-            raise ValueError(f"pair {position}: value {value_text} is not finite")
-        ids.append(feature_id)
-        values.append(value)
-    return label, ids, values
+# One libsvm row -> (label, ids, values), a ValueError with a short reason when it is malformed: the same
+# parser the Spark application of `dfm data prepare` runs (standalone there, so it is defined there).
+parse_row = parse_libsvm
 
 
 def _rows(paths: Iterable[Path], field_size: int, feature_size: int | None, report: ConvertReport,

@@ -127,3 +127,17 @@ def instance_groups(resource_config: dict) -> list[dict]:
                  "instance_count": g.get("InstanceCount", 0)} for g in groups]
     return [{"group": None, "instance_type": resource_config.get("InstanceType"),
              "instance_count": resource_config.get("InstanceCount", 1)}]
+
+
+def newest(region: str | None, operation: str, summaries: str, name_contains: str | None, max_results: int) -> list[dict]:
+    """The summaries of a List*Jobs operation (e.g. list_training_jobs, "TrainingJobSummaries"), newest first."""
+    region = resolve_region(region)
+    query: dict = {"SortBy": "CreationTime", "SortOrder": "Descending",
+                   "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
+    if name_contains:
+        query["NameContains"] = name_contains
+    found: list[dict] = []
+    with aws_errors(f"listing jobs ({operation})", region=region):
+        for page in client("sagemaker", region).get_paginator(operation).paginate(**query):
+            found += page[summaries]
+    return found[:max_results]

@@ -147,16 +147,6 @@ def stop(job_name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest training jobs first."""
-    region = aws.resolve_region(region)
-    sagemaker_client = aws.client("sagemaker", region)
-    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending",
-                             "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
-    if name_contains:
-        query["NameContains"] = name_contains
-    jobs = []
-    with aws.aws_errors("listing training jobs", region=region):
-        for page in sagemaker_client.get_paginator("list_training_jobs").paginate(**query):
-            jobs += [{"job_name": job["TrainingJobName"], "kind": "training", "status": job["TrainingJobStatus"],
-                      "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
-                     for job in page["TrainingJobSummaries"]]
-    return jobs[:max_results]
+    return [{"job_name": job["TrainingJobName"], "kind": "training", "status": job["TrainingJobStatus"],
+             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
+            for job in aws.newest(region, "list_training_jobs", "TrainingJobSummaries", name_contains, max_results)]

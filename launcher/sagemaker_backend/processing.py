@@ -237,19 +237,9 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest processing jobs first."""
-    region = aws.resolve_region(region)
-    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending",
-                             "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
-    if name_contains:
-        query["NameContains"] = name_contains
-    found = []
-    with aws.aws_errors("listing processing jobs", region=region):
-        pages = aws.client("sagemaker", region).get_paginator("list_processing_jobs").paginate(**query)
-        for page in pages:
-            found += [{"job_name": job["ProcessingJobName"], "kind": "processing", "status": job["ProcessingJobStatus"],
-                       "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("ProcessingEndTime"))}
-                      for job in page["ProcessingJobSummaries"]]
-    return found[:max_results]
+    return [{"job_name": job["ProcessingJobName"], "kind": "processing", "status": job["ProcessingJobStatus"],
+             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("ProcessingEndTime"))}
+            for job in aws.newest(region, "list_processing_jobs", "ProcessingJobSummaries", name_contains, max_results)]
 
 
 def _state(sagemaker_client, name: str) -> tuple[str, str, bool]:

@@ -92,17 +92,11 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest tuning jobs first."""
-    region = aws.resolve_region(region)
-    client = aws.client("sagemaker", region)
-    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending", "MaxResults": min(max_results, 100)}
-    if name_contains:
-        query["NameContains"] = name_contains
-    with aws.aws_errors("listing tuning jobs", region=region):
-        page = client.list_hyper_parameter_tuning_jobs(**query)
     return [{"job_name": job["HyperParameterTuningJobName"], "kind": "tuning",
              "status": job["HyperParameterTuningJobStatus"], "strategy": job.get("Strategy"),
              "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("HyperParameterTuningEndTime"))}
-            for job in page["HyperParameterTuningJobSummaries"]][:max_results]
+            for job in aws.newest(region, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries",
+                                  name_contains, max_results)]
 
 
 def trial_to_follow(summary: dict) -> str | None:
