@@ -12,7 +12,7 @@ import time
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
 from deepfm_features import BAD_ROWS_KEY
-from deepfm_log import log
+from deepfm_log import error_line, log
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
 from ps_gpu_workers import in_worker_replicas_problem
@@ -61,7 +61,7 @@ def join_or_exit(coordinator):
     try:
         coordinator.join()
     except tf.errors.InvalidArgumentError as err:
-        log(f"error: {err.message.strip().splitlines()[0]}")
+        log(f"error: {error_line(err.message)}")
         raise SystemExit(1) from None
 
 

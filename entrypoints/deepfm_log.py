@@ -32,3 +32,15 @@ def format_metric(kind, step, loss, auc, examples_per_sec=None):
 
 def format_exported(path):
     return f"{LOG_PREFIX} exported {path}"
+
+
+def error_line(message):
+    """The line of a TensorFlow error message that says what went wrong. Eager errors lead with it; an error
+    raised inside a traced function leads with "Graph execution error:" and a node trace, and an assertion
+    (a bad row under bad_rows: fail) carries its own text after "assertion failed:"."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    for line in lines:
+        if "assertion failed:" in line:
+            return line.split("assertion failed:", 1)[1].strip()
+    noise = ("Graph execution error", "Detected at node", "File ", "Traceback", "Stack trace")
+    return next((line for line in lines if not line.startswith(noise)), lines[0] if lines else "")

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
-from deepfm_log import log
+from deepfm_log import error_line, log
 from deepfm_sync_steps import window_runner
 from deepfm_sync_steps import window as steps_window
 from deepfm_worker_input import eval_dataset, train_dataset
@@ -89,7 +89,7 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
             try:
                 trained, bad = run_window(iterator, todo)
             except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
-                log(f"error: {err.message.strip().splitlines()[0]}")
+                log(f"error: {error_line(err.message)}")
                 raise SystemExit(1) from None
             step, bad_rows = step + trained, bad_rows + bad
             if step % hp.log_steps == 0 and trained:

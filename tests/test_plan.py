@@ -334,3 +334,13 @@ def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_pa
 def test_a_short_features_section_stays_a_hyperparameter():
     plan = config_plan("criteo-raw.yaml")
     assert plan.source_files == {} and plan.hyperparameters["features"].startswith("{")
+
+
+def test_an_error_line_names_what_went_wrong_not_the_graph_trace():
+    error_line = entrypoint_module("deepfm_log").error_line
+    graph = ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n  File \"a.py\"\n"
+             "assertion failed: [bad row (tsv, 3 columns expected): ] [0\\ttoo\\tfew]\n\t [[{{node assert}}]]")
+    assert error_line(graph) == "[bad row (tsv, 3 columns expected): ] [0\\ttoo\\tfew]"
+    assert error_line("{{function_node f}} assertion failed: [bad row] [x]") == "[bad row] [x]"
+    assert error_line("Graph execution error:\n\nsome op failed: reason") == "some op failed: reason"
+    assert error_line("plain eager message\nmore") == "plain eager message"
