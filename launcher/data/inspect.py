@@ -230,12 +230,19 @@ def to_yaml(proposal: Proposal) -> str:
     lines += ["features:", f"  format: {features['format']}",
               f"  label: {_flow(label)}  # {stats[label]['positive_rate']:.1%} positive",
               f"  columns: {_flow(features['columns'])}"]
+    lines += section_lines(features, lambda name: _describe(stats[name]))
+    return "\n".join(lines) + "\n"
+
+
+def section_lines(features: dict, comment) -> list[str]:
+    """The numeric, categorical and multi_hot blocks of a `features:` section as YAML lines, `comment(name)`
+    (the column's statistics) beside each entry."""
+    lines = []
     for section in ("numeric", "categorical", "multi_hot"):
         entries = features[section]
         lines.append(f"  {section}:" + ("" if entries else " {}"))
-        for name, entry in entries.items():
-            lines.append(f"    {_flow(name)}: {_flow(entry)}  # {_describe(stats[name])}")
-    return "\n".join(lines) + "\n"
+        lines += [f"    {_flow(name)}: {_flow(entry)}  # {comment(name)}" for name, entry in entries.items()]
+    return lines
 
 
 def _describe(stat: dict) -> str:

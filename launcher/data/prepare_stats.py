@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.data.inspect import _flow, buckets
+from launcher.data.inspect import _flow, buckets, section_lines
 from launcher.spec import Spec
 
 
@@ -63,9 +63,5 @@ def proposal_yaml(stats: dict[str, Any], spec: Spec) -> str:
     features = proposed["features"]
     lines = [head, "features:", f"  format: {features['format']}", f"  label: {_flow(features['label'])}",
              f"  bad_rows: {features['bad_rows']}"]
-    for section in ("numeric", "categorical", "multi_hot"):
-        entries = features[section]
-        lines.append(f"  {section}:" + ("" if entries else " {}"))
-        for name, entry in entries.items():
-            lines.append(f"    {_flow(name)}: {_flow(entry)}  # {_describe(stats['columns'][name])}")
+    lines += section_lines(features, lambda name: _describe(stats["columns"][name]))
     return "\n".join(lines) + "\n"
