@@ -76,14 +76,16 @@ class HeteroJob:
             time.sleep(0.2)
         pytest.fail(f"{host} never printed {text!r}:\n{self.log(host)[-3000:]}{self.stderr(host)[-3000:]}")
 
-    def leftovers(self):
-        """Processes still running in this job's container trees (the chief's worker child included)."""
-        left = []
-        for proc in psutil.process_iter(["cwd", "status"]):
-            cwd = proc.info["cwd"] or ""
-            if cwd.startswith(str(self.root)) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(proc)
-        return left
+    def leftovers(self, grace_s=15.0):
+        """Processes still running in this job's container trees (the chief's worker children included) once
+        `grace_s` has passed: a child that is ending as its host script returns is given that long."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            left = [proc for proc in psutil.process_iter(["cwd", "status"])
+                    if (proc.info["cwd"] or "").startswith(str(self.root)) and proc.info["status"] != psutil.STATUS_ZOMBIE]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
 
     def stop(self):
         stop_all(self.procs.values())
