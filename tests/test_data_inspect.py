@@ -25,13 +25,23 @@ def criteo(tmp_path_factory):
     return out / "train" / "part-00000.tsv", json.loads((out / "meta.json").read_text())
 
 
-def test_synth_output_gets_13_log1p_counts_26_categoricals_and_the_bag(criteo, capsys):
+def assert_powers_of_two_to(entry: dict, largest: float) -> None:
+    """bucketize at 1, 3, 7, ... (2^k - 1), the last boundary the first at or above the sample's largest count."""
+    boundaries = entry["boundaries"]
+    assert entry["transform"] == "bucketize" and boundaries == [2 ** k - 1 for k in range(1, len(boundaries) + 1)]
+    assert boundaries[-1] >= largest and (len(boundaries) == 1 or boundaries[-2] < largest), (boundaries, largest)
+
+
+def test_synth_output_gets_13_bucketized_counts_26_categoricals_and_the_bag(criteo, capsys):
     path, meta = criteo
     text = _inspect(capsys, path)
     features = yaml.safe_load(text)["features"]
     assert features["format"] == "tsv" and features["label"] == "col0"
     assert features["columns"] == [f"col{k}" for k in range(41)]
-    assert features["numeric"] == {f"col{k}": {"transform": "log1p"} for k in range(1, 14)}
+    assert list(features["numeric"]) == [f"col{k}" for k in range(1, 14)]
+    stats = json.loads(_inspect(capsys, path, "--output", "json"))["stats"]
+    for name, entry in features["numeric"].items():
+        assert_powers_of_two_to(entry, stats[name]["max"])
     assert list(features["categorical"]) == [f"col{k}" for k in range(14, 40)]
     assert all(entry["hash_buckets"] in {2**k for k in range(4, 21)} for entry in features["categorical"].values())
     bag = features["multi_hot"]["col40"]
@@ -78,8 +88,8 @@ def test_csv_with_quoted_lists_and_a_label_that_is_not_first(tmp_path, capsys):
     out = json.loads(_inspect(capsys, path, "--output", "json"))
     features, stats = out["features"], out["stats"]
     assert (features["format"], features["label"]) == ("csv", "clicked")  # the first 0/1 column
-    assert features["numeric"] == {"price": {"transform": "none"}, "clicks": {"transform": "log1p"},
-                                   "is_mobile": {"transform": "none"}}
+    assert features["numeric"]["price"] == features["numeric"]["is_mobile"] == {"transform": "none"}
+    assert_powers_of_two_to(features["numeric"]["clicks"], stats["clicks"]["max"])  # a count
     assert features["categorical"] == {"user": {"hash_buckets": 512}}  # 50 users x 10 -> 512
     assert features["multi_hot"]["tags"]["separator"] == ","
     assert features["multi_hot"]["tags"]["max_length"] == 5 and stats["tags"]["distinct"] == 30
@@ -129,3 +139,13 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
         assert main(["data", "inspect", *map(str, argv)]) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_skewed_fractions_get_log1p_and_counts_get_buckets(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    path = tmp_path / "spend.tsv"
+    path.write_text("".join(f"{int(rng.random() < 0.3)}\t{rng.pareto(1.5) * 3:.3f}\t{int(rng.pareto(1.5) * 3)}\n"
+                            for _ in range(500)))
+    out = json.loads(_inspect(capsys, path, "--columns", "clicked,spend,visits", "--output", "json"))
+    assert out["features"]["numeric"]["spend"] == {"transform": "log1p"}  # skewed, but not whole numbers
+    assert_powers_of_two_to(out["features"]["numeric"]["visits"], out["stats"]["visits"]["max"])

@@ -274,14 +274,26 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     assert entrypoint_module("deepfm_log").format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")
 
 
-def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it():
-    """The spec's `features:` reaches the bundled scripts as one compact-JSON hyperparameter, which
-    their own parser turns into the layout's sizes."""
+def short_features_spec(tmp_path):
+    """criteo-raw.yaml with its 13 counts as log1p values: a section short enough for a hyperparameter."""
     import yaml
 
-    plan = config_plan("criteo-raw.yaml")
+    document = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())
+    section = document["features"]
+    section["numeric"] = {name: {"transform": "log1p"} for name in section["numeric"]}
+    path = tmp_path / "short.yaml"  # the whole document: extending criteo-raw.yaml would merge its boundaries in
+    path.write_text(yaml.safe_dump({**document, "extends": str(REPO / "configs" / document["extends"])}))
+    return path, section
+
+
+def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it(tmp_path):
+    """A short `features:` reaches the bundled scripts as one compact-JSON hyperparameter, which
+    their own parser turns into the layout's sizes."""
+    path, section = short_features_spec(tmp_path)
+    compiled = compile_spec(path, job_name=JOB, env={})
+    assert not compiled.errors, compiled.errors
+    plan = compiled.plan
     kw = estimator_kwargs(plan)
-    section = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())["features"]
     assert json.loads(kw["hyperparameters"]["features"]) == section
     argv = list(plan.argv)
     hparams = entrypoint_module("deepfm_hparams")
@@ -331,9 +343,15 @@ def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_pa
     assert f"argument --features: cannot read {code / contract.FEATURES_FILE}: No such file or directory" in missing.stderr
 
 
-def test_a_short_features_section_stays_a_hyperparameter():
-    plan = config_plan("criteo-raw.yaml")
+def test_a_short_features_section_stays_a_hyperparameter(tmp_path):
+    plan = compile_spec(short_features_spec(tmp_path)[0], job_name=JOB, env={}).plan
     assert plan.source_files == {} and plan.hyperparameters["features"].startswith("{")
+
+
+def test_criteo_raw_ships_its_bucketized_section_as_a_file():
+    plan = config_plan("criteo-raw.yaml")
+    assert plan.hyperparameters["features"] == "@" + contract.FEATURES_FILE
+    assert json.loads(plan.source_files[contract.FEATURES_FILE])["numeric"]["i1"]["transform"] == "bucketize"
 
 
 def test_an_error_line_names_what_went_wrong_not_the_graph_trace():

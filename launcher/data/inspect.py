@@ -1,8 +1,9 @@
 """Propose a spec's `features:` section from the first rows of a TSV or CSV file.
 
 Per column, from the sample: a 0/1 column with no blanks can be the label (the first one is); columns
-whose values all parse as numbers are numeric (`log1p` when non-negative and right-skewed, like counts;
-else `none`); text columns whose values hold a list separator with recurring tokens are multi-hot;
+whose values all parse as numbers are numeric (non-negative right-skewed integers, like counts, bucketized
+at powers of two; other non-negative right-skewed numbers `log1p`; else `none`); text columns whose
+values hold a list separator with recurring tokens are multi-hot;
 other text columns are categorical. Bucket counts are the next power of two above ten times the
 distinct values seen, within [MIN_BUCKETS, MAX_BUCKETS]: a sample sees only part of a vocabulary.
 """
@@ -24,7 +25,8 @@ LIST_SEPARATORS = ("|", ";", ",")
 RAGGED_TOLERANCE = 0.01  # share of sampled rows with another field count that are skipped, not fatal
 MIN_BUCKETS, MAX_BUCKETS, BUCKETS_PER_DISTINCT = 16, 1 << 20, 10
 MULTI_HOT_MIN_SHARE = 0.05  # of a column's non-empty values holding the separator
-SKEWED = 1.0  # sample skewness above which non-negative numbers get log1p
+SKEWED = 1.0  # sample skewness above which non-negative numbers get log-scaled
+MAX_COUNT_BOUNDARY = (1 << 31) - 1  # the last power-of-two boundary a count column gets
 _DETECT_LINES = 200
 
 
@@ -117,7 +119,8 @@ def propose(sample: Sample, label: str | None = None) -> Proposal:
         stats[name] = {"kind": kind, **{k: v for k, v in profile.items() if k != "binary"}}
         if kind in ("integer", "float"):
             skewed = profile["min"] >= 0 and profile["skew"] > SKEWED and not profile.get("binary")
-            numeric[name] = {"transform": "log1p" if skewed else "none"}
+            numeric[name] = (count_buckets(profile["max"]) if skewed and kind == "integer"
+                             else {"transform": "log1p" if skewed else "none"})
         elif kind == "multi_hot":
             multi_hot[name] = {"separator": profile["separator"], "hash_buckets": buckets(profile["distinct"]),
                                "max_length": profile["max_length"], "pooling": "mean"}
@@ -232,6 +235,16 @@ def to_yaml(proposal: Proposal) -> str:
               f"  columns: {_flow(features['columns'])}"]
     lines += section_lines(features, lambda name: _describe(stats[name]))
     return "\n".join(lines) + "\n"
+
+
+def count_buckets(largest: float) -> dict:
+    """A count column's transform: one id per power of two (boundaries 2^k - 1, up to the first at or above
+    the sample's largest count), so each order of magnitude gets its own weight; log1p gives the column one
+    weight scaled by the value (on the raw demo sample it ended 0.008 AUC lower, configs/criteo-raw.yaml)."""
+    boundaries = [1]
+    while boundaries[-1] < min(largest, MAX_COUNT_BOUNDARY):
+        boundaries.append(2 * boundaries[-1] + 1)
+    return {"transform": "bucketize", "boundaries": boundaries}
 
 
 def section_lines(features: dict, comment) -> list[str]:
