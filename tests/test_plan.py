@@ -54,7 +54,7 @@ def test_ps_plan():
     assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
     assert {"train:loss", "train:auc", "eval:loss", "eval:auc"} <= {m["Name"] for m in kw["metric_definitions"]}  # bundled: scraped
     assert "model_dir" not in kw["hyperparameters"] and plan.hyperparameters["model_dir"] == kw["model_dir"]
-    assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["epochs"] == 1  # base + child
+    assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["log_steps"] == 50  # child + base
     assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds"} & set(kw)
 
     train, evaluation = plan.channels
