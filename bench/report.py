@@ -15,6 +15,8 @@ def _mark(met) -> str:
 
 def render(info: dict, results: list[dict]) -> str:
     mode = "`make bench-quick` (small sizes, few repetitions)" if info["quick"] else "`make bench`"
+    if info.get("only"):  # a chosen subset: the command that reruns exactly it
+        mode = f"`.venv/bin/python -m bench.run{' --quick' if info['quick'] else ''} --only {','.join(info['only'])}`"
     m = info["machine"]
     out = [
         "# dfm benchmarks",
