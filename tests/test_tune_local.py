@@ -151,7 +151,10 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
     for line in process.stdout:
         seen.append(line)
         if line.startswith("[dfm tune] trial 1 started"):
-            time.sleep(3)  # its processes are up
+            # SIGINT as soon as trial 1's processes are up: a fixed 3 s wait let a fast trial end first in CI
+            deadline = time.monotonic() + 60
+            while not _processes_under(runs / name / f"{name}-001") and time.monotonic() < deadline:
+                time.sleep(0.05)
             process.send_signal(signal.SIGINT)
             break
     rest, _ = process.communicate(timeout=120)
