@@ -50,11 +50,9 @@ def throughput(output: str) -> tuple[float, int]:
 
 
 def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path, timeout_s: int):
-    # A fresh checkpoint folder per run: otherwise a run could resume from the previous one and train
-    # nothing (Horovod's model_dir is /opt/ml/model, which --local does not map into the host tree).
-    checkpoints = Path(tempfile.mkdtemp(prefix="ckpt-", dir=run_dir))
-    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", str(timeout_s),
-            "--set", f"hyperparameters.checkpoint_dir={checkpoints}"]
+    # Each run is a new job under run_dir with its own hosts' checkpoint folders (dfm derives checkpoint_dir
+    # and refuses it when set), so no run resumes from the previous one.
+    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", str(timeout_s)]
     for item in sets:
         argv += ["--set", item]
     for name, path in channels.items():
