@@ -274,16 +274,25 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     assert entrypoint_module("deepfm_log").format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")
 
 
-def short_features_spec(tmp_path):
-    """criteo-raw.yaml with its 13 counts as log1p values: a section short enough for a hyperparameter."""
+def criteo_raw_with_counts(tmp_path, counts: dict):
+    """criteo-raw.yaml with every count column's entry replaced by `counts` -> (spec path, features section).
+    The whole document is written: extending criteo-raw.yaml would merge its boundaries into the entries."""
+    import copy
+
     import yaml
 
     document = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())
     section = document["features"]
-    section["numeric"] = {name: {"transform": "log1p"} for name in section["numeric"]}
-    path = tmp_path / "short.yaml"  # the whole document: extending criteo-raw.yaml would merge its boundaries in
+    # a copy per column: a shared object would be dumped as a YAML alias, which specs refuse
+    section["numeric"] = {name: copy.deepcopy(counts) for name in section["numeric"]}
+    path = tmp_path / "criteo-raw-variant.yaml"
     path.write_text(yaml.safe_dump({**document, "extends": str(REPO / "configs" / document["extends"])}))
     return path, section
+
+
+def short_features_spec(tmp_path):
+    """The counts as log1p values: a section short enough for a hyperparameter."""
+    return criteo_raw_with_counts(tmp_path, {"transform": "log1p"})
 
 
 def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it(tmp_path):
@@ -308,15 +317,9 @@ def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it(tmp_pat
 
 
 def big_features_spec(tmp_path):
-    """criteo-raw.yaml with its 13 counts bucketized at 60 boundaries each: over 2500 characters of JSON."""
-    import yaml
-
-    boundaries = [round(1.25 ** k, 3) for k in range(60)]
-    section = yaml.safe_load((REPO / "configs" / "criteo-raw.yaml").read_text())["features"]
-    section["numeric"] = {name: {"transform": "bucketize", "boundaries": list(boundaries)} for name in section["numeric"]}
-    path = tmp_path / "big.yaml"
-    path.write_text(yaml.safe_dump({"extends": str(REPO / "configs" / "criteo-raw.yaml"), "features": section}))
-    return path, section
+    """The counts bucketized at 60 boundaries each: over 2500 characters of JSON."""
+    return criteo_raw_with_counts(tmp_path, {"transform": "bucketize",
+                                             "boundaries": [round(1.25 ** k, 3) for k in range(60)]})
 
 
 def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_path, monkeypatch):

@@ -240,7 +240,7 @@ def to_yaml(proposal: Proposal) -> str:
 def count_buckets(largest: float) -> dict:
     """A count column's transform: one id per power of two (boundaries 2^k - 1, up to the first at or above
     the sample's largest count), so each order of magnitude gets its own weight; log1p gives the column one
-    weight scaled by the value (on the raw demo sample it ended 0.008 AUC lower, configs/criteo-raw.yaml)."""
+    weight scaled by the value (0.008 eval AUC lower on the raw sample: BENCHMARKS.md, "Model quality")."""
     boundaries = [1]
     while boundaries[-1] < min(largest, MAX_COUNT_BOUNDARY):
         boundaries.append(2 * boundaries[-1] + 1)
