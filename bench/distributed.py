@@ -74,7 +74,7 @@ def measure(quick: bool, context: dict) -> dict:
         split_channels = {name: data["split"] / name for name in ("train", "train-1", "train-2", "train-3")}
         common = [f"hyperparameters.max_steps={steps}", "hyperparameters.log_steps=25",
                   "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
-                  "hyperparameters.eval_steps=2", "hyperparameters.epochs=100",
+                  "hyperparameters.eval_batches=2", "hyperparameters.epochs=100",
                   "hyperparameters.batch_size=1024"]
         runs = {
             ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"],

@@ -85,8 +85,9 @@ def train_with_coordinator(hp, env, cluster):
     configure_tensorflow(hp, env, float16_supported=False)  # the steps compute in float32 (build_trainer's default), GPU workers too
     import tensorflow as tf
     import deepfm_input
+    from deepfm_hparams import crossed, steps_to_boundary
     from deepfm_selection import ModelSelection
-    from deepfm_sync import per_epoch_evaluation
+    from deepfm_sync import evaluates_during_training
     from deepfm_training import TrainWindow, build_trainer, evaluate
     from deepfm_variables import flat_variables
 
@@ -151,12 +152,14 @@ def train_with_coordinator(hp, env, cluster):
     window = TrainWindow(trainer.train_metrics)
     selection, eval_step = ModelSelection(hp), tf.function(trainer.eval_step)
     has_eval = deepfm_input.EVAL_CHANNEL in env.channels
-    per_epoch = has_eval and per_epoch_evaluation(hp, env, ALONE)
+    during = has_eval and evaluates_during_training(hp, env, ALONE)
     epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     bad_rows, evaluated, stopped = {}, [], False
 
-    def evaluate_now(step):  # the chief evaluates the whole channel itself
+    def evaluate_now(step):  # the chief evaluates the whole channel itself, its time left out of the window
+        started = time.monotonic()
         loss, auc = evaluate(trainer, eval_dataset(hp, env, ALONE), step, step_fn=eval_step)
+        window.leave_out(started)
         evaluated.append(step)
         return selection.observe(trainer.model, step, loss, auc)
 
@@ -167,10 +170,8 @@ def train_with_coordinator(hp, env, cluster):
         # resume: each worker skips its share of the steps this epoch already trained
         iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
         finished_workers, exhausted = set(), False
-        while not (exhausted or reached(step)):
-            todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
-            if hp.max_steps:
-                todo = min(todo, hp.max_steps - step)
+        while not (exhausted or stopped or reached(step)):
+            todo = steps_to_boundary(step, hp)
             results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
             join_or_exit(coordinator)
             previous, step = step, int(trainer.optimizer.iterations.numpy())
@@ -188,14 +189,15 @@ def train_with_coordinator(hp, env, cluster):
             if step // hp.log_steps > previous // hp.log_steps:
                 window.report(step)
             keeper.maybe_save(step)
+            if during and crossed(previous, step, hp.eval_steps):
+                stopped = evaluate_now(step)
         if not exhausted:
-            break  # max_steps: the epoch stays unfinished
+            break  # max_steps or early stopping: the epoch stays unfinished
         epoch, epoch_start = epoch + 1, step
         trainer.progress.assign([epoch, epoch_start])
         log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
-        evaluating = time.monotonic()
-        stopped = per_epoch and evaluate_now(step)
-        window.leave_out(evaluating)
+        if during and not hp.eval_steps:
+            stopped = evaluate_now(step)
     window.report(step)
     for task in sorted(bad_rows) if raw else []:
         log(f"bad rows skipped: {bad_rows[task]} (worker {task})")

@@ -34,7 +34,8 @@ DEFAULTS = {
     "max_steps": 0,
     "log_steps": 100,
     "checkpoint_steps": 1000,
-    "eval_steps": 0,
+    "eval_steps": 0,  # evaluate every this many training steps (on the eval channel); 0: after every epoch
+    "eval_batches": 0,  # batches one evaluation reads, over all workers; 0: the whole eval channel
     "best_of": "eval:auc",  # export the model of the best evaluation by this metric; `last`: the last model
     "early_stopping_patience": 0,  # stop after this many evaluations without a better best_of metric; 0: off
     "scale_lr": True,
@@ -97,6 +98,20 @@ def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size
     dense = 2 * rows * row_bytes
     gather = replicas * batch_size * field_size * (row_bytes + 2 * 8)
     return "dense" if dense <= gather else "gather"
+
+
+def steps_to_boundary(step, hp):
+    """Steps from `step` to the next one at which the host has work: a train line (log_steps), a checkpoint,
+    an evaluation (eval_steps, when set) or max_steps."""
+    todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
+    if hp.eval_steps:
+        todo = min(todo, hp.eval_steps - step % hp.eval_steps)
+    return min(todo, hp.max_steps - step) if hp.max_steps else todo
+
+
+def crossed(previous, step, every):
+    """Whether steps previous+1..step reached a multiple of `every` (0: never)."""
+    return bool(every) and step // every > previous // every
 
 
 def parse_bool(text):
@@ -208,6 +223,7 @@ BOUNDS = {
     "log_steps": (1, None),
     "checkpoint_steps": (1, None),
     "eval_steps": (0, None),
+    "eval_batches": (0, None),
     "early_stopping_patience": (0, None),
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),

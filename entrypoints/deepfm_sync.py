@@ -63,12 +63,13 @@ def model_state(trainer):
 
 
 def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True,
-          after_epoch=None):
+          evaluate=None):
     """Run the synchronous loop, one pass over the data per epoch; -> the global step reached.
     `step_fn(batch)` defaults to the trainer's train step traced once; `batch_size` is what one step of
-    this worker consumes; `after_epoch(step)` (an evaluation) runs on every worker after each whole epoch
-    and ends training when it returns True."""
+    this worker consumes; `evaluate(step)` runs on every worker every `eval_steps` steps, or after each
+    whole epoch when eval_steps is 0, and ends training when it returns True."""
     import tensorflow as tf
+    from deepfm_hparams import crossed
     from deepfm_training import TrainWindow
 
     step = int(trainer.optimizer.iterations.numpy())
@@ -91,27 +92,36 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
             except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
                 log(f"error: {error_line(err.message)}")
                 raise SystemExit(1) from None
-            step, bad_rows = step + trained, bad_rows + bad
+            previous, step, bad_rows = step, step + trained, bad_rows + bad
             if step % hp.log_steps == 0 and trained:
                 window.report(step)
             if keeper is not None:
                 keeper.maybe_save(step)
-            if trained < todo:
-                exhausted = True
+            if evaluate is not None and crossed(previous, step, hp.eval_steps):
+                stopped = evaluate_in(window, evaluate, step)
+            if trained < todo or stopped:
+                exhausted = trained < todo
                 break
         if not exhausted:
-            break  # max_steps: the epoch stays unfinished
+            break  # max_steps or early stopping: the epoch stays unfinished
         epoch, epoch_start = epoch + 1, step
         trainer.progress.assign([epoch, epoch_start])
         if where.rank == 0:
             log(f"epoch {epoch}/{hp.epochs} done at step {step}")
-        evaluating = time.monotonic()
-        stopped = after_epoch is not None and after_epoch(step)
-        window.leave_out(evaluating)
+        if evaluate is not None and not hp.eval_steps:
+            stopped = evaluate_in(window, evaluate, step)
     window.report(step)  # the last partial window (prints nothing when it is empty)
     if hp.features:
         log(f"bad rows skipped: {bad_rows}")
     return step
+
+
+def evaluate_in(window, evaluate, step):
+    """evaluate(step), its time left out of the train window. -> whether training stops."""
+    started = time.monotonic()
+    stop = evaluate(step)
+    window.leave_out(started)
+    return stop
 
 
 def dump_weights(trainer, rank, step, local_copies=None):
@@ -135,8 +145,8 @@ def dump_weights(trainer, rank, step, local_copies=None):
 
 def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None,
         whole_batches=True):
-    """Restore (rank 0) -> broadcast -> train, evaluating after each epoch -> final checkpoint -> final
-    evaluation (unless the last epoch's is at this step) -> export (rank 0) of the best evaluation's model
+    """Restore (rank 0) -> broadcast -> train, evaluating every eval_steps steps or after each epoch ->
+    final checkpoint -> final evaluation (unless the last one is at this step) -> export (rank 0) of the best evaluation's model
     (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
     whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
     -> the step reached."""
@@ -161,9 +171,9 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
         return stop_together(collectives, selection.observe(trainer.model, step, loss, auc))
 
     has_eval = di.EVAL_CHANNEL in env.channels
-    per_epoch = has_eval and per_epoch_evaluation(hp, env, where)
+    during = has_eval and evaluates_during_training(hp, env, where)
     step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches,
-                 after_epoch=evaluate_now if per_epoch else None)
+                 evaluate=evaluate_now if during else None)
     if where.rank == 0:
         log(f"trained steps {start}..{step} on {where.size} workers")
         if step == start and not (hp.max_steps and step >= hp.max_steps):
@@ -178,9 +188,9 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
     return step
 
 
-def per_epoch_evaluation(hp, env, where):
-    """Evaluate after every epoch, unless `eval` arrives in Pipe mode (it is read once, at the end:
-    each reading takes a FIFO of its own). Rank 0 says which."""
+def evaluates_during_training(hp, env, where):
+    """Evaluate during training (every eval_steps steps, or after every epoch), unless `eval` arrives in
+    Pipe mode (it is read once, at the end: each reading takes a FIFO of its own). Rank 0 says which."""
     import deepfm_input as di
 
     if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":

@@ -2,9 +2,9 @@
 
 Every step a worker takes its next batch if it has one, the workers agree in-graph (a one-number
 collective) whether all have one, and the step trains only if they do.
-A window of such steps (`sync_check_steps`, or fewer up to the next log, checkpoint or max_steps
-boundary) runs as one traced loop, and the host waits once per window for its count instead of on the
-check before each step. The loop stops at the first step some worker has no batch for, on every
+A window of such steps (`sync_check_steps`, or fewer up to the next log, checkpoint, evaluation or
+max_steps boundary) runs as one traced loop, and the host waits once per window for its count instead
+of on the check before each step. The loop stops at the first step some worker has no batch for, on every
 worker alike, so no worker waits on another and every worker counts the same steps.
 """
 
@@ -52,11 +52,11 @@ def guarded_steps(step_fn, collectives):
 
 
 def window(step, hp):
-    """Steps to dispatch before the host looks: up to sync_check_steps, ending at the next log or
-    checkpoint boundary and at max_steps."""
-    todo = min(hp.sync_check_steps, hp.log_steps - step % hp.log_steps,
-               hp.checkpoint_steps - step % hp.checkpoint_steps)
-    return min(todo, hp.max_steps - step) if hp.max_steps else todo
+    """Steps to dispatch before the host looks: up to sync_check_steps, ending at the next log,
+    checkpoint or evaluation boundary and at max_steps."""
+    from deepfm_hparams import steps_to_boundary
+
+    return min(hp.sync_check_steps, steps_to_boundary(step, hp))
 
 
 def host_checked_steps(step_fn, collectives):

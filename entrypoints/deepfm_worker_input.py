@@ -85,6 +85,6 @@ def eval_dataset(hp, env, where):
         shards = di.shard_for(where.num_hosts, where.host_index, where.workers_per_host, where.local_rank,
                               False, s3_shard)
     dataset = di.make_dataset(input_config(hp, env, mode, where.rank), [di.EVAL_CHANNEL], *shards, training=False)
-    if hp.eval_steps:
-        dataset = dataset.take(math.ceil(hp.eval_steps / where.size))
+    if hp.eval_batches:
+        dataset = dataset.take(math.ceil(hp.eval_batches / where.size))
     return dataset

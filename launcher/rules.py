@@ -17,7 +17,7 @@ from launcher.findings import Finding, error, warning
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
 from launcher.rules_ps_group import check_ps_group
-from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters
+from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters, check_evaluation_schedule
 from launcher.rules_tune import TUNE_RULES
 from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
@@ -163,6 +163,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_bundled_hyperparameters,
     check_features,
     check_boolean_hyperparameters,
+    check_evaluation_schedule,
     check_entry_point,
     check_framework,
     check_horovod_in_image,

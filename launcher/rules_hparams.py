@@ -62,3 +62,24 @@ def check_boolean_hyperparameters(spec: Spec) -> list[Finding]:
         for name, value in spec.hyperparameters.items()
         if isinstance(value, bool)
     ]
+
+
+EVALUATION_HYPERPARAMETERS = ("eval_steps", "eval_batches", "early_stopping_patience")
+
+
+def check_evaluation_schedule(spec: Spec) -> list[Finding]:
+    """The bundled scripts evaluate on the `eval` channel only, and read it once, after training, when it
+    arrives in Pipe mode (each reading takes a FIFO of its own): evaluation settings that would do nothing."""
+    given = [name for name in EVALUATION_HYPERPARAMETERS if name in spec.hyperparameters]
+    values = script_values(spec)
+    if not given or values is None or not any(getattr(values, name) for name in given):
+        return []
+    field = f"hyperparameters.{given[0]}"
+    if spec.data.eval is None:
+        return [warning(field, "nothing is evaluated without an eval channel: add data.eval, or drop "
+                               f"{', '.join(given)}")]
+    during = [name for name in ("eval_steps", "early_stopping_patience") if getattr(values, name)]
+    if during and spec.data.mode == "Pipe" and isinstance(spec.data.eval, str):
+        return [warning(f"hyperparameters.{during[0]}", "a Pipe-mode eval channel is read once, after training, so "
+                        f"{' and '.join(during)} cannot act: use data.mode File or FastFile to evaluate during training")]
+    return []

@@ -35,17 +35,30 @@ def exported_auc(export_dir, evaluation):
     return roc_auc(evaluation.labels, probs)
 
 
+def every(eval_steps):
+    """HPS evaluating every `eval_steps` steps instead of after every epoch."""
+    return dict(HPS, eval_steps=eval_steps)
+
+
 def assert_best_kept_and_stopped_early(log, export_dir, evaluation, hps=HPS):
-    """The run evaluated every epoch, stopped `patience` evaluations after its best, repeated the best
-    evaluation's line last, and exported the model of the best evaluation, not the last."""
-    *per_epoch, repeated = es.metric_lines(log, "eval")
-    aucs = [row["auc"] for row in per_epoch]
+    """The run evaluated every epoch (or every eval_steps steps, when hps sets it), stopped `patience`
+    evaluations after its best and before its last epoch ended, repeated the best evaluation's line last,
+    and exported the model of the best evaluation, not the last."""
+    *evaluations, repeated = es.metric_lines(log, "eval")
+    aucs = [row["auc"] for row in evaluations]
     best = int(np.argmax(aucs))
     patience = hps["early_stopping_patience"]
-    assert len(per_epoch) == best + 1 + patience < hps["epochs"], aucs
-    assert log.count("early stopping at step") == 1
-    assert repeated == per_epoch[best]
-    assert f"exporting the model of step {int(per_epoch[best]['step'])}" in log
+    assert len(evaluations) == best + 1 + patience, aucs
+    every = hps.get("eval_steps")
+    if every:
+        steps = [int(row["step"]) for row in evaluations]
+        assert steps == list(range(every, every * (len(steps) + 1), every)), steps
+    else:
+        assert len(evaluations) < hps["epochs"], aucs
+        assert log.count(" done at step ") == len(evaluations)  # one evaluation per epoch
+    assert log.count("early stopping at step") == 1 and f"{hps['epochs']}/{hps['epochs']} done" not in log
+    assert repeated == evaluations[best]
+    assert f"exporting the model of step {int(evaluations[best]['step'])}" in log
     auc = exported_auc(export_dir, evaluation)
     # the exported model is the best evaluation's, and the last evaluation was worse (by how much varies under
     # asynchronous ps updates: a fixed margin failed there by chance)

@@ -210,9 +210,10 @@ def test_rank0_stops_every_rank_early_and_exports_the_best_evaluation(tmp_path):
     es.write_tfrecords(tmp_path / "base" / "input" / "data" / "train", train, 2)
     es.write_tfrecords(tmp_path / "base" / "input" / "data" / "eval", evaluation, 2)
     env["DFM_DUMP_WEIGHTS"] = str(tmp_path / "dump")
-    text = _launch(tmp_path, env, ss.HPS)  # fails on a hang: a rank left waiting in a collective
+    hps = ss.every(5)  # mid-epoch evaluations: every rank evaluates at the same step
+    text = _launch(tmp_path, env, hps)  # fails on a hang: a rank left waiting in a collective
     dumps = _dumps(tmp_path)
     _assert_identical(dumps)  # both ranks stopped at the same step
     assert len(_lines(text, "early stopping at step")) == 1 and _lines(text, "early stopping")[0].startswith("[1,0]")
     untagged = re.sub(r"^\[1,\d+\]<stdout>:", "", text, flags=re.M)
-    ss.assert_best_kept_and_stopped_early(untagged, tmp_path / "base" / "model", evaluation)
+    ss.assert_best_kept_and_stopped_early(untagged, tmp_path / "base" / "model", evaluation, hps)

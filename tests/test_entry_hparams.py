@@ -102,3 +102,29 @@ def test_sparse_allreduce_is_a_choice_that_overrides_auto():
     assert H.resolve_sparse_allreduce("auto", 117581, 8, 1024, 39, 8, "adam") == "gather"
     with pytest.raises(H.HyperparameterError, match="lazy Adam"):
         H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", "adam"])
+
+
+@pytest.mark.parametrize("argv,step,expected", [
+    ([], 0, 100),  # the next train line
+    ([], 950, 50),
+    (["--eval_steps", "30"], 0, 30),
+    (["--eval_steps", "30"], 85, 5),  # the evaluation at 90 comes before the line at 100
+    (["--eval_steps", "300", "--checkpoint_steps", "250"], 240, 10),
+    (["--eval_steps", "30", "--max_steps", "87"], 85, 2),
+])
+def test_the_host_looks_at_the_next_line_checkpoint_evaluation_or_max_steps(argv, step, expected):
+    assert H.steps_to_boundary(step, H.parse_hyperparameters(argv)) == expected
+
+
+def test_an_evaluation_is_due_when_a_window_reaches_a_multiple_of_eval_steps():
+    assert [H.crossed(previous, step, 30) for previous, step in [(0, 30), (29, 30), (30, 59), (58, 61), (61, 61)]] \
+        == [True, True, False, True, False]
+    assert not H.crossed(0, 1000, 0)  # eval_steps 0: evaluations follow the epochs
+
+
+def test_eval_batches_and_eval_steps_are_counts_the_scripts_bound():
+    args = H.parse_hyperparameters(["--eval_steps", "500", "--eval_batches", "20"])
+    assert (args.eval_steps, args.eval_batches) == (500, 20)
+    for flag in ("--eval_steps", "--eval_batches"):
+        with pytest.raises(H.HyperparameterError, match=flag):
+            H.parse_hyperparameters([flag, "-1"])

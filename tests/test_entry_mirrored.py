@@ -180,11 +180,12 @@ def test_embedding_gradients_stay_sparse_through_the_average():
 @pytest.mark.slow
 def test_rank0_stops_both_workers_early_and_exports_the_best_evaluation(tmp_path):
     train, evaluation = ss.planted_overfit()
-    texts, dumps = _run_workers(tmp_path, ss.HPS, [train.take(0, 1000), train.take(1000, 2000)], evaluation)
+    hps = ss.every(5)  # mid-epoch evaluations: both workers evaluate at the same step
+    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1000), train.take(1000, 2000)], evaluation)
     for key in dumps[0]:  # both workers stopped at the same step with the same weights
         np.testing.assert_array_equal(dumps[0][key], dumps[1][key], err_msg=key)
     assert "early stopping" not in texts[1] and not es.metric_lines(texts[1], "eval")
-    ss.assert_best_kept_and_stopped_early(texts[0], tmp_path / "run" / "algo-1" / "model", evaluation)
+    ss.assert_best_kept_and_stopped_early(texts[0], tmp_path / "run" / "algo-1" / "model", evaluation, hps)
 _COMMUNICATION_CHECK = """
 import tensorflow as tf
 from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense

@@ -312,14 +312,15 @@ def test_waiting_for_the_chief_ends_when_its_port_closes():
 
 
 @pytest.mark.slow
-def test_one_host_exports_the_best_evaluation_and_stops_early(tmp_path):
+@pytest.mark.parametrize("hps", [ss.HPS, ss.every(12)], ids=["every-epoch", "every-12-steps"])
+def test_one_host_exports_the_best_evaluation_and_stops_early(tmp_path, hps):
     train, evaluation = ss.planted_overfit()
     env = es.make_container(tmp_path, ["train", "eval"])
     es.write_tfrecords(tmp_path / "input/data/train", train, 2)
     es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
-    proc = es.start_script(tmp_path, "train_ps.py", ss.HPS, env, tmp_path / "run.log")
+    proc = es.start_script(tmp_path, "train_ps.py", hps, env, tmp_path / "run.log")
     assert proc.wait(timeout=240) == 0, (tmp_path / "run.log").read_text()[-3000:]
-    ss.assert_best_kept_and_stopped_early((tmp_path / "run.log").read_text(), tmp_path / "model", evaluation)
+    ss.assert_best_kept_and_stopped_early((tmp_path / "run.log").read_text(), tmp_path / "model", evaluation, hps)
 
 
 @pytest.mark.slow
@@ -332,7 +333,8 @@ def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_
     for base, part in zip(bases, [train.take(0, 1000), train.take(1000, 2000)]):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, ss.HPS)
+    hps = ss.every(12)  # mid-epoch evaluations: the chief evaluates between two windows of scheduled steps
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hps)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)
-    ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation)
+    ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation, hps)

@@ -17,6 +17,7 @@ EFS = {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm"}
 VPC = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
 USER_SCRIPT = {"entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"}
 PS_FIELD = "distribution.parameter_server.ps"
+EVAL = "s3://dfm-bucket/eval/"
 
 
 def hetero(ps_type: str = "ml.r5.4xlarge", count: int = 2, **changes) -> dict:
@@ -109,6 +110,12 @@ CASES = [
      {"hyperparameters": {"feature_size": "1e400"}}, ("error", "hyperparameters.feature_size", "expected an integer, got '1e400'")),
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"feature_size": 5}},
      {"hyperparameters": {"feature_size": [1, 2]}}, ("error", "hyperparameters.feature_size", "expected an integer, got '[1, 2]'")),
+    (rules.check_evaluation_schedule, {"data": {"eval": EVAL}, "hyperparameters": {"eval_steps": 500}},
+     {"hyperparameters": {"eval_steps": 500}},
+     ("warning", "hyperparameters.eval_steps", "nothing is evaluated without an eval channel: add data.eval")),
+    (rules.check_evaluation_schedule, {"data": {"mode": "Pipe", "eval": EVAL}, "hyperparameters": {"eval_batches": 10}},
+     {"data": {"mode": "Pipe", "eval": EVAL}, "hyperparameters": {"early_stopping_patience": 2}},
+     ("warning", "hyperparameters.early_stopping_patience", "Pipe-mode eval channel is read once, after training")),
     # what dfm derives is refused when set by hand
     (rules.check_bundled_hyperparameters, {"hyperparameters": {"log_steps": 10}},
      {"hyperparameters": {"ps_group": "ps"}}, ("error", "hyperparameters.ps_group", "distribution.parameter_server.ps: drop")),
