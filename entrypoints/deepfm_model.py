@@ -37,6 +37,9 @@ def dropout(x, rate):
     the draw's remaining bits come from a second, small draw. Random generation was most of what
     tf.nn.dropout cost a CPU step (it draws one 32-bit word per element)."""
     high, low, low_bits = dropout_threshold(rate, x.dtype)
+    scaled = x * tf.constant(1 / (1 - rate), x.dtype)
+    if high > 255:  # the rate rounds to 1 in x's dtype: every draw is below it
+        return tf.where(tf.zeros_like(x, tf.bool), scaled, tf.zeros([], x.dtype))
     size = tf.size(x)
     seeds = tf.random.uniform([2, 2], maxval=tf.int64.max, dtype=tf.int64)  # stateful, as tf.nn.dropout
     words = tf.random.stateless_uniform([(size + 3) // 4], seeds[0], minval=None, maxval=None, dtype=tf.uint32)
@@ -47,7 +50,6 @@ def dropout(x, rate):
         rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2 ** low_bits,
                                            dtype=tf.int64)
         keep = tf.tensor_scatter_nd_update(keep, ties, rest >= low)
-    scaled = x * tf.constant(1 / (1 - rate), x.dtype)
     return tf.where(tf.reshape(keep, tf.shape(x)), scaled, tf.zeros([], x.dtype))
 
 

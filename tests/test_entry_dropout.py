@@ -11,7 +11,7 @@ import entry_support  # noqa: F401  (puts the entry points on sys.path)
 tf = pytest.importorskip("tensorflow")
 import deepfm_model as M  # noqa: E402
 
-RATES = [0.2, 0.1, 0.5, 1 / 3, 0.05, 0.9]
+RATES = [0.2, 0.1, 0.5, 1 / 3, 0.05, 0.9, 0.9999]  # 0.9999 is 1 in float16 and bfloat16
 
 
 def drop_probability(high, low, low_bits):
@@ -69,3 +69,9 @@ def test_dropout_masks_differ_per_step_inside_a_compiled_function_and_keep_odd_s
     x = tf.ones([7, 13])  # 91 elements: not a multiple of the 4 bytes of a random word
     first, second = step(x).numpy(), step(x).numpy()
     assert first.shape == (7, 13) and np.any(first != second)
+
+
+def test_a_rate_that_rounds_to_one_in_the_dtype_drops_everything_as_tf_nn_dropout_does():
+    x = tf.ones([3, 5], tf.float16)
+    assert not np.any(M.dropout(x, 0.9999).numpy())
+    assert np.count_nonzero(M.dropout(tf.ones([300, 50]), 0.9999).numpy()) < 10  # float32: 1 in 10,000 kept
