@@ -6,10 +6,51 @@ ParameterServerStrategy (embedding tables become ShardedVariables across the ps 
 (Multi-worker) MirroredStrategy with several local replicas.
 """
 
+from fractions import Fraction
+
 import numpy as np
 import tensorflow as tf
 
 from deepfm_variables import assign
+
+# Random bits behind one draw of tf.random.uniform in each dtype (TF's UniformDistribution: k * 2**-bits, k
+# uniform): float32 keeps 23 bits of a 32-bit word, float16 10, bfloat16 7, float64 52 of a 64-bit one.
+_UNIFORM_BITS = {tf.float32: 23, tf.float16: 10, tf.bfloat16: 7, tf.float64: 52}
+
+
+def dropout_threshold(rate, dtype):
+    """-> (high, low, low_bits): tf.nn.dropout(rate) drops an element when its uniform draw u < rate (both in
+    `dtype`), that is when k < T for k = u * 2**bits; written with k's top byte h and its other low_bits
+    bits l: drop when h < high, or h == high and l < low."""
+    bits = _UNIFORM_BITS[tf.as_dtype(dtype)]
+    scaled = Fraction(float(np.array(rate, tf.as_dtype(dtype).as_numpy_dtype))) * 2 ** bits
+    threshold = -(-scaled.numerator // scaled.denominator)  # the count of k below the rate
+    shift = max(bits, 8) - 8
+    threshold <<= max(8 - bits, 0)  # fewer than 8 bits: k is h's top bits
+    return threshold >> shift, threshold & ((1 << shift) - 1), shift
+
+
+def dropout(x, rate):
+    """tf.nn.dropout(x, rate) with the same law (each element kept independently with exactly its keep
+    probability, scaled by 1 / (1 - rate)) from a quarter of the random words: one random byte per
+    element decides, except on the one value in 256 where it ties with the threshold's top byte, where
+    the draw's remaining bits come from a second, small draw. Random generation was most of what
+    tf.nn.dropout cost a CPU step (it draws one 32-bit word per element)."""
+    high, low, low_bits = dropout_threshold(rate, x.dtype)
+    scaled = x * tf.constant(1 / (1 - rate), x.dtype)
+    if high > 255:  # the rate rounds to 1 in x's dtype: every draw is below it
+        return tf.where(tf.zeros_like(x, tf.bool), scaled, tf.zeros([], x.dtype))
+    size = tf.size(x)
+    seeds = tf.random.uniform([2, 2], maxval=tf.int64.max, dtype=tf.int64)  # stateful, as tf.nn.dropout
+    words = tf.random.stateless_uniform([(size + 3) // 4], seeds[0], minval=None, maxval=None, dtype=tf.uint32)
+    top = tf.reshape(tf.bitcast(words, tf.uint8), [-1])[:size]
+    keep = top >= high
+    if low:
+        ties = tf.where(tf.equal(top, high))
+        rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2 ** low_bits,
+                                           dtype=tf.int64)
+        keep = tf.tensor_scatter_nd_update(keep, ties, rest >= low)
+    return tf.where(tf.reshape(keep, tf.shape(x)), scaled, tf.zeros([], x.dtype))
 
 
 class DeepFM(tf.Module):
@@ -99,7 +140,7 @@ class DeepFM(tf.Module):
                 x = self._batch_norm(x, self.bn_params[i], training)
             x = tf.nn.relu(x)
             if training and self.dropout > 0:
-                x = tf.nn.dropout(x, rate=self.dropout)
+                x = dropout(x, self.dropout)
         return tf.cast(x[:, 0], tf.float32)
 
     def _batch_norm(self, x, p, training, momentum=0.99, epsilon=1e-3):
