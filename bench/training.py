@@ -106,7 +106,7 @@ def measure(quick: bool, context: dict) -> dict:
         "Finding of timed variants of the step (one process, alternating, k8/b4096): tf.nn.dropout's random "
         "generation (one 32-bit Philox word per element, 3 x batch x 400 a step) was about 7 of the 43 ms; the "
         "bundled model's dropout (`deepfm_model.dropout`) keeps its law exactly from one random byte per element "
-        "(5-12% more examples/s at every configuration). Each 4% of the step or less, so left as they are: the "
+        "(5-12% more examples/s at every configuration; on GPU hosts the model keeps tf.nn.dropout). Each 4% of the step or less, so left as they are: the "
         "streaming metrics, the L2 terms, the id dedup of the two tables; reading each table row once per "
         "distinct id (one tf.unique for both tables) and folding dropout's scale into its gradient were no faster.",
         f"{repetitions} alternating repetitions of all four contenders (bundled, DeepCTR, GEMM kernel, embedding "

@@ -6,6 +6,7 @@ ParameterServerStrategy (embedding tables become ShardedVariables across the ps 
 (Multi-worker) MirroredStrategy with several local replicas.
 """
 
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -58,16 +59,19 @@ class DeepFM(tf.Module):
 
     def __init__(self, field_size, feature_size, embedding_size, deep_layers, dropout=0.0,
                  batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, l2_dense=0.0,
-                 name="deepfm"):
+                 byte_dropout=True, name="deepfm"):
         """pooling: None (one input slot per field) or a callable [B, S, K] -> [B, F, K] (raw features'
         SlotPooling: a multi-hot field's slots summed into one field embedding).
         l2_reg: L2 on the embedding and first-order rows a batch looks up, per example: only those rows get
         a gradient, so the updates stay sparse (lazy optimizers, tables partitioned across ps tasks).
-        l2_dense: L2 on the MLP kernels."""
+        l2_dense: L2 on the MLP kernels.
+        byte_dropout: `dropout` (random bytes) rather than tf.nn.dropout (random words), where random
+        generation is what a step's dropout costs: on CPUs."""
         super().__init__(name=name)
         self.pooling = pooling
         self.field_size, self.embedding_size = field_size, embedding_size
         self.dropout, self.batch_norm, self.l2_reg, self.l2_dense = dropout, batch_norm, l2_reg, l2_dense
+        self.byte_dropout = byte_dropout
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self._seed = seed
         # Callables, so ParameterServerStrategy can create the tables partitioned.
@@ -140,7 +144,7 @@ class DeepFM(tf.Module):
                 x = self._batch_norm(x, self.bn_params[i], training)
             x = tf.nn.relu(x)
             if training and self.dropout > 0:
-                x = dropout(x, self.dropout)
+                x = dropout(x, self.dropout) if self.byte_dropout else tf.nn.dropout(x, rate=self.dropout)
         return tf.cast(x[:, 0], tf.float32)
 
     def _batch_norm(self, x, p, training, momentum=0.99, epsilon=1e-3):
@@ -176,4 +180,12 @@ def build_model(hp, compute_dtype=tf.float32):
         layout = F.build_layout(spec)
         pooling = SlotPooling(layout, hp.embedding_size)
     return DeepFM(hp.field_size, hp.feature_size, hp.embedding_size, hp.deep_layers, hp.dropout,
-                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling, l2_dense=hp.l2_dense)
+                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling, l2_dense=hp.l2_dense,
+                  byte_dropout=not steps_run_on_gpus())
+
+
+def steps_run_on_gpus():
+    """Whether the training steps run on GPUs: the host has some (SM_NUM_GPUS; a parameter-server chief hides
+    its own but traces the steps its GPU workers run) or TensorFlow sees one. There tf.nn.dropout stays: random
+    words are cheap on a GPU, and the byte dropout's bool scatter has no GPU kernel (TensorScatterUpdate)."""
+    return int(os.environ.get("SM_NUM_GPUS") or 0) > 0 or bool(tf.config.list_physical_devices("GPU"))

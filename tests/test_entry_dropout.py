@@ -75,3 +75,13 @@ def test_a_rate_that_rounds_to_one_in_the_dtype_drops_everything_as_tf_nn_dropou
     x = tf.ones([3, 5], tf.float16)
     assert not np.any(M.dropout(x, 0.9999).numpy())
     assert np.count_nonzero(M.dropout(tf.ones([300, 50]), 0.9999).numpy()) < 10  # float32: 1 in 10,000 kept
+
+
+@pytest.mark.parametrize("gpus,byte_dropout", [("0", True), ("", True), ("4", False)])
+def test_the_byte_dropout_is_for_cpu_steps_and_gpu_hosts_keep_tf_nn_dropout(monkeypatch, gpus, byte_dropout):
+    from deepfm_hparams import parse_hyperparameters
+    from deepfm_model import build_model
+
+    monkeypatch.setenv("SM_NUM_GPUS", gpus)
+    model = build_model(parse_hyperparameters(["--feature_size", "50", "--field_size", "3", "--deep_layers", "4"]))
+    assert model.byte_dropout is byte_dropout
