@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from launcher import contract, conventions, service_model
 from launcher.findings import Finding, error, warning
+from launcher.rules_hparams import script_values
 from launcher.rules_request import JOB_NAME
 from launcher.spec import Spec, did_you_mean
 from launcher.spec_tune import CategoricalRange, ContinuousRange, IntegerRange
@@ -180,6 +181,26 @@ def check_tune_objective(spec: Spec) -> list[Finding]:
     return []
 
 
+def check_tune_objective_reported(spec: Spec) -> list[Finding]:
+    """The bundled scripts print eval:* lines only with an eval channel, after each epoch or every eval_steps:
+    a trial without one never reports its objective, and SageMaker's early stopping, which compares trials on
+    the objective's values while they run, cannot act on a trial that reports it once, at its end."""
+    tune = spec.tune
+    if tune is None or not tune.objective.metric.startswith("eval:") or spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    if spec.data.eval is None:
+        return [error("tune.objective.metric", f"the bundled scripts report {tune.objective.metric} only with an eval "
+                                               "channel: add data.eval (held-out rows), or the trials end without an objective")]
+    values = script_values(spec)
+    if tune.early_stopping != "auto" or values is None or {"epochs", "eval_steps"} & set(tune.ranges):
+        return []
+    if values.eval_steps == 0 and values.epochs <= 1:
+        return [warning("tune.early_stopping", f"each trial reports {tune.objective.metric} once, at its end (epochs "
+                                               f"{values.epochs}, eval_steps 0), so SageMaker's early stopping never "
+                                               "stops one: set hyperparameters.eval_steps to evaluate during a trial")]
+    return []
+
+
 def check_tune_strategy(spec: Spec) -> list[Finding]:
     tune = spec.tune
     if tune is None:
@@ -231,5 +252,5 @@ def check_tune_completion(spec: Spec) -> list[Finding]:
     return []
 
 
-TUNE_RULES = (check_tune_ranges, check_tune_range_values, check_tune_limits, check_tune_objective, check_tune_strategy,
-              check_tune_cluster, check_tune_completion)
+TUNE_RULES = (check_tune_ranges, check_tune_range_values, check_tune_limits, check_tune_objective,
+              check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion)

@@ -26,7 +26,8 @@ TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "ra
 
 
 def tuning_plan(tmp_path, tune=None, hyperparameters=None):
-    path = write_spec(tmp_path, {"tune": tune or TUNE, "hyperparameters": hyperparameters or {"log_steps": 10}})
+    path = write_spec(tmp_path, {"tune": tune or TUNE, "data": {"eval": "s3://dfm-test/eval/"},
+                                 "hyperparameters": hyperparameters or {"log_steps": 10}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     return build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")

@@ -6,17 +6,24 @@ from __future__ import annotations
 from launcher import rules_tune
 from launcher.compile import compile_spec
 from launcher.tuning_plan import build_tuning_plan, grid_size
-from spec_helpers import REPO, write_spec
+from spec_helpers import DELETE, REPO, write_spec
 
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}
 LR = {"learning_rate": {"min": 0.001, "max": 0.1, "scaling": "log"}}
+EVAL = {"eval": "s3://dfm-bucket/eval/"}
 
 
 def tune(**changes) -> dict:
-    return {"tune": {"objective": OBJECTIVE, "max_jobs": 4, "ranges": LR, **changes}}
+    """BASE + a tune section (and the eval channel its eval:auc objective needs)."""
+    return {"data": EVAL, "tune": {"objective": OBJECTIVE, "max_jobs": 4, "ranges": LR, **changes}}
 
 
 TUNE_CASES = [
+    (rules_tune.check_tune_objective_reported, tune(), {**tune(), "data": {"eval": DELETE}},
+     ("error", "tune.objective.metric", "report eval:auc only with an eval channel: add data.eval")),
+    (rules_tune.check_tune_objective_reported, {**tune(early_stopping="auto"), "hyperparameters": {"eval_steps": 200}},
+     tune(early_stopping="auto"),
+     ("warning", "tune.early_stopping", "reports eval:auc once, at its end (epochs 1, eval_steps 0)")),
     (rules_tune.check_tune_ranges, tune(ranges={"embedding_size": {"min": 4, "max": 32, "type": "integer"}}),
      tune(ranges={"embedding_size": {"min": 4, "max": 32}}), ("error", "tune.ranges.embedding_size", "add `type: integer`")),
     (rules_tune.check_tune_ranges, tune(ranges={"dropout": {"min": 0.0, "max": 0.5}}),
