@@ -146,8 +146,8 @@ def dump_weights(trainer, rank, step, local_copies=None):
 def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None,
         whole_batches=True):
     """Restore (rank 0) -> broadcast -> train, evaluating every eval_steps steps or after each epoch ->
-    final checkpoint -> final evaluation (unless the last one is at this step) -> export (rank 0) of the best evaluation's model
-    (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
+    final checkpoint -> final evaluation (unless the last one is at this step) -> export (rank 0) of the
+    best evaluation's model (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
     whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
     -> the step reached."""
     import tensorflow as tf
