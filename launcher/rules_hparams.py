@@ -67,19 +67,31 @@ def check_boolean_hyperparameters(spec: Spec) -> list[Finding]:
 EVALUATION_HYPERPARAMETERS = ("eval_steps", "eval_batches", "early_stopping_patience")
 
 
+def pipe_mode_eval(spec: Spec) -> bool:
+    """The bundled scripts read a Pipe-mode eval channel once, after training (each reading takes a FIFO of
+    its own), so nothing evaluates while training runs."""
+    return spec.data.mode == "Pipe" and isinstance(spec.data.eval, str)
+
+
+def evaluates_while_training(spec: Spec, values: Namespace) -> bool:
+    """Whether a bundled script evaluates before its end: an eval channel read in File or FastFile mode, and
+    evaluations every eval_steps steps or after each of several epochs (epochs 0: until max_steps)."""
+    return spec.data.eval is not None and not pipe_mode_eval(spec) and \
+        bool(values.eval_steps or values.epochs != 1)
+
+
 def check_evaluation_schedule(spec: Spec) -> list[Finding]:
-    """The bundled scripts evaluate on the `eval` channel only, and read it once, after training, when it
-    arrives in Pipe mode (each reading takes a FIFO of its own): evaluation settings that would do nothing."""
+    """Evaluation settings that would do nothing: the bundled scripts evaluate on the `eval` channel only,
+    and a Pipe-mode one only after training."""
     given = [name for name in EVALUATION_HYPERPARAMETERS if name in spec.hyperparameters]
     values = script_values(spec)
     if not given or values is None or not any(getattr(values, name) for name in given):
         return []
-    field = f"hyperparameters.{given[0]}"
     if spec.data.eval is None:
-        return [warning(field, "nothing is evaluated without an eval channel: add data.eval, or drop "
-                               f"{', '.join(given)}")]
+        return [warning(f"hyperparameters.{given[0]}", "nothing is evaluated without an eval channel: add "
+                                                       f"data.eval, or drop {', '.join(given)}")]
     during = [name for name in ("eval_steps", "early_stopping_patience") if getattr(values, name)]
-    if during and spec.data.mode == "Pipe" and isinstance(spec.data.eval, str):
+    if during and pipe_mode_eval(spec):
         return [warning(f"hyperparameters.{during[0]}", "a Pipe-mode eval channel is read once, after training, so "
                         f"{' and '.join(during)} cannot act: use data.mode File or FastFile to evaluate during training")]
     return []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from launcher import contract, conventions, service_model
 from launcher.findings import Finding, error, warning
-from launcher.rules_hparams import script_values
+from launcher.rules_hparams import evaluates_while_training, pipe_mode_eval, script_values
 from launcher.rules_request import JOB_NAME
 from launcher.spec import Spec, did_you_mean
 from launcher.spec_tune import CategoricalRange, ContinuousRange, IntegerRange
@@ -194,10 +194,11 @@ def check_tune_objective_reported(spec: Spec) -> list[Finding]:
     values = script_values(spec)
     if tune.early_stopping != "auto" or values is None or {"epochs", "eval_steps"} & set(tune.ranges):
         return []
-    if values.eval_steps == 0 and values.epochs <= 1:
-        return [warning("tune.early_stopping", f"each trial reports {tune.objective.metric} once, at its end (epochs "
-                                               f"{values.epochs}, eval_steps 0), so SageMaker's early stopping never "
-                                               "stops one: set hyperparameters.eval_steps to evaluate during a trial")]
+    if not evaluates_while_training(spec, values):
+        how = "the eval channel is in Pipe mode" if pipe_mode_eval(spec) else f"epochs {values.epochs}, eval_steps 0"
+        return [warning("tune.early_stopping", f"each trial reports {tune.objective.metric} once, at its end ({how}), "
+                                               "so SageMaker's early stopping never stops one: set "
+                                               "hyperparameters.eval_steps (File or FastFile eval) to evaluate during a trial")]
     return []
 
 
