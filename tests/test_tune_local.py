@@ -66,10 +66,57 @@ def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy,
     tune = {**TUNE, "strategy": strategy, **extra}
     tune = {k: v for k, v in tune.items() if v is not None}
     tplan = tuning_plan(tmp_path, tune)
-    assert type(search.sampler(tplan)).__name__ == sampler
+    assert sampler in [cls.__name__ for cls in type(search.sampler(tplan)).__mro__]
     assert type(search.pruner(tplan)).__name__ == pruner
     if strategy == "grid":
         assert tplan.max_jobs == 4
+
+
+def _study(tmp_path, tune, resume=False):
+    from launcher.local.tune import LocalTuning
+
+    path = write_spec(tmp_path, {"tune": tune, "data": {"eval": "s3://dfm-test/eval/"}, "hyperparameters": {"log_steps": 10}})
+    compiled = compile_spec(path, env={})
+    assert compiled.ok, compiled.errors
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")
+    return LocalTuning(tplan, compiled.spec, tmp_path / "runs").open_study(resume), tplan
+
+
+def _ask(study, tplan, count: int) -> list[dict]:
+    asked = []
+    for _ in range(count):
+        trial = study.ask()
+        asked.append(search.suggest(trial, tplan))
+        study.tell(trial, 0.5)
+    return asked
+
+
+def test_a_grid_study_ends_without_optunas_stop_error(tmp_path):
+    """Optuna's GridSampler calls Study.stop from `tell` after the last grid point; outside optimize() that
+    raised RuntimeError, so a grid study crashed before its table, study.png and study.json."""
+    tune = {**TUNE, "strategy": "grid", "max_parallel_jobs": 1,
+            "ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}}}
+    tune.pop("max_jobs")
+    study, tplan = _study(tmp_path, tune)
+    asked = _ask(study, tplan, tplan.max_jobs)
+    assert sorted(json.dumps(a, sort_keys=True) for a in asked) == sorted(
+        json.dumps({"batch_size": b, "optimizer": o}, sort_keys=True) for b in (128, 256) for o in ("adam", "adagrad"))
+
+
+@pytest.mark.parametrize("strategy, extra", [("random", {}), ("bayesian", {}),
+                                             ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}})])
+def test_resume_does_not_repeat_the_first_sessions_seeded_suggestions(tmp_path, strategy, extra):
+    """A seeded sampler created again from the seed alone replays the same values (random, Hyperband's random
+    sampling, TPE's random start-up trials)."""
+    tune = {**TUNE, "strategy": strategy, "max_jobs": 15, "max_parallel_jobs": 1, **extra}  # TPE: 5 random start-up trials
+    study, tplan = _study(tmp_path, tune)
+    first = _ask(study, tplan, 2)
+    resumed, _ = _study(tmp_path, tune, resume=True)
+    second = _ask(resumed, tplan, 2)
+    assert not [values for values in second if values in first]
+    (tmp_path / "again").mkdir()
+    again, _ = _study(tmp_path / "again", tune)  # a fresh study with the same seed is reproducible
+    assert _ask(again, tplan, 2) == first
 
 
 # --- tiny real studies (slow) -----------------------------------------------------------------------------

@@ -91,6 +91,8 @@ class LocalTuning:
         direction = "maximize" if self.tplan.maximize else "minimize"
         study = optuna.create_study(study_name=self.tplan.name, storage=storage, direction=direction, load_if_exists=resume,
                                     sampler=search.sampler(self.tplan), pruner=search.pruner(self.tplan))
+        if resume:
+            study.sampler = search.sampler(self.tplan, trials_so_far=len(study.get_trials(deepcopy=False)))
         if not resume:
             (self.folder / PLAN_FILE).write_text(json.dumps({"spec": self.spec.path, "name": self.tplan.name}, indent=1))
             first = search.baseline(self.tplan, {**contract.bundled_hparams().DEFAULTS, **self.tplan.training.hyperparameters})

@@ -19,16 +19,29 @@ STARTUP_TRIALS = 3
 _STEP = re.compile(r"\[dfm\] train step=(\d+)")
 
 
-def sampler(tplan: TuningPlan):
+def sampler(tplan: TuningPlan, trials_so_far: int = 0):
+    """The strategy's sampler. A resumed study (`trials_so_far` > 0) seeds it with random_seed + that count:
+    seeded again from random_seed alone, it would repeat the first session's suggestions."""
     import optuna
 
-    seed = tplan.random_seed
+    seed = None if tplan.random_seed is None else tplan.random_seed + trials_so_far
     if tplan.strategy == "Grid":
         space = {rng.name: list(rng.values) for rng in tplan.ranges}
-        return optuna.samplers.GridSampler(space, seed=seed)
+        return _grid_sampler(optuna)(space, seed=seed)
     if tplan.strategy == "Bayesian":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(1, tplan.max_jobs // 3)))
     return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _grid_sampler(optuna):
+    class Grid(optuna.samplers.GridSampler):
+        """Optuna's grid sampler stops the study from inside `tell` once the grid is done (Study.stop, which
+        raises outside `optimize`); the local study's loop ends at max_jobs, the grid's size, itself."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return Grid
 
 
 def pruner(tplan: TuningPlan):
