@@ -22,7 +22,6 @@ def _echo_err(message: str) -> None:
 
 def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None):
     """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise."""
-    from launcher import rules
     from launcher.compile import compile_spec
     from launcher.plan import build_plan
     from launcher.tuning_plan import build_tuning_plan, tuning_job_name
@@ -32,7 +31,9 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     if compiled.spec is not None and compiled.spec.tune is None and not errors:
         errors.append(f"{spec_path}: no tune: section: add one (docs/tune.md), or run the job with dfm launch")
     if job_name is not None:
-        errors += [f"--job-name: {f.message}" for f in rules.check_job_name_override(job_name)]
+        from launcher.rules_tune import check_tuning_job_name_override
+
+        errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
     if errors:
         for line in errors:
             _echo_err(f"error: {line}")

@@ -12,7 +12,8 @@ from launcher.rules_hparams import evaluates_while_training, pipe_mode_eval, scr
 from launcher.rules_request import JOB_NAME
 from launcher.spec import Spec, did_you_mean
 from launcher.spec_tune import CategoricalRange, ContinuousRange, IntegerRange
-from launcher.tuning_plan import MAX_TUNING_BASE_NAME, MAX_TUNING_JOB_NAME, grid_size, tuning_base_name
+from launcher.tuning_plan import (MAX_TUNING_BASE_NAME, MAX_TUNING_JOB_NAME, TUNER_HYPERPARAMETERS, grid_size,
+                                  tuning_base_name)
 
 RANGE_SHAPES = {"continuous": "ContinuousParameterRanges", "integer": "IntegerParameterRanges",
                 "categorical": "CategoricalParameterRanges"}
@@ -158,7 +159,7 @@ def check_tune_limits(spec: Spec) -> list[Finding]:
             if not JOB_NAME.fullmatch(parent) or len(parent) > MAX_TUNING_JOB_NAME:
                 problems.append(error("tune.warm_start.parents", f"'{parent}' is not a tuning job name (at most {MAX_TUNING_JOB_NAME} letters, digits, '-')"))
     static = len(spec.hyperparameters) + len(conventions.SDK_HYPERPARAMETERS) \
-        + len(conventions.SDK_DISTRIBUTION_HYPERPARAMETERS[spec.distribution_kind]) + 1  # + _tuning_objective_metric
+        + len(conventions.SDK_DISTRIBUTION_HYPERPARAMETERS[spec.distribution_kind]) + len(TUNER_HYPERPARAMETERS)
     allowed = _limit("HyperParameters")
     if allowed is not None and static > allowed:
         problems.append(error("hyperparameters", f"{static} static hyperparameters per trial (the SDK and the tuner add some), SageMaker allows {allowed}"))
@@ -243,10 +244,22 @@ def check_tune_cluster(spec: Spec) -> list[Finding]:
                                                       "smaller hosts, then launch the best hyperparameters on this cluster")]
 
 
+def check_tuning_job_name_override(job_name: str) -> list[Finding]:
+    """For `dfm tune --job-name`: the full tuning job name, held to the tuning API's limits (not training's)."""
+    if JOB_NAME.fullmatch(job_name) and len(job_name) <= MAX_TUNING_JOB_NAME:
+        return []
+    return [error("--job-name", f"'{job_name}' is not a tuning job name: at most {MAX_TUNING_JOB_NAME} letters, digits "
+                                "and '-', not at either end")]
+
+
 def check_tune_completion(spec: Spec) -> list[Finding]:
     tune = spec.tune
     if tune is None or tune.completion is None or tune.completion.no_improvement_jobs is None:
         return []
+    low = _limit("MaxNumberOfTrainingJobsNotImproving", "min")
+    if low is not None and tune.completion.no_improvement_jobs < low:
+        return [error("tune.completion.no_improvement_jobs", f"{tune.completion.no_improvement_jobs} is below SageMaker's "
+                                                             f"minimum {low}: use {low} or more")]
     total = tune.max_jobs if tune.strategy != "grid" else (grid_size(tune) or None)
     if total is not None and tune.completion.no_improvement_jobs >= total:
         return [warning("tune.completion.no_improvement_jobs", f"{tune.completion.no_improvement_jobs} is not below the {total} trials: it never stops the job early")]

@@ -15,6 +15,8 @@ from launcher.plan import Plan
 from launcher.spec_tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
+# What HyperparameterTuner adds to every trial's static hyperparameters (besides the estimator's own).
+TUNER_HYPERPARAMETERS = ("sagemaker_estimator_class_name", "sagemaker_estimator_module", "_tuning_objective_metric")
 TUNING_SUFFIX = "-%y%m%d-%H%M%S"
 MAX_TUNING_BASE_NAME = MAX_TUNING_JOB_NAME - len(time.strftime(TUNING_SUFFIX, time.gmtime(0)))
 

@@ -175,3 +175,20 @@ def test_dry_run_text_shows_the_ranges_and_the_ceilings(capsys, monkeypatch, no_
 def test_tune_without_a_tune_section_is_a_usage_error(capsys, monkeypatch, no_aws_env, no_network):
     assert cli.main(["tune", str(REPO / "configs" / "ps.yaml"), "--dry-run"]) == 2
     assert "no tune: section" in capsys.readouterr().err
+
+
+def test_warm_start_parents_keep_the_specs_order(capsys, monkeypatch, no_aws_env, no_network):
+    """The SDK's WarmStartConfig holds its parents in a set: the request's order changed from run to run."""
+    parents = ["tune-e", "tune-d", "tune-c", "tune-b", "tune-a"]
+    document = dry_run_json(capsys, monkeypatch, "--set", f"tune.warm_start={{type: transfer_learning, parents: [{', '.join(parents)}]}}")
+    sent = document["request"]["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
+    assert [p["HyperParameterTuningJobName"] for p in sent] == parents
+
+
+def test_job_name_is_held_to_the_tuning_apis_32_characters(capsys, monkeypatch, no_aws_env, no_network):
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", "d" * 33]) == 2
+    err = capsys.readouterr().err
+    assert "--job-name: " in err and "at most 32" in err
+    assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", "d" * 32]) == 0

@@ -11,6 +11,7 @@ from spec_helpers import DELETE, REPO, write_spec
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}
 LR = {"learning_rate": {"min": 0.001, "max": 0.1, "scaling": "log"}}
 EVAL = {"eval": "s3://dfm-bucket/eval/"}
+USER_SCRIPT = {"entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"}
 
 
 def tune(**changes) -> dict:
@@ -64,6 +65,12 @@ TUNE_CASES = [
      ("error", "distribution.parameter_server.ps", "no instance groups")),
     (rules_tune.check_tune_completion, tune(completion={"no_improvement_jobs": 3}), tune(completion={"no_improvement_jobs": 4}),
      ("warning", "tune.completion.no_improvement_jobs", "never stops the job early")),
+    (rules_tune.check_tune_completion, tune(completion={"no_improvement_jobs": 3}), tune(completion={"no_improvement_jobs": 2}),
+     ("error", "tune.completion.no_improvement_jobs", "below SageMaker's minimum 3")),
+    # 100 static hyperparameters: the spec's, the SDK's 6 and the tuner's 3 (estimator class and module, objective)
+    (rules_tune.check_tune_limits, {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(91)}},
+     {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(92)}},
+     ("error", "hyperparameters", "101 static hyperparameters")),
 ]
 
 

@@ -70,7 +70,9 @@ def _tuner(tplan: TuningPlan, job):
         low, high = tplan.hyperband
         extra["strategy_config"] = StrategyConfig(HyperbandStrategyConfig(max_resource=high, min_resource=low))
     if tplan.warm_start_type is not None:
-        extra["warm_start_config"] = WarmStartConfig(WarmStartTypes(tplan.warm_start_type), parents=set(tplan.warm_start_parents))
+        warm_start = WarmStartConfig(WarmStartTypes(tplan.warm_start_type), parents=set(tplan.warm_start_parents))
+        warm_start.parents = list(tplan.warm_start_parents)  # the SDK keeps a set: the request's order would vary per run
+        extra["warm_start_config"] = warm_start
     if tplan.no_improvement_jobs is not None or tplan.target is not None or tplan.convergence:
         extra["completion_criteria_config"] = TuningJobCompletionCriteriaConfig(
             max_number_of_training_jobs_not_improving=tplan.no_improvement_jobs,
