@@ -13,7 +13,17 @@ from deepfm_log import emit, format_exported, log
 
 def checkpoint_dir(hp, env):
     """checkpoint_dir hyperparameter; else model_dir when it is a local/EFS path (not S3, not the
-    model output dir); else $SAGEMAKER_BASE_DIR/checkpoints (synced to checkpoint_s3_uri)."""
+    model output dir); else $SAGEMAKER_BASE_DIR/checkpoints (synced to checkpoint_s3_uri). A tuning
+    trial's goes one folder deeper, named after the trial: SageMaker gives every trial the same
+    checkpoint location, and a trial must not restore another's (the TF toolkit does the same to
+    model_dir)."""
+    directory = _shared_checkpoint_dir(hp, env)
+    if env.tuning_trial and env.job_name:
+        return os.path.join(directory, env.job_name)
+    return directory
+
+
+def _shared_checkpoint_dir(hp, env):
     if hp.checkpoint_dir:
         return hp.checkpoint_dir
     model_dir = hp.model_dir

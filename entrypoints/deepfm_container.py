@@ -24,6 +24,8 @@ class ContainerEnv:
     num_cpus: int
     input_data_config: dict = field(default_factory=dict)
     num_gpus: int = 0  # SM_NUM_GPUS: the host's GPUs, whatever this process is pinned to
+    job_name: str = ""  # TRAINING_JOB_NAME: a tuning trial's own name (its hyperparameters name the tuning job)
+    tuning_trial: bool = False  # a trial of a tuning job: hyperparameters.json holds _tuning_objective_metric
 
     @property
     def num_hosts(self):
@@ -59,6 +61,11 @@ def load_env(environ=None):
     if os.path.exists(config_path):
         with open(config_path) as f:
             input_config = json.load(f)
+    hyperparameters_path = os.path.join(os.path.dirname(config_path), "hyperparameters.json")
+    hyperparameters = {}
+    if os.path.exists(hyperparameters_path):
+        with open(hyperparameters_path) as f:
+            hyperparameters = json.load(f)
     hosts = json.loads(env.get("SM_HOSTS", '["algo-1"]'))
     current = env.get("SM_CURRENT_HOST", hosts[0])
     channels = json.loads(env["SM_CHANNELS"]) if "SM_CHANNELS" in env else sorted(input_config)
@@ -66,7 +73,8 @@ def load_env(environ=None):
         base_dir=base, hosts=hosts, current_host=current, channels=sorted(channels),
         model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
         num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1), input_data_config=input_config,
-        num_gpus=int(env.get("SM_NUM_GPUS") or 0))
+        num_gpus=int(env.get("SM_NUM_GPUS") or 0), job_name=env.get("TRAINING_JOB_NAME", ""),
+        tuning_trial="_tuning_objective_metric" in hyperparameters)
 
 
 def resolve_s3_shard(hp, env, channels):

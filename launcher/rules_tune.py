@@ -266,5 +266,17 @@ def check_tune_completion(spec: Spec) -> list[Finding]:
     return []
 
 
+def check_tune_checkpoints(spec: Spec) -> list[Finding]:
+    """A tuning job has one checkpoint location for all its trials (one CheckpointConfig, one static
+    checkpoint_dir). The bundled scripts keep each trial's checkpoints in a folder named after the trial
+    (deepfm_checkpoint.checkpoint_dir); another script restores whatever it finds there."""
+    tune = spec.tune
+    if tune is None or spec.checkpoint_config is None or spec.entry_point in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    return [warning("checkpoints", f"every trial gets the same checkpoint location: unless {spec.entry_point} keeps "
+                                   "each trial's checkpoints apart (under $TRAINING_JOB_NAME, as the bundled scripts "
+                                   "do), a trial restores another's; or set checkpoints: false")]
+
+
 TUNE_RULES = (check_tune_ranges, check_tune_range_values, check_tune_limits, check_tune_objective,
-              check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion)
+              check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion, check_tune_checkpoints)

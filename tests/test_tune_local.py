@@ -26,7 +26,7 @@ TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "ra
 
 
 def tuning_plan(tmp_path, tune=None, hyperparameters=None):
-    path = write_spec(tmp_path, {"tune": tune or TUNE, "data": {"eval": "s3://dfm-test/eval/"},
+    path = write_spec(tmp_path, {"tune": tune or TUNE, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
                                  "hyperparameters": hyperparameters or {"log_steps": 10}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
@@ -75,7 +75,8 @@ def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy,
 def _study(tmp_path, tune, resume=False):
     from launcher.local.tune import LocalTuning
 
-    path = write_spec(tmp_path, {"tune": tune, "data": {"eval": "s3://dfm-test/eval/"}, "hyperparameters": {"log_steps": 10}})
+    path = write_spec(tmp_path, {"tune": tune, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
+                                 "hyperparameters": {"log_steps": 10}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     tplan = build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")

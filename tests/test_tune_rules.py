@@ -67,6 +67,8 @@ TUNE_CASES = [
      ("warning", "tune.completion.no_improvement_jobs", "never stops the job early")),
     (rules_tune.check_tune_completion, tune(completion={"no_improvement_jobs": 3}), tune(completion={"no_improvement_jobs": 2}),
      ("error", "tune.completion.no_improvement_jobs", "below SageMaker's minimum 3")),
+    (rules_tune.check_tune_checkpoints, tune(), {**tune(), **USER_SCRIPT},
+     ("warning", "checkpoints", "unless train.py keeps each trial's checkpoints apart")),
     # 100 static hyperparameters: the spec's, the SDK's 6 and the tuner's 3 (estimator class and module, objective)
     (rules_tune.check_tune_limits, {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(91)}},
      {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(92)}},
@@ -88,3 +90,25 @@ def test_grid_size_is_the_product_of_the_value_counts(tmp_path):
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     assert grid_size(compiled.spec.tune) == 6
+
+
+def test_each_tuning_trial_of_a_bundled_script_checkpoints_in_its_own_folder(tmp_path, monkeypatch):
+    """SageMaker syncs one checkpoint location to every trial: without a folder per trial, a trial restored
+    the previous trial's checkpoint (of another embedding_size: a crash; of the same shape: its weights and
+    step). A job that is not a tuning trial keeps the location as given (a new job may resume from it)."""
+    import entry_support as es
+    import deepfm_checkpoint
+    import deepfm_container
+    import deepfm_hparams
+
+    hp = deepfm_hparams.parse_hyperparameters(["--checkpoint_dir", "/opt/ml/checkpoints"])
+    folders = []
+    for trial in ("deepfm-ps-261124-1200-001-a1b2c3d4", "deepfm-ps-261124-1200-002-e5f6a7b8"):
+        environ = es.make_container(tmp_path / trial, ["train"], hyperparameters={"_tuning_objective_metric": "eval:auc"})
+        environ["TRAINING_JOB_NAME"] = trial
+        folders.append(deepfm_checkpoint.checkpoint_dir(hp, deepfm_container.load_env(environ)))
+    assert folders == ["/opt/ml/checkpoints/deepfm-ps-261124-1200-001-a1b2c3d4",
+                       "/opt/ml/checkpoints/deepfm-ps-261124-1200-002-e5f6a7b8"]
+    plain = es.make_container(tmp_path / "plain", ["train"])
+    plain["TRAINING_JOB_NAME"] = "deepfm-ps-261124-1200"
+    assert deepfm_checkpoint.checkpoint_dir(hp, deepfm_container.load_env(plain)) == "/opt/ml/checkpoints"
