@@ -114,7 +114,7 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
 
 def _local(spec, tplan, output: str, resume: bool) -> None:
     from launcher import tune_report
-    from launcher.local.tune import LocalTuning
+    from launcher.local.tune import INTERRUPTED, LocalTuning
 
     try:
         import optuna  # noqa: F401
@@ -137,7 +137,7 @@ def _local(spec, tplan, output: str, resume: bool) -> None:
         click.echo(json.dumps(document, indent=2, default=str))
     else:
         click.echo(tune_report.render_study(document))
-    if tuning.stopping:
+    if tuning.stopping == INTERRUPTED:
         echo(f"[dfm tune] interrupted: `dfm tune {spec.path} --local --resume` continues {tplan.name}")
         raise SystemExit(130)
 

@@ -13,7 +13,7 @@ from launcher.rules_request import JOB_NAME
 from launcher.spec import Spec, did_you_mean
 from launcher.spec_tune import CategoricalRange, ContinuousRange, IntegerRange
 from launcher.tuning_plan import (MAX_TUNING_BASE_NAME, MAX_TUNING_JOB_NAME, TUNER_HYPERPARAMETERS, grid_size,
-                                  tuning_base_name)
+                                  objective_schedule, tuning_base_name)
 
 RANGE_SHAPES = {"continuous": "ContinuousParameterRanges", "integer": "IntegerParameterRanges",
                 "categorical": "CategoricalParameterRanges"}
@@ -235,6 +235,29 @@ def check_tune_strategy(spec: Spec) -> list[Finding]:
     return problems
 
 
+def check_tune_hyperband_resource(spec: Spec) -> list[Finding]:
+    """Hyperband's resource is the number of objective values a trial has printed: a max_resource above what a
+    trial prints is never reached (nothing is stopped at the top rungs), one below cuts every trial short."""
+    tune = spec.tune
+    if tune is None or tune.strategy != "hyperband" or tune.hyperband is None or spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
+        return []
+    high, metric = tune.hyperband.max_resource, tune.objective.metric
+    while_running, lines = objective_schedule(spec)
+    if lines is None:
+        return [warning("tune.hyperband.max_resource", f"dfm cannot tell how many {metric} lines a trial prints (Hyperband's "
+                                                       "resource): evaluate after each epoch (eval_steps 0, max_resource = "
+                                                       "epochs), or set epochs: 0 and max_steps (max_resource = "
+                                                       "max_steps / eval_steps)")]
+    if high > lines:
+        return [error("tune.hyperband.max_resource", f"a trial prints {metric} {lines} time(s) and Hyperband counts those: "
+                                                     f"max_resource {high} is never reached; set max_resource: {lines}, or "
+                                                     "evaluate more often (epochs, eval_steps)")]
+    if high < lines:
+        return [warning("tune.hyperband.max_resource", f"SageMaker stops every trial at its {high}th {metric} line, before "
+                                                       f"the {lines} it would print: set max_resource: {lines}, or train less")]
+    return []
+
+
 def check_tune_cluster(spec: Spec) -> list[Finding]:
     if spec.tune is None or spec.ps_group is None:
         return []
@@ -279,4 +302,5 @@ def check_tune_checkpoints(spec: Spec) -> list[Finding]:
 
 
 TUNE_RULES = (check_tune_ranges, check_tune_range_values, check_tune_limits, check_tune_objective,
-              check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion, check_tune_checkpoints)
+              check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion, check_tune_checkpoints,
+              check_tune_hyperband_resource)

@@ -51,6 +51,8 @@ def trial_rows(study) -> list[dict[str, Any]]:
         if t.state.name in ("WAITING",):
             continue
         state = "interrupted" if t.user_attrs.get("interrupted") else t.state.name.lower()
+        if state == "fail" and t.user_attrs.get("stopped"):
+            state = "stopped"
         # a pruned trial's value is its last intermediate (training-side) report, not the objective
         objective = t.value if state == "complete" else None
         last = max(t.intermediate_values.items())[1] if t.intermediate_values else None
@@ -58,7 +60,7 @@ def trial_rows(study) -> list[dict[str, Any]]:
                      "last_report": last,
                      "seconds": t.user_attrs.get("seconds"), "baseline": bool(t.user_attrs.get("baseline")),
                      "retry_of": t.user_attrs.get("retry_of"), "job_dir": t.user_attrs.get("job_dir"),
-                     "failure": t.user_attrs.get("failure")})
+                     "failure": t.user_attrs.get("failure"), "stopped": t.user_attrs.get("stopped")})
     return rows
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.plan import Plan
+from launcher.rules_hparams import evaluates_while_training, script_values
 from launcher.spec_tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
@@ -55,6 +56,8 @@ class TuningPlan:
     target: float | None = None
     convergence: bool = False
     random_seed: int | None = None
+    objective_while_running: bool = False  # trials print the objective's own lines before their end
+    objective_lines: int | None = None  # objective lines a trial prints, when the spec alone tells
     cost: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -80,6 +83,28 @@ def grid_size(tune: Any) -> int:
     if not all(isinstance(rng, CategoricalRange) for rng in tune.ranges.values()):
         return 0
     return math.prod(len(rng.values) for rng in tune.ranges.values())
+
+
+SCHEDULE_HYPERPARAMETERS = ("epochs", "max_steps", "eval_steps")
+
+
+def objective_schedule(spec: Any) -> tuple[bool, int | None]:
+    """(whether a trial prints its `eval:` objective while it runs, how many such lines it prints when the spec
+    alone tells) for the bundled scripts: one per epoch with eval_steps 0, one per eval_steps steps up to
+    max_steps with epochs 0, one at the end otherwise. Hyperband's resource is that count (SageMaker counts
+    the objective's values). best_of may repeat the best evaluation's line once more at the end."""
+    values = script_values(spec)
+    if values is None or not spec.tune.objective.metric.startswith("eval:") or spec.data.eval is None:
+        return False, None
+    if not evaluates_while_training(spec, values):
+        return False, 1
+    if set(SCHEDULE_HYPERPARAMETERS) & set(spec.tune.ranges):
+        return True, None
+    if not values.eval_steps:
+        return True, values.epochs or None  # epochs 0: as many passes over the data as max_steps takes
+    if not values.epochs and values.max_steps:
+        return True, math.ceil(values.max_steps / values.eval_steps)
+    return True, None  # every eval_steps steps of data whose size dfm does not know
 
 
 def _range(name: str, rng: Any) -> TuningRange:
@@ -108,6 +133,7 @@ def build_tuning_plan(spec: Any, training: Plan, *, name: str | None = None) -> 
     tune = spec.tune
     max_jobs = grid_size(tune) if tune.strategy == "grid" else tune.max_jobs
     completion = tune.completion
+    while_running, lines = objective_schedule(spec)
     plan = TuningPlan(
         name=name or tuning_job_name(spec),
         training=training,
@@ -126,5 +152,7 @@ def build_tuning_plan(spec: Any, training: Plan, *, name: str | None = None) -> 
         target=completion.target if completion else None,
         convergence=bool(completion and completion.convergence),
         random_seed=tune.random_seed,
+        objective_while_running=while_running,
+        objective_lines=lines,
     )
     return TuningPlan(**{**plan.__dict__, "cost": _cost(training, max_jobs, plan.rounds)})

@@ -17,6 +17,7 @@ import yaml
 
 from launcher.compile import compile_spec
 from launcher.local import tune_search as search
+from launcher.local.progress import parse_metric_line
 from launcher.tuning_plan import build_tuning_plan
 from spec_helpers import write_spec
 
@@ -26,8 +27,9 @@ TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "ra
 
 
 def tuning_plan(tmp_path, tune=None, hyperparameters=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = write_spec(tmp_path, {"tune": tune or TUNE, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
-                                 "hyperparameters": hyperparameters or {"log_steps": 10}})
+                                 "hyperparameters": hyperparameters or {"log_steps": 10, "epochs": 3}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     return build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")
@@ -35,10 +37,11 @@ def tuning_plan(tmp_path, tune=None, hyperparameters=None):
 
 # --- the search's pieces ---------------------------------------------------------------------------------
 def test_reports_compare_trials_after_the_same_number_of_examples(tmp_path):
-    """Unit = the largest batch (256) x log_steps (10): a 128-batch trial reports once per 20 steps."""
-    tplan = tuning_plan(tmp_path)
-    unit = search.report_unit(tplan, {"batch_size": 1024, "log_steps": 100})
-    assert unit == 2560
+    """A trial that evaluates once, at its end, reports train:auc; unit = the largest batch (256) x log_steps
+    (10): a 128-batch trial reports once per 20 steps."""
+    tplan = tuning_plan(tmp_path, hyperparameters={"log_steps": 10})
+    metric, unit = search.report_plan(tplan, {"batch_size": 1024, "log_steps": 100})
+    assert (metric, unit) == ("train:auc", 2560)
     small = search.Reports("train:auc", 128, unit)
     line = "[dfm] train step={} loss=0.5 auc={} examples_per_sec=100"
     fed = [small.feed("algo-1/worker", ("train", {"auc": s / 100, "loss": 0.5}), line.format(s, s / 100))
@@ -46,6 +49,27 @@ def test_reports_compare_trials_after_the_same_number_of_examples(tmp_path):
     assert fed == [[], [(1, 0.2)], [], [(2, 0.4)], [(3, 0.6)]]
     other = small.feed("algo-2/worker", ("train", {"auc": 0.9}), line.format(80, 0.9))
     assert other == []  # one process's lines count
+
+
+def test_trials_that_evaluate_while_running_report_the_objective_itself(tmp_path):
+    """Pruning compared train:auc, measured with dropout on: biased against the dropout and l2_dense a search
+    tunes. Wherever trials print eval lines before their end, the reports are the objective's."""
+    every = tuning_plan(tmp_path, hyperparameters={"log_steps": 10, "eval_steps": 20})
+    metric, unit = search.report_plan(every, {"batch_size": 1024, "log_steps": 100})
+    assert (metric, unit) == ("eval:auc", 256 * 20)
+    reports = search.Reports(metric, 128, unit)
+    fed = [reports.feed("algo-1/worker", parse_metric_line(line), line) for line in (
+        "[dfm] train step=20 loss=0.5 auc=0.99 examples_per_sec=100",  # training-side: not reported
+        "[dfm] eval step=20 loss=0.6 auc=0.61", "[dfm] eval step=40 loss=0.6 auc=0.62",
+        "[dfm] eval step=60 loss=0.6 auc=0.63", "[dfm] eval step=80 loss=0.6 auc=0.64")]
+    assert fed == [[], [], [(1, 0.62)], [], [(2, 0.64)]]  # a 128-batch trial: once per 40 steps (5120 examples)
+    per_epoch = tuning_plan(tmp_path / "epochs", hyperparameters={"log_steps": 10, "epochs": 3})
+    assert search.report_plan(per_epoch, {}) == ("eval:auc", None)  # one report per evaluation
+    hyperband = tuning_plan(tmp_path / "hyperband", {**TUNE, "strategy": "hyperband",
+                                                     "hyperband": {"min_resource": 1, "max_resource": 3}},
+                            hyperparameters={"log_steps": 10, "epochs": 0, "max_steps": 60, "eval_steps": 20})
+    assert hyperband.objective_lines == 3
+    assert search.report_plan(hyperband, {}) == ("eval:auc", None)  # Hyperband's resource: objective values
 
 
 def test_the_untuned_values_are_the_first_trial_only_when_inside_the_ranges(tmp_path):
@@ -58,7 +82,7 @@ def test_the_untuned_values_are_the_first_trial_only_when_inside_the_ranges(tmp_
 @pytest.mark.parametrize("strategy, extra, sampler, pruner", [
     ("bayesian", {"early_stopping": "auto"}, "TPESampler", "MedianPruner"),
     ("random", {}, "RandomSampler", "NopPruner"),
-    ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 9}}, "RandomSampler", "HyperbandPruner"),
+    ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}}, "RandomSampler", "HyperbandPruner"),
     ("grid", {"ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}},
               "max_jobs": None, "max_parallel_jobs": 1}, "GridSampler", "NopPruner"),
 ])
@@ -76,7 +100,7 @@ def _study(tmp_path, tune, resume=False):
     from launcher.local.tune import LocalTuning
 
     path = write_spec(tmp_path, {"tune": tune, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
-                                 "hyperparameters": {"log_steps": 10}})
+                                 "hyperparameters": {"log_steps": 10, "epochs": 3}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     tplan = build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")
@@ -223,3 +247,49 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
     assert sorted(os.listdir(runs / name)) == sorted(
         [f"{name}-000", f"{name}-001", f"{name}-002", f"{name}-000.txt", f"{name}-001.txt", f"{name}-002.txt",
          "study.journal", "tuning.json", "study.png", "study.json"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sample):
+    """Hyperband's resource is the count of objective values (SageMaker's): a trial that would print about six
+    eval lines (eval_steps 4, ~23 steps) stops after its 2nd, with that line's value as its objective."""
+    spec = tiny_spec(tmp_path, sample, strategy="hyperband", max_jobs=1, max_parallel_jobs=1,
+                     hyperband={"min_resource": 1, "max_resource": 2}, ranges={"learning_rate": {"min": 0.001, "max": 0.1}})
+    config = yaml.safe_load(spec.read_text())
+    config["hyperparameters"] = {**config["hyperparameters"], "eval_steps": 4, "batch_size": 128}
+    spec.write_text(yaml.safe_dump(config))
+    result = dfm("tune", str(spec), "--local", "--output", "json", "--job-name", "tiny-261124-000002", timeout=380)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (trial,) = json.loads(result.stdout)["trials"]
+    assert trial["state"] == "complete" and trial["stopped"] == "reached max_resource 2"
+    log = "".join(p.read_text() for p in (Path(trial["job_dir"]) / "logs").glob("*.log"))
+    evals = [parse_metric_line(line)[1]["auc"] for line in log.splitlines() if line.startswith("[dfm] eval step=")]
+    assert 2 <= len(evals) < 5 and trial["objective"] == pytest.approx(evals[1])  # stopped long before its end
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sample):
+    """The study's clock jumps past max_runtime_s once trial 0 started: trial 0 stops, trial 1 never starts,
+    and the time spent is kept for a --resume."""
+    from launcher.local.tune import ELAPSED, LocalTuning
+
+    spec_path = tiny_spec(tmp_path, sample, max_runtime_s=600, max_parallel_jobs=1)
+    compiled = compile_spec(str(spec_path), env={})
+    assert compiled.ok, compiled.errors
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tiny-261124-000003")
+    late, lines = [0.0], []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if "trial 0 started" in line:
+            late[0] = 10_000.0
+
+    tuning = LocalTuning(tplan, compiled.spec, tmp_path / "runs", echo=echo, clock=lambda: time.monotonic() + late[0])
+    study = tuning.run()
+    (trial,) = study.get_trials()
+    assert trial.state.name == "FAIL" and "max_runtime_s (600 s) ran out" in trial.user_attrs["stopped"]
+    assert any("max_runtime_s (600 s) ran out: 1 running trial(s) stopped" in line for line in lines)
+    assert study.user_attrs[ELAPSED] >= 10_000
+    assert _processes_under(tmp_path / "runs") == []

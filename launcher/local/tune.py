@@ -29,6 +29,9 @@ from launcher.tuning_plan import TuningPlan
 STUDY_FILE = "study.journal"
 PLAN_FILE = "tuning.json"
 INTERRUPTED = "interrupted"
+MAX_RUNTIME = "max_runtime"  # the study's max_runtime_s ran out: running trials stop, none starts
+MAX_RESOURCE = "max_resource"  # Hyperband: a trial that reached max_resource stops, its objective there
+ELAPSED = "elapsed_s"  # the study's run time in earlier sessions (a user attribute of the study)
 
 
 class TrialRun(LocalRun):
@@ -56,6 +59,7 @@ class Active:
     started: float
     hyperparameters: dict[str, Any]
     stop_reason: str | None = None
+    value_at_stop: float | None = None
 
 
 @dataclass
@@ -68,6 +72,7 @@ class LocalTuning:
     active: dict[int, Active] = field(default_factory=dict)
     events: "queue.Queue" = field(default_factory=queue.Queue)
     stopping: str | None = None
+    clock: Callable[[], float] = time.monotonic
 
     @property
     def folder(self) -> Path:
@@ -152,12 +157,12 @@ class LocalTuning:
         request = build_request(plan)
         defaults = contract.bundled_hparams().DEFAULTS
         batch = int(plan.hyperparameters.get("batch_size", defaults["batch_size"]))
-        reports = search.Reports(search.intermediate_metric(self.tplan.objective_metric), batch,
-                                 search.report_unit(self.tplan, defaults))
+        metric, unit = search.report_plan(self.tplan, defaults)
+        reports = search.Reports(metric, batch, unit)
         run = TrialRun(request, trial.number, self.events, reports)
         thread = threading.Thread(target=self._trial_thread, args=(run,), name=f"trial-{trial.number}", daemon=True)
         trial.set_user_attr("job_dir", str(request.job_dir))
-        self.active[trial.number] = Active(trial, run, thread, time.monotonic(), values)
+        self.active[trial.number] = Active(trial, run, thread, self.clock(), values)
         thread.start()
 
     def _trial_thread(self, run: TrialRun) -> None:
@@ -182,12 +187,18 @@ class LocalTuning:
         active = self.active.pop(number)
         active.thread.join()
         trial = active.trial
-        trial.set_user_attr("seconds", round(time.monotonic() - active.started, 1))
+        trial.set_user_attr("seconds", round(self.clock() - active.started, 1))
         (Path(active.run.request.job_dir).parent / f"{active.run.request.job_name}.txt").write_text("\n".join(active.run.lines) + "\n")
         objective = self._objective(active.run)
         if active.stop_reason == "pruned":
             study.tell(trial, state=State.PRUNED)
-        elif active.stop_reason == INTERRUPTED or (self.stopping and code != 0):
+        elif active.stop_reason == MAX_RESOURCE:
+            trial.set_user_attr("stopped", f"reached max_resource {self.tplan.hyperband[1]}")
+            study.tell(trial, active.value_at_stop)
+        elif active.stop_reason == MAX_RUNTIME:
+            trial.set_user_attr("stopped", f"the study's max_runtime_s ({self.tplan.max_runtime_s} s) ran out")
+            study.tell(trial, state=State.FAIL)
+        elif active.stop_reason == INTERRUPTED or (self.stopping == INTERRUPTED and code != 0):
             trial.set_user_attr(INTERRUPTED, True)
             study.tell(trial, state=State.FAIL)
         elif code == 0 and objective is not None:
@@ -204,6 +215,10 @@ class LocalTuning:
         if active.trial.should_prune():
             active.stop_reason = "pruned"
             active.run.stop("pruned")
+        elif self.tplan.hyperband is not None and step >= self.tplan.hyperband[1] \
+                and active.run.reports.kind == self.tplan.objective_metric.partition(":")[0]:
+            active.stop_reason, active.value_at_stop = MAX_RESOURCE, value  # SageMaker stops it there too
+            active.run.stop(MAX_RESOURCE)
 
     def stop_all(self, reason: str) -> None:
         self.stopping = reason
@@ -223,8 +238,14 @@ class LocalTuning:
             text += f", best {self.tplan.objective_metric}={top.value:.4f} (trial {top.number})"
         return text
 
+    def _out_of_time(self, study, session_start: float) -> bool:
+        if self.tplan.max_runtime_s is None:
+            return False
+        return study.user_attrs.get(ELAPSED, 0.0) + self.clock() - session_start >= self.tplan.max_runtime_s
+
     def run(self, *, resume: bool = False):
         study = self.open_study(resume)
+        session_start = self.clock()
         previous = {}
         if threading.current_thread() is threading.main_thread():
             def on_signal(signum, _frame):
@@ -233,6 +254,10 @@ class LocalTuning:
             previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while True:
+                if not self.stopping and self._out_of_time(study, session_start):
+                    self.echo(f"[dfm tune] max_runtime_s ({self.tplan.max_runtime_s} s) ran out: "
+                              f"{len(self.active)} running trial(s) stopped, no more started")
+                    self.stop_all(MAX_RUNTIME)
                 enough = len(self.counted(study)) + len(self.active) >= self.tplan.max_jobs
                 while not self.stopping and not enough and len(self.active) < self.tplan.max_parallel_jobs \
                         and not self._completion_met(study):
@@ -260,4 +285,5 @@ class LocalTuning:
                     active.thread.join()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            study.set_user_attr(ELAPSED, round(study.user_attrs.get(ELAPSED, 0.0) + self.clock() - session_start, 1))
         return study

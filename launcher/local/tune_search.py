@@ -16,7 +16,7 @@ from launcher.tuning_plan import TuningPlan
 # A pruned trial must first have reported this many times, and the median needs this many finished trials.
 WARMUP_REPORTS = 1
 STARTUP_TRIALS = 3
-_STEP = re.compile(r"\[dfm\] train step=(\d+)")
+_STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")
 
 
 def sampler(tplan: TuningPlan, trials_so_far: int = 0):
@@ -84,20 +84,38 @@ def baseline(tplan: TuningPlan, defaults: dict[str, Any]) -> dict[str, Any] | No
 
 
 def intermediate_metric(objective: str) -> str:
-    """The metric a trial reports while it runs: the objective's training-side twin (`eval:auc` ->
-    `train:auc`), since the bundled scripts evaluate once, at the end."""
+    """The training-side twin of an objective (`eval:auc` -> `train:auc`): what a trial that evaluates only at
+    its end reports while it runs. Those values come with dropout and the L2 penalty on: they favour little of
+    either, which the objective on held-out data need not."""
     kind, _, name = objective.partition(":")
     return f"train:{name}" if kind == "eval" else objective
 
 
-class Reports:
-    """Turns a trial's metric lines into (resource, value) reports at the same points for every trial:
-    resource k once k x `unit` examples were trained (unit: the largest batch size x log_steps), so trials
-    with different batch sizes are compared after the same amount of data."""
+def report_plan(tplan: TuningPlan, defaults: dict[str, Any]) -> tuple[str, int | None]:
+    """(the metric a trial reports while it runs, the examples one report stands for; None: one report per line).
 
-    def __init__(self, metric: str, batch_size: int, unit: int):
+    The objective itself wherever a trial prints it while running, as SageMaker's early stopping reads it:
+    per evaluation with Hyperband (its resource is the count of objective values) and after each epoch; with
+    eval_steps, per (largest batch x eval_steps) examples, so trials of different batch sizes are compared
+    after the same data. Otherwise the objective's training-side twin, per (largest batch x log_steps)."""
+    hyperparameters = {**defaults, **tplan.training.hyperparameters}
+    if tplan.objective_while_running:
+        eval_steps = int(hyperparameters.get("eval_steps") or 0)
+        if tplan.strategy == "Hyperband" or not eval_steps:
+            return tplan.objective_metric, None
+        return tplan.objective_metric, _largest_batch(tplan, hyperparameters) * eval_steps
+    return intermediate_metric(tplan.objective_metric), \
+        _largest_batch(tplan, hyperparameters) * int(hyperparameters.get("log_steps", 100))
+
+
+class Reports:
+    """Turns a trial's metric lines into (resource, value) reports at the same points for every trial: with a
+    `unit`, resource k once k x unit examples were trained (the line's step x the trial's batch size); without
+    one, resource k at the k-th line."""
+
+    def __init__(self, metric: str, batch_size: int, unit: int | None):
         self.kind, _, self.name = metric.partition(":")
-        self.batch_size, self.unit = batch_size, max(1, unit)
+        self.batch_size, self.unit = batch_size, unit and max(1, unit)
         self.reported = 0
         self.label: str | None = None  # the one process whose lines count (the first that reports)
 
@@ -109,7 +127,7 @@ class Reports:
         if label != self.label:
             return []
         step = _STEP.search(line)
-        if step is None:  # an eval line: no step count of examples, one report after the last
+        if not self.unit or step is None:
             self.reported += 1
             return [(self.reported, parsed[1][self.name])]
         reached = int(step.group(1)) * self.batch_size // self.unit
@@ -118,10 +136,6 @@ class Reports:
         return out
 
 
-def report_unit(tplan: TuningPlan, defaults: dict[str, Any]) -> int:
-    hyperparameters = tplan.training.hyperparameters
-    batches = [int(v) for rng in tplan.ranges if rng.name == "batch_size"
-               for v in (rng.values or (rng.max,))]
-    batch = max(batches) if batches else int(hyperparameters.get("batch_size", defaults.get("batch_size", 1)))
-    log_steps = int(hyperparameters.get("log_steps", defaults.get("log_steps", 100)))
-    return batch * log_steps
+def _largest_batch(tplan: TuningPlan, hyperparameters: dict[str, Any]) -> int:
+    batches = [int(v) for rng in tplan.ranges if rng.name == "batch_size" for v in (rng.values or (rng.max,))]
+    return max(batches) if batches else int(hyperparameters.get("batch_size", 1))
