@@ -58,19 +58,9 @@ def _training_status_text(summary: dict) -> str:
 
 
 def _tuning_status_text(summary: dict) -> str:
-    trials, objective = summary["trials"], summary["objective"]
-    lines = [f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
-             f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
-             f"{trials['failed']} failed (of {summary['max_jobs']})"]
-    if summary.get("best"):
-        best = summary["best"]
-        lines.append(f"best: {best['job_name']} {objective['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}")
-    for trial in summary.get("trial_list", []):
-        lines.append(f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}")
-    if summary.get("failure_reason"):
-        lines.append(f"failure: {summary['failure_reason']}")
-    lines.append(summary["console_url"])
-    return "\n".join(lines)
+    from launcher import tune_report
+
+    return tune_report.render_sagemaker(summary)
 
 
 def _processing_status_text(summary: dict) -> str:
@@ -87,14 +77,25 @@ STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text,
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="A tuning job: draw the objective of its trials into this PNG (as `dfm tune --local` does).")
 @KIND
 @REGION
 @OUTPUT
-def status(job_name: str, kind: str | None, region: str | None, output: str) -> None:
-    """Show a job's state (a tuning job's: trials and the best). Exits 1 when it failed or was stopped."""
+def status(job_name: str, kind: str | None, region: str | None, output: str, plot_path: str | None) -> None:
+    """Show a job's state (a tuning job's: trials, the best and its `dfm launch` line). Exits 1 when it failed or was stopped."""
     from launcher.sagemaker_backend.jobs import raise_for_outcome
 
     found, summary = _kinds().find(job_name, region, kind)
+    if found.name == "tuning":
+        from pathlib import Path
+
+        from launcher import tune_report
+
+        report = tune_report.sagemaker_document(summary)
+        if plot_path:
+            tune_report.write_plot(report, Path(plot_path), lambda line: click.echo(line, err=True))
+        summary = {**summary, "launch": report["launch"], "plot": report["plot"]}
     click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else STATUS_TEXT[found.name](summary))
     raise_for_outcome(summary)
 

@@ -50,13 +50,19 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
 @click.option("--local", "local", is_flag=True, help="Run the search on this machine: each trial a local run on the spec's local: channels.")
 @click.option("--resume", is_flag=True, help="--local: continue the study of --job-name (default: the newest of this spec) after a Ctrl-C.")
 @click.option("--job-name", help="The tuning job's name (default: tune.name or the spec's name + -YYMMDD-HHMMSS).")
+@click.option("--wait", is_flag=True, help="After submitting, follow the tuning job to its end: its trials, the best "
+                                           "as a `dfm launch` line and the plot; exit 1 if it failed or was stopped.")
+@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=30.0, show_default=True,
+              help="Seconds between polls with --wait.")
 @SET
 @OUTPUT
-def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str | None,
-         overrides: tuple[str, ...], output: str) -> None:
+def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str | None, wait: bool,
+         poll_seconds: float, overrides: tuple[str, ...], output: str) -> None:
     """Tune a spec's hyperparameters: SageMaker automatic model tuning, or (--local) the same search here."""
     if resume and not local:
         raise DfmError("--resume continues a --local study")
+    if wait and (dry_run or local):
+        raise DfmError("--wait follows a submitted tuning job: drop --dry-run / --local")
     if dry_run and local:
         raise DfmError("--local --dry-run is not supported: `dfm launch SPEC --local --dry-run` shows one trial's run")
     if resume and job_name is None:
@@ -74,8 +80,28 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
 
         echo = click.echo if output == "text" else _echo_err
         name = tuning.submit(tplan, echo=echo)
-        if output == "json":
+        if wait:
+            _wait(spec, tplan, output, poll_seconds)
+        elif output == "json":
             click.echo(json.dumps({"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}))
+
+
+def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
+    """Follow the submitted job; at its end the same report as a local study's: study.json and study.png in
+    <local.run_dir>/<tuning job>/, the trials and the best trial's `dfm launch` line."""
+    from launcher import tune_report
+    from launcher.sagemaker_backend import tuning_jobs
+    from launcher.sagemaker_backend.jobs import raise_for_outcome
+
+    summary = tuning_jobs.wait(tplan.name, tplan.training.region, echo=_echo_err, poll_seconds=poll_seconds)
+    document = tune_report.sagemaker_document(summary, spec.path)
+    folder = Path(tplan.training.local.run_dir) / tplan.name
+    folder.mkdir(parents=True, exist_ok=True)
+    tune_report.write_plot(document, folder / tune_report.PLOT_FILE, _echo_err)
+    (folder / "study.json").write_text(json.dumps(document, indent=1, default=str))
+    summary = {**summary, "launch": document["launch"], "plot": document["plot"]}
+    click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else tune_report.render_sagemaker(summary))
+    raise_for_outcome(summary)
 
 
 def _dry_run(tplan, output: str) -> None:
@@ -127,11 +153,7 @@ def _local(spec, tplan, output: str, resume: bool) -> None:
     status("")
     rows = tune_report.trial_rows(study)
     document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)
-    try:
-        tune_report.plot(document, tuning.folder / tune_report.PLOT_FILE)
-    except ImportError:
-        echo("[dfm tune] no plot: matplotlib is not installed (pip install 'dfm[tune]')")
-    document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)
+    tune_report.write_plot(document, tuning.folder / tune_report.PLOT_FILE, echo)
     (tuning.folder / "study.json").write_text(json.dumps(document, indent=1, default=str))
     if output == "json":
         click.echo(json.dumps(document, indent=2, default=str))

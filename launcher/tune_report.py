@@ -76,6 +76,10 @@ def overrides(row: dict) -> list[str]:
     return [f"--set hyperparameters.{name}={json.dumps(value)}" for name, value in row["hyperparameters"].items()]
 
 
+def launch_line(spec_path: str, best: dict | None) -> str | None:
+    return (f"dfm launch {shlex.quote(spec_path)} " + " ".join(overrides(best))) if best else None
+
+
 def study_document(tplan: TuningPlan, rows: list[dict], folder: Path, spec_path: str) -> dict[str, Any]:
     best = best_row(rows, tplan.maximize)
     baseline = next((r for r in rows if r["baseline"] and r["state"] == "complete"), None)
@@ -84,8 +88,58 @@ def study_document(tplan: TuningPlan, rows: list[dict], folder: Path, spec_path:
         "goal": tplan.objective_type.lower(), "strategy": tplan.strategy, "trials": rows,
         "best": best, "baseline_objective": baseline["objective"] if baseline else None,
         "plot": str(folder / PLOT_FILE) if (folder / PLOT_FILE).exists() else None,
-        "launch": (f"dfm launch {shlex.quote(spec_path)} " + " ".join(overrides(best))) if best else None,
+        "launch": launch_line(spec_path, best),
     }
+
+
+def sagemaker_document(summary: dict[str, Any], spec_path: str = "SPEC") -> dict[str, Any]:
+    """A submitted tuning job's summary (sagemaker_backend.tuning_jobs) in a local study's shape: its trials as
+    rows (numbered in the order of their names), SageMaker's best trial, the `dfm launch` line and the plot's input."""
+    listed = sorted(summary.get("trial_list") or [], key=lambda t: t["job_name"])
+    rows = [{"trial": number, "job_name": t["job_name"], "hyperparameters": t["hyperparameters"],
+             "objective": t["objective"], "state": "complete" if t["status"] == "Completed" else (t["status"] or "").lower(),
+             "last_report": None, "seconds": None, "baseline": False, "retry_of": None, "job_dir": None,
+             "failure": t.get("failure_reason"), "stopped": None}
+            for number, t in enumerate(listed)]
+    best = summary.get("best")
+    best = next((r for r in rows if best and r["job_name"] == best["job_name"]), None) or \
+        ({"trial": None, "job_name": best["job_name"], "hyperparameters": best["hyperparameters"],
+          "objective": best["objective"]} if best else None)
+    objective = summary["objective"]
+    return {"tuning_job": summary["job_name"], "objective": objective["metric"], "goal": (objective["type"] or "").lower(),
+            "strategy": summary.get("strategy"), "ranges": summary.get("ranges") or [], "trials": rows, "best": best,
+            "launch": launch_line(spec_path, best), "plot": None}
+
+
+def render_sagemaker(summary: dict[str, Any]) -> str:
+    """`dfm status` of a tuning job (and the end of `dfm tune --wait`): counts, best, each trial, and the summary's
+    `launch` line and `plot` (sagemaker_document's) when it has them."""
+    trials, objective = summary["trials"], summary["objective"]
+    lines = [f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
+             f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
+             f"{trials['failed']} failed (of {summary['max_jobs']})"]
+    if summary.get("best"):
+        best = summary["best"]
+        lines.append(f"best: {best['job_name']} {objective['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}")
+    for trial in summary.get("trial_list", []):
+        lines.append(f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}")
+    if summary.get("failure_reason"):
+        lines.append(f"failure: {summary['failure_reason']}")
+    if summary.get("launch"):
+        lines.append(f"launch it: {summary['launch']}")
+    if summary.get("plot"):
+        lines.append(f"plot: {summary['plot']}")
+    lines.append(summary["console_url"])
+    return "\n".join(lines)
+
+
+def write_plot(document: dict[str, Any], path: Path, echo) -> None:
+    """Draw the plot into `path` and name it in the document (matplotlib missing: a note instead)."""
+    try:
+        if plot(document, path) is not None:
+            document["plot"] = str(path)
+    except ImportError:
+        echo("[dfm tune] no plot: matplotlib is not installed (pip install 'dfm[tune]')")
 
 
 def render_study(document: dict[str, Any]) -> str:

@@ -118,21 +118,32 @@ def trial(name: str, status: str, value: float | None, **tuned: str) -> dict:
     return summary
 
 
+BEST = trial(f"{NAME}-002-abc", "Completed", 0.7412, learning_rate="0.004", batch_size='"1024"')
+TRIALS = {"TrainingJobSummaries": [
+    BEST, trial(f"{NAME}-001-abc", "Completed", 0.7301, learning_rate="0.02", batch_size='"512"'),
+    trial(f"{NAME}-003-abc", "Stopped", None, learning_rate="0.09", batch_size='"512"')]}
+
+
+def described(status: str, completed: int = 2, running: int = 1) -> dict:
+    return {
+        "HyperParameterTuningJobName": NAME, "HyperParameterTuningJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:hyper-parameter-tuning-job/{NAME}",
+        "HyperParameterTuningJobConfig": {
+            "Strategy": "Bayesian", "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2},
+            "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "eval:auc"},
+            "ParameterRanges": {"ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.001", "MaxValue": "0.1",
+                                                               "ScalingType": "Logarithmic"}],
+                                "CategoricalParameterRanges": [{"Name": "batch_size", "Values": ["512", "1024"]}]}},
+        "HyperParameterTuningJobStatus": status, "CreationTime": datetime.datetime(2026, 11, 24),
+        "TrainingJobStatusCounters": {"Completed": completed, "InProgress": running, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 1},
+        "ObjectiveStatusCounters": {"Succeeded": completed, "Pending": running, "Failed": 0}, "BestTrainingJob": BEST}
+
+
 def test_status_finds_the_tuning_job_and_gives_counts_best_and_each_trial(monkeypatch, aws, capsys):
     stub = stubbed(monkeypatch)
     # no --kind: dfm asks for a training job of that name first, then a tuning job
     stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
-    best = trial(f"{NAME}-002-abc", "Completed", 0.7412, learning_rate="0.004", batch_size='"1024"')
-    stub.add_response("describe_hyper_parameter_tuning_job", {
-        "HyperParameterTuningJobName": NAME, "HyperParameterTuningJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:hyper-parameter-tuning-job/{NAME}",
-        "HyperParameterTuningJobConfig": {"Strategy": "Bayesian", "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2},
-                                          "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "eval:auc"}},
-        "HyperParameterTuningJobStatus": "InProgress", "CreationTime": datetime.datetime(2026, 11, 24),
-        "TrainingJobStatusCounters": {"Completed": 2, "InProgress": 1, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 1},
-        "ObjectiveStatusCounters": {"Succeeded": 2, "Pending": 1, "Failed": 0}, "BestTrainingJob": best})
-    stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", {"TrainingJobSummaries": [
-        best, trial(f"{NAME}-001-abc", "Completed", 0.7301, learning_rate="0.02", batch_size='"512"'),
-        trial(f"{NAME}-003-abc", "Stopped", None, learning_rate="0.09", batch_size='"512"')]})
+    stub.add_response("describe_hyper_parameter_tuning_job", described("InProgress"))
+    stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", TRIALS)
     with stub:
         assert cli.main(["status", NAME, "--region", REGION, "--output", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -192,3 +203,42 @@ def test_job_name_is_held_to_the_tuning_apis_32_characters(capsys, monkeypatch, 
     err = capsys.readouterr().err
     assert "--job-name: " in err and "at most 32" in err
     assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", "d" * 32]) == 0
+
+
+def test_status_of_a_tuning_job_gives_the_best_as_a_launch_line_and_draws_the_plot(monkeypatch, aws, capsys, tmp_path):
+    stub = stubbed(monkeypatch)
+    stub.add_response("describe_hyper_parameter_tuning_job", described("InProgress"))
+    stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", TRIALS)
+    plot = tmp_path / "trials.png"
+    with stub:
+        assert cli.main(["status", NAME, "--kind", "tuning", "--region", REGION, "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "launch it: dfm launch SPEC --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024" in out
+    assert f"plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tune_wait_follows_the_job_to_its_end_and_reports_it_as_a_local_study(monkeypatch, aws, capsys, tmp_path):
+    """Submitted to moto (the real SDK building the request), then followed with Stubber's answers: a line per
+    change of the counts, and at the end the trials, the `dfm launch` line with this spec and study.png/json."""
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    stub = stubbed(monkeypatch)
+    stub.add_response("describe_hyper_parameter_tuning_job", described("InProgress", completed=1, running=2))
+    stub.add_response("describe_hyper_parameter_tuning_job", described("InProgress", completed=1, running=2))
+    stub.add_response("describe_hyper_parameter_tuning_job", described("Completed", running=0))
+    stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", TRIALS)
+    with stub:
+        assert cli.main(["tune", CONFIG, "--job-name", NAME, "--wait", "--poll", "0", "--set", f"local.run_dir={tmp_path}"]) == 0
+    stub.assert_no_pending_responses()
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if line.startswith(f"[dfm tune] {NAME}:")]
+    assert [line.split(": ", 1)[1].split(",")[:2] for line in progress] == \
+        [["InProgress", " 1 completed"], ["Completed", " 2 completed"]]
+    assert f"launch it: dfm launch {CONFIG} --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024" \
+        in captured.out
+    assert (tmp_path / NAME / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    document = json.loads((tmp_path / NAME / "study.json").read_text())
+    assert [(t["job_name"], t["state"]) for t in document["trials"]] == \
+        [(f"{NAME}-001-abc", "complete"), (f"{NAME}-002-abc", "complete"), (f"{NAME}-003-abc", "stopped")]
+    assert document["best"]["job_name"] == f"{NAME}-002-abc"

@@ -4,10 +4,16 @@ objective; stop and list (plain boto3). A tuning job writes no log of its own: `
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from typing import Any, Callable
 
 from launcher.sagemaker_backend import aws
 from launcher.sagemaker_backend.jobs import _iso
+
+FINAL_STATUSES = ("Completed", "Failed", "Stopped")
+RANGE_KINDS = {"ContinuousParameterRanges": "continuous", "IntegerParameterRanges": "integer",
+               "CategoricalParameterRanges": "categorical"}
+
 
 def _hyperparameters(tuned: dict) -> dict[str, Any]:
     """The SDK JSON-encodes categorical values ("\\"512\\""): decode what decodes."""
@@ -72,6 +78,7 @@ def describe(name: str, region: str | None, *, with_trials: bool = True) -> dict
                    "stopped": counters.get("Stopped", 0),
                    "failed": counters.get("RetryableError", 0) + counters.get("NonRetryableError", 0)},
         "best": _trial(best) if best else None,
+        "ranges": _ranges(config.get("ParameterRanges") or {}),
         "failure_reason": description.get("FailureReason"),
         "created": _iso(description.get("CreationTime")),
         "ended": _iso(description.get("HyperParameterTuningEndTime")),
@@ -80,6 +87,39 @@ def describe(name: str, region: str | None, *, with_trials: bool = True) -> dict
     if with_trials:
         summary["trial_list"] = trials(name, region)
     return summary
+
+
+def _ranges(ranges: dict) -> list[dict[str, Any]]:
+    """The job's ParameterRanges as the rows `tune_report` draws from (name, type, scaling)."""
+    return [{"hyperparameter": r["Name"], "type": kind,
+             "range": ", ".join(r["Values"]) if "Values" in r else f"{r['MinValue']} .. {r['MaxValue']}",
+             "scaling": r.get("ScalingType", "Auto")}
+            for key, kind in RANGE_KINDS.items() for r in ranges.get(key, [])]
+
+
+def progress_line(summary: dict) -> str:
+    trials = summary["trials"]
+    line = (f"[dfm tune] {summary['job_name']}: {summary['status']}, {trials['completed']} completed, "
+            f"{trials['running']} running, {trials['stopped']} stopped, {trials['failed']} failed (of {summary['max_jobs']})")
+    if summary.get("best"):
+        line += f", best {summary['objective']['metric']}={summary['best']['objective']}"
+    return line
+
+
+def wait(name: str, region: str | None, *, echo: Callable[[str], None] = print, poll_seconds: float = 30.0,
+         sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Follow a tuning job to its end, a line each time its trial counts change; -> its summary with every trial."""
+    last = None
+    while True:
+        summary = describe(name, region, with_trials=False)
+        line = progress_line(summary)
+        if line != last:
+            echo(line)
+            last = line
+        if summary["status"] in FINAL_STATUSES:
+            summary["trial_list"] = trials(name, region)
+            return summary
+        sleep(poll_seconds)
 
 
 def stop(name: str, region: str | None) -> dict:
