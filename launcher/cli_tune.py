@@ -79,7 +79,7 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
         from launcher.sagemaker_backend import tuning
 
         echo = click.echo if output == "text" else _echo_err
-        name = tuning.submit(tplan, echo=echo)
+        name = tuning.submit(tuning.build(tplan), echo=echo)
         if wait:
             _wait(spec, tplan, output, poll_seconds)
         elif output == "json":
@@ -109,7 +109,7 @@ def _dry_run(tplan, output: str) -> None:
     from launcher.sagemaker_backend import tuning
 
     built = tuning.build(tplan)
-    document = {"tuning_job": tplan.name, **built, "ranges": tune_report.ranges_rows(tplan), "cost": tplan.cost,
+    document = {"tuning_job": tplan.name, **built.document(), "ranges": tune_report.ranges_rows(tplan), "cost": tplan.cost,
                 "warnings": list(tplan.training.warnings)}
     if output == "json":
         click.echo(json.dumps(document, indent=2, default=str))

@@ -104,6 +104,31 @@ def test_submit_creates_the_tuning_job_and_status_lists_it(aws, monkeypatch, cap
     assert boto3.client("s3", region_name=REGION).head_object(Bucket=BUCKET, Key=source)["ContentLength"] > 0
 
 
+def test_submit_sends_exactly_the_dry_runs_request(aws, monkeypatch, capsys):
+    """The dry run prints a built TuningRequest; submit(request) sends that value, nothing rebuilt or faked: the
+    CreateHyperParameterTuningJob parameters moto received equal the dry run's JSON."""
+    document = dry_run_json(capsys, monkeypatch)
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    boto = sm_aws.boto_session(REGION)
+    sent: list[dict] = []
+    boto.events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob",
+                         lambda params, **_: sent.append(json.loads(json.dumps(params))))
+    monkeypatch.setattr(sm_aws, "boto_session", lambda region: boto)
+    assert cli.main(["tune", CONFIG, "--job-name", NAME]) == 0
+    assert sent == [document["request"]]
+    built = tuning.build(cli_tune_plan(monkeypatch))
+    with pytest.raises(AttributeError):
+        built.request_json = "{}"  # frozen
+    built.request["HyperParameterTuningJobName"] = "changed"  # a read is a copy
+    assert built.request == document["request"]
+
+
+def cli_tune_plan(monkeypatch):
+    from launcher.cli_tune import compile_tuning
+
+    return compile_tuning(CONFIG, (), NAME)[1]
+
+
 def stubbed(monkeypatch) -> Stubber:
     client = boto3.client("sagemaker", region_name=REGION)
     monkeypatch.setattr(sm_aws, "client", lambda service, region=None: client)

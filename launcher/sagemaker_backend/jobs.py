@@ -21,13 +21,17 @@ Echo = Callable[[str], None]
 
 
 def _upload_source_dir(plan: Plan, built: request.JobRequest, session) -> None:
-    """Upload the source dir's tarball to where the request says it is, with the SDK's own packer and uploader
-    (the same bytes and S3 arguments as `fit()`); an s3:// source dir is already there."""
+    upload_source_dir(plan, built.request["HyperParameters"], session)
+
+
+def upload_source_dir(plan: Plan, hyperparameters: dict, session) -> None:
+    """Upload the source dir's tarball to where the request's (static) hyperparameters say it is, with the SDK's
+    own packer and uploader (the same bytes and S3 arguments as `fit()`); an s3:// source dir is already there."""
     if plan.source_dir.startswith("s3://"):
         return
     from sagemaker.fw_utils import tar_and_upload_dir
 
-    uri = json.loads(built.request["HyperParameters"]["sagemaker_submit_directory"])
+    uri = json.loads(hyperparameters["sagemaker_submit_directory"])
     bucket, _, key = uri[len("s3://"):].partition("/")
     if not key.endswith(f"/{SOURCE_ARCHIVE}"):
         raise DfmError(f"the request names {uri} as the source dir, not a {SOURCE_ARCHIVE}", 1)

@@ -8,7 +8,9 @@ Submit, describe, stop and list of tuning jobs are here too (plain boto3).
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from launcher import conventions
@@ -85,8 +87,29 @@ def _tuner(tplan: TuningPlan, job):
         raise DfmError(f"the SageMaker SDK refused the tuner: {aws.one_line(err)}", 2) from err
 
 
-def build(tplan: TuningPlan) -> dict[str, Any]:
-    """{tuner, estimator, request}: the request a submit sends, built by the real SDK with no network call."""
+@dataclass(frozen=True)
+class TuningRequest:
+    """A built tuning job: what the dry run prints and `submit` sends, unchanged. The request and the kwargs are
+    kept as JSON text (frozen; each read is a fresh copy); `tplan.training` says what source dir to upload."""
+
+    tplan: TuningPlan
+    request_json: str  # CreateHyperParameterTuningJob's parameters, exactly as sent
+    tuner_kwargs_json: str
+    estimator_kwargs_json: str
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return json.loads(self.request_json)
+
+    def document(self) -> dict[str, Any]:
+        """{tuner, estimator, request}, the dry run's JSON."""
+        return {"tuner": {"class": TUNER_CLASS, "kwargs": json.loads(self.tuner_kwargs_json)},
+                "estimator": {"class": request.ESTIMATOR_CLASS, "kwargs": json.loads(self.estimator_kwargs_json)},
+                "request": self.request}
+
+
+def build(tplan: TuningPlan) -> TuningRequest:
+    """The request a submit sends, built by the real SDK with no network call; exit 2 if it would be refused."""
     sagemaker = request._sdk()
     from sagemaker.tuner import _TuningJob
 
@@ -108,27 +131,18 @@ def build(tplan: TuningPlan) -> dict[str, Any]:
         estimator_logger.setLevel(level)
     built = session._get_tuning_request(**args)
     request.validate(session.sagemaker_client, built, OPERATION)
-    return {"tuner": {"class": TUNER_CLASS, "kwargs": tuner_kwargs(tplan)},
-            "estimator": {"class": request.ESTIMATOR_CLASS, "kwargs": kwargs}, "request": built}
+    return TuningRequest(tplan, json.dumps(built), json.dumps(tuner_kwargs(tplan)), json.dumps(kwargs, default=str))
 
 
-def submit(tplan: TuningPlan, *, echo: Callable[[str], None] = print) -> str:
-    """Build (refusing an invalid job before uploading), upload the source dir, create the tuning job."""
-    from launcher.sagemaker_backend.jobs import _upload_source_dir
+def submit(built: TuningRequest, *, echo: Callable[[str], None] = print) -> str:
+    """Upload the source dir where the request says, then create the tuning job with exactly that request."""
+    from launcher.sagemaker_backend.jobs import upload_source_dir
 
-    built = build(tplan)
-    definition = built["request"]["TrainingJobDefinition"]
+    tplan, sent = built.tplan, built.request
     session = aws.boto_session(tplan.training.region)
     with aws.aws_errors("creating the tuning job", region=tplan.training.region):
-        _upload_source_dir(tplan.training, _HyperParameters(definition["StaticHyperParameters"]), session)
-        session.client("sagemaker").create_hyper_parameter_tuning_job(**built["request"])
+        upload_source_dir(tplan.training, sent["TrainingJobDefinition"]["StaticHyperParameters"], session)
+        session.client("sagemaker").create_hyper_parameter_tuning_job(**sent)
     echo(f"submitted tuning job {tplan.name}")
     echo(console_url(tplan.name, tplan.training.region))
     return tplan.name
-
-
-class _HyperParameters:
-    """What jobs._upload_source_dir reads of a built request: where the source dir goes."""
-
-    def __init__(self, static: dict):
-        self.request = {"HyperParameters": static}
