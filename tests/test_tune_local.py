@@ -198,6 +198,23 @@ def test_a_local_study_ends_with_table_json_plot_and_overrides(tmp_path, sample)
     assert "[dfm tune] 2/2 trials done" in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_local_grid_study_ends_with_its_table_json_and_plot(tmp_path, sample):
+    spec = tiny_spec(tmp_path, sample, strategy="grid", max_jobs=None, ranges={"batch_size": {"values": [128, 256]}})
+    config = yaml.safe_load(spec.read_text())
+    config["tune"].pop("max_jobs")
+    spec.write_text(yaml.safe_dump(config))
+    result = dfm("tune", str(spec), "--local", "--output", "json", "--job-name", "tiny-261124-000004", timeout=380)
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert sorted((t["hyperparameters"]["batch_size"], t["state"]) for t in document["trials"]) == \
+        [(128, "complete"), (256, "complete")]
+    folder = Path(document["folder"])
+    assert json.loads((folder / "study.json").read_text())["best"] == document["best"]
+    assert (folder / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def _processes_under(folder: Path) -> list[int]:
     found = []
     for process in psutil.process_iter(["pid", "cmdline", "cwd"]):
