@@ -12,6 +12,7 @@ import json
 import click
 
 from launcher.cli_options import OUTPUT, REGION
+from launcher.errors import DfmError
 
 
 KINDS = ("training", "tuning", "processing")
@@ -87,6 +88,8 @@ def status(job_name: str, kind: str | None, region: str | None, output: str, plo
     from launcher.sagemaker_backend.jobs import raise_for_outcome
 
     found, summary = _kinds().find(job_name, region, kind)
+    if plot_path and found.name != "tuning":
+        raise DfmError(f"--plot draws a tuning job's trials; {job_name} is a {found.name} job")
     if found.name == "tuning":
         from pathlib import Path
 
