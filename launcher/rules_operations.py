@@ -35,5 +35,3 @@ def check_stall_timeout(spec: Spec) -> list[Finding]:
     return [warning("stall_timeout", "the watchdog counts the chief's `[dfm] train step=...` / `[dfm] eval ...` "
                                      "lines: your script must print them, or the job is stopped as stalled")]
 
-
-OPERATIONS_RULES = (check_recover, check_stall_timeout)
