@@ -31,6 +31,14 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     assert sent["TensorBoardOutputConfig"] == {"S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
                                                "LocalPath": "/opt/ml/output/tensorboard"}
     assert sent["MlflowConfig"] == {"MlflowResourceArn": ARN, "MlflowExperimentName": "ctr", "MlflowRunName": "nightly"}
+    watched = request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
+    assert watched["watch"] == {"stall_timeout_s": 900, "recovery": {
+        "max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]}}
+    from launcher.render import render_dry_run
+
+    text = render_dry_run(watched)
+    assert "up to 2 resubmissions (<job>-r1, ...) on ml.c5.18xlarge, then ml.m5.24xlarge" in text
+    assert "stopped after 900 s without a metric line" in text
     without = request.build(sample_plan()).request
     assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
 
