@@ -310,8 +310,8 @@ def dry_run(plan: Plan) -> dict:
         "instance_groups": tasks.describe(plan),
         "request": built.request,
         "cost": dict(plan.cost or {}),
-        "watch": {"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
-                  "stall_timeout_s": plan.operations.stall_timeout_s},
+        "watch": _jsonable({"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
+                            "stall_timeout_s": plan.operations.stall_timeout_s}),
         "warnings": list(plan.warnings),
     }
     if plan.source_files:  # shipped in the source dir beside the scripts
