@@ -46,6 +46,7 @@ def _training_status_text(summary: dict) -> str:
         ("job", summary["job_name"]),
         ("status", status),
         ("message", summary.get("status_message")),
+        ("attempts", ", ".join(summary["attempts"]) if summary.get("attempts") else None),
         ("failure", summary.get("failure_reason")),
         ("instances", _instances_text(summary)),
         ("created", summary.get("created")),
@@ -108,19 +109,31 @@ def status(job_name: str, kind: str | None, region: str | None, output: str, plo
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends (exit 1 if it fails).")
 @click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
               help="Seconds between polls with --follow.")
+@click.option("--stall-timeout", type=click.IntRange(min=1), default=None,
+              help="With --follow: stop the job and exit 1 when no metric line comes for this many seconds.")
 @KIND
 @REGION
 @OUTPUT
-def logs(job_name: str, follow: bool, poll_seconds: float, kind: str | None, region: str | None, output: str) -> None:
+def logs(job_name: str, follow: bool, poll_seconds: float, stall_timeout: int | None, kind: str | None,
+         region: str | None, output: str) -> None:
     """Print a job's CloudWatch log lines, from every instance, in time order (a tuning job: its best trial's).
 
     With --output json: one JSON object per line (timestamp in ms, host, message).
     """
+    from launcher.errors import DfmError
     from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.logs import StallWatch, Stalled
 
+    if stall_timeout is not None and not follow:
+        raise DfmError("--stall-timeout watches a job while it runs: add --follow")
     found = _kinds().kind_of(job_name, region, kind)
-    final = found.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
-                              as_json=output == "json")
+    watch = {"stall": StallWatch(stall_timeout)} if stall_timeout else {}
+    try:
+        final = found.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
+                                  as_json=output == "json", **watch)
+    except Stalled as stalled:
+        found.stop(job_name, region)
+        raise DfmError(f"job {job_name} stalled: {stalled}; dfm stopped it", 1) from None
     if follow and final in ("Failed", "Stopped"):
         raise_for_outcome(found.describe(job_name, region))
 

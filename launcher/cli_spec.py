@@ -173,7 +173,9 @@ def _submit(plan: Any, wait: bool, output: str) -> None:
     from launcher import sagemaker_backend
 
     echo = click.echo if output == "text" else _echo_err
-    job_name = sagemaker_backend.submit(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
+    from launcher.sagemaker_backend import attempts
+
+    job_name = attempts.launch(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":
         click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
 

@@ -41,6 +41,7 @@ DERIVED_HYPERPARAMETERS: dict[str, str] = {
     "ps_group": "set by dfm from distribution.parameter_server.ps",
     "ps_per_host": "set by dfm from distribution.parameter_server.ps.per_host",
     "features": "set by dfm from the features: section",
+    "tensorboard_dir": "set by dfm from tensorboard: (the container folder SageMaker syncs to S3)",
 }
 
 

@@ -54,6 +54,8 @@ CONTAINER_BASE_DIR = "/opt/ml"  # SAGEMAKER_BASE_DIR inside the SageMaker contai
 CONTAINER_DATA_DIR = f"{CONTAINER_BASE_DIR}/input/data"  # channel folders, or Pipe FIFOs <channel>_<epoch>
 CONTAINER_CONFIG_DIR = f"{CONTAINER_BASE_DIR}/input/config"  # hyperparameters.json, inputdataconfig.json, ...
 CONTAINER_MODEL_DIR = f"{CONTAINER_BASE_DIR}/model"  # SM_MODEL_DIR, uploaded as model.tar.gz
+# TensorBoardOutputConfig.LocalPath's default: SageMaker syncs this folder to its S3OutputPath while the job runs.
+TENSORBOARD_LOCAL_PATH = f"{CONTAINER_BASE_DIR}/output/tensorboard"
 CONTAINER_CHECKPOINT_DIR = f"{CONTAINER_BASE_DIR}/checkpoints"  # the SDK's default checkpoint_local_path
 CONTAINER_PIPE_STATE_DIR = f"{CONTAINER_BASE_DIR}/pipe_state"  # PipeModeDataset's per-channel counters
 

@@ -49,6 +49,26 @@ class LocalOptions:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """The spec's `recover:`: resubmissions after a capacity failure, while `dfm launch --wait` watches."""
+
+    max_restarts: int = 3
+    backoff_s: float = 60.0
+    instance_types: tuple[str, ...] = ()  # the worker group moves along these, in order, after a capacity failure
+
+
+@dataclass(frozen=True)
+class Operations:
+    """How the job survives and is watched: SageMaker's retry, dfm's recovery and stall watchdog, TensorBoard, MLflow."""
+
+    retry_attempts: int | None = None  # RetryStrategy.MaximumRetryAttempts
+    recovery: Recovery | None = None
+    stall_timeout_s: int | None = None  # seconds without a metric line from the chief
+    tensorboard_s3_uri: str | None = None  # TensorBoardOutputConfig.S3OutputPath
+    mlflow: Mapping[str, str] | None = None  # MlflowConfig, as the request names its fields
+
+
+@dataclass(frozen=True)
 class Vpc:
     subnets: tuple[str, ...]
     security_group_ids: tuple[str, ...]
@@ -84,6 +104,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     cost: Mapping[str, Any] | None = None  # {"instance_hourly_usd", "max_hours", "max_usd", "spot", ...}
     local: LocalOptions = field(default_factory=LocalOptions)
+    operations: Operations = field(default_factory=Operations)
     # Files added to the source dir's root as it is shipped (name -> text): a `features:` section too long
     # for a hyperparameter value. Both backends add them; the dry run lists them.
     source_files: Mapping[str, str] = field(default_factory=dict)
@@ -234,6 +255,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
             framework_version = image.version
 
     mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
+    tensorboard_s3_uri = _tensorboard_uri(spec.tensorboard, output_path, job_name)
+    if bundled is not None and tensorboard_s3_uri is not None:  # where the chief writes its summaries
+        hyperparameters["tensorboard_dir"] = conventions.TENSORBOARD_LOCAL_PATH
     local = LocalOptions(
         run_dir=os.path.abspath(os.path.expanduser(spec.local.run_dir)),
         timeout_s=spec.local.timeout_s,
@@ -269,5 +293,31 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         warnings=tuple(warnings),
         cost=hosts.costs(groups, spec.max_run, spec.warm_pool_seconds, spot=spec.spot is not None),
         local=local,
+        operations=operations(spec, tensorboard_s3_uri),
         source_files=source_files,
+    )
+
+
+def _tensorboard_uri(setting: Any, output_path: str, job_name: str) -> str | None:
+    if setting is False:
+        return None
+    return f"{output_path}/{job_name}/tensorboard" if setting in (True, "auto") else setting
+
+
+def operations(spec: Any, tensorboard_s3_uri: str | None) -> Operations:
+    recover = spec.recover
+    mlflow = None
+    if spec.mlflow is not None:
+        mlflow = {"MlflowResourceArn": spec.mlflow.tracking_server_arn}
+        if spec.mlflow.experiment:
+            mlflow["MlflowExperimentName"] = spec.mlflow.experiment
+        if spec.mlflow.run:
+            mlflow["MlflowRunName"] = spec.mlflow.run
+    return Operations(
+        retry_attempts=spec.retry.max_attempts if spec.retry is not None else None,
+        recovery=Recovery(recover.max_restarts, float(recover.backoff_s), tuple(recover.instance_types))
+        if recover is not None else None,
+        stall_timeout_s=spec.stall_timeout,
+        tensorboard_s3_uri=tensorboard_s3_uri,
+        mlflow=mlflow,
     )

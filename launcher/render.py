@@ -71,6 +71,21 @@ def _cost_line(cost: dict[str, Any]) -> str:
     return f"{head}{' (spot)' if cost['spot'] else ''}; {cost['note']}"
 
 
+def _watch_lines(watch: dict[str, Any]) -> list[str]:
+    """What dfm itself does while `dfm launch --wait` watches the job (the request carries the rest)."""
+    lines = []
+    recovery = watch.get("recovery")
+    if recovery:
+        types = ", then ".join(recovery["instance_types"]) or "the same type"
+        lines.append(f"Recovery: after a capacity failure or a spot job out of max_wait, up to {recovery['max_restarts']} "
+                     f"resubmissions (<job>-r1, ...) on {types}, first after {recovery['backoff_s']:.0f} s (doubling), "
+                     "resuming from the same checkpoints; with --wait only")
+    if watch.get("stall_timeout_s"):
+        lines.append(f"Stall watchdog: the job is stopped after {watch['stall_timeout_s']} s without a metric line; "
+                     "with --wait only")
+    return lines
+
+
 def render_dry_run(document: dict[str, Any]) -> str:
     out = io.StringIO()
     console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
@@ -89,6 +104,8 @@ def render_dry_run(document: dict[str, Any]) -> str:
                       "for a hyperparameter value)")
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
+    for line in _watch_lines(document.get("watch") or {}):
+        console.print(line, markup=False)
     console.print("\n[bold]CreateTrainingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
     return out.getvalue().rstrip("\n")

@@ -68,6 +68,22 @@ def _hyperparameter_entries(spec: Spec) -> Iterator[Entry]:
         yield Entry("HyperParameters.value", json.dumps(spec.distribution.horovod.mpi_options), "distribution.horovod.mpi_options")
 
 
+def _operations_entries(spec: Spec) -> Iterator[Entry]:
+    if spec.retry is not None:
+        yield Entry("RetryStrategy.MaximumRetryAttempts", spec.retry.max_attempts, "retry.max_attempts")
+    if isinstance(spec.tensorboard, str) and spec.tensorboard != "auto":
+        yield Entry("TensorBoardOutputConfig.S3OutputPath", spec.tensorboard, "tensorboard")
+    if spec.mlflow is not None:
+        yield Entry("MlflowConfig.MlflowResourceArn", spec.mlflow.tracking_server_arn, "mlflow.tracking_server_arn")
+        if spec.mlflow.experiment:
+            yield Entry("MlflowConfig.MlflowExperimentName", spec.mlflow.experiment, "mlflow.experiment")
+        if spec.mlflow.run:
+            yield Entry("MlflowConfig.MlflowRunName", spec.mlflow.run, "mlflow.run")
+    if spec.recover is not None:
+        for index, instance_type in enumerate(spec.recover.instance_types):
+            yield Entry("ResourceConfig.InstanceType", instance_type, f"recover.instance_types.{index}")
+
+
 def entries(spec: Spec) -> Iterator[Entry]:
     """Every request value the spec sets, with the field that sets it."""
     yield Entry("RoleArn", spec.role, "role")
@@ -96,6 +112,7 @@ def entries(spec: Spec) -> Iterator[Entry]:
     for key, value in spec.tags.items():
         yield Entry("Tags.member.Key", key, f"tags.{key}")
         yield Entry("Tags.member.Value", value, f"tags.{key}")
+    yield from _operations_entries(spec)
     if spec.vpc is not None:
         for index, subnet in enumerate(spec.vpc.subnets):
             yield Entry("VpcConfig.Subnets.member", subnet, f"vpc.subnets.{index}")

@@ -14,6 +14,7 @@ from typing import Callable
 
 from launcher import catalog, contract, conventions
 from launcher.findings import Finding, error, warning
+from launcher.rules_operations import check_recover, check_stall_timeout
 from launcher.rules_images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules_features import check_features
 from launcher.rules_ps_group import check_ps_group
@@ -181,6 +182,8 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_s3_shard,
     check_file_systems,
     check_local_channels,
+    check_recover,
+    check_stall_timeout,
     *TUNE_RULES,
     check_prepare,
     check_prepared_layout,

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from launcher.spec_errors import schema_problems
+from launcher.spec_operations import Mlflow, Recover, Retry, TensorBoard
 from launcher.spec_prepare import Prepare
 from launcher.spec_tune import Tune
 from launcher.spec_types import (
@@ -262,6 +263,13 @@ class Spec(_Strict):
     tags: dict[Annotated[str, StringConstraints(min_length=1, max_length=128)], Annotated[str, StringConstraints(max_length=256)]] = Field(
         default_factory=dict, max_length=50
     )
+    retry: Retry | None = Field(None, description="SageMaker retries a job that failed with an internal error (RetryStrategy)")
+    recover: Recover | None = Field(None, description="dfm launch --wait resubmits a job that lost its capacity, resuming from its checkpoints")
+    stall_timeout: int | None = Field(
+        None, ge=1, le=2419200, description="seconds without a metric line from the chief before the job is stopped as stalled"
+    )
+    tensorboard: TensorBoard = Field(False, description="true/auto (<output>/<job>/tensorboard) or an S3 URI: the scripts' summaries synced there")
+    mlflow: Mlflow | None = Field(None, description="SageMaker managed MLflow tracking (MlflowConfig; SageMaker side only)")
     local: Local = Field(default_factory=Local)
     tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
     prepare: Prepare | None = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")

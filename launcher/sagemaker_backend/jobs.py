@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from launcher import recovery
 from launcher.errors import DfmError
 from launcher.plan import Plan
 from launcher.sagemaker_backend import aws, request
@@ -124,7 +125,20 @@ def describe(job_name: str, region: str | None) -> dict:
     sagemaker_client = aws.client("sagemaker", region)
     with aws.aws_errors(f"describing {job_name}", job_name=job_name, region=region):
         description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
-    return _summary(description, region)
+    summary = _summary(description, region)
+    others = [name for name in _attempts(sagemaker_client, job_name, region) if name != job_name]
+    if others:  # dfm launch --wait resubmitted it (recover:), or this is a resubmission
+        summary["attempts"] = sorted([job_name, *others], key=recovery.attempt_number)
+    return summary
+
+
+def _attempts(sagemaker_client, job_name: str, region: str) -> list[str]:
+    """The training jobs that are attempts of the same job: the first one's name, alone or with `-r<N>`."""
+    first = recovery.first_attempt(job_name)
+    with aws.aws_errors(f"listing the attempts of {job_name}", region=region):
+        pages = sagemaker_client.get_paginator("list_training_jobs").paginate(NameContains=first)
+        names = [job["TrainingJobName"] for page in pages for job in page["TrainingJobSummaries"]]
+    return [name for name in names if recovery.first_attempt(name) == first]
 
 
 def raise_for_outcome(summary: dict) -> None:

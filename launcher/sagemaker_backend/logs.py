@@ -14,6 +14,8 @@ from botocore.exceptions import ClientError
 from launcher.sagemaker_backend import aws
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
+# The chief's metric lines (conventions.METRIC_DEFINITIONS): what the stall watchdog counts as progress.
+METRIC_LINE = re.compile(r"\[dfm\] (train|eval) step=\d+")
 
 Echo = Callable[[str], None]
 
@@ -70,6 +72,37 @@ class _LogCursor:
         return fresh
 
 
+class Stalled(Exception):
+    """The job printed no metric line for longer than its stall timeout."""
+
+
+@dataclass
+class StallWatch:
+    """Seconds since the last metric line, counted from the first line any host wrote (provisioning and the
+    download come before it); the host silent longest is named as the likely culprit."""
+
+    timeout_s: float
+    clock: Callable[[], float] = time.monotonic
+    last_metric: float | None = None
+    last_line: dict[str, tuple[float, str]] | None = None
+
+    def saw(self, host: str, message: str) -> None:
+        now = self.clock()
+        self.last_line = {**(self.last_line or {}), host: (now, message.strip()[:160])}
+        if self.last_metric is None or METRIC_LINE.search(message):
+            self.last_metric = now
+
+    def check(self) -> None:
+        if self.last_metric is None:
+            return
+        now = self.clock()
+        if now - self.last_metric <= self.timeout_s:
+            return
+        host, (when, line) = min((self.last_line or {}).items(), key=lambda item: item[1][0])
+        raise Stalled(f"no metric line for {now - self.last_metric:.0f} s (stall_timeout {self.timeout_s:.0f} s); "
+                      f"silent longest: {host}, {now - when:.0f} s since its last line: {line}")
+
+
 def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
     host = _host_of(event["logStreamName"])
     message = event["message"].rstrip("\n")
@@ -95,8 +128,10 @@ TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
 
 
 def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: Echo = print, *,
-                poll_seconds: float = 10.0, as_json: bool = False, source: LogSource = TRAINING) -> str:
-    """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status.
+                poll_seconds: float = 10.0, as_json: bool = False, source: LogSource = TRAINING,
+                stall: StallWatch | None = None) -> str:
+    """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status. With a
+    `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout.
 
     Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
     downloading, training, uploading...): minutes pass before an instance writes its first line.
@@ -114,8 +149,12 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
                 last_progress = progress
             for event in cursor.new_events():
                 echo(_render_event(event, multi_host, as_json))
+                if stall is not None:
+                    stall.saw(_host_of(event["logStreamName"]), event["message"])
             if not follow:
                 return status
+            if stall is not None and status not in TERMINAL_STATUSES:
+                stall.check()
             if status in TERMINAL_STATUSES:
                 if was_running:  # lines written just before the end reach CloudWatch a little later
                     time.sleep(poll_seconds)

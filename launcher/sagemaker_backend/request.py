@@ -97,9 +97,22 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         kwargs["environment"] = dict(plan.environment)
     if plan.tags:
         kwargs["tags"] = [{"Key": k, "Value": v} for k, v in plan.tags.items()]
+    kwargs.update(_operations_kwargs(plan))
     if plan.bundled:  # the bundled scripts write the lines these scrape
         kwargs["metric_definitions"] = [dict(m) for m in conventions.METRIC_DEFINITIONS]
     return _jsonable(kwargs)
+
+
+def _operations_kwargs(plan: Plan) -> dict[str, Any]:
+    """SageMaker's retry on internal errors and the TensorBoard folder it syncs (MLflow has no SDK v2 argument:
+    `build` adds it to the request)."""
+    kwargs: dict[str, Any] = {}
+    if plan.operations.retry_attempts is not None:
+        kwargs["max_retry_attempts"] = plan.operations.retry_attempts
+    if plan.operations.tensorboard_s3_uri is not None:
+        kwargs["tensorboard_output_config"] = {"s3_output_path": plan.operations.tensorboard_s3_uri,
+                                               "container_local_output_path": conventions.TENSORBOARD_LOCAL_PATH}
+    return kwargs
 
 
 # ---------------------------------------------------------------------------------------------- the SDK
@@ -184,6 +197,10 @@ def estimator(kwargs: dict[str, Any], session):
         from sagemaker.instance_group import InstanceGroup
 
         kwargs["instance_groups"] = [InstanceGroup(**group) for group in kwargs["instance_groups"]]
+    if "tensorboard_output_config" in kwargs:
+        from sagemaker.debugger import TensorBoardOutputConfig
+
+        kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(**kwargs["tensorboard_output_config"])
     # The estimator makes one more client with boto3.client() (its TensorBoardApp): lend it our session,
     # whose loader has the sagemaker API model parsed already, instead of a new default one.
     default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
@@ -255,6 +272,8 @@ def build(plan: Plan) -> JobRequest:
     except ValueError as err:
         raise DfmError(f"the SageMaker SDK refused the job: {aws.one_line(err)}", 2) from err
     request = session.get_train_request(**args)
+    if plan.operations.mlflow:  # CreateTrainingJob's MlflowConfig, which SDK v2's estimator does not take
+        request["MlflowConfig"] = dict(plan.operations.mlflow)
     validate(session.sagemaker_client, request)
     return JobRequest(kwargs, {name: dict(value.config) for name, value in inputs.items()}, request, args["image_uri"])
 
@@ -291,6 +310,8 @@ def dry_run(plan: Plan) -> dict:
         "instance_groups": tasks.describe(plan),
         "request": built.request,
         "cost": dict(plan.cost or {}),
+        "watch": _jsonable({"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
+                            "stall_timeout_s": plan.operations.stall_timeout_s}),
         "warnings": list(plan.warnings),
     }
     if plan.source_files:  # shipped in the source dir beside the scripts

@@ -1,0 +1,188 @@
+"""Operations on SageMaker (moto): RetryStrategy, TensorBoard and MLflow in the request, `dfm launch --wait`
+resubmitting a job that lost its capacity, the stall watchdog, and `dfm status` naming every attempt."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import boto3
+import pytest
+from conftest import BUCKET, JOB, REGION
+from test_sagemaker_backend import capture_create_requests, hook_sessions
+
+from launcher import recovery
+from launcher.errors import DfmError
+from launcher.sagemaker_backend import attempts, jobs
+from launcher.sagemaker_backend.logs import StallWatch, Stalled
+
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ads"
+CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. InsufficientCapacityError"
+RECOVER = {"recover": {"max_restarts": 2, "backoff_s": 30, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]}}
+
+
+def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
+    from launcher.sagemaker_backend import request
+
+    plan = sample_plan({"retry": {"max_attempts": 3}, "tensorboard": True,
+                        "mlflow": {"tracking_server_arn": ARN, "experiment": "ctr", "run": "nightly"}})
+    sent = request.build(plan).request
+    assert sent["RetryStrategy"] == {"MaximumRetryAttempts": 3}
+    assert sent["TensorBoardOutputConfig"] == {"S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
+                                               "LocalPath": "/opt/ml/output/tensorboard"}
+    assert sent["MlflowConfig"] == {"MlflowResourceArn": ARN, "MlflowExperimentName": "ctr", "MlflowRunName": "nightly"}
+    watched = request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
+    assert watched["watch"] == {"stall_timeout_s": 900, "recovery": {
+        "max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]}}
+    from launcher.render import render_dry_run
+
+    text = render_dry_run(watched)
+    assert "up to 2 resubmissions (<job>-r1, ...) on ml.c5.18xlarge, then ml.m5.24xlarge" in text
+    assert "stopped after 900 s without a metric line" in text
+    without = request.build(sample_plan()).request
+    assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
+
+
+def test_attempt_names_fit_and_lead_back_to_the_first():
+    long = "x" * 39 + "-2026-11-25-14-00-00-000"
+    assert len(long) == 63
+    for attempt in (1, 9, 12):
+        name = recovery.attempt_name(long, attempt)
+        assert len(name) <= 63 and name.endswith(f"-r{attempt}")
+        assert recovery.attempt_number(name) == attempt
+    assert recovery.first_attempt(recovery.attempt_name(JOB, 3)) == JOB == recovery.first_attempt(JOB)
+
+
+@pytest.mark.parametrize("summary, worth", [
+    ({"status": "Failed", "failure_reason": CAPACITY}, True),
+    ({"status": "Stopped", "secondary_status": "MaxWaitTimeExceeded"}, True),
+    ({"status": "Failed", "failure_reason": "AlgorithmError: out of memory"}, False),
+    ({"status": "Stopped", "secondary_status": "Stopped"}, False),  # a person stopped it
+])
+def test_only_lost_capacity_is_worth_a_resubmission(summary, worth):
+    assert (recovery.recoverable(summary) is not None) is worth
+
+
+def _drive(monkeypatch, moto_jobs, plan, endings):
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    sent = capture_create_requests(monkeypatch)
+    queue = list(endings)
+
+    def job_ends(**_):
+        status, secondary, reason = queue.pop(0)
+        name = sent[-1]["TrainingJobName"]
+        moto_jobs.set_state(name, status, reason)
+        from conftest import _moto_training_job
+
+        _moto_training_job(name).secondary_status = secondary
+
+    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob", job_ends)
+    echoed, slept = [], []
+    try:
+        attempts.launch(plan, wait=True, echo=echoed.append, warn=echoed.append, poll_seconds=0, sleep=slept.append)
+        code = 0
+    except DfmError as err:
+        code = err.exit_code
+        echoed.append(err.message)
+    return sent, echoed, slept, code
+
+
+def test_a_capacity_failure_is_resubmitted_and_resumes_from_the_same_checkpoints(sample_plan, moto_jobs, monkeypatch):
+    plan = sample_plan(RECOVER)
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    assert code == 0 and slept == [30]
+    assert [r["TrainingJobName"] for r in sent] == [JOB, f"{JOB}-r1"]
+    assert sent[0]["CheckpointConfig"] == sent[1]["CheckpointConfig"]
+    assert sent[0]["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/deepfm/{JOB}/checkpoints"
+    assert sent[1]["ResourceConfig"]["InstanceType"] == "ml.c5.18xlarge"  # the list's first type
+    assert any(line.startswith(f"[dfm] attempt 1 ({JOB} on ml.c5.18xlarge): Failed: CapacityError") for line in echoed)
+    assert any(line.startswith(f"[dfm] attempt 2 ({JOB}-r1 on ml.c5.18xlarge): Completed") for line in echoed)
+    summary = jobs.describe(f"{JOB}-r1", REGION)
+    assert summary["attempts"] == [JOB, f"{JOB}-r1"]
+    assert jobs.describe(JOB, REGION)["attempts"] == [JOB, f"{JOB}-r1"]
+
+
+def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_exit(sample_plan, moto_jobs, monkeypatch):
+    plan = sample_plan({**RECOVER, "spot": {"max_wait": 7200}})
+    spot_out = ("Stopped", "MaxWaitTimeExceeded", None)
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [spot_out, spot_out, spot_out])
+    assert code == 1 and slept == [30, 60]  # two restarts at most, the back-off doubled
+    assert [r["TrainingJobName"] for r in sent] == [JOB, f"{JOB}-r1", f"{JOB}-r2"]
+    assert [r["ResourceConfig"]["InstanceType"] for r in sent] == ["ml.c5.18xlarge", "ml.c5.18xlarge", "ml.m5.24xlarge"]
+    assert len({r["CheckpointConfig"]["S3Uri"] for r in sent}) == 1
+    assert echoed[-1] == f"job {JOB}-r2 Stopped"
+
+
+def test_a_failure_of_the_job_itself_is_not_resubmitted(sample_plan, moto_jobs, monkeypatch):
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, sample_plan(RECOVER), [
+        ("Failed", "Failed", "AlgorithmError: out of memory")])
+    assert code == 1 and slept == [] and len(sent) == 1
+    assert echoed[-1] == f"job {JOB} Failed: AlgorithmError: out of memory"
+
+
+def test_without_recover_a_capacity_failure_says_how_to_recover(sample_plan, moto_jobs, monkeypatch):
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, sample_plan(), [("Failed", "Failed", CAPACITY)])
+    assert code == 1 and len(sent) == 1
+    assert any("add recover: to the spec" in line for line in echoed)
+
+
+def test_the_stall_watch_names_the_host_silent_longest():
+    now = [0.0]
+    watch = StallWatch(60, clock=lambda: now[0])
+    watch.check()  # nothing written yet: provisioning does not count
+    watch.saw("algo-1", "[dfm] train step=10 loss=0.5 auc=0.6 examples_per_sec=1.0")
+    now[0] = 5
+    watch.saw("algo-2", "worker 0: waiting")
+    now[0] = 50
+    watch.saw("algo-1", "[dfm] note: still here")  # not a metric line
+    now[0] = 60
+    watch.check()
+    now[0] = 61
+    with pytest.raises(Stalled) as caught:
+        watch.check()
+    assert "no metric line for 61 s" in str(caught.value)
+    assert "silent longest: algo-2, 56 s since its last line: worker 0: waiting" in str(caught.value)
+
+
+def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs, monkeypatch):
+    plan = sample_plan({"stall_timeout": 60})
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
+    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",
+                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress"))
+    now = [0.0]
+    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: now[0]))
+
+    def sleep(seconds):
+        now[0] += 30
+
+    monkeypatch.setattr("launcher.sagemaker_backend.logs.time.sleep", sleep)
+    stopped = []
+    monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
+    with pytest.raises(DfmError) as caught:
+        attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=1)
+    assert caught.value.exit_code == 1 and stopped == [plan.job_name]
+    found = re.match(rf"job {plan.job_name} stalled: no metric line for (\d+) s \(stall_timeout 60 s\); silent longest: "
+                     r"algo-1, \d+ s since its last line: \[dfm\] train step=1", caught.value.message)
+    assert found and 60 < int(found.group(1)) <= 60 + 30  # stopped at the first poll past the timeout
+
+
+def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, capsys):
+    from launcher.cli import main
+    from launcher.sagemaker_backend import kinds, logs
+
+    moto_jobs.create("job-s")
+    moto_jobs.set_state("job-s", "InProgress")
+    moto_logs("job-s", "algo-1", "[dfm] train step=5 loss=0.5 auc=0.5 examples_per_sec=1.0")
+    now = [0.0]
+    monkeypatch.setattr(logs, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: now[0]))
+    monkeypatch.setattr(logs.time, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    stopped = []  # moto has no StopTrainingJob: record the call the kind makes
+    recording = dataclasses.replace(kinds.TRAINING, stop=lambda name, region: stopped.append(name))
+    monkeypatch.setitem(kinds.KINDS, "training", recording)
+    assert main(["logs", "job-s", "--follow", "--poll", "20", "--stall-timeout", "30", "--region", REGION]) == 1
+    assert "job job-s stalled: no metric line for 40 s" in capsys.readouterr().err
+    assert stopped == ["job-s"]
+    assert main(["logs", "job-s", "--stall-timeout", "30", "--region", REGION]) == 2
+    assert "add --follow" in capsys.readouterr().err
