@@ -145,7 +145,7 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
     from launcher import sagemaker_backend
     from launcher.render import render_dry_run
 
-    show_dry_run(sagemaker_backend.dry_run(plan), render_dry_run, output, show_secrets)
+    show_dry_run(sagemaker_backend.build(plan).document(), render_dry_run, output, show_secrets)
 
 
 def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
@@ -173,7 +173,8 @@ def _submit(plan: Any, wait: bool, output: str) -> None:
     from launcher import sagemaker_backend
 
     echo = click.echo if output == "text" else _echo_err
-    job_name = sagemaker_backend.submit(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
+    request = sagemaker_backend.build(plan)  # refuses an invalid job before anything is uploaded
+    job_name = sagemaker_backend.submit(request, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":
         click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
 
