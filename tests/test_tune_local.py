@@ -18,7 +18,7 @@ import yaml
 from launcher.compile import compile_spec
 from launcher.local import tune_search as search
 from launcher.tuning_plan import build_tuning_plan
-from spec_helpers import write_spec
+from spec_helpers import dfm, write_spec
 
 TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
         "max_parallel_jobs": 2, "random_seed": 3,
@@ -75,10 +75,6 @@ def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy,
 # --- tiny real studies (slow) -----------------------------------------------------------------------------
 SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "deep_layers": [8], "log_steps": 5, "embedding_size": 4,
                "export": False}
-
-
-def dfm(*args: str, **kwargs):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture(scope="module")
