@@ -211,7 +211,10 @@ def main() -> int:
     for path in text_files():
         if path == Path(__file__).resolve():
             continue
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:  # a binary file with a text suffix
+            continue
         new = rewriter.text(text)
         if new != text:
             path.write_text(new)
