@@ -160,6 +160,13 @@ class Rewriter:
             return f"`{new[len(PACKAGE) + 1:]}`"
 
         cells[-1] = re.sub(r"`([\w.]+(?:\.\*)?)`", rename, cells[-1])
+        # `data.*` allowed every module of data/: name those that move out of it (data.cli_prepare -> cli.prepare)
+        own = module(cells[0][len(f"| `{PACKAGE}/"):].rstrip("`"))
+        for folder in re.findall(r"`([\w.]+)\.\*`", line.split(" | ")[-1]):
+            prefix = f"{PACKAGE}.{folder}."
+            for old, new in self.modules.items():
+                if old.startswith(prefix) and not new.startswith(prefix) and old != own:
+                    cells[-1] = cells[-1][: -len(" |")] + f", `{new[len(PACKAGE) + 1:]}` |"
         return " | ".join(cells)
 
 
