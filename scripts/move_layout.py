@@ -128,6 +128,8 @@ class Rewriter:
     def _from_import(self, match: re.Match) -> str:
         indent, source = match["indent"], f"{PACKAGE}{match['sub']}"
         names = [n.strip() for n in match["names"].strip("()\n ").replace("\n", " ").split(",") if n.strip()]
+        if not any(f"{source}.{item.partition(' as ')[0].strip()}" in self.modules for item in names):
+            return f"{indent}from {self.dotted(source)} import {match['names']}"  # only the module moved: keep the names as written
         kept, lines = [], []
         for item in names:
             name, _, alias = (part.strip() for part in item.partition(" as "))

@@ -167,6 +167,16 @@ def test_every_configs_plan_round_trips_through_plain_json(config):
     assert data["instance_groups"][0]["instance_type"] == plan.instance_type  # typed values as plain fields
 
 
+def test_a_value_holding_a_plan_round_trips_too():
+    """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
+    from launcher.plan import from_data, to_data
+    from launcher.tuning_plan import TuningPlan, build_tuning_plan
+
+    compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tune-ps-261125-000000")
+    assert from_data(TuningPlan, json.loads(json.dumps(to_data(tplan)))) == tplan
+
+
 def test_a_stored_plan_that_does_not_fit_is_named():
     data = compiled_plan(REPO / "configs" / "ps.yaml").to_dict()
     data["instance_groups"][0]["count"] = "two"
