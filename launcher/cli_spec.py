@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import click
 
+from launcher.cli_errors import echo_findings, refuse
 from launcher.cli_options import OUTPUT, SET
 from launcher.errors import DfmError
 
@@ -38,10 +39,7 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
         click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
     else:
         for result in results:
-            for line in result["errors"]:
-                _echo_err(f"error: {line}")
-            for line in result["warnings"]:
-                _echo_err(f"warning: {line}")
+            echo_findings(result["errors"], result["warnings"])
             status = "ok" if result["valid"] else f"{len(result['errors'])} error(s)"
             click.echo(f"{result['path']}: {status}" + (f", {len(result['warnings'])} warning(s)" if result["warnings"] else ""))
     if not valid:
@@ -68,16 +66,6 @@ def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: fl
     if timeout is not None:
         overrides.append(f"local.timeout_s={int(timeout)}")
     return overrides
-
-
-def _fail(errors: list[str], warnings: list[str], output: str) -> None:
-    for line in errors:
-        _echo_err(f"error: {line}")
-    for line in warnings:
-        _echo_err(f"warning: {line}")
-    if output == "json":
-        click.echo(json.dumps({"errors": errors, "warnings": warnings}, indent=2))
-    raise SystemExit(2)
 
 
 @click.command()
@@ -116,11 +104,10 @@ def launch(
         raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
     compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
     if not compiled.ok:
-        _fail(list(compiled.errors), list(compiled.warnings), output)
+        refuse(compiled.errors, compiled.warnings, output)
     plan = compiled.plan
     if output == "text":
-        for line in plan.warnings:
-            _echo_err(f"warning: {line}")
+        echo_findings(warnings=plan.warnings)
 
     if dry_run and local:
         _local_dry_run(plan, output, show_secrets)
@@ -145,7 +132,7 @@ def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
     from launcher import sagemaker_backend
     from launcher.render import render_dry_run
 
-    show_dry_run(sagemaker_backend.dry_run(plan), render_dry_run, output, show_secrets)
+    show_dry_run(sagemaker_backend.build(plan).document(), render_dry_run, output, show_secrets)
 
 
 def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:

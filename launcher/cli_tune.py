@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from launcher.cli_options import OUTPUT, SET
+from launcher.cli_errors import echo_findings, refuse
 from launcher.errors import DfmError
 
 
@@ -35,9 +36,7 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
 
         errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
     if errors:
-        for line in errors:
-            _echo_err(f"error: {line}")
-        raise SystemExit(2)
+        refuse(errors)
     spec = compiled.spec
     name = job_name or tuning_job_name(spec)
     training = build_plan(spec, job_name=name, warnings=compiled.warnings)
@@ -69,8 +68,7 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
         job_name = _newest_study(spec_path, overrides)
     spec, tplan = compile_tuning(spec_path, overrides, job_name)
     if output == "text":
-        for line in tplan.training.warnings:
-            _echo_err(f"warning: {line}")
+        echo_findings(warnings=tplan.training.warnings)
     if dry_run:
         _dry_run(tplan, output)
     elif local:

@@ -19,11 +19,16 @@ class Compiled:
     spec: Any  # the validated Spec; None when the file could not be read or validated
     plan: Plan | None  # None when there are errors
     errors: tuple[str, ...]  # rendered `file:line: field: message` lines
-    warnings: tuple[str, ...]
+    refused_warnings: tuple[str, ...] = ()  # the warnings of a spec with errors (a plan holds its own)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The rules' warnings: the plan's, or those of the spec the errors refused."""
+        return self.plan.warnings if self.plan is not None else self.refused_warnings
 
 
 def compile_spec(source: str | Mapping[str, Any], overrides: Iterable[str] = (), job_name: str | None = None, *,
@@ -34,10 +39,10 @@ def compile_spec(source: str | Mapping[str, Any], overrides: Iterable[str] = (),
     try:
         spec = load_spec(source, overrides, env=env)
     except SpecError as err:
-        return Compiled(None, None, tuple(err.lines()), ())
+        return Compiled(None, None, tuple(err.lines()))
     findings = rules.check(spec, job_name)
     errors = [finding.render(spec) for finding in rules.errors(findings)]
     warnings = [finding.render(spec) for finding in rules.warnings(findings)]
     if errors:
         return Compiled(spec, None, tuple(errors), tuple(warnings))
-    return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), (), tuple(warnings))
+    return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), ())

@@ -101,8 +101,10 @@ def bundled_source_dir() -> str:
     Installed wheel: the data package `launcher/_bundled`. Checkout (editable or not): `entrypoints/`
     next to the `launcher/` package. An editable install maps `launcher._bundled` to the latter too.
     """
+    import launcher
+
     marker = BUNDLED_ENTRY_POINTS["deepfm-ps"].script
-    package_dir = Path(__file__).resolve().parent
+    package_dir = Path(launcher.__file__).resolve().parent  # the package's, wherever in it this module lives
     for candidate in (package_dir / "_bundled", package_dir.parent / "entrypoints"):
         if (candidate / marker).is_file():
             return str(candidate)

@@ -2,14 +2,16 @@
 
 The dry run, the SageMaker backend and the local backend all read the same Plan, so they cannot disagree:
 the SageMaker backend derives its estimator arguments and request from it, the local backend its processes.
+A Plan round-trips through plain JSON data (`to_dict` / `from_dict`): a local run stores the plan it ran.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 from launcher import catalog, contract, conventions, hosts, images, service_model
 
@@ -32,11 +34,6 @@ class Distribution:
     kind: str = "none"  # "none" | "parameter_server" | "horovod" | "multi_worker_mirrored"
     processes_per_host: int = 1
     mpi_options: str = ""
-    ps_per_host: int = 1  # parameter servers per host of the ps group
-    # True: SageMaker's TensorFlow toolkit sets the cluster up (TF_CONFIG and a ps per host, or mpirun), told by
-    # the sagemaker_*_enabled hyperparameters. False: parameter servers on their own group, where the script
-    # builds the cluster itself from resourceconfig.json and the toolkit is told no distribution.
-    toolkit: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,9 +122,53 @@ class Plan:
         return tuple(conventions.render_argv(self.hyperparameters))
 
     @property
+    def toolkit_cluster(self) -> bool:
+        """True: SageMaker's TensorFlow toolkit sets the cluster up (TF_CONFIG and a ps per host, or mpirun), told
+        by the sagemaker_*_enabled hyperparameters. False: parameter servers on their own group (two groups), where
+        the script builds the cluster itself from resourceconfig.json and the toolkit is told no distribution."""
+        return len(self.instance_groups) == 1
+
+    @property
     def toolkit_distribution(self) -> str:
         """The distribution SageMaker's TensorFlow toolkit is told about."""
-        return self.distribution.kind if self.distribution.toolkit else "none"
+        return self.distribution.kind if self.toolkit_cluster else "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain JSON data; `Plan.from_dict` gives it back, equal."""
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan `to_dict` gave `data`; ValueError naming the first field that does not fit."""
+        return from_data(cls, data)
+
+
+# ------------------------------------------------------------------------------------ as plain data
+Value = TypeVar("Value")
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(cls: type) -> Any:
+    from pydantic import TypeAdapter  # the spec's schema library reads the dataclasses' own type hints
+
+    return TypeAdapter(cls)
+
+
+def to_data(value: Any) -> dict[str, Any]:
+    """A frozen plan value (Plan, or one holding a Plan) as plain JSON data: dicts, lists, strings, numbers."""
+    return _adapter(type(value)).dump_python(value, mode="json")
+
+
+def from_data(cls: type[Value], data: Mapping[str, Any]) -> Value:
+    """The `cls` value whose `to_data` is `data` (tuples and nested dataclasses typed again)."""
+    from pydantic import ValidationError
+
+    try:
+        return _adapter(cls).validate_python(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or cls.__name__
+        raise ValueError(f"not a stored {cls.__name__}: {where}: {first['msg']}") from None
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -273,9 +314,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         instance_groups=groups,
         volume_gb=spec.instance.volume_gb,
         max_run=spec.max_run,
-        distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options,
-                                  ps_per_host=spec.ps_group.per_host if spec.ps_group is not None else 1,
-                                  toolkit=spec.ps_group is None),
+        distribution=Distribution(kind=kind, processes_per_host=spec.processes_per_host, mpi_options=mpi_options),
         input_mode=job_input_mode,
         channels=tuple(channels),
         hyperparameters=hyperparameters,

@@ -10,6 +10,7 @@ import shutil
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -103,6 +104,8 @@ def render_dry_run(document: dict[str, Any]) -> str:
         console.print(f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
                       "for a hyperparameter value)")
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
+    for uri in document.get("uploads", []):
+        console.print(f"[bold]Uploaded at submit[/bold] {escape(uri)}")
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     for line in _watch_lines(document.get("watch") or {}):
         console.print(line, markup=False)

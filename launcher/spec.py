@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.conventions import CONTAINER_CHECKPOINT_DIR
 from launcher.spec_errors import schema_problems
 from launcher.spec_operations import Mlflow, Recover, Retry, TensorBoard
 from launcher.spec_prepare import Prepare
@@ -159,7 +160,7 @@ class Checkpoints(_Strict):
     )
     file_system: FileSystem | None = Field(None, description="EFS/FSx directory mounted as channel 'checkpoints'")
     local_path: Annotated[str, _pattern(r"/.*", "absolute_path", "an absolute path (starting with /)")] = Field(
-        "/opt/ml/checkpoints", description="container path synced to s3"
+        CONTAINER_CHECKPOINT_DIR, description="container path synced to s3"
     )
 
     @model_validator(mode="after")

@@ -52,7 +52,11 @@ def _ps_workers_per_host(plan: Any) -> int:
 def script_cluster(plan: Any) -> Any:
     """The bundled script's cluster of a ps-group job (hetero_cluster.HeteroCluster)."""
     config = next(iter(hosts.resource_configs(plan.instance_groups).values()))
-    return contract.bundled_cluster().build_cluster(config, hosts.PS_GROUP, ps_per_host=plan.distribution.ps_per_host,
+    # as many parameter servers per host as the script is told (a script of yours: the script's default, unless
+    # your hyperparameters say ps_per_host)
+    per_host = plan.hyperparameters.get(hosts.PS_PER_HOST_HYPERPARAMETER,
+                                        contract.bundled_hparams().DEFAULTS[hosts.PS_PER_HOST_HYPERPARAMETER])
+    return contract.bundled_cluster().build_cluster(config, hosts.PS_GROUP, ps_per_host=per_host,
                                                     workers_per_host=_ps_workers_per_host(plan))
 
 
@@ -60,7 +64,7 @@ def tasks_by_host(plan: Any) -> dict[str, list[str]]:
     """host -> the processes that run there (`ps`, `master`, `worker:1`, `rank:3`, `chief:0`, `script`)."""
     names = hosts.all_hosts(plan.instance_groups)
     kind, per_host = plan.distribution.kind, plan.distribution.processes_per_host
-    if not plan.distribution.toolkit:
+    if not plan.toolkit_cluster:
         if not plan.bundled:  # your script builds the cluster from resourceconfig.json
             return {host: ["script"] for host in names}
         tasks = script_cluster(plan).tasks

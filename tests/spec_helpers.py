@@ -1,8 +1,11 @@
-"""Writing small specs for tests: a valid base, deep-merged with what a test changes."""
+"""Writing small specs for tests (a valid base, deep-merged with what a test changes) and running `dfm` on them:
+in this process (`run`) or as the CLI in a subprocess (`dfm`)."""
 
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,13 @@ BASE: dict[str, Any] = {
     "instance": {"type": "ml.c5.xlarge", "count": 1},
     "data": {"train": "s3://dfm-bucket/train/"},
     "output": "s3://dfm-bucket/out/",
+}
+
+# The base of the specs local runs train on (dfm launch --local): channels come from `local:`, S3 is never read.
+LOCAL_BASE: dict[str, Any] = {
+    "name": "local", "role": ROLE, "region": "us-east-1", "framework": {"version": "2.14", "python": "py310"},
+    "output": "s3://dfm-test/out/", "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": 1},
+    "data": {"mode": "File", "train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
 }
 
 DELETE = object()
@@ -59,3 +69,12 @@ def run(capsys, *args) -> tuple[int, str, str]:
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def dfm(*args, cwd: Path | None = None, timeout: float = 240, check: bool = False) -> subprocess.CompletedProcess:
+    """`dfm ARGS...` as a subprocess of this Python (the checkout's launcher); `check`: assert it exits 0."""
+    result = subprocess.run([sys.executable, "-m", "launcher.cli", *map(str, args)], capture_output=True, text=True,
+                            timeout=timeout, cwd=cwd)
+    if check:
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return result

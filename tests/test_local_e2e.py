@@ -15,18 +15,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from local_plans import assert_no_survivors
+from spec_helpers import LOCAL_BASE, dfm, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "batch_size": 256, "deep_layers": [16, 16], "log_steps": 10,
                "embedding_size": 4}
-
-
-def dfm(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -40,23 +35,18 @@ def sample(tmp_path_factory) -> Path:
     return out
 
 
-def write_spec(tmp_path: Path, *, name: str, entry_point: str, distribution, count: int, mode: str, train,
-               channels: dict[str, Path], hyperparameters: dict, checkpoints=None, framework="2.14") -> Path:
-    spec = {
-        "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": framework, "python": "py310"}, "output": "s3://dfm-test/out/",
-        "entry_point": entry_point, "instance": {"type": "ml.c5.2xlarge", "count": count},
-        "distribution": distribution,
-        "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://dfm-test/eval/"},
+def e2e_spec(tmp_path: Path, *, name: str, entry_point: str, distribution, count: int, mode: str, train,
+             channels: dict[str, Path], hyperparameters: dict, checkpoints=None, framework="2.14") -> Path:
+    changes = {
+        "name": name, "framework": {"version": framework}, "entry_point": entry_point, "instance": {"count": count},
+        "distribution": distribution, "data": {"mode": mode, "s3_shard": True, "train": train},
         "hyperparameters": {**SMALL_MODEL, **hyperparameters},
         "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(tmp_path / "runs"),
                   "timeout_s": 240},
     }
     if checkpoints is not None:
-        spec["checkpoints"] = checkpoints
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+        changes["checkpoints"] = checkpoints
+    return write_spec(tmp_path, changes, name=f"{name}.yaml", base=LOCAL_BASE)
 
 
 class WatchedRun:
@@ -99,7 +89,7 @@ class WatchedRun:
 
 
 def test_two_host_parameter_server_job(tmp_path, sample):
-    spec = write_spec(tmp_path, name="e2e-ps", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+    spec = e2e_spec(tmp_path, name="e2e-ps", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 30})
@@ -118,7 +108,7 @@ def test_two_host_parameter_server_job(tmp_path, sample):
 
 
 def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
-    spec = write_spec(tmp_path, name="e2e-mwms", entry_point="deepfm-mirrored", distribution="multi_worker_mirrored",
+    spec = e2e_spec(tmp_path, name="e2e-mwms", entry_point="deepfm-mirrored", distribution="multi_worker_mirrored",
                       count=2, mode="File", train="s3://dfm-test/train/",
                       channels={"train": sample / "train", "eval": sample / "eval"}, hyperparameters={"max_steps": 6})
     run = WatchedRun("launch", str(spec), "--local")
@@ -147,7 +137,7 @@ def horovod_runtime_missing() -> str | None:
 @pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
 def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
     # TF 2.12 is the last image with Horovod: the job runs on that image's runtime, whatever the launcher's TF
-    spec = write_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
+    spec = e2e_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
                       distribution={"horovod": {"processes_per_host": 2}}, count=1, mode="Pipe",
                       train=["s3://dfm-test/split/train/", "s3://dfm-test/split/train-1/"],
                       channels={"train": sample / "split" / "train", "train-1": sample / "split" / "train-1",
@@ -188,7 +178,7 @@ def kill_script_once_training(host: str, killed: list[float]):
 
 
 def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
-    spec = write_spec(tmp_path, name="e2e-kill", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+    spec = e2e_spec(tmp_path, name="e2e-kill", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 100000, "epochs": 1000})
@@ -203,7 +193,7 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
 
 def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
     def launch(max_steps: int) -> WatchedRun:
-        spec = write_spec(tmp_path, name="e2e-resume", entry_point="deepfm-ps", distribution="none", count=1,
+        spec = e2e_spec(tmp_path, name="e2e-resume", entry_point="deepfm-ps", distribution="none", count=1,
                           mode="File", train="s3://dfm-test/train/",
                           channels={"train": sample / "train", "eval": sample / "eval"},
                           hyperparameters={"max_steps": max_steps, "checkpoint_steps": 5, "epochs": 5},
@@ -224,7 +214,7 @@ HETERO = {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1, "per_ho
 
 
 def test_parameter_servers_on_their_own_group(tmp_path, sample):
-    spec = write_spec(tmp_path, name="e2e-hetero", entry_point="deepfm-ps", distribution=HETERO, count=2,
+    spec = e2e_spec(tmp_path, name="e2e-hetero", entry_point="deepfm-ps", distribution=HETERO, count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 30})
@@ -242,7 +232,7 @@ def test_parameter_servers_on_their_own_group(tmp_path, sample):
 
 
 def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
-    spec = write_spec(tmp_path, name="e2e-hetero-kill", entry_point="deepfm-ps", distribution=HETERO, count=2,
+    spec = e2e_spec(tmp_path, name="e2e-hetero-kill", entry_point="deepfm-ps", distribution=HETERO, count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 100000, "epochs": 1000})

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from local_plans import assert_no_survivors
-from test_local_e2e import WatchedRun, dfm, horovod_runtime_missing
+from spec_helpers import LOCAL_BASE, dfm, write_spec
+from test_local_e2e import WatchedRun, horovod_runtime_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -43,15 +43,12 @@ def features_of(sample: Path, boundaries: int = 10, **extra) -> dict:
             "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1000, "max_length": 20}}, **extra}
 
 
-def write_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train: Path | None = None,
-               hyperparameters: dict | None = None, entry_point: str = "deepfm-ps", distribution=None,
-               framework: str = "2.14", **extra) -> Path:
-    spec = {
-        "name": name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": framework, "python": "py310"}, "output": "s3://dfm-test/out/",
-        "entry_point": entry_point, "instance": {"type": "ml.c5.2xlarge", "count": count},
+def raw_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train: Path | None = None,
+             hyperparameters: dict | None = None, entry_point: str = "deepfm-ps", distribution=None,
+             framework: str = "2.14", **extra) -> Path:
+    changes = {
+        "name": name, "framework": {"version": framework}, "entry_point": entry_point, "instance": {"count": count},
         "distribution": distribution or ("parameter_server" if count > 1 else "none"),
-        "data": {"mode": "File", "train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
         # the recipe every margin here was tuned with: no dropout and the old L2 on the MLP (with the new defaults'
         # 0.2 and 0.03 under Adagrad 0.3, MultiWorkerMirrored and Horovod landed 0.0001 under the margin)
         "hyperparameters": {"batch_size": 256, "deep_layers": [64, 32], "embedding_size": 8, "optimizer": "adagrad",
@@ -61,9 +58,7 @@ def write_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train
         "local": {"channels": {"train": str(train or sample / "train"), "eval": str(sample / "eval")},
                   "run_dir": str(tmp_path / "runs"), "timeout_s": 240},
     }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return write_spec(tmp_path, changes, name=f"{name}.yaml", base=LOCAL_BASE)
 
 
 def final_auc(output: str) -> float:
@@ -111,7 +106,7 @@ def answer_raw(export: Path, sample: Path, count: int = 5) -> list[float]:
 
 
 def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_path, raw_sample):
-    spec = write_spec(tmp_path, raw_sample, name="raw-one", boundaries=15)  # the section goes as a file
+    spec = raw_spec(tmp_path, raw_sample, name="raw-one", boundaries=15)  # the section goes as a file
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     code = run.job_dir(tmp_path / "runs") / "hosts" / "algo-1" / "code"
@@ -129,7 +124,7 @@ def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_p
 
 def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, raw_sample):
     # Asynchronous updates from two workers: a smaller step than one host uses (0.3 with 4 or 6 epochs missed the margin).
-    spec = write_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4, "learning_rate": 0.15})
+    spec = raw_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4, "learning_rate": 0.15})
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     auc = final_auc(run.output)
@@ -145,7 +140,7 @@ def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, ra
 ], ids=["multi_worker_mirrored", "ps-group"])
 def test_raw_rows_train_the_same_way_on_the_other_distributions(tmp_path, raw_sample, entry_point, distribution,
                                                                  hyperparameters):
-    spec = write_spec(tmp_path, raw_sample, name="raw-dist", count=2, entry_point=entry_point,
+    spec = raw_spec(tmp_path, raw_sample, name="raw-dist", count=2, entry_point=entry_point,
                       distribution=distribution, hyperparameters=hyperparameters)
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
@@ -158,7 +153,7 @@ def test_raw_rows_train_the_same_way_on_the_other_distributions(tmp_path, raw_sa
 @pytest.mark.horovod
 @pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
 def test_raw_rows_train_under_horovod_on_the_tf_2_12_runtime(tmp_path, raw_sample):
-    spec = write_spec(tmp_path, raw_sample, name="raw-hvd", entry_point="deepfm-horovod", framework="2.12",
+    spec = raw_spec(tmp_path, raw_sample, name="raw-hvd", entry_point="deepfm-horovod", framework="2.12",
                       distribution={"horovod": {"processes_per_host": 2}},
                       hyperparameters={"scale_lr": False})
     run = WatchedRun("launch", str(spec), "--local")
@@ -180,7 +175,7 @@ def with_bad_lines(tmp_path: Path, sample: Path) -> Path:
 
 
 def test_bad_rows_skip_counts_them(tmp_path, raw_sample):
-    spec = write_spec(tmp_path, raw_sample, name="raw-skip", train=with_bad_lines(tmp_path, raw_sample),
+    spec = raw_spec(tmp_path, raw_sample, name="raw-skip", train=with_bad_lines(tmp_path, raw_sample),
                       hyperparameters={"epochs": 1}, bad_rows="skip")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
@@ -189,7 +184,7 @@ def test_bad_rows_skip_counts_them(tmp_path, raw_sample):
 
 def test_bad_rows_skip_counts_them_per_parameter_server_worker(tmp_path, raw_sample):
     """Each host's worker reads one of the two files, each with the bad lines."""
-    spec = write_spec(tmp_path, raw_sample, name="raw-ps-skip", count=2, train=with_bad_lines(tmp_path, raw_sample),
+    spec = raw_spec(tmp_path, raw_sample, name="raw-ps-skip", count=2, train=with_bad_lines(tmp_path, raw_sample),
                       hyperparameters={"epochs": 1}, bad_rows="skip")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
@@ -199,7 +194,7 @@ def test_bad_rows_skip_counts_them_per_parameter_server_worker(tmp_path, raw_sam
 
 
 def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
-    spec = write_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample),
+    spec = raw_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample),
                       hyperparameters={"epochs": 1}, bad_rows="fail")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 1, run.output[-3000:]

@@ -101,7 +101,8 @@ def test_no_distribution_runs_the_script_on_every_host_without_tf_config(tmp_pat
 
 
 def test_ps_on_its_own_group_every_host_runs_the_script_and_only_workers_get_data(tmp_path):
-    plan, request = request_for(tmp_path, hosts=2, ps_hosts=2, per_host=2, train_files=5)
+    # the stand-in is a script of yours: it gets the ps_per_host its hyperparameters give (dfm tells only its own)
+    plan, request = request_for(tmp_path, hosts=2, ps_hosts=2, train_files=5, hyperparameters={"ps_per_host": 2})
     processes = by_label(request)
     assert list(processes) == [f"algo-{i}/train" for i in range(1, 5)] and request.master == "algo-1/train"
     assert not any("TF_CONFIG" in p.env or p.role == "ps" for p in request.processes)  # the script builds it

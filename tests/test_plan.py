@@ -16,7 +16,7 @@ import pytest
 
 from launcher import contract, conventions
 from launcher.compile import compile_spec
-from launcher.plan import job_timestamp
+from launcher.plan import Plan, job_timestamp
 from launcher.sagemaker_backend.request import estimator_kwargs
 from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
@@ -154,6 +154,48 @@ def test_file_system_training_channel_makes_the_job_file_mode(tmp_path):
     train, evaluation = plan.channels
     assert (train.kind, train.access_mode, plan.input_mode) == ("fsx", "ro", "File")
     assert evaluation.input_mode == "FastFile"  # S3 channels keep their own mode
+
+
+# --- a plan as plain data ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_configs_plan_round_trips_through_plain_json(config):
+    plan = compiled_plan(config)
+    data = json.loads(json.dumps(plan.to_dict()))  # plain JSON: no default= needed
+    assert Plan.from_dict(data) == plan
+    assert data["instance_groups"][0]["instance_type"] == plan.instance_type  # typed values as plain fields
+
+
+def test_a_value_holding_a_plan_round_trips_too():
+    """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
+    from launcher.plan import from_data, to_data
+    from launcher.tuning_plan import TuningPlan, build_tuning_plan
+
+    compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tune-ps-261125-000000")
+    assert from_data(TuningPlan, json.loads(json.dumps(to_data(tplan)))) == tplan
+
+
+def test_a_stored_plan_that_does_not_fit_is_named():
+    data = compiled_plan(REPO / "configs" / "ps.yaml").to_dict()
+    data["instance_groups"][0]["count"] = "two"
+    with pytest.raises(ValueError, match=r"instance_groups\.0\.count"):
+        Plan.from_dict(data)
+
+
+def test_a_local_run_stores_the_plan_it_ran(tmp_path):
+    from local_plans import local_run, standin_plan
+
+    from launcher.local.request import PLAN_FILE, stored_plan
+
+    run = local_run(standin_plan(tmp_path, hosts=2), tmp_path)
+    run.prepare()
+    job_dir = Path(run.request.job_dir)
+    ran = stored_plan(job_dir)
+    assert ran.job_name == "standin-job" and ran.local.run_dir == str(tmp_path / "runs")
+    assert ran.to_dict() == json.loads((job_dir / PLAN_FILE).read_text())
+    assert ran == Plan.from_dict(run.request.files[str(job_dir / PLAN_FILE)])
 
 
 # --- the request the SDK builds from each plan (offline) --------------------------------------------

@@ -4,27 +4,22 @@ downsampling."""
 
 from __future__ import annotations
 
+import functools
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import spec_helpers
 import yaml
+from spec_helpers import LOCAL_BASE, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+dfm = functools.partial(spec_helpers.dfm, check=True, timeout=400)  # every step here must succeed
 
 FIELDS, FEATURES = 10, 1000
 MODEL = {"field_size": FIELDS, "feature_size": FEATURES, "batch_size": 256, "deep_layers": [32, 32],
          "embedding_size": 4, "log_steps": 50, "optimizer": "adam", "learning_rate": 0.003, "epochs": 2}
-
-
-def dfm(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
-                            timeout=timeout)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -36,25 +31,21 @@ def clicks(tmp_path_factory) -> Path:
     return out
 
 
-def write_spec(folder: Path, clicks: Path, channels: dict[str, Path], prepare: dict | None) -> Path:
-    spec = {
-        "name": folder.name, "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test-bucket/out/",
-        "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": 1}, "distribution": "none",
+def prepared_spec(folder: Path, clicks: Path, channels: dict[str, Path], prepare: dict | None) -> Path:
+    changes = {
+        "name": folder.name, "output": "s3://dfm-test-bucket/out/", "distribution": "none",
         "data": {"mode": "File", "train": "s3://dfm-test-bucket/train/", "eval": "s3://dfm-test-bucket/eval/"},
         "hyperparameters": MODEL,
         "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(folder / "runs"),
                   "timeout_s": 600},
     }
     if prepare is not None:
-        spec["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
-                                     "local": str(clicks / "train")},
-                           "eval": {"uri": "s3://dfm-test-bucket/clicks-eval/", "local": str(clicks / "eval")},
-                           "stats": False, "seed": 3, **prepare}
+        changes["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
+                                        "local": str(clicks / "train")},
+                              "eval": {"uri": "s3://dfm-test-bucket/clicks-eval/", "local": str(clicks / "eval")},
+                              "stats": False, "seed": 3, **prepare}
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return write_spec(folder, changes, base=LOCAL_BASE)
 
 
 def final_auc(output: str) -> float:
@@ -65,7 +56,7 @@ def final_auc(output: str) -> float:
 
 def prepared(tmp_path: Path, clicks: Path, name: str, prepare: dict) -> tuple[Path, float]:
     folder = tmp_path / name
-    spec = write_spec(folder, clicks, {"train": folder / "data/train", "eval": folder / "data/eval"}, prepare)
+    spec = prepared_spec(folder, clicks, {"train": folder / "data/train", "eval": folder / "data/eval"}, prepare)
     dfm("data", "prepare", str(spec), "--local")
     return folder, final_auc(dfm("launch", str(spec), "--local").stdout)
 
@@ -74,7 +65,7 @@ def test_prepared_data_reaches_the_auc_of_converted_data(tmp_path, clicks):
     converted = tmp_path / "converted"
     for part in ("train", "eval"):
         dfm("data", "convert", str(clicks / part), "--out", str(converted / part), "--field-size", str(FIELDS))
-    spec = write_spec(converted, clicks, {"train": converted / "train", "eval": converted / "eval"}, None)
+    spec = prepared_spec(converted, clicks, {"train": converted / "train", "eval": converted / "eval"}, None)
     baseline = final_auc(dfm("launch", str(spec), "--local").stdout)
     _, auc = prepared(tmp_path, clicks, "prepared", {})
     print(f"eval AUC: prepared {auc:.4f}, converted {baseline:.4f}")
@@ -117,7 +108,7 @@ def test_raw_tsv_prepared_as_examples_trains_with_a_tfrecord_features_section(tm
                 "categorical": {name: {"hash_buckets": 1000} for name in categorical},
                 "multi_hot": {"recent_cats": {"separator": "|", "hash_buckets": 1000, "max_length": 20}}}
     folder = tmp_path / "raw-prepared"
-    spec = write_spec(folder, raw, {"train": folder / "data/train", "eval": folder / "data/eval"}, None)
+    spec = prepared_spec(folder, raw, {"train": folder / "data/train", "eval": folder / "data/eval"}, None)
     data = yaml.safe_load(spec.read_text())
     data["hyperparameters"] = {k: v for k, v in MODEL.items() if k not in ("field_size", "feature_size")}
     data["features"] = features

@@ -26,7 +26,7 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
 
     plan = sample_plan({"retry": {"max_attempts": 3}, "tensorboard": True,
                         "mlflow": {"tracking_server_arn": ARN, "experiment": "ctr", "run": "nightly"}})
-    sent = request.build(plan).request
+    sent = request.build(plan).arguments()
     assert sent["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert sent["TensorBoardOutputConfig"] == {"S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
                                                "LocalPath": "/opt/ml/output/tensorboard"}
@@ -39,7 +39,7 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     text = render_dry_run(watched)
     assert "up to 2 resubmissions (<job>-r1, ...) on ml.c5.18xlarge, then ml.m5.24xlarge" in text
     assert "stopped after 900 s without a metric line" in text
-    without = request.build(sample_plan()).request
+    without = request.build(sample_plan()).arguments()
     assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
 
 

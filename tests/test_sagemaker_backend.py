@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -235,7 +236,7 @@ def test_submit_sends_exactly_the_dry_runs_request_and_uploads_the_source(aws, s
     plan = sample_plan(SPOT_VPC_TAGS_WARM)
     echoed: list[str] = []
 
-    assert sb.submit(plan, wait=False, echo=echoed.append) == plan.job_name
+    assert sb.submit(sb.build(plan), wait=False, echo=echoed.append) == plan.job_name
 
     assert echoed == [f"submitted {plan.job_name}",
                       f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}"]
@@ -253,12 +254,53 @@ def test_submit_sends_exactly_the_dry_runs_request_and_uploads_the_source(aws, s
     assert sb.describe(plan.job_name, REGION)["status"] == "Completed"  # moto finishes jobs at once
 
 
+def test_submit_executes_the_built_request_as_it_is_without_going_back_to_the_plan(aws, sample_plan, monkeypatch):
+    """The request is a frozen value: the dry run prints it, submit sends exactly it (here one the plan could not
+    give: a tag added to the value), and neither the SDK nor the plan is consulted again."""
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    sent = capture_create_requests(monkeypatch)
+    built = sb.build(sample_plan())
+    with pytest.raises(TypeError):
+        built.create_training_job["RoleArn"] = "arn:aws:iam::123456789012:role/other"
+    with pytest.raises(TypeError):
+        built.create_training_job["InputDataConfig"][0]["ChannelName"] = "other"
+    arguments = built.arguments()
+    arguments["Tags"] = [*arguments.get("Tags", []), {"Key": "only-in-the-value", "Value": "1"}]
+    changed = dataclasses.replace(built, create_training_job=sm_request.freeze(arguments))
+    printed = json.loads(json.dumps(changed.document()))  # what `--dry-run --output json` prints of it
+    monkeypatch.setattr(sm_request, "build", lambda plan: pytest.fail("submit rebuilt the request"))
+    monkeypatch.setattr(sm_request, "offline_estimator", lambda plan: pytest.fail("submit went back to the SDK"))
+
+    sb.submit(changed, wait=False, echo=lambda line: None)
+
+    assert sent == [printed["request"]]
+    assert printed["uploads"] == [changed.upload.uri]
+    assert boto3.client("s3", region_name=REGION).head_object(Bucket=BUCKET, Key=changed.upload.uri.split("/", 3)[3])
+
+
+def test_launch_sends_what_its_dry_run_printed(capsys, aws, monkeypatch):
+    """`dfm launch --dry-run --output json` and `dfm launch` of the same spec and job name: the CreateTrainingJob
+    call moto records is the dry run's JSON request."""
+    from spec_helpers import run
+
+    config = Path(__file__).parent.parent / "configs" / "ps.yaml"
+    job = "ps-2026-11-25-12-00-00-000"
+    code, out, err = run(capsys, "launch", config, "--dry-run", "--output", "json", "--job-name", job)
+    assert code == 0, err
+    printed = json.loads(out)
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=printed["request"]["OutputDataConfig"]["S3OutputPath"].split("/")[2])
+    sent = capture_create_requests(monkeypatch)
+    code, out, err = run(capsys, "launch", config, "--job-name", job)
+    assert code == 0, err
+    assert sent == [printed["request"]] and f"submitted {job}" in out
+
+
 def test_submit_with_an_s3_source_dir_uploads_nothing(aws, sample_plan, monkeypatch):
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     plan = sample_plan({"source_dir": f"s3://{BUCKET}/code/sourcedir.tar.gz"})
-    sb.submit(plan, wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
     assert json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"]) == plan.source_dir
     assert s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
 
@@ -268,14 +310,14 @@ def test_submit_refuses_an_invalid_request_before_uploading(aws, sample_plan, mo
     s3.create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     with pytest.raises(DfmError) as caught:
-        sb.submit(sample_plan(max_run=0), wait=False, echo=pytest.fail)
+        sb.submit(sb.build(sample_plan(max_run=0)), wait=False, echo=pytest.fail)
     assert caught.value.exit_code == 2 and "MaxRuntimeInSeconds" in caught.value.message
     assert sent == [] and s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
 
 
 def test_submit_without_the_bucket_is_an_aws_refusal(aws, sample_plan):
     with pytest.raises(DfmError) as caught:
-        sb.submit(sample_plan(), wait=False, echo=lambda line: None)
+        sb.submit(sb.build(sample_plan()), wait=False, echo=lambda line: None)
     assert caught.value.exit_code == 1 and "NoSuchBucket" in caught.value.message
 
 
@@ -293,10 +335,10 @@ def test_submit_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, m
     hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob", job_ends)
     echoed: list[str] = []
     if exit_code is None:
-        sb.submit(plan, wait=True, echo=echoed.append)
+        sb.submit(sb.build(plan), wait=True, echo=echoed.append)
     else:
         with pytest.raises(DfmError) as caught:
-            sb.submit(plan, wait=True, echo=echoed.append)
+            sb.submit(sb.build(plan), wait=True, echo=echoed.append)
         assert caught.value.exit_code == 1
         assert caught.value.message == f"job {plan.job_name} Failed: AlgorithmError: out of memory"
     assert "[algo-1] [dfm] train step=1 loss=0.5" in echoed and "[algo-2] worker ready" in echoed
@@ -509,7 +551,7 @@ def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatc
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(plan, wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
 
     assert sent[0] == sb.dry_run(plan)["request"]
     summary = sb.describe(plan.job_name, REGION)
@@ -524,7 +566,7 @@ def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(plan, wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
 
     uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
     key = uri.split("/", 3)[3]
@@ -544,7 +586,7 @@ def test_a_long_features_section_is_uploaded_in_the_source_tarball(aws, monkeypa
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(plan, wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
 
     assert json.loads(sent[0]["HyperParameters"]["features"]) == "@dfm_features.json"
     uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])

@@ -19,7 +19,7 @@ from launcher.compile import compile_spec
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.tuning_plan import build_tuning_plan
-from spec_helpers import write_spec
+from spec_helpers import dfm, write_spec
 
 TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
         "max_parallel_jobs": 2, "random_seed": 3,
@@ -147,10 +147,6 @@ def test_resume_does_not_repeat_the_first_sessions_seeded_suggestions(tmp_path, 
 # --- tiny real studies (slow) -----------------------------------------------------------------------------
 SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "deep_layers": [8], "log_steps": 5, "embedding_size": 4,
                "export": False}
-
-
-def dfm(*args: str, **kwargs):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 
 `build_request(plan)` gives, per simulated host, its /opt/ml tree, its config files and how each channel is
 fed; per process, its host, role, command, environment, working directory and log file; plus the runtime
-and the time limits. It reads (channel folders, the runtime's package metadata, free loopback ports) but
+and the time limits, and the plan itself, stored in the run folder (`PLAN_FILE`, read back by `stored_plan`).
+It reads (channel folders, the runtime's package metadata) and binds free loopback ports to pick them, but
 writes nothing and starts nothing: runner.py executes the request, `--local --dry-run` prints it.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher import contract, hosts, tasks
+from launcher import contract, conventions, hosts, tasks
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
@@ -22,8 +23,10 @@ from launcher.local import runtime as runtimes
 from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
                                       plan_hosts, to_host_path)
 from launcher.local.runtime import Runtime
+from launcher.plan import Plan
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
+PLAN_FILE = "plan.json"  # in the run folder: the plan the run ran (Plan.to_dict)
 DEFAULT_RUN_DIR = "runs"
 PS_GRACE_S = 5.0  # how long stopped ps servers get to exit once every script has finished
 SUPPORTED_DISTRIBUTIONS = ("none", "parameter_server", "horovod", "multi_worker_mirrored")
@@ -100,6 +103,17 @@ class LocalRequest:
         return {**asdict(self), "inherits": INHERITS}
 
 
+def stored_plan(job_dir: str | Path) -> Plan:
+    """The plan a local run ran, as its run folder stores it."""
+    path = Path(job_dir) / PLAN_FILE
+    try:
+        return Plan.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise DfmError(f"{path}: no stored plan (not the folder of a local run?)") from None
+    except ValueError as err:  # JSON or the plan's fields
+        raise DfmError(f"{path}: {err}") from None
+
+
 def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not (k.startswith("SM_") or k in NOT_INHERITED)}
 
@@ -137,6 +151,7 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
     sources = _channel_sources(plan, problems)
     host_requests = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
     processes, master, files = _processes(plan, trees, runtime, environ, job_dir)
+    files = {str(job_dir / PLAN_FILE): plan.to_dict(), **files}
     return LocalRequest(
         job_name=plan.job_name, job_dir=str(job_dir), log_dir=str(job_dir / "logs"), source_dir=plan.source_dir,
         runtime=runtime, hosts=host_requests, processes=processes, master=master,
@@ -185,7 +200,7 @@ def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]
 
 def _checkpoint_dir(plan, tree: HostTree) -> str:
     """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by default)."""
-    local_path = plan.checkpoint_local_path or "/opt/ml/checkpoints"
+    local_path = plan.checkpoint_local_path or conventions.CONTAINER_CHECKPOINT_DIR
     mapped = to_host_path(local_path, tree)
     if mapped == local_path:
         raise DfmError(f"--local can only emulate checkpoint_local_path under /opt/ml, not {local_path}")
@@ -221,7 +236,7 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
 
     if kind == "horovod":
         return _mpi_processes(plan, trees, runtime, environ, job_dir)
-    if not plan.distribution.toolkit:  # every host runs the script, which builds the cluster itself
+    if not plan.toolkit_cluster:  # every host runs the script, which builds the cluster itself
         addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}" for a in tasks.container_addresses(plan)}
         extra_env = {contract.bundled_cluster().ADDRESSES_ENV: json.dumps(addresses)}
         scripts = [script(t, f"{t.host}/train", "train", extra_env=extra_env) for t in trees]

@@ -10,7 +10,7 @@ from typing import Callable
 from launcher import recovery
 from launcher.errors import DfmError
 from launcher.plan import Plan
-from launcher.sagemaker_backend import jobs
+from launcher.sagemaker_backend import jobs, request
 from launcher.sagemaker_backend.logs import StallWatch, Stalled, stream_logs
 
 Echo = Callable[[str], None]
@@ -29,18 +29,19 @@ def follow(plan: Plan, job_name: str, echo: Echo, poll_seconds: float) -> str:
 
 def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, poll_seconds: float = 10.0,
            sleep: Callable[[float], None] = time.sleep) -> str:
-    """Submit the plan; with `wait`, follow it to the end and recover it as `recover:` says. Returns the last
-    attempt's job name; exit 1 (DfmError) when the last attempt failed or was stopped."""
+    """Build each attempt's request (refusing an invalid job before anything is uploaded) and submit exactly it;
+    with `wait`, follow it to the end and recover it as `recover:` says. Returns the last attempt's job name;
+    exit 1 (DfmError) when the last attempt failed or was stopped."""
     if not wait:
         if plan.operations.recovery is not None or plan.operations.stall_timeout_s:
             warn("recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
                  "(or dfm logs JOB --follow --stall-timeout N)")
-        return jobs.submit(plan, wait=False, echo=echo, warn=warn)
+        return jobs.submit(request.build(plan), wait=False, echo=echo, warn=warn)
     options = plan.operations.recovery
     attempt = 0
     while True:
         current = recovery.attempt_plan(plan, attempt)
-        job_name = jobs.submit(current, wait=False, echo=echo, warn=warn)
+        job_name = jobs.submit(request.build(current), wait=False, echo=echo, warn=warn)
         status = follow(current, job_name, echo, poll_seconds)
         summary = jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
         why = recovery.recoverable(summary)

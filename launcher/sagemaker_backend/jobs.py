@@ -1,14 +1,14 @@
-"""Job commands: submit the request the dry run shows, then describe, stop and list the jobs (plain boto3)."""
+"""Training jobs: submit a built request (exactly the value the dry run shows), then describe, stop and list the
+jobs (plain boto3)."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from launcher import recovery
 from launcher.errors import DfmError
@@ -16,79 +16,86 @@ from launcher.plan import Plan
 from launcher.sagemaker_backend import aws, request
 from launcher.sagemaker_backend.logs import stream_logs
 
-SOURCE_ARCHIVE = "sourcedir.tar.gz"
-
 Echo = Callable[[str], None]
 
 
-def _upload_source_dir(plan: Plan, built: request.JobRequest, session) -> None:
-    upload_source_dir(plan, built.request["HyperParameters"], session)
-
-
-def upload_source_dir(plan: Plan, hyperparameters: dict, session) -> None:
-    """Upload the source dir's tarball to where the request's (static) hyperparameters say it is, with the SDK's
-    own packer and uploader (the same bytes and S3 arguments as `fit()`); an s3:// source dir is already there."""
-    if plan.source_dir.startswith("s3://"):
-        return
+def upload_source(upload: request.SourceUpload, session) -> None:
+    """Pack and upload the source dir as the upload says, with the SDK's own packer and uploader (the same bytes
+    and S3 arguments as `fit()`)."""
     from sagemaker.fw_utils import tar_and_upload_dir
 
-    uri = json.loads(hyperparameters["sagemaker_submit_directory"])
-    bucket, _, key = uri[len("s3://"):].partition("/")
-    if not key.endswith(f"/{SOURCE_ARCHIVE}"):
-        raise DfmError(f"the request names {uri} as the source dir, not a {SOURCE_ARCHIVE}", 1)
-    with source_dir_with_files(plan) as directory:
-        tar_and_upload_dir(session=session, bucket=bucket, s3_key_prefix=key[: -len(SOURCE_ARCHIVE) - 1],
-                           script=plan.entry_point, directory=directory)
+    with source_dir_with_files(upload.directory, upload.files) as directory:
+        tar_and_upload_dir(session=session, bucket=upload.bucket, s3_key_prefix=upload.key_prefix,
+                           script=upload.script, directory=directory)
+
+
+def upload_source_dir(plan: Plan, hyperparameters: Mapping[str, Any], session) -> None:
+    """The source upload named by a request's (static) hyperparameters: the tuning submit's."""
+    upload = request.source_upload(plan, hyperparameters)
+    if upload is not None:
+        upload_source(upload, session)
 
 
 @contextlib.contextmanager
-def source_dir_with_files(plan: Plan) -> Iterator[str]:
-    """The folder to pack: the source dir itself, or a temporary copy of it with plan.source_files added."""
-    if not plan.source_files:
-        yield plan.source_dir
+def source_dir_with_files(source_dir: str, files: Mapping[str, str]) -> Iterator[str]:
+    """The folder to pack: the source dir itself, or a temporary copy of it with `files` added."""
+    if not files:
+        yield source_dir
         return
     with tempfile.TemporaryDirectory(prefix="dfm-source-") as tmp:
         copy = Path(tmp) / "source"
-        shutil.copytree(plan.source_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for name, text in plan.source_files.items():
+        shutil.copytree(source_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name, text in files.items():
             (copy / name).write_text(text, encoding="utf-8")
         yield str(copy)
 
 
-def idle_hosts_on_s3(plan: Plan, s3) -> list[str]:
+def _hosts_of(arguments: Mapping[str, Any], groups: list | None) -> int:
+    """The hosts a channel reaches: its instance groups' (InstanceGroupNames), or every host of the job."""
+    resources = arguments["ResourceConfig"]
+    if "InstanceCount" in resources:
+        return resources["InstanceCount"]
+    return sum(g["InstanceCount"] for g in resources["InstanceGroups"] if not groups or g["InstanceGroupName"] in groups)
+
+
+def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
     """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
-    if plan.instance_count < 2:
-        return []
-    found = []
-    for channel in plan.channels:
-        if channel.kind != "s3" or channel.distribution != "ShardedByS3Key":
+    arguments, found = training.create_training_job, []
+    for channel in arguments.get("InputDataConfig", ()):
+        source = channel["DataSource"].get("S3DataSource")
+        if source is None or source.get("S3DataDistributionType") != "ShardedByS3Key":
             continue
-        bucket, _, prefix = channel.uri[len("s3://"):].partition("/")
-        with aws.aws_errors(f"listing {channel.uri}", region=plan.region):
-            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=plan.instance_count + 1)
+        hosts = _hosts_of(arguments, source.get("InstanceGroupNames"))
+        if hosts < 2:
+            continue
+        uri = source["S3Uri"]
+        bucket, _, prefix = uri[len("s3://"):].partition("/")
+        with aws.aws_errors(f"listing {uri}", region=training.region):
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=hosts + 1)
         count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
-        if count < plan.instance_count:
-            found.append(f"channel {channel.name}: {channel.uri} holds {count} object(s) for {plan.instance_count} "
-                         f"hosts; with ShardedByS3Key {plan.instance_count - count} host(s) get no data")
+        if count < hosts:
+            found.append(f"channel {channel['ChannelName']}: {uri} holds {count} object(s) for {hosts} "
+                         f"hosts; with ShardedByS3Key {hosts - count} host(s) get no data")
     return found
 
 
-def submit(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print) -> str:
-    """Build the request (refusing an invalid job before uploading anything), warn of hosts the S3 data leaves
-    idle, upload the source dir, create the training job with exactly that request; with `wait`, stream its
-    logs to the end."""
-    built = request.build(plan)
-    session = aws.boto_session(plan.region)
-    for line in idle_hosts_on_s3(plan, session.client("s3")):
+def submit(training: request.TrainingRequest, *, wait: bool, echo: Echo = print, warn: Echo = print) -> str:
+    """Execute a built request (`request.build` refused an invalid job before anything is uploaded): warn of hosts
+    the S3 data leaves idle, upload the source dir, create the training job with exactly these arguments; with
+    `wait`, stream its logs to the end."""
+    region = training.region
+    session = aws.boto_session(region)
+    for line in idle_hosts_on_s3(training, session.client("s3")):
         warn(line)
-    with aws.aws_errors("creating the training job", region=plan.region):
-        _upload_source_dir(plan, built, session)
-        session.client("sagemaker").create_training_job(**built.request)
-    job_name = built.request["TrainingJobName"]
+    with aws.aws_errors("creating the training job", region=region):
+        if training.upload is not None:
+            upload_source(training.upload, session)
+        session.client("sagemaker").create_training_job(**training.arguments())
+    job_name = training.job_name
     echo(f"submitted {job_name}")
-    echo(aws.console_url(job_name, plan.region))
+    echo(aws.console_url(job_name, region))
     if wait:
-        raise_for_final_status(job_name, plan.region, stream_logs(job_name, plan.region, follow=True, echo=echo))
+        raise_for_final_status(job_name, region, stream_logs(job_name, region, follow=True, echo=echo))
     return job_name
 
 

@@ -1,9 +1,11 @@
-"""Plan -> the CreateTrainingJob request, built offline by the SageMaker SDK v2 and checked before anything is sent.
+"""Plan -> the training request: a frozen value holding what a submit uploads and the CreateTrainingJob arguments,
+built offline by the SageMaker SDK v2 and checked before anything is sent.
 
 `estimator_kwargs` derives the arguments of `sagemaker.tensorflow.TensorFlow(...)` from the Plan (pure); the
 SDK then builds the request the way `fit()` would, with the source upload replaced by the location it would
-upload to, and the request is checked against botocore's validator and the service model. The SDK is
-imported here only, inside functions, and quietly.
+upload to, and the request is checked against botocore's validator and the service model. `--dry-run` prints
+that value (`TrainingRequest.document`), `jobs.submit` executes exactly it. The SDK is imported here only,
+inside functions, and quietly.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 import boto3
@@ -29,6 +32,7 @@ from launcher.plan import Channel, Plan
 from launcher.sagemaker_backend import aws
 
 ESTIMATOR_CLASS = "sagemaker.tensorflow.TensorFlow"
+SOURCE_ARCHIVE = "sourcedir.tar.gz"
 FILE_SYSTEM_TYPES = {"efs": "EFS", "fsx": "FSxLustre"}
 DISABLED_SDK_EXTRAS = {
     # SageMaker Debugger/Profiler hooks are on by default in TF images; dfm's scripts do not use them and
@@ -38,12 +42,92 @@ DISABLED_SDK_EXTRAS = {
 }
 
 
+def freeze(value: Any) -> Any:
+    """A JSON value made read-only all the way down (dicts -> mappingproxy, lists -> tuples)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(item) for item in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The plain JSON value (dicts and lists) of a frozen one: what boto3 sends and json prints."""
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(item) for item in value]
+    return value
+
+
 @dataclass(frozen=True)
-class JobRequest:
-    estimator_kwargs: dict[str, Any]  # JSON-able, as given to TensorFlow(...)
-    inputs: dict[str, dict]  # channel name -> the SDK's channel config
-    request: dict[str, Any]  # the CreateTrainingJob request, exactly as it is sent
-    image_uri: str
+class SourceUpload:
+    """The source dir as `fit()` ships it: packed by the SDK's own `tar_and_upload_dir` into
+    s3://<bucket>/<key_prefix>/sourcedir.tar.gz, the location the request's `sagemaker_submit_directory` names."""
+
+    directory: str  # the folder packed
+    script: str  # the entry point, relative to it
+    bucket: str
+    key_prefix: str
+    files: Mapping[str, str] = field(default_factory=dict)  # added at the archive's root: name -> text
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key_prefix}/{SOURCE_ARCHIVE}"
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """Everything a training submit does, as one immutable value: `upload` (None: the source dir is an s3://
+    tarball already) then CreateTrainingJob with `create_training_job`. Built from a Plan by `build`; the dry
+    run prints `document()`, `jobs.submit` executes exactly this value and never goes back to the plan."""
+
+    plan: Plan  # what it was built from, for the dry run's account of hosts, channels and cost
+    estimator_kwargs: Mapping[str, Any]  # as given to TensorFlow(...), frozen
+    inputs: Mapping[str, Mapping]  # channel name -> the SDK's channel config, frozen
+    create_training_job: Mapping[str, Any]  # the CreateTrainingJob arguments, exactly as sent, frozen
+    upload: SourceUpload | None
+
+    @property
+    def job_name(self) -> str:
+        return self.create_training_job["TrainingJobName"]
+
+    @property
+    def region(self) -> str:
+        return self.plan.region
+
+    @property
+    def image_uri(self) -> str:
+        return self.create_training_job["AlgorithmSpecification"]["TrainingImage"]
+
+    def arguments(self) -> dict[str, Any]:
+        """The CreateTrainingJob arguments as plain dicts and lists, for boto3."""
+        return thaw(self.create_training_job)
+
+    def document(self) -> dict:
+        """The dry run's document: the request, with the plan's channels, hosts, cost and warnings beside it."""
+        from launcher import tasks
+
+        plan = self.plan
+        document = {
+            "job_name": self.job_name,
+            "estimator": {"class": ESTIMATOR_CLASS, "kwargs": thaw(self.estimator_kwargs)},
+            "inputs": thaw(self.inputs),
+            "channels": [dataclasses.asdict(channel) for channel in plan.channels],
+            "entry_point": plan.entry_point,
+            "argv": list(plan.argv),
+            "image_uri": self.image_uri,
+            "instance_groups": tasks.describe(plan),
+            "request": self.arguments(),
+            "uploads": [self.upload.uri] if self.upload is not None else [],  # as the processing dry run lists them
+            "cost": dict(plan.cost or {}),
+            "watch": _jsonable({"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
+                                "stall_timeout_s": plan.operations.stall_timeout_s}),
+            "warnings": list(plan.warnings),
+        }
+        if plan.source_files:  # shipped in the source dir beside the scripts
+            document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
+        return document
 
 
 def _host_kwargs(groups) -> dict[str, Any]:
@@ -262,7 +346,20 @@ def offline_estimator(plan: Plan):
     return session, kwargs, job, inputs
 
 
-def build(plan: Plan) -> JobRequest:
+def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUpload | None:
+    """What a submit uploads for `plan`, to where the request's `sagemaker_submit_directory` (JSON-encoded, as
+    in the request's hyperparameters) says it is; None for an s3:// source dir, which is there already."""
+    if plan.source_dir.startswith("s3://"):
+        return None
+    uri = json.loads(hyperparameters["sagemaker_submit_directory"])
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if not uri.startswith("s3://") or not key.endswith(f"/{SOURCE_ARCHIVE}"):
+        raise DfmError(f"the request names {uri} as the source dir, not an s3:// {SOURCE_ARCHIVE}", 2)
+    return SourceUpload(plan.source_dir, plan.entry_point, bucket, key[: -len(SOURCE_ARCHIVE) - 1],
+                        freeze(dict(plan.source_files)))
+
+
+def build(plan: Plan) -> TrainingRequest:
     """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
     sagemaker = _sdk()
     session, kwargs, job, inputs = offline_estimator(plan)
@@ -275,7 +372,8 @@ def build(plan: Plan) -> JobRequest:
     if plan.operations.mlflow:  # CreateTrainingJob's MlflowConfig, which SDK v2's estimator does not take
         request["MlflowConfig"] = dict(plan.operations.mlflow)
     validate(session.sagemaker_client, request)
-    return JobRequest(kwargs, {name: dict(value.config) for name, value in inputs.items()}, request, args["image_uri"])
+    return TrainingRequest(plan, freeze(kwargs), freeze({name: dict(value.config) for name, value in inputs.items()}),
+                           freeze(_jsonable(request)), source_upload(plan, request["HyperParameters"]))
 
 
 def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJob") -> None:
@@ -294,26 +392,5 @@ def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJo
 
 
 def dry_run(plan: Plan) -> dict:
-    """The dry run's document: what a submit would send (built by the real SDK with zero network calls), with
-    the plan's channels, hosts, cost and warnings beside it."""
-    from launcher import tasks
-
-    built = build(plan)
-    document = {
-        "job_name": plan.job_name,
-        "estimator": {"class": ESTIMATOR_CLASS, "kwargs": built.estimator_kwargs},
-        "inputs": built.inputs,
-        "channels": [dataclasses.asdict(channel) for channel in plan.channels],
-        "entry_point": plan.entry_point,
-        "argv": list(plan.argv),
-        "image_uri": built.image_uri,
-        "instance_groups": tasks.describe(plan),
-        "request": built.request,
-        "cost": dict(plan.cost or {}),
-        "watch": _jsonable({"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
-                            "stall_timeout_s": plan.operations.stall_timeout_s}),
-        "warnings": list(plan.warnings),
-    }
-    if plan.source_files:  # shipped in the source dir beside the scripts
-        document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
-    return document
+    """The dry run's document of `plan`: `build(plan).document()`."""
+    return build(plan).document()
