@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from launcher.conventions import METRIC_DEFINITIONS
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+_STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")  # SageMaker's definitions have no eval:step
 
 
 @functools.cache
@@ -75,6 +76,7 @@ class Progress:
     eval: dict[str, float] | None = None
     eval_label: str | None = None
     exported: list[str] = field(default_factory=list)
+    history: list[tuple[str, dict[str, float]]] = field(default_factory=list)  # every metric line, in order
     changed: bool = False
 
     def feed(self, label: str, line: str) -> None:
@@ -86,6 +88,8 @@ class Progress:
         if parsed is None:
             return
         kind, values = parsed
+        step = _STEP.search(line)
+        self.history.append((kind, {**values, "step": float(step.group(1))} if step else values))
         if kind == "train":
             self.train[label] = values
             if "examples_per_sec" in values:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from launcher import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import netns
+from launcher.local import curves, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.request import LocalHost, LocalRequest, build_request, inherited_env
 from launcher.local.supervisor import Supervisor
@@ -241,6 +242,24 @@ class LocalRun:
                  f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
                  f"  logs: {self.request.log_dir}" + self._hidden_note()]
         lines += [f"  exported: {path}" for path in p.exported]
+        lines += self._curves_lines()
         for line in lines:
             if line:
                 self.echo(line)
+
+    def tensorboard_dirs(self) -> list[Path]:
+        """The hosts' TensorBoard folders (TensorBoardOutputConfig.LocalPath) that hold event files."""
+        relative = conventions.TENSORBOARD_LOCAL_PATH[len(conventions.CONTAINER_BASE_DIR) + 1:]
+        return [folder for folder in (Path(h.root) / relative for h in self.request.hosts)
+                if folder.is_dir() and any(folder.glob("events.out.tfevents.*"))]
+
+    def _curves_lines(self) -> list[str]:
+        lines = []
+        try:
+            drawn = curves.plot(self.progress.history, self.job_dir / curves.PLOT_FILE, self.request.job_name)
+            if drawn is not None:
+                lines.append(f"  learning curves: {drawn}")
+        except ImportError:
+            lines.append("  learning curves: not drawn, matplotlib is not installed (pip install 'dfm[tune]')")
+        lines += [f"  tensorboard: tensorboard --logdir {folder}" for folder in self.tensorboard_dirs()]
+        return lines

@@ -1,0 +1,87 @@
+"""Operations of a local run: TensorBoard summaries and learning curves, the stall watchdog, local recovery.
+
+The stand-in script (tests/local_scripts/standin.py) runs the launcher-side tests in seconds; the bundled
+scripts run end to end on small synthetic data where the scripts' own part is under test.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+import yaml
+from test_local_e2e import WatchedRun, sample, write_spec  # noqa: F401  (sample: the module's data fixture)
+
+from launcher import contract
+from launcher.local import curves
+from launcher.local.progress import Progress
+from launcher.plan import build_plan
+from launcher.spec import load_spec
+
+
+def with_sections(spec_path: Path, **sections) -> Path:
+    """The spec at `spec_path` with top-level sections added (tensorboard, stall_timeout, recover, ...)."""
+    spec = yaml.safe_load(spec_path.read_text())
+    spec.update(sections)
+    spec_path.write_text(yaml.safe_dump(spec))
+    return spec_path
+
+
+def test_the_scripts_parse_the_tensorboard_dir_the_plan_passes(tmp_path):
+    from spec_helpers import BASE, merged
+
+    path = tmp_path / "tb.yaml"
+    path.write_text(yaml.safe_dump(merged(BASE, {"tensorboard": True})))
+    plan = build_plan(load_spec(path), job_name="tb-job")
+    args = contract.bundled_hparams().parse_hyperparameters(plan.argv)
+    assert args.tensorboard_dir == "/opt/ml/output/tensorboard"
+    path.write_text(yaml.safe_dump(BASE))
+    assert contract.bundled_hparams().parse_hyperparameters(build_plan(load_spec(path), job_name="j").argv).tensorboard_dir == ""
+
+
+def test_curves_take_each_step_once_and_mark_the_best_evaluation(tmp_path):
+    progress = Progress()
+    for line in ("[dfm] train step=10 loss=0.7 auc=0.55 examples_per_sec=100.0",
+                 "[dfm] eval step=10 loss=0.6 auc=0.61",
+                 "[dfm] train step=20 loss=0.6 auc=0.65 examples_per_sec=100.0",
+                 "[dfm] eval step=20 loss=0.65 auc=0.58",
+                 "[dfm] eval step=10 loss=0.6 auc=0.61"):  # the chief repeats the exported evaluation's line last
+        progress.feed("algo-1/master", line)
+    found = curves.series(progress.history)
+    assert sorted(found["train"]) == [10, 20] and sorted(found["eval"]) == [10, 20]
+    assert curves.best_eval(found["eval"]) == (10, 0.61)
+    pytest.importorskip("matplotlib")
+    drawn = curves.plot(progress.history, tmp_path / "curves.png", "job")
+    assert drawn is not None and drawn.read_bytes().startswith(b"\x89PNG")
+    assert curves.plot([], tmp_path / "none.png", "job") is None
+
+
+def event_scalars(folder: Path) -> dict[str, list[int]]:
+    """tag -> steps, as TensorBoard's own reader loads the event files in `folder`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {tag: [event.step for event in events.Tensors(tag)] for tag in events.Tags()["tensors"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves(tmp_path, sample):  # noqa: F811
+    spec = write_spec(tmp_path, name="ops-tb", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
+                                                                          "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 20, "eval_steps": 10})
+    run = WatchedRun("launch", str(with_sections(spec, tensorboard=True)), "--local")
+    assert run.wait() == 0, run.output[-3000:]
+    job = run.job_dir(tmp_path / "runs")
+    folder = job / "hosts" / "algo-1" / "output" / "tensorboard"
+    assert f"tensorboard --logdir {folder}" in run.output
+    scalars = event_scalars(folder)
+    assert set(scalars) == {"train/loss", "train/auc", "train/examples_per_sec", "train/learning_rate",
+                            "eval/loss", "eval/auc"}
+    assert scalars["train/auc"] == [10, 20] and scalars["eval/auc"] == [10, 20]
+    assert not glob.glob(str(job / "hosts" / "algo-2" / "output" / "tensorboard" / "*"))  # the chief's alone
+    png = job / curves.PLOT_FILE
+    assert f"learning curves: {png}" in run.output and png.read_bytes().startswith(b"\x89PNG")
