@@ -7,6 +7,7 @@ scripts run end to end on small synthetic data where the scripts' own part is un
 from __future__ import annotations
 
 import glob
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,33 @@ def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves
     assert not glob.glob(str(job / "hosts" / "algo-2" / "output" / "tensorboard" / "*"))  # the chief's alone
     png = job / curves.PLOT_FILE
     assert f"learning curves: {png}" in run.output and png.read_bytes().startswith(b"\x89PNG")
+
+
+def standin_run(tmp_path: Path, echo, **sections):
+    """A LocalRun of the stand-in on two hosts (no distribution), the spec's top-level `sections` added."""
+    from local_plans import local_run, standin_spec
+
+    spec = standin_spec(tmp_path, kind="none", hosts=2,
+                        hyperparameters={"behave": "sleep", "sleep_s": 300, "stop_on": "algo-2"})
+    plan = build_plan(load_spec(with_sections(spec, **sections)), job_name="stall-job")
+    return local_run(plan, tmp_path, timeout_s=200, echo=echo)
+
+
+def test_the_stall_watchdog_stops_a_hung_run_and_names_the_stopped_process(tmp_path):
+    from local_plans import assert_no_survivors
+
+    seen: list[tuple[float, str]] = []
+    run = standin_run(tmp_path, lambda line: seen.append((time.monotonic(), line)), stall_timeout=3)
+    result = run.run()
+    ended = time.monotonic()
+    output = "\n".join(line for _, line in seen)
+    assert result.exit_code == 1, output
+    last_metric = max(when for when, line in seen if "[dfm] train step=" in line)
+    assert ended - last_metric < 3 + 10, output
+    # algo-2 stopped itself after its train lines (SIGSTOP); algo-1 only sleeps, its CPU idle as well
+    assert "FAILED: no metric line from the chief for 3 s (stall_timeout 3 s); stopped. Likely culprit: algo-2/train (pid " \
+           in output
+    assert "stopped by a signal" in output and "last line" in output
+    assert "[dfm local] stalled: algo-1/train (pid " in output
+    assert "last lines of algo-2/train:" in output
+    assert_no_survivors(result.pids)

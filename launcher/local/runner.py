@@ -24,6 +24,7 @@ from launcher.local import curves, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.request import LocalHost, LocalRequest, build_request, inherited_env
 from launcher.local.supervisor import Supervisor
+from launcher.local.watchdog import StallWatchdog
 
 HOST_FOLDERS = ("input/config", "input/data", "model", "output/data", "checkpoints")
 
@@ -70,6 +71,7 @@ class LocalRun:
         self.prepared = False
         self._stop_reason: str | None = None
         self.culprit = None  # the child whose exit failed the run
+        self.watchdog: StallWatchdog | None = None
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -117,7 +119,14 @@ class LocalRun:
     def _on_line(self, label: str, line: str) -> None:
         if self.terminal.shows(label, line):
             self.display.line(f"[{label}] {line}")
-        self.progress.feed(label, line)
+        self.take(label, line)
+
+    def take(self, label: str, line: str) -> bool:
+        """A process line into the progress and the stall watchdog; -> whether it was a metric line."""
+        metric = self.progress.feed(label, line)
+        if self.watchdog is not None:
+            self.watchdog.saw(label, line, metric, time.monotonic())
+        return metric
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
@@ -131,6 +140,8 @@ class LocalRun:
     def supervise(self, sup: Supervisor) -> tuple[int, str]:
         request = self.request
         started = time.monotonic()
+        if request.stall_timeout_s:
+            self.watchdog = StallWatchdog(request.stall_timeout_s, started)
         master_done_at: float | None = None
         scripts_done_at: float | None = None
         while True:
@@ -158,11 +169,26 @@ class LocalRun:
                 return 1, self._stop_reason
             if request.timeout_s and now - started > float(request.timeout_s):
                 return 1, f"timed out after {request.timeout_s} s"
+            if self.watchdog is not None:
+                self.watchdog.sample(sup.running(), now)
+                if self.watchdog.expired(now):
+                    return self._stalled(sup, now)
             if master_done_at is not None and now - master_done_at > request.master_grace_s:
                 names = ", ".join(c.label for c in sup.running("script"))
                 return 1, (f"{names} still running {request.master_grace_s:.0f} s after the master finished "
                            f"(on SageMaker this job would run until max_run)")
             self.display.progress(self.progress, now)
+
+    def _stalled(self, sup: Supervisor, now: float) -> tuple[int, str]:
+        """The watchdog's verdict: the likeliest culprit in the reason (its last lines follow in the report),
+        what every other process was doing on lines of their own."""
+        silences = self.watchdog.silences(sup.running(), now)
+        if not silences:
+            return 1, self.watchdog.reason(now)
+        self.culprit = next(c for c in sup.children if c.label == silences[0].label)
+        for other in silences[1:]:
+            self.echo(f"[dfm local] stalled: {other.describe()}")
+        return 1, f"{self.watchdog.reason(now)}. Likely culprit: {silences[0].describe()}"
 
     @staticmethod
     def _end_host_ps(sup: Supervisor, host: str) -> None:
