@@ -10,8 +10,10 @@ import glob
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
+from local_plans import assert_no_survivors
 from test_local_e2e import WatchedRun, sample, write_spec  # noqa: F401  (sample: the module's data fixture)
 
 from launcher import contract
@@ -99,7 +101,6 @@ def standin_run(tmp_path: Path, echo, **sections):
 
 
 def test_the_stall_watchdog_stops_a_hung_run_and_names_the_stopped_process(tmp_path):
-    from local_plans import assert_no_survivors
 
     seen: list[tuple[float, str]] = []
     run = standin_run(tmp_path, lambda line: seen.append((time.monotonic(), line)), stall_timeout=3)
@@ -116,3 +117,37 @@ def test_the_stall_watchdog_stops_a_hung_run_and_names_the_stopped_process(tmp_p
     assert "[dfm local] stalled: algo-1/train (pid " in output
     assert "last lines of algo-2/train:" in output
     assert_no_survivors(result.pids)
+
+
+def kill_chiefs_worker_once_training(killed: list[float]):
+    """A WatchedRun.wait `until`: once a train line is out, SIGKILL the worker task the chief started itself
+    (train_ps.py, child of train_ps.py): the launcher sees no process of its own end."""
+    def kill(found, lines) -> bool:
+        if not any("[dfm] train step=" in line for line in lines):
+            return False
+        for proc in found:
+            try:
+                if "train_ps.py" in " ".join(proc.cmdline()) and "train_ps.py" in " ".join(proc.parent().cmdline()):
+                    proc.kill()
+                    killed.append(time.monotonic())
+                    return True
+            except (psutil.NoSuchProcess, AttributeError):
+                continue
+        return False
+    return kill
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_chief_fails_with_a_line_when_a_worker_task_dies(tmp_path, sample):  # noqa: F811
+    spec = write_spec(tmp_path, name="ops-dead-worker", entry_point="deepfm-ps", distribution="parameter_server",
+                      count=2, mode="File", train="s3://dfm-test/train/",
+                      channels={"train": sample / "train", "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 100000, "epochs": 1000})
+    run = WatchedRun("launch", str(with_sections(spec, environment={"DFM_WORKER_WAIT_S": "5"})), "--local")
+    killed: list[float] = []
+    assert run.wait(until=kill_chiefs_worker_once_training(killed)) == 1, run.output[-3000:]
+    assert killed and time.monotonic() - killed[0] < 90, "the chief waited for its dead worker"
+    assert "[dfm] error: worker task 1 (" in run.output and "has been unreachable for 5 s" in run.output
+    assert "FAILED: algo-1/master exited with code 1" in run.output
+    assert_no_survivors(run.pids)
