@@ -151,3 +151,103 @@ def test_the_chief_fails_with_a_line_when_a_worker_task_dies(tmp_path, sample): 
     assert "[dfm] error: worker task 1 (" in run.output and "has been unreachable for 5 s" in run.output
     assert "FAILED: algo-1/master exited with code 1" in run.output
     assert_no_survivors(run.pids)
+
+
+def recovering_plan(tmp_path: Path, interrupt: str, behave: str = "ok", max_restarts: int = 2):
+    from local_plans import in_run_dir, standin_spec
+
+    spec = standin_spec(tmp_path, kind="none", hosts=2, checkpoint_s3_uri="s3://bucket/ckpt/recover-job",
+                        hyperparameters={"interrupt": interrupt, "behave": behave, "on_host": "algo-2"})
+    spec = with_sections(spec, recover={"max_restarts": max_restarts, "backoff_s": 2})
+    return in_run_dir(build_plan(load_spec(spec), job_name="recover-job"), tmp_path / "runs", 200)
+
+
+def chief_report(result) -> dict:
+    import json
+
+    return json.loads((result.job_dir / "hosts" / "algo-1" / "output" / "data" / "report-algo-1.json").read_text())
+
+
+def test_an_interrupted_local_run_is_run_again_from_its_checkpoints(tmp_path):
+    from launcher.local.recovery import run_recovering
+
+    lines, waits = [], []
+    results = run_recovering(recovering_plan(tmp_path, "first"), echo=lines.append, sleep=waits.append)
+    output = "\n".join(lines)
+    assert [r.exit_code for r in results] == [1, 0], output
+    assert [r.job_dir.name for r in results] == ["recover-job", "recover-job-restart-1"]
+    assert chief_report(results[1])["resumed_from"] == 1  # the first attempt's checkpoint reached the second
+    assert waits == [2]
+    assert "[dfm local] attempt 1/3 ended: algo-1/train exited with code -9 (SIGKILL: an interruption); " \
+           "restarting in 2 s from the checkpoints" in output
+    assert "  1. recover-job: algo-1/train exited with code -9 (SIGKILL: an interruption) (exit 1)" in output
+    assert "  2. recover-job-restart-1: finished (exit 0)" in output
+    for result in results:
+        assert_no_survivors(result.pids)
+
+
+def test_recovery_gives_up_after_max_restarts_with_the_last_exit_code(tmp_path):
+    from launcher.local.recovery import run_recovering
+
+    lines, waits = [], []
+    results = run_recovering(recovering_plan(tmp_path, "always", max_restarts=2), echo=lines.append,
+                             sleep=waits.append)
+    assert [r.exit_code for r in results] == [1, 1, 1] and waits == [2, 4]  # the back-off doubles
+    runs = [(r.job_dir / "hosts" / "algo-1" / "checkpoints" / "count.txt").read_text() for r in results]
+    assert runs == ["1", "2", "3"]  # each attempt started from the one before's checkpoint
+
+
+def test_a_failing_script_is_not_run_again(tmp_path):
+    from launcher.local import run_local
+
+    lines = []
+    assert run_local(recovering_plan(tmp_path, "never", behave="fail"), echo=lines.append) == 1
+    output = "\n".join(lines)
+    assert "  1. recover-job: algo-2/train exited with code 3 (exit 1)" in output
+    assert "attempt 2/" not in output
+
+
+def kill_host_after_a_checkpoint(host: str, killed: list[float]):
+    """A WatchedRun.wait `until`: once the chief has saved a checkpoint, SIGKILL train_ps.py on `host` (a lost instance)."""
+    def kill(found, lines) -> bool:
+        if not any("[dfm] checkpoint step=" in line for line in lines):
+            return False
+        for proc in found:
+            try:
+                if "train_ps.py" in " ".join(proc.cmdline()) and f"/hosts/{host}/" in proc.cwd() + "/":
+                    proc.kill()
+                    killed.append(time.monotonic())
+                    return True
+            except psutil.NoSuchProcess:
+                continue
+        return False
+    return kill
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_run_that_lost_a_host_resumes_from_its_checkpoint_and_finishes(tmp_path, sample):  # noqa: F811
+    import re
+
+    spec = write_spec(tmp_path, name="ops-recover", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+                      mode="File", train="s3://dfm-test/train/",
+                      channels={"train": sample / "train", "eval": sample / "eval"},
+                      hyperparameters={"max_steps": 200, "epochs": 100, "checkpoint_steps": 20},
+                      checkpoints="s3://dfm-test/checkpoints/ops-recover/")
+    run = WatchedRun("launch", str(with_sections(spec, recover={"max_restarts": 1, "backoff_s": 0})), "--local")
+    killed: list[float] = []
+    assert run.wait(timeout=380, until=kill_host_after_a_checkpoint("algo-2", killed)) == 0, run.output[-3000:]
+    assert killed
+    first, second = run.output.split("[dfm local] attempt 2/2: ")
+    assert "attempt 1/2 ended: algo-2/worker exited with code -9 (SIGKILL: an interruption)" in first
+    saved = max(int(step) for step in re.findall(r"\[dfm\] checkpoint step=(\d+)", first))
+    resumed = int(re.search(r"continuing at step (\d+)", second).group(1))
+    assert 0 < resumed == saved < 200  # from the first attempt's last checkpoint, not from 0
+    steps = [int(step) for step in re.findall(r"\[dfm\] train step=(\d+)", second)]
+    assert steps[0] > resumed and steps[-1] == 200
+    auc = float(re.search(r"final eval: loss=\S+ auc=(\S+)", second).group(1))
+    assert auc > 0.72, second[-2000:]  # uninterrupted: 0.758; resumed at step 20: 0.759 (docs/local.md)
+    assert re.search(r"  1\. ops-recover-\S+: algo-2/worker exited with code -9 \(SIGKILL: an interruption\) \(exit 1\)",
+                     second)
+    assert re.search(r"  2\. ops-recover-\S+-restart-1: finished \(exit 0\)", second)
+    assert_no_survivors(run.pids)

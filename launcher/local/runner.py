@@ -36,11 +36,19 @@ class RunResult:
     reason: str = ""
     pids: set[int] = field(default_factory=set)  # every process of the run's trees (for the orphan tests)
     isolated: bool = False  # ran in a loopback-only network namespace
+    signal: int | None = None  # the signal that killed the failed process from outside (an interruption)
 
 
 def run_local(plan, *, echo: Callable[[str], None] = print, verbose: bool = False) -> int:
     request = build_request(plan)
     return LocalRun(request, echo=echo, verbose=verbose).run().exit_code
+
+
+def _file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    """relative path -> (mtime_ns, size) of every file under `folder`."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()}
 
 
 def write_host_tree(host: LocalHost, source_dir: str, source_files: Mapping[str, str] | None = None) -> None:
@@ -72,6 +80,7 @@ class LocalRun:
         self._stop_reason: str | None = None
         self.culprit = None  # the child whose exit failed the run
         self.watchdog: StallWatchdog | None = None
+        self._restored: dict[str, dict[str, tuple[int, int]]] = {}  # host -> checkpoint files copied in from the store
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -88,6 +97,7 @@ class LocalRun:
                 Path(host.checkpoint_dir).mkdir(parents=True, exist_ok=True)
                 if store is not None and store.is_dir():
                     shutil.copytree(store, host.checkpoint_dir, dirs_exist_ok=True)
+                self._restored[host.name] = _file_stamps(Path(host.checkpoint_dir))
             for feed in host.channels:
                 files = [(key, Path(path)) for key, path in feed.files]
                 if feed.feed == "mount":
@@ -209,7 +219,7 @@ class LocalRun:
                       "a loopback-only namespace needs root, unshare, nsenter and ip")
         sup = self.supervisor = Supervisor(self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
-        code, reason = 1, "not started"
+        code, reason, interruption = 1, "not started", None
         try:
             for feeder in self.feeders:
                 feeder.start()
@@ -219,6 +229,7 @@ class LocalRun:
                       f"logs in {self.request.log_dir}")
             with self.display:
                 code, reason = self.supervise(sup)
+            interruption = self._interruption()  # before the stop: the processes dfm stops are no interruption
         finally:
             sup.stop()
             for feeder in self.feeders:
@@ -231,16 +242,29 @@ class LocalRun:
                 signal.signal(sig, handler)
             self._save_checkpoints()
         self._report(code, reason, time.monotonic() - started)
-        return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated)
+        return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated, interruption)
+
+    def _interruption(self) -> int | None:
+        """The signal that ended the failed process when dfm did not send it (a lost instance, simulated)."""
+        child = self.culprit
+        if child is None or child.returncode is None or child.returncode >= 0 or child.stopped:
+            return None
+        return -child.returncode
 
     def _save_checkpoints(self) -> None:
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
         if self.request.checkpoint_store is None:
             return
+        # Like SageMaker's sync, only what a host wrote: its copy of the store's older files must not overwrite
+        # what another host (the one that checkpoints) wrote since.
+        store = Path(self.request.checkpoint_store)
         for host in self.request.hosts:
             folder = Path(host.checkpoint_dir)
-            if folder.is_dir() and any(folder.iterdir()):
-                shutil.copytree(folder, self.request.checkpoint_store, dirs_exist_ok=True)
+            restored = self._restored.get(host.name, {})
+            for name, stamp in _file_stamps(folder).items():
+                if restored.get(name) != stamp:
+                    (store / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(folder / name, store / name)
 
     def _hidden_note(self) -> str:
         hidden = self.terminal.hidden
