@@ -5,7 +5,8 @@ runs; `--local` maps it into the master host's tree). Empty: no summaries.
 
 One writer per process, created at its first value: only the process that prints the metric lines (rank
 0, the parameter-server chief) records any, so no other process opens a writer. Tags are SageMaker's
-metric names with `/` for `:` (`train/auc`, `eval/loss`, ...). TensorFlow is imported at the first value.
+metric names with `/` for `:` (`train/auc`, `eval/loss`, ...). TensorFlow is imported at the first value;
+the tensorboard package is not needed.
 """
 
 _state = {"dir": "", "writer": None, "learning_rate": None}
@@ -34,5 +35,13 @@ def record(kind, step, **values):
         values["learning_rate"] = float(_state["learning_rate"].numpy())
     with tf.device("/cpu:0"), _state["writer"].as_default(step=int(step)):
         for name, value in values.items():
-            tf.summary.scalar(f"{kind}/{name}", float(value))
+            tf.summary.write(f"{kind}/{name}", tf.constant(float(value), tf.float32), metadata=_scalar_metadata(tf))
     _state["writer"].flush()
+
+
+def _scalar_metadata(tf):
+    """What `tf.summary.scalar` writes, without it: that function lives in the tensorboard package, which an
+    image may lack (TensorBoard reads a float32 tensor tagged for its `scalars` plugin, content version 0 = empty)."""
+    metadata = tf.compat.v1.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    return metadata

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 from local_plans import assert_no_survivors
-from test_local_e2e import WatchedRun, sample, write_spec  # noqa: F401  (sample: the module's data fixture)
+from test_local_e2e import WatchedRun, kill_once, sample, write_spec  # noqa: F401  (sample: the module's data fixture)
 
 from launcher import contract
 from launcher.local import curves
@@ -120,21 +120,10 @@ def test_the_stall_watchdog_stops_a_hung_run_and_names_the_stopped_process(tmp_p
 
 
 def kill_chiefs_worker_once_training(killed: list[float]):
-    """A WatchedRun.wait `until`: once a train line is out, SIGKILL the worker task the chief started itself
-    (train_ps.py, child of train_ps.py): the launcher sees no process of its own end."""
-    def kill(found, lines) -> bool:
-        if not any("[dfm] train step=" in line for line in lines):
-            return False
-        for proc in found:
-            try:
-                if "train_ps.py" in " ".join(proc.cmdline()) and "train_ps.py" in " ".join(proc.parent().cmdline()):
-                    proc.kill()
-                    killed.append(time.monotonic())
-                    return True
-            except (psutil.NoSuchProcess, AttributeError):
-                continue
-        return False
-    return kill
+    """Once a train line is out, SIGKILL the worker task the chief started itself (train_ps.py, child of
+    train_ps.py): no process the launcher started ends."""
+    return kill_once(killed, "[dfm] train step=", lambda proc: "train_ps.py" in " ".join(proc.cmdline())
+                     and "train_ps.py" in " ".join(proc.parent().cmdline()))
 
 
 @pytest.mark.slow
@@ -208,20 +197,9 @@ def test_a_failing_script_is_not_run_again(tmp_path):
 
 
 def kill_host_after_a_checkpoint(host: str, killed: list[float]):
-    """A WatchedRun.wait `until`: once the chief has saved a checkpoint, SIGKILL train_ps.py on `host` (a lost instance)."""
-    def kill(found, lines) -> bool:
-        if not any("[dfm] checkpoint step=" in line for line in lines):
-            return False
-        for proc in found:
-            try:
-                if "train_ps.py" in " ".join(proc.cmdline()) and f"/hosts/{host}/" in proc.cwd() + "/":
-                    proc.kill()
-                    killed.append(time.monotonic())
-                    return True
-            except psutil.NoSuchProcess:
-                continue
-        return False
-    return kill
+    """Once the chief has saved a checkpoint, SIGKILL train_ps.py on `host` (a lost instance)."""
+    return kill_once(killed, "[dfm] checkpoint step=", lambda proc: "train_ps.py" in " ".join(proc.cmdline())
+                     and f"/hosts/{host}/" in proc.cwd() + "/")
 
 
 @pytest.mark.slow
