@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 
 import deepfm_hparams
+import deepfm_summaries
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ def start_or_exit(argv, prog, image_problem=None):
     `image_problem()` reports). Failing at once beats a cluster whose other tasks wait for a worker
     that died on an import."""
     hp = deepfm_hparams.parse_or_exit(argv, prog=prog)
+    deepfm_summaries.configure(hp.tensorboard_dir)
     env = load_env()
     problem = pipe_mode_problem(env) or (image_problem() if image_problem else None)
     if problem:

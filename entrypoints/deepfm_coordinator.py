@@ -14,6 +14,7 @@ from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_mod
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
 from deepfm_tuning import configure_tensorflow
+from deepfm_worker_watch import watch_workers
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
 from ps_gpu_workers import in_worker_replicas_problem
 
@@ -100,6 +101,7 @@ def train_with_coordinator(hp, env, cluster):
         log(f"error: {problem}")
         raise SystemExit(1)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    watch = watch_workers(cluster)  # a dead worker ends the run instead of ClusterCoordinator's wait for it
     report_closure_errors_once()
     trainer = build_trainer(hp, strategy=strategy)
     shards = flat_variables([trainer.model.embeddings])
@@ -206,4 +208,5 @@ def train_with_coordinator(hp, env, cluster):
         evaluate_now(step)
     if hp.export:
         export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
+    watch.stop()
     return 0

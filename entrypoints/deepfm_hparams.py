@@ -65,6 +65,7 @@ DEFAULTS = {
     "model_dir": "",
     "checkpoint_dir": "",
     "export": True,
+    "tensorboard_dir": "",  # the chief's TensorBoard scalars (dfm sets it from tensorboard:); empty: none
 }
 
 CHOICES = {

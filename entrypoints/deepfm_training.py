@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from deepfm_collectives import SingleProcess
 from deepfm_log import emit, format_metric, log
+from deepfm_summaries import follow_learning_rate, record
 from deepfm_model import build_model
 from deepfm_variables import assign, assign_add, assign_sub, flat_variables, scatter_sub, scatter_update
 
@@ -247,6 +248,7 @@ def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=Non
         optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
         loss_scale = LossScale() if tf.as_dtype(compute_dtype) == tf.float16 else None
         metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
+        follow_learning_rate(optimizer.learning_rate)
         return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)
 
 
@@ -279,7 +281,9 @@ class TrainWindow:
         loss, auc, examples = summed_result(self.metrics, self.collectives)
         now = time.monotonic()
         if examples and self.collectives.rank == 0:
-            emit(format_metric("train", step, loss, auc, examples / max(now - self.started, 1e-9)))
+            speed = examples / max(now - self.started, 1e-9)
+            emit(format_metric("train", step, loss, auc, speed))
+            record("train", step, loss=loss, auc=auc, examples_per_sec=speed)
         self.started = now
         return loss, auc
 
@@ -301,6 +305,7 @@ def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
     if collectives.rank == 0:
         if examples:
             emit(format_metric("eval", step, loss, auc))
+            record("eval", step, loss=loss, auc=auc)
         else:
             log("eval channel is empty: no eval line")
     return loss, auc

@@ -160,21 +160,27 @@ def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample)
     assert_no_survivors(run.pids)
 
 
-def kill_script_once_training(host: str, killed: list[float]):
-    """A WatchedRun.wait `until`: once a train step is logged, SIGKILL train_ps.py on `host` and note when."""
+def kill_once(killed: list[float], after: str, chooses):
+    """A WatchedRun.wait `until`: once a line holds `after`, SIGKILL the first process `chooses(proc)` and note when."""
     def kill(found, lines) -> bool:
-        if not any("[dfm] train step=" in line for line in lines):
+        if not any(after in line for line in lines):
             return False
         for proc in found:
             try:
-                if "train_ps.py" in " ".join(proc.cmdline()) and host in proc.cwd():
+                if chooses(proc):
                     proc.kill()
                     killed.append(time.monotonic())
                     return True
-            except psutil.NoSuchProcess:
+            except (psutil.NoSuchProcess, AttributeError):  # gone, or its parent gone (None)
                 continue
         return False
     return kill
+
+
+def kill_script_once_training(host: str, killed: list[float]):
+    """Once a train step is logged, SIGKILL train_ps.py on `host`."""
+    return kill_once(killed, "[dfm] train step=",
+                     lambda proc: "train_ps.py" in " ".join(proc.cmdline()) and host in proc.cwd())
 
 
 def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):

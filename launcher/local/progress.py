@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from launcher.conventions import METRIC_DEFINITIONS
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+_STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")  # SageMaker's definitions have no eval:step
 
 
 @functools.cache
@@ -75,17 +76,21 @@ class Progress:
     eval: dict[str, float] | None = None
     eval_label: str | None = None
     exported: list[str] = field(default_factory=list)
+    history: list[tuple[str, dict[str, float]]] = field(default_factory=list)  # every metric line, in order
     changed: bool = False
 
-    def feed(self, label: str, line: str) -> None:
+    def feed(self, label: str, line: str) -> bool:
+        """Take one process line; -> whether it was a metric line."""
         exported = _EXPORTED.search(line)
         if exported:
             self.exported.append(exported.group(1).strip())
-            return
+            return False
         parsed = parse_metric_line(line)
         if parsed is None:
-            return
+            return False
         kind, values = parsed
+        step = _STEP.search(line)
+        self.history.append((kind, {**values, "step": float(step.group(1))} if step else values))
         if kind == "train":
             self.train[label] = values
             if "examples_per_sec" in values:
@@ -93,6 +98,7 @@ class Progress:
         else:
             self.eval, self.eval_label = values, label
         self.changed = True
+        return True
 
     @property
     def step(self) -> int | None:

@@ -87,6 +87,7 @@ class LocalRequest:
     master_grace_s: float
     ps_grace_s: float = PS_GRACE_S
     checkpoint_store: str | None = None  # where this machine keeps what SageMaker syncs to checkpoint_s3_uri
+    stall_timeout_s: float | None = None  # stop the run after this long without a metric line (spec stall_timeout)
     files: Mapping[str, Any] = field(default_factory=dict)  # more files written before the start: path -> JSON
     source_files: Mapping[str, str] = field(default_factory=dict)  # added to every host's code/ (plan.source_files)
     warnings: tuple[str, ...] = ()
@@ -157,6 +158,7 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
         runtime=runtime, hosts=host_requests, processes=processes, master=master,
         timeout_s=plan.local.timeout_s,
         master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
+        stall_timeout_s=plan.operations.stall_timeout_s,
         source_files=dict(plan.source_files),
         warnings=tuple(warnings), problems=tuple(problems))
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from launcher import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import netns
+from launcher.local import curves, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.request import LocalHost, LocalRequest, build_request, inherited_env
 from launcher.local.supervisor import Supervisor
+from launcher.local.watchdog import StallWatchdog
 
 HOST_FOLDERS = ("input/config", "input/data", "model", "output/data", "checkpoints")
 
@@ -34,11 +36,19 @@ class RunResult:
     reason: str = ""
     pids: set[int] = field(default_factory=set)  # every process of the run's trees (for the orphan tests)
     isolated: bool = False  # ran in a loopback-only network namespace
+    signal: int | None = None  # the signal that killed the failed process from outside (an interruption)
 
 
 def run_local(plan, *, echo: Callable[[str], None] = print, verbose: bool = False) -> int:
     request = build_request(plan)
     return LocalRun(request, echo=echo, verbose=verbose).run().exit_code
+
+
+def _file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    """relative path -> (mtime_ns, size) of every file under `folder`."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()}
 
 
 def write_host_tree(host: LocalHost, source_dir: str, source_files: Mapping[str, str] | None = None) -> None:
@@ -69,6 +79,8 @@ class LocalRun:
         self.prepared = False
         self._stop_reason: str | None = None
         self.culprit = None  # the child whose exit failed the run
+        self.watchdog: StallWatchdog | None = None
+        self._restored: dict[str, dict[str, tuple[int, int]]] = {}  # host -> checkpoint files copied in from the store
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -85,6 +97,7 @@ class LocalRun:
                 Path(host.checkpoint_dir).mkdir(parents=True, exist_ok=True)
                 if store is not None and store.is_dir():
                     shutil.copytree(store, host.checkpoint_dir, dirs_exist_ok=True)
+                self._restored[host.name] = _file_stamps(Path(host.checkpoint_dir))
             for feed in host.channels:
                 files = [(key, Path(path)) for key, path in feed.files]
                 if feed.feed == "mount":
@@ -116,7 +129,14 @@ class LocalRun:
     def _on_line(self, label: str, line: str) -> None:
         if self.terminal.shows(label, line):
             self.display.line(f"[{label}] {line}")
-        self.progress.feed(label, line)
+        self.take(label, line)
+
+    def take(self, label: str, line: str) -> bool:
+        """A process line into the progress and the stall watchdog; -> whether it was a metric line."""
+        metric = self.progress.feed(label, line)
+        if self.watchdog is not None:
+            self.watchdog.saw(label, line, metric, time.monotonic())
+        return metric
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
@@ -130,6 +150,8 @@ class LocalRun:
     def supervise(self, sup: Supervisor) -> tuple[int, str]:
         request = self.request
         started = time.monotonic()
+        if request.stall_timeout_s:
+            self.watchdog = StallWatchdog(request.stall_timeout_s, started)
         master_done_at: float | None = None
         scripts_done_at: float | None = None
         while True:
@@ -157,11 +179,26 @@ class LocalRun:
                 return 1, self._stop_reason
             if request.timeout_s and now - started > float(request.timeout_s):
                 return 1, f"timed out after {request.timeout_s} s"
+            if self.watchdog is not None:
+                self.watchdog.sample(sup.running(), now)
+                if self.watchdog.expired(now):
+                    return self._stalled(sup, now)
             if master_done_at is not None and now - master_done_at > request.master_grace_s:
                 names = ", ".join(c.label for c in sup.running("script"))
                 return 1, (f"{names} still running {request.master_grace_s:.0f} s after the master finished "
                            f"(on SageMaker this job would run until max_run)")
             self.display.progress(self.progress, now)
+
+    def _stalled(self, sup: Supervisor, now: float) -> tuple[int, str]:
+        """The watchdog's verdict: the likeliest culprit in the reason (its last lines follow in the report),
+        what every other process was doing on lines of their own."""
+        silences = self.watchdog.silences(sup.running(), now)
+        if not silences:
+            return 1, self.watchdog.reason(now)
+        self.culprit = next(c for c in sup.children if c.label == silences[0].label)
+        for other in silences[1:]:
+            self.echo(f"[dfm local] stalled: {other.describe()}")
+        return 1, f"{self.watchdog.reason(now)}. Likely culprit: {silences[0].describe()}"
 
     @staticmethod
     def _end_host_ps(sup: Supervisor, host: str) -> None:
@@ -182,7 +219,7 @@ class LocalRun:
                       "a loopback-only namespace needs root, unshare, nsenter and ip")
         sup = self.supervisor = Supervisor(self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
-        code, reason = 1, "not started"
+        code, reason, interruption = 1, "not started", None
         try:
             for feeder in self.feeders:
                 feeder.start()
@@ -192,6 +229,7 @@ class LocalRun:
                       f"logs in {self.request.log_dir}")
             with self.display:
                 code, reason = self.supervise(sup)
+            interruption = self._interruption()  # before the stop: the processes dfm stops are no interruption
         finally:
             sup.stop()
             for feeder in self.feeders:
@@ -204,16 +242,29 @@ class LocalRun:
                 signal.signal(sig, handler)
             self._save_checkpoints()
         self._report(code, reason, time.monotonic() - started)
-        return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated)
+        return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated, interruption)
+
+    def _interruption(self) -> int | None:
+        """The signal that ended the failed process when dfm did not send it (a lost instance, simulated)."""
+        child = self.culprit
+        if child is None or child.returncode is None or child.returncode >= 0 or child.stopped:
+            return None
+        return -child.returncode
 
     def _save_checkpoints(self) -> None:
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
         if self.request.checkpoint_store is None:
             return
+        # Like SageMaker's sync, only what a host wrote: its copy of the store's older files must not overwrite
+        # what another host (the one that checkpoints) wrote since.
+        store = Path(self.request.checkpoint_store)
         for host in self.request.hosts:
             folder = Path(host.checkpoint_dir)
-            if folder.is_dir() and any(folder.iterdir()):
-                shutil.copytree(folder, self.request.checkpoint_store, dirs_exist_ok=True)
+            restored = self._restored.get(host.name, {})
+            for name, stamp in _file_stamps(folder).items():
+                if restored.get(name) != stamp:
+                    (store / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(folder / name, store / name)
 
     def _hidden_note(self) -> str:
         hidden = self.terminal.hidden
@@ -241,6 +292,24 @@ class LocalRun:
                  f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
                  f"  logs: {self.request.log_dir}" + self._hidden_note()]
         lines += [f"  exported: {path}" for path in p.exported]
+        lines += self._curves_lines()
         for line in lines:
             if line:
                 self.echo(line)
+
+    def tensorboard_dirs(self) -> list[Path]:
+        """The hosts' TensorBoard folders (TensorBoardOutputConfig.LocalPath) that hold event files."""
+        relative = conventions.TENSORBOARD_LOCAL_PATH[len(conventions.CONTAINER_BASE_DIR) + 1:]
+        return [folder for folder in (Path(h.root) / relative for h in self.request.hosts)
+                if folder.is_dir() and any(folder.glob("events.out.tfevents.*"))]
+
+    def _curves_lines(self) -> list[str]:
+        lines = []
+        try:
+            drawn = curves.plot(self.progress.history, self.job_dir / curves.PLOT_FILE, self.request.job_name)
+            if drawn is not None:
+                lines.append(f"  learning curves: {drawn}")
+        except ImportError:
+            lines.append("  learning curves: not drawn, matplotlib is not installed (pip install 'dfm[tune]')")
+        lines += [f"  tensorboard: tensorboard --logdir {folder}" for folder in self.tensorboard_dirs()]
+        return lines

@@ -164,6 +164,7 @@ class Supervisor:
         for proc in alive:
             try:
                 proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGCONT)  # a stopped process (SIGSTOP, a debugger) gets its SIGTERM now
             except psutil.NoSuchProcess:
                 pass
         _, still = psutil.wait_procs(alive, timeout=grace_s)

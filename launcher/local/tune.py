@@ -43,7 +43,7 @@ class TrialRun(LocalRun):
         self.number, self.events, self.reports = number, events, reports
 
     def _on_line(self, label: str, line: str) -> None:
-        self.progress.feed(label, line)
+        self.take(label, line)
         for step, value in self.reports.feed(label, parse_metric_line(line), line):
             self.events.put(("report", self.number, step, value))
 

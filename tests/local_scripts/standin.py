@@ -19,6 +19,8 @@ parser.add_argument("--sleep_s", type=float, default=0)
 parser.add_argument("--pipe_epochs", type=int, default=0)
 parser.add_argument("--spawn_child", default="False")
 parser.add_argument("--listen", default="False")  # bind a port on all interfaces, as a TF server does
+parser.add_argument("--stop_on", default="")  # this host stops itself (SIGSTOP) after its train lines: a hung process
+parser.add_argument("--interrupt", default="never")  # first | always: the chief SIGKILLs itself (a lost instance)
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
@@ -48,6 +50,9 @@ if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as
     report["resumed_from"] = int(open(counter).read()) if os.path.exists(counter) else 0
     with open(counter, "w") as handle:
         handle.write(str(report["resumed_from"] + 1))
+    if args.interrupt == "always" or args.interrupt == "first" and report["resumed_from"] == 0:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
 if args.listen == "True":
     import socket
     listener = socket.socket()
@@ -95,6 +100,9 @@ os.replace(out + ".tmp", out)
 for step in (10, 20):
     print(f"[dfm] train step={step} loss={1.0 / step:.4f} auc=0.6{step} examples_per_sec=1000.0", flush=True)
 mine = args.on_host in ("", host)
+if args.stop_on == host:
+    import signal
+    os.kill(os.getpid(), signal.SIGSTOP)
 if mine and args.behave == "sleep":
     time.sleep(args.sleep_s)
 if mine and args.behave == "fail":
