@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 from local_plans import assert_no_survivors
-from test_local_e2e import WatchedRun, kill_once, sample, write_spec  # noqa: F401  (sample: the module's data fixture)
+from test_local_e2e import WatchedRun, e2e_spec, kill_once, sample  # noqa: F401  (sample: the module's data fixture)
 
 from launcher import contract
 from launcher.local import curves
@@ -72,7 +72,7 @@ def event_scalars(folder: Path) -> dict[str, list[int]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves(tmp_path, sample):  # noqa: F811
-    spec = write_spec(tmp_path, name="ops-tb", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+    spec = e2e_spec(tmp_path, name="ops-tb", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
                                                                           "eval": sample / "eval"},
                       hyperparameters={"max_steps": 20, "eval_steps": 10})
@@ -129,7 +129,7 @@ def kill_chiefs_worker_once_training(killed: list[float]):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_chief_fails_with_a_line_when_a_worker_task_dies(tmp_path, sample):  # noqa: F811
-    spec = write_spec(tmp_path, name="ops-dead-worker", entry_point="deepfm-ps", distribution="parameter_server",
+    spec = e2e_spec(tmp_path, name="ops-dead-worker", entry_point="deepfm-ps", distribution="parameter_server",
                       count=2, mode="File", train="s3://dfm-test/train/",
                       channels={"train": sample / "train", "eval": sample / "eval"},
                       hyperparameters={"max_steps": 100000, "epochs": 1000})
@@ -164,13 +164,13 @@ def test_an_interrupted_local_run_is_run_again_from_its_checkpoints(tmp_path):
     results = run_recovering(recovering_plan(tmp_path, "first"), echo=lines.append, sleep=waits.append)
     output = "\n".join(lines)
     assert [r.exit_code for r in results] == [1, 0], output
-    assert [r.job_dir.name for r in results] == ["recover-job", "recover-job-restart-1"]
+    assert [r.job_dir.name for r in results] == ["recover-job", "recover-job-r1"]
     assert chief_report(results[1])["resumed_from"] == 1  # the first attempt's checkpoint reached the second
     assert waits == [2]
     assert "[dfm local] attempt 1/3 ended: algo-1/train exited with code -9 (SIGKILL: an interruption); " \
            "restarting in 2 s from the checkpoints" in output
     assert "  1. recover-job: algo-1/train exited with code -9 (SIGKILL: an interruption) (exit 1)" in output
-    assert "  2. recover-job-restart-1: finished (exit 0)" in output
+    assert "  2. recover-job-r1: finished (exit 0)" in output
     for result in results:
         assert_no_survivors(result.pids)
 
@@ -207,7 +207,7 @@ def kill_host_after_a_checkpoint(host: str, killed: list[float]):
 def test_a_run_that_lost_a_host_resumes_from_its_checkpoint_and_finishes(tmp_path, sample):  # noqa: F811
     import re
 
-    spec = write_spec(tmp_path, name="ops-recover", entry_point="deepfm-ps", distribution="parameter_server", count=2,
+    spec = e2e_spec(tmp_path, name="ops-recover", entry_point="deepfm-ps", distribution="parameter_server", count=2,
                       mode="File", train="s3://dfm-test/train/",
                       channels={"train": sample / "train", "eval": sample / "eval"},
                       hyperparameters={"max_steps": 200, "epochs": 100, "checkpoint_steps": 20},
@@ -227,5 +227,5 @@ def test_a_run_that_lost_a_host_resumes_from_its_checkpoint_and_finishes(tmp_pat
     assert auc > 0.72, second[-2000:]  # uninterrupted: 0.758; resumed at step 20: 0.759 (docs/local.md)
     assert re.search(r"  1\. ops-recover-\S+: algo-2/worker exited with code -9 \(SIGKILL: an interruption\) \(exit 1\)",
                      second)
-    assert re.search(r"  2\. ops-recover-\S+-restart-1: finished \(exit 0\)", second)
+    assert re.search(r"  2\. ops-recover-\S+-r1: finished \(exit 0\)", second)
     assert_no_survivors(run.pids)

@@ -4,24 +4,21 @@
 An interruption here is what a lost instance looks like from the inside: a process killed by a signal that dfm
 did not send (SIGKILL of a host's processes). A script that fails by itself, a stall, the timeout or Ctrl-C end
 the run as they are: running them again would end the same way. Each attempt is a run of its own
-(`<job>`, then `<job>-restart-1`, ...) sharing the checkpoint store of the plan's checkpoint_s3_uri, which every
-attempt fills at its end as SageMaker uploads /opt/ml/checkpoints; the wait before restart n is
-backoff_s x 2^(n-1). The exit code is the last attempt's.
+planned as on SageMaker by `launcher.recovery.attempt_plan` (`<job>`, then `<job>-r1`, ...), sharing the checkpoint
+store of the first attempt's checkpoint_s3_uri, which every attempt fills at its end as SageMaker uploads
+/opt/ml/checkpoints; the wait before restart n is `launcher.recovery.backoff_seconds`. The exit code is the last
+attempt's.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from dataclasses import replace
 from typing import Callable
 
+from launcher import recovery as attempts
 from launcher.local.request import build_request
 from launcher.local.runner import LocalRun, RunResult
-
-
-def attempt_name(job_name: str, restart: int) -> str:
-    return job_name if restart == 0 else f"{job_name}-restart-{restart}"
 
 
 def why(result: RunResult) -> str:
@@ -38,14 +35,14 @@ def run_recovering(plan, *, echo: Callable[[str], None] = print, verbose: bool =
     recovery = plan.operations.recovery
     results: list[RunResult] = []
     for restart in range(recovery.max_restarts + 1):
-        attempt = replace(plan, job_name=attempt_name(plan.job_name, restart))
+        attempt = attempts.attempt_plan(plan, restart)
         total = recovery.max_restarts + 1
         echo(f"[dfm local] attempt {restart + 1}/{total}: {attempt.job_name}")
         result = LocalRun(build_request(attempt), echo=echo, verbose=verbose).run()
         results.append(result)
         if result.signal is None or restart == recovery.max_restarts:
             break
-        wait = recovery.backoff_s * 2 ** restart
+        wait = attempts.backoff_seconds(recovery.backoff_s, restart + 1)
         echo(f"[dfm local] attempt {restart + 1}/{total} ended: {why(result)}; restarting in {wait:g} s "
              f"from the checkpoints")
         sleep(wait)
