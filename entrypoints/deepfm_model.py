@@ -134,10 +134,13 @@ class DeepFM(tf.Module):
         return logits, l2
 
     def _mlp(self, x, training):
-        x = tf.cast(x, self.compute_dtype)
+        # Training steps compute in compute_dtype; evaluation and prediction in float32, as the export serves,
+        # so the evaluation that picks the model to export measures the model it exports.
+        dtype = self.compute_dtype if training else tf.float32
+        x = tf.cast(x, dtype)
         last = len(self.kernels) - 1
         for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
-            x = tf.matmul(x, tf.cast(kernel, self.compute_dtype)) + tf.cast(bias, self.compute_dtype)
+            x = tf.matmul(x, tf.cast(kernel, dtype)) + tf.cast(bias, dtype)
             if i == last:
                 break
             if self.bn_params:
@@ -160,7 +163,7 @@ class DeepFM(tf.Module):
         else:
             mean, var = p["mean"], p["var"]
         y = tf.nn.batch_normalization(x32, mean, var, p["beta"], p["gamma"], epsilon)
-        return tf.cast(y, self.compute_dtype)
+        return tf.cast(y, x.dtype)
 
     def predict(self, ids, values):
         logits, _ = self(ids, values, training=False)

@@ -273,3 +273,19 @@ def test_bfloat16_computes_the_mlp_in_bfloat16_and_keeps_every_variable_and_slot
     slots = [v for per_variable in trainer.optimizer.slots for v in per_variable.values()]
     assert all(v.dtype == tf.float32 for v in trainer.model.all_variables)
     assert len(slots) == 2 * len(trainer.variables) and all(v.dtype == tf.float32 for v in slots)  # adam: m, v
+
+
+def test_a_bfloat16_model_evaluates_in_float32_exactly_as_its_export_serves():
+    """Evaluation picks the model to export (best_of): it must measure what the float32 export serves."""
+    import deepfm_selection
+
+    hp = small_hp(dropout=0.0)  # training and evaluation then differ only by the dtype
+    trainer = T.build_trainer(hp, compute_dtype=tf.bfloat16)
+    features, labels = random_batch(hp, seed=6)
+    tf.function(trainer.train_step)((features, labels))
+    copy = deepfm_selection.copy_model(trainer.model, hp)
+    assert copy.compute_dtype == tf.float32
+    served = copy.predict(features["ids"], features["values"]).numpy()
+    np.testing.assert_array_equal(trainer.model.predict(features["ids"], features["values"]).numpy(), served)
+    trained, _ = trainer.model(features["ids"], features["values"], training=True)
+    assert not np.array_equal(tf.sigmoid(trained).numpy(), served)  # training steps really are bfloat16
