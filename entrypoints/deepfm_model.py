@@ -51,7 +51,11 @@ def dropout(x, rate):
         rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2 ** low_bits,
                                            dtype=tf.int64)
         keep = tf.tensor_scatter_nd_update(keep, ties, rest >= low)
-    return tf.where(tf.reshape(keep, tf.shape(x)), scaled, tf.zeros([], x.dtype))
+    keep = tf.reshape(keep, tf.shape(x))
+    if x.dtype == tf.float32:
+        return tf.where(keep, scaled, tf.zeros([], x.dtype))
+    # bfloat16/float16: the CPU's select (and its gradient's) runs several times slower than a multiply by the mask
+    return scaled * tf.cast(keep, x.dtype)
 
 
 class DeepFM(tf.Module):
