@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 from bench import ceiling as ceiling_model
+from bench.step_ops import op_time_by_type
 from bench.common import add_table, alternate, fmt, median, section, verdict, versions
 from bench.contenders import bundled, deepctr, synthetic
 
@@ -25,6 +26,18 @@ def cpu_bfloat16() -> str | None:
     from deepfm_precision import cpu_bfloat16_flag
 
     return cpu_bfloat16_flag()
+
+
+def _op_table(result: dict, data, config: str, precision: str, top: int = 10) -> None:
+    """Where the step's time goes by op type, at a configuration that misses its ceiling goal (bench/step_ops.py)."""
+    k, batch = (int(part[1:]) for part in config.split("/"))
+    ops = op_time_by_type(data, batch, k, precision)
+    rest = ops[top:]
+    rows = [[kind, fmt(ms, 2), f"{100 * share:.1f}%"] for kind, ms, share in ops[:top]]
+    rows.append([f"{len(rest)} other op types", fmt(sum(r[1] for r in rest), 2), f"{100 * sum(r[2] for r in rest):.1f}%"])
+    add_table(result, ["op type", "op ms per step", "share of op time"], rows,
+              f"{precision} at {config} (short of its ceiling goal): op time by op type, from a traced step "
+              "(2 threads, so op time adds up to more than the step's wall time):")
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -91,6 +104,8 @@ def measure(quick: bool, context: dict) -> dict:
         verdict(result, f"{precision} step >= {CEILING_GOAL:.0%} of its ceiling", ratios[worst] >= CEILING_GOAL,
                 ", ".join(f"{n} {r:.2f}" for n, r in ratios.items())
                 + ("" if ratios[worst] >= CEILING_GOAL else f"; worst {worst} short by {CEILING_GOAL - ratios[worst]:.2f}"))
+        if ratios[worst] < CEILING_GOAL:
+            _op_table(result, data, worst, precision)
     if flag:
         speedups = {n: c["bundled_bfloat16"] / c["bundled"] for n, c in per_config.items() if n.endswith("/b4096")}
         verdict(result, f"bfloat16 >= {BF16_SPEEDUP_GOAL}x float32 at batch 4096",
@@ -134,6 +149,14 @@ def measure(quick: bool, context: dict) -> dict:
         "(5-12% more examples/s at every configuration; on GPU hosts the model keeps tf.nn.dropout). Each 4% of the step or less, so left as they are: the "
         "streaming metrics, the L2 terms, the id dedup of the two tables; reading each table row once per "
         "distinct id (one tf.unique for both tables) and folding dropout's scale into its gradient were no faster.",
+        "Tried for bfloat16 (2026-11-25, one process, alternating, on a machine loaded by other work, so only "
+        "large differences count): TF's CPU select (`tf.where`) on bfloat16 took 17% of the bfloat16 step's op time "
+        "at k8/b512 (float32's: 2%), so the bundled dropout multiplies bfloat16 and float16 activations by its keep "
+        "mask instead (same mask, same values); `tf.nn.bias_add` in place of `+ bias` (for oneDNN's fused "
+        "MatMul+BiasAdd+Relu) showed no difference above the noise. The model keeps no Keras policy: it casts the "
+        "MLP's input and weights itself, so no cast of a table, and the FM term stays float32. Where a configuration "
+        "misses its ceiling goal, the op-type table below the verdicts (`bench/step_ops.py`) shows where that step's "
+        "time goes.",
         f"{repetitions} alternating repetitions of every contender (bundled in each precision, DeepCTR, the GEMM "
         "kernel in each precision, the embedding kernel) per configuration; the ceilings therefore see the same "
         "machine load as the models.",
