@@ -22,15 +22,16 @@ def mlp_flops_per_example(embedding_size: int, layers: list[int]) -> float:
     return 3.0 * forward
 
 
-def _gemm_step(tf, batch: int, embedding_size: int, layers: list[int]):
+def _gemm_step(tf, batch: int, embedding_size: int, layers: list[int], dtype: str = "float32"):
     """The MLP's matmuls in the order backpropagation runs them: forward x@W layer by layer, then per
-    layer from the top dW = x^T@dy and dy = dy@W^T. No bias, activation or loss: only the GEMMs."""
+    layer from the top dW = x^T@dy and dy = dy@W^T. No bias, activation or loss: only the GEMMs, in `dtype`
+    (the bfloat16 ceiling: the GEMMs the bfloat16 step runs)."""
     dims = [FIELDS * embedding_size, *layers, 1]
     rng = np.random.default_rng(0)
     # 1/sqrt(fan-in) keeps values near 1 through the chain: no overflow and no slow denormals.
-    weights = [tf.constant(rng.standard_normal((a, b), dtype=np.float32) / np.sqrt(a))
+    weights = [tf.cast(rng.standard_normal((a, b), dtype=np.float32) / np.sqrt(a), dtype)
                for a, b in zip(dims[:-1], dims[1:])]
-    inputs = tf.constant(rng.standard_normal((batch, dims[0]), dtype=np.float32))
+    inputs = tf.cast(rng.standard_normal((batch, dims[0]), dtype=np.float32), dtype)
 
     @tf.function
     def step():
@@ -68,12 +69,15 @@ def _embedding_step(tf, batch: int, embedding_size: int, vocabulary: int):
     return step
 
 
-def kernels(batch: int, embedding_size: int, layers: list[int], vocabulary: int, calls: int) -> dict:
-    """name -> callable timing `calls` runs of that kernel and returning seconds per batch."""
+def kernels(batch: int, embedding_size: int, layers: list[int], vocabulary: int, calls: int,
+            gemm_dtypes: tuple[str, ...] = ("float32",)) -> dict:
+    """name -> callable timing `calls` runs of that kernel and returning seconds per batch: `embedding`, and
+    `gemm` (float32) or `gemm_<dtype>` for each of gemm_dtypes."""
     import tensorflow as tf
 
-    steps = {"gemm": _gemm_step(tf, batch, embedding_size, layers),
-             "embedding": _embedding_step(tf, batch, embedding_size, vocabulary)}
+    steps = {("gemm" if dtype == "float32" else f"gemm_{dtype}"): _gemm_step(tf, batch, embedding_size, layers, dtype)
+             for dtype in gemm_dtypes}
+    steps["embedding"] = _embedding_step(tf, batch, embedding_size, vocabulary)
     for step in steps.values():
         step()  # trace and warm up
     return {name: (lambda step=step: seconds(lambda: [step() for _ in range(calls)]) / calls)

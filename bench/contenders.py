@@ -37,12 +37,13 @@ def _window(step, iterator, steps: int, batch: int):
 
 
 def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
-            dense_updates: bool = False, deep_layers=(400, 400, 400)):
+            dense_updates: bool = False, deep_layers=(400, 400, 400), compute_dtype: str = "float32"):
     """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), as train_ps runs it,
     regularized (L2_EMBEDDING, DROPOUT, L2_DENSE).
 
     dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes
-    its dense path over the whole table (what Keras' stock Adam does to its moments)."""
+    its dense path over the whole table (what Keras' stock Adam does to its moments).
+    compute_dtype: the MLP's (mixed_precision float16/bfloat16); variables stay float32."""
     import tensorflow as tf
 
     use_entrypoints()
@@ -56,7 +57,7 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
         "--l2_dense", str(L2_DENSE)])
     densify = (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                               for g in grads]) if dense_updates else None
-    trainer = build_trainer(hp, grad_transform=densify)
+    trainer = build_trainer(hp, grad_transform=densify, compute_dtype=tf.as_dtype(compute_dtype))
     dataset = tf.data.Dataset.from_tensor_slices(
         ({"ids": data.ids, "values": data.values}, data.labels)).batch(batch, drop_remainder=True)
     iterator = iter(dataset.cache().repeat())

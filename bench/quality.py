@@ -33,6 +33,11 @@ VARIANTS = {
     "raw": [("the same, counts as log1p (dfm data inspect's proposal before powers-of-two buckets)",
              [f"features.numeric.i{k}={{transform: log1p}}" for k in range(1, 14)])],
 }
+# The recipe in float32, and again in bfloat16 on a CPU that has it (`auto` picks bfloat16 there).
+# bfloat16 needs an instance type with it (dfm validate): locally the type changes nothing else (CPUs are this machine's).
+FLOAT32 = "hyperparameters.mixed_precision=false"
+BFLOAT16 = ["hyperparameters.mixed_precision=bfloat16", "instance.type=ml.c7i.16xlarge"]
+BF16_AUC_GAP = 0.003
 EPOCHS = max(epochs for _, _, epochs in SAMPLES.values())  # the table's epoch columns; DeepCTR runs 3
 # DeepCTR's DeepFM twice: the settings base.yaml had before issue 17 (a 400x3 MLP, no dropout), and dfm's
 # recipe (the scripts' defaults) carried over to DeepCTR's own arguments.
@@ -182,6 +187,9 @@ def measure(quick: bool, context: dict) -> dict:
         "ids; DeepCTR's DeepFM on the same split; `bench/quality.py`")
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-quality-"))
     (work / "runs").mkdir()
+    from bench.training import cpu_bfloat16
+
+    bf16_flag = cpu_bfloat16()
     rows, data = [], {}
     try:
         for name, (config, _, epochs) in SAMPLES.items():
@@ -199,9 +207,19 @@ def measure(quick: bool, context: dict) -> dict:
                 tr_ids, ev_ids = (np.asarray([[per_field[f].setdefault(t, len(per_field[f])) for f, t in enumerate(row)]
                                               for row in rows], np.int64) for rows in (tr_s, ev_s))
             lr_auc = logistic_regression(tr_x, tr_y, ev_x, ev_y)
-            ours, final, failure = dfm_per_epoch(config, epochs, sample, work / "runs" / name)
-            rows.append([name, f"dfm recipe ({config}), `dfm launch --local`", *_epochs(ours),
+            ours, final, failure = dfm_per_epoch(config, epochs, sample, work / "runs" / name, [FLOAT32])
+            rows.append([name, f"dfm recipe ({config}), `dfm launch --local`, float32", *_epochs(ours),
                          fmt(final, 4) if not failure else f"not run: {failure}"])
+            bf16 = None
+            if bf16_flag:
+                bf16, bf16_final, bf16_failure = dfm_per_epoch(config, epochs, sample, work / "runs" / f"{name}-bf16",
+                                                               BFLOAT16)
+                rows.append([name, "the same in bfloat16 (`mixed_precision: bfloat16`)", *_epochs(bf16),
+                             fmt(bf16_final, 4) if not bf16_failure else f"not run: {bf16_failure}"])
+                gap = abs(bf16_final - final) if bf16 and ours else float("nan")
+                verdict(result, f"{name}: bfloat16 within {BF16_AUC_GAP} of float32's final eval AUC",
+                        gap <= BF16_AUC_GAP if gap == gap else None,
+                        bf16_failure or failure or f"bfloat16 {bf16_final:.4f}, float32 {final:.4f}: {gap:.4f} apart")
             for label, sets in VARIANTS.get(name, []):
                 aucs, best, failed = dfm_per_epoch(config, epochs, sample, work / "runs" / f"{name}-variant", sets)
                 rows.append([name, label, *_epochs(aucs), fmt(best, 4) if not failed else f"not run: {failed}"])
@@ -214,7 +232,8 @@ def measure(quick: bool, context: dict) -> dict:
                     rows.append([name, label, *_epochs([]), f"not run: {type(err).__name__}: {err}"[:200]])
             rows.append([name, "the planted teacher: a ceiling no model reaches from 200k rows", *_epochs([]),
                          fmt(ceiling, 4)])
-            data[name] = {"dfm_per_epoch": ours, "dfm_final": final, "logistic_regression": lr_auc,
+            data[name] = {"dfm_per_epoch": ours, "dfm_final": final, "dfm_bfloat16_per_epoch": bf16,
+                          "logistic_regression": lr_auc,
                           "teacher": ceiling, "failure": failure}
             met = bool(ours) and final >= lr_auc and final >= ours[0]
             verdict(result, f"{name}: dfm after {epochs} epochs >= logistic regression and >= its epoch 1",
@@ -228,6 +247,9 @@ def measure(quick: bool, context: dict) -> dict:
     result["notes"] += [
         "dfm's final AUC is that of the exported model: `best_of: eval:auc` (the default) keeps the model of the "
         "best evaluation, and the run repeats that evaluation's metric line last.",
+        "Precision: the recipe runs with `mixed_precision: false` (float32), and on a CPU with bfloat16 instructions "
+        f"(here: {bf16_flag or 'none'}) again with `bfloat16` (the MLP's training steps in bfloat16; evaluation and the "
+        "export compute in float32). The variants run in the default `auto`.",
         "Raw sample: logistic regression one-hot encodes each column's value (the multi-hot column's ids "
         "weighted 1/length, its mean); DeepCTR gets one field per single-valued column (the multi-hot column "
         "left out) and each field's values indexed in order of appearance.",

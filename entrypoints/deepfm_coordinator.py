@@ -83,7 +83,7 @@ def embedding_partitioner(hp, num_ps):
 
 def train_with_coordinator(hp, env, cluster):
     """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
-    configure_tensorflow(hp, env, float16_supported=False)  # the steps compute in float32 (build_trainer's default), GPU workers too
+    compute_dtype = configure_tensorflow(hp, env)  # the dtype of the steps it traces for the workers
     import tensorflow as tf
     import deepfm_input
     from deepfm_hparams import crossed, steps_to_boundary
@@ -103,7 +103,7 @@ def train_with_coordinator(hp, env, cluster):
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     watch = watch_workers(cluster)  # a dead worker ends the run instead of ClusterCoordinator's wait for it
     report_closure_errors_once()
-    trainer = build_trainer(hp, strategy=strategy)
+    trainer = build_trainer(hp, strategy=strategy, compute_dtype=compute_dtype)
     shards = flat_variables([trainer.model.embeddings])
     log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps, "
         f"replicas_in_sync={strategy.num_replicas_in_sync} per worker task; embeddings in {len(shards)} shard(s) "

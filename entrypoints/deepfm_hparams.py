@@ -72,7 +72,7 @@ CHOICES = {
     "optimizer": ("adam", "adagrad", "ftrl", "sgd"),
     "data_format": ("tfrecord", "libsvm"),
     "s3_shard": ("auto", "true", "false"),
-    "mixed_precision": ("auto", "true", "false"),
+    "mixed_precision": ("auto", "float16", "bfloat16", "false"),  # true = float16 (deepfm_precision)
     "best_of": ("eval:auc", "eval:loss", "last"),
     "sparse_allreduce": ("auto", "dense", "gather"),
 }
@@ -162,7 +162,7 @@ def _choice(name):
             word = "last"
         if name in ("s3_shard", "mixed_precision") and word not in allowed:
             try:
-                word = "true" if parse_bool(word) else "false"
+                word = ("float16" if name == "mixed_precision" else "true") if parse_bool(word) else "false"
             except argparse.ArgumentTypeError:
                 pass
         if word not in allowed:

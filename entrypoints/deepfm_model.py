@@ -51,7 +51,11 @@ def dropout(x, rate):
         rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2 ** low_bits,
                                            dtype=tf.int64)
         keep = tf.tensor_scatter_nd_update(keep, ties, rest >= low)
-    return tf.where(tf.reshape(keep, tf.shape(x)), scaled, tf.zeros([], x.dtype))
+    keep = tf.reshape(keep, tf.shape(x))
+    if x.dtype == tf.float32:
+        return tf.where(keep, scaled, tf.zeros([], x.dtype))
+    # bfloat16/float16: the CPU's select (and its gradient's) runs several times slower than a multiply by the mask
+    return scaled * tf.cast(keep, x.dtype)
 
 
 class DeepFM(tf.Module):
@@ -134,10 +138,13 @@ class DeepFM(tf.Module):
         return logits, l2
 
     def _mlp(self, x, training):
-        x = tf.cast(x, self.compute_dtype)
+        # Training steps compute in compute_dtype; evaluation and prediction in float32, as the export serves,
+        # so the evaluation that picks the model to export measures the model it exports.
+        dtype = self.compute_dtype if training else tf.float32
+        x = tf.cast(x, dtype)
         last = len(self.kernels) - 1
         for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
-            x = tf.matmul(x, tf.cast(kernel, self.compute_dtype)) + tf.cast(bias, self.compute_dtype)
+            x = tf.matmul(x, tf.cast(kernel, dtype)) + tf.cast(bias, dtype)
             if i == last:
                 break
             if self.bn_params:
@@ -160,7 +167,7 @@ class DeepFM(tf.Module):
         else:
             mean, var = p["mean"], p["var"]
         y = tf.nn.batch_normalization(x32, mean, var, p["beta"], p["gamma"], epsilon)
-        return tf.cast(y, self.compute_dtype)
+        return tf.cast(y, x.dtype)
 
     def predict(self, ids, values):
         logits, _ = self(ids, values, training=False)

@@ -40,10 +40,13 @@ def pin_gpu(local_rank):
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
 
 
-def configure_tensorflow(hp, env, float16_supported=True):
-    """Thread pools and mixed precision; logs every knob once. -> compute dtype for the MLP.
-    float16_supported=False: the caller's loop computes in float32 whatever mixed_precision says."""
+def configure_tensorflow(hp, env):
+    """Thread pools and the compute dtype (deepfm_precision); logs every knob once. -> compute dtype for the
+    MLP. Every task of a job decides alike: the steps' devices come from SM_NUM_GPUS (a parameter-server chief
+    hides its GPUs but traces the steps its GPU workers run)."""
     import tensorflow as tf
+    from deepfm_model import steps_run_on_gpus
+    from deepfm_precision import choose, cpu_bfloat16_flag
 
     intra = hp.intra_op_threads or env.num_cpus
     inter = hp.inter_op_threads or env.num_cpus
@@ -53,13 +56,13 @@ def configure_tensorflow(hp, env, float16_supported=True):
     except RuntimeError as err:  # pools already started (e.g. a second call in one process)
         log(f"thread pools already set: {err}")
     gpus = tf.config.list_physical_devices("GPU")
-    mixed = float16_supported and (hp.mixed_precision == "true" or (hp.mixed_precision == "auto" and bool(gpus)))
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
-    compute_dtype = tf.float16 if mixed else tf.float32
+    dtype, why = choose(hp.mixed_precision, steps_run_on_gpus(), cpu_bfloat16_flag())
     log(f"tensorflow {tf.__version__} gpus={len(gpus)} vcpus={env.num_cpus}")
+    log(f"precision: the MLP computes in {dtype} ({why}); variables, tables and optimizer slots stay float32")
     log(f"tuning intra_op_threads={intra} inter_op_threads={inter} "
         f"KMP_AFFINITY={os.environ.get('KMP_AFFINITY', '')} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} "
-        f"KMP_SETTINGS={os.environ.get('KMP_SETTINGS')} mixed_precision={'on' if mixed else 'off'} "
+        f"KMP_SETTINGS={os.environ.get('KMP_SETTINGS')} mixed_precision={'off' if dtype == 'float32' else dtype} "
         f"shuffle_buffer={hp.shuffle_buffer} prefetch={hp.prefetch} cache={hp.cache}")
-    return compute_dtype
+    return tf.as_dtype(dtype)

@@ -103,7 +103,7 @@ def serve_worker_tasks(hp, env, cluster, task_index, argv, per_host):
 def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=None, local_rank=0, per_host=1):
     """data_hosts: the hosts whose workers share the training data, in shard order (default: training_hosts);
     this task is worker `local_rank` of the `per_host` on its host."""
-    configure_tensorflow(hp, env, float16_supported=False)  # the chief's traced steps compute in float32
+    configure_tensorflow(hp, env)  # the chief traces the steps, in the dtype this logs
     import tensorflow as tf
 
     if task_type == "worker":

@@ -57,6 +57,9 @@ INSTANCES: dict[str, InstanceType] = {
                      ("4xlarge", 16, 32, 0, "", 0.857), ("8xlarge", 32, 64, 0, "", 1.714), ("12xlarge", 48, 96, 0, "", 2.57),
                      ("16xlarge", 64, 128, 0, "", 3.427), ("24xlarge", 96, 192, 0, "", 5.141), ("48xlarge", 192, 384, 0, "", 10.282)]),
     # memory optimized: large embedding tables on parameter servers
+    **_sizes("r7i", [("large", 2, 16, 0, "", None), ("xlarge", 4, 32, 0, "", None), ("2xlarge", 8, 64, 0, "", None),
+                     ("4xlarge", 16, 128, 0, "", None), ("8xlarge", 32, 256, 0, "", None), ("12xlarge", 48, 384, 0, "", None),
+                     ("16xlarge", 64, 512, 0, "", None), ("24xlarge", 96, 768, 0, "", None), ("48xlarge", 192, 1536, 0, "", None)]),
     **_sizes("r5", [("large", 2, 16, 0, "", 0.151), ("xlarge", 4, 32, 0, "", 0.302), ("2xlarge", 8, 64, 0, "", 0.605),
                     ("4xlarge", 16, 128, 0, "", 1.21), ("8xlarge", 32, 256, 0, "", 2.419), ("12xlarge", 48, 384, 0, "", 3.629),
                     ("16xlarge", 64, 512, 0, "", 4.838), ("24xlarge", 96, 768, 0, "", 7.258)]),
@@ -89,3 +92,27 @@ INSTANCES: dict[str, InstanceType] = {
 
 def instance(name: str) -> InstanceType | None:
     return INSTANCES.get(name)
+
+
+# bfloat16 in hardware where the steps run. CPUs: the 7i families' 4th-generation Xeon Scalable (Sapphire Rapids)
+# has AVX512-BF16 and AMX-BF16 (AWS's C7i/M7i/R7i pages: "Intel Advanced Matrix Extensions"; Linux reports
+# avx512_bf16 and amx_bf16); Skylake/Cascade Lake (c5, m5, r5) and Ice Lake (c6i, m6i, r6i) have neither.
+# GPUs: NVIDIA Ampere and newer (compute capability >= 8.0) have bfloat16 tensor cores; Turing's T4 and
+# Volta's V100 do not. trn1's Trainium is not used by the TensorFlow images, and its host CPU is Ice Lake.
+BFLOAT16_CPU_FAMILIES = ("c7i", "m7i", "r7i")
+BFLOAT16_GPUS = ("A10G", "L4", "L40S", "A100 40GB", "A100 80GB", "H100", "H200")
+
+
+def has_bfloat16(name: str) -> bool | None:
+    """Whether the steps of a job on this instance type run on bfloat16 hardware; None: a type dfm does not know."""
+    info = instance(name)
+    if info is None:
+        return None
+    if info.gpus:
+        return info.gpu in BFLOAT16_GPUS
+    return name.split(".")[1] in BFLOAT16_CPU_FAMILIES
+
+
+def bfloat16_families() -> list[str]:
+    """`ml.<family>` of every catalogued family with bfloat16 hardware."""
+    return sorted({"ml." + name.split(".")[1] for name in INSTANCES if has_bfloat16(name)})

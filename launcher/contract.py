@@ -86,6 +86,13 @@ def bundled_cluster() -> ModuleType:
 
 
 @functools.cache
+def bundled_precision() -> ModuleType:
+    """The bundled scripts' `deepfm_precision` (BFLOAT16_FLAGS, cpu_bfloat16_flag): which CPU flags mean
+    bfloat16 instructions, as the scripts' `auto` reads them. Standard library only."""
+    return _load_bundled("deepfm_precision.py", "dfm_bundled_precision")
+
+
+@functools.cache
 def bundled_hparams() -> ModuleType:
     """The bundled scripts' own `deepfm_hparams` module (DEFAULTS, CHOICES, TRUE_WORDS, FALSE_WORDS).
 

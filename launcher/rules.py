@@ -22,6 +22,7 @@ from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_
 from launcher.rules_tune import TUNE_RULES
 from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
+from launcher.rules_precision import check_bfloat16_hardware
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -175,6 +176,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_parameter_server,
     check_ps_group,
     check_mixed_precision_on_cpu,
+    check_bfloat16_hardware,
     check_gpu_memory,
     check_ps_pipe_channels,
     check_spot,

@@ -23,7 +23,7 @@ def check_mixed_precision_on_cpu(spec: Spec) -> list[Finding]:
     on only where there are GPUs, so `true` on a CPU-only instance is a mistake."""
     values = script_values(spec)  # None: not the bundled scripts, or a bad value (reported on its own)
     info = catalog.instance(spec.instance.type)
-    if values is None or info is None or info.gpus or values.mixed_precision != "true":
+    if values is None or info is None or info.gpus or values.mixed_precision != "float16":
         return []
     return [error(MIXED_PRECISION, f"{spec.instance.type} has no GPU, and float16 on a CPU runs several times slower "
                                    "than float32: use mixed_precision: auto (float16 only on GPUs) or false, or a GPU instance type")]

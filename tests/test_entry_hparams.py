@@ -57,7 +57,7 @@ def test_values_are_converted_to_the_default_type():
     args = H.parse_hyperparameters(["--learning_rate", "0.5", "--epochs", "3", "--optimizer", "FTRL",
                                     "--s3_shard", "False", "--mixed_precision", "1", "--prefetch", "-1"])
     assert (args.learning_rate, args.epochs, args.optimizer) == (0.5, 3, "ftrl")
-    assert (args.s3_shard, args.mixed_precision, args.prefetch) == ("false", "true", -1)
+    assert (args.s3_shard, args.mixed_precision, args.prefetch) == ("false", "float16", -1)
 
 
 @pytest.mark.parametrize("argv", [["--optimizer", "rmsprop"], ["--dropout", "1.5"], ["--batch_size", "0"],

@@ -214,3 +214,78 @@ def test_model_selection_keeps_the_best_evaluations_copy_and_counts_patience(cap
     assert out.strip().splitlines()[-1] == "[dfm] eval step=10 loss=0.500000 auc=0.700000"
     last = S.ModelSelection(small_hp(best_of="last"))
     assert not last.observe(model, 10, 0.5, 0.7) and last.model_to_export(model, 10) is model
+
+
+# ---- compute precision (deepfm_precision, the MLP's dtype) ----
+
+@pytest.mark.parametrize("word, on_gpus, cpu_flag, expected", [
+    ("auto", True, "avx512_bf16", "float16"), ("auto", False, "amx_bf16", "bfloat16"), ("auto", False, None, "float32"),
+    ("true", False, None, "float16"), ("1", True, None, "float16"), ("bfloat16", False, None, "bfloat16"),
+    ("float16", False, "avx512_bf16", "float16"), ("false", True, "avx512_bf16", "float32"), ("no", False, None, "float32")])
+def test_mixed_precision_chooses_the_dtype_and_says_why(word, on_gpus, cpu_flag, expected):
+    import deepfm_precision as P
+
+    dtype, why = P.choose(H.convert("mixed_precision", word), on_gpus, cpu_flag)
+    assert dtype == expected and "mixed_precision=" in why
+    if word == "auto" and cpu_flag and not on_gpus:
+        assert cpu_flag in why
+
+
+def test_bfloat16_instructions_are_read_from_the_cpu_flags(tmp_path):
+    import deepfm_precision as P
+
+    cpuinfo = tmp_path / "cpuinfo"
+    for flags, expected in [("fpu avx512f avx512_vnni", None), ("fpu avx512f avx512_bf16 avx512_vnni", "avx512_bf16"),
+                            ("fpu amx_tile amx_bf16 amx_int8", "amx_bf16")]:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+        assert P.cpu_bfloat16_flag({P.CPUINFO_ENV: str(cpuinfo)}) == expected
+    assert P.cpu_bfloat16_flag({P.CPUINFO_ENV: str(tmp_path / "missing")}) is None
+
+
+@pytest.mark.parametrize("flags, expected", [("avx512f", "float32"), ("avx512f avx512_bf16", "bfloat16")])
+def test_auto_follows_the_cpu_and_logs_the_choice(tmp_path, monkeypatch, capsys, flags, expected):
+    import deepfm_container
+    import deepfm_tuning
+
+    (tmp_path / "cpuinfo").write_text(f"flags\t: {flags}\n")
+    monkeypatch.setenv("DFM_CPUINFO", str(tmp_path / "cpuinfo"))
+    monkeypatch.delenv("SM_NUM_GPUS", raising=False)
+    compute = deepfm_tuning.configure_tensorflow(H.parse_hyperparameters([]), deepfm_container.load_env({}))
+    assert compute.name == expected
+    out = capsys.readouterr().out
+    assert f"the MLP computes in {expected} (mixed_precision=auto" in out
+    assert f"mixed_precision={'off' if expected == 'float32' else expected} " in out
+
+
+def test_bfloat16_computes_the_mlp_in_bfloat16_and_keeps_every_variable_and_slot_float32():
+    hp = small_hp(optimizer="adam", dropout=0.2)
+    trainer = T.build_trainer(hp, compute_dtype=tf.bfloat16)
+    assert trainer.loss_scale is None  # bfloat16 has float32's exponent range
+    features, labels = random_batch(hp, rows=256, seed=4)
+    graph = tf.function(trainer.train_step).get_concrete_function((features, labels)).graph
+    matmuls = [op for op in graph.get_operations() if op.type in ("MatMul", "_MklMatMul", "BatchMatMulV2")]
+    gathers = [op for op in graph.get_operations() if op.type in ("ResourceGather", "GatherV2")]
+    assert matmuls and all(op.outputs[0].dtype == tf.bfloat16 for op in matmuls)
+    assert gathers and all(op.outputs[0].dtype == tf.float32 for op in gathers)  # the lookups stay float32
+    step = tf.function(trainer.train_step)
+    losses = [float(step((features, labels)).numpy()) for _ in range(30)]
+    assert losses[-1] < 0.9 * losses[0]  # it learns the batch
+    slots = [v for per_variable in trainer.optimizer.slots for v in per_variable.values()]
+    assert all(v.dtype == tf.float32 for v in trainer.model.all_variables)
+    assert len(slots) == 2 * len(trainer.variables) and all(v.dtype == tf.float32 for v in slots)  # adam: m, v
+
+
+def test_a_bfloat16_model_evaluates_in_float32_exactly_as_its_export_serves():
+    """Evaluation picks the model to export (best_of): it must measure what the float32 export serves."""
+    import deepfm_selection
+
+    hp = small_hp(dropout=0.0)  # training and evaluation then differ only by the dtype
+    trainer = T.build_trainer(hp, compute_dtype=tf.bfloat16)
+    features, labels = random_batch(hp, seed=6)
+    tf.function(trainer.train_step)((features, labels))
+    copy = deepfm_selection.copy_model(trainer.model, hp)
+    assert copy.compute_dtype == tf.float32
+    served = copy.predict(features["ids"], features["values"]).numpy()
+    np.testing.assert_array_equal(trainer.model.predict(features["ids"], features["values"]).numpy(), served)
+    trained, _ = trainer.model(features["ids"], features["values"], training=True)
+    assert not np.array_equal(tf.sigmoid(trained).numpy(), served)  # training steps really are bfloat16

@@ -101,8 +101,8 @@ def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     assert sorted(f[2] for f in shard_files.values()) == ["0", "1", "2", "3"]
     assert all(f[:2] == ["2", str(rank)] for (_, rank), f in shard_files.items())
     assert "training data exhausted on every worker" in chief  # all 4 tasks reported their end
-    # the chief traces the steps in float32 whatever mixed_precision says; the workers say so too
-    assert "mixed_precision=on" not in chief + worker and worker.count("mixed_precision=off") == 2
+    # the chief traces the steps in the float16 mixed_precision asks for (its own GPUs hidden); the workers say so too
+    assert "mixed_precision=float16 " in chief and worker.count("mixed_precision=float16 ") == 2
     # one step per batch: each of the 4 tasks reads 2 of the 8 files (1024 rows, 8 batches of 128)
     assert es.metric_lines(chief, "train")[-1]["step"] == rows // batch
 

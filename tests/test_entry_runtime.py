@@ -73,14 +73,3 @@ def test_expected_features_are_really_present(monkeypatch):
     """In a runtime whose DFM_EXPECT lists features, each is importable (a typo'd or broken build fails here)."""
     for feature in filter(None, (f.strip() for f in os.environ.get(es.EXPECT_ENV, "").split(","))):
         es.require(feature)
-
-
-@pytest.mark.parametrize("supported, dtype", [(True, "float16"), (False, "float32")])
-def test_a_loop_without_float16_logs_and_gets_float32_whatever_mixed_precision_says(capsys, supported, dtype):
-    import deepfm_hparams
-    import deepfm_tuning
-
-    hp = deepfm_hparams.parse_hyperparameters(["--mixed_precision", "true"])
-    compute = deepfm_tuning.configure_tensorflow(hp, deepfm_container.load_env({}), float16_supported=supported)
-    assert compute.name == dtype
-    assert f"mixed_precision={'on' if supported else 'off'} " in capsys.readouterr().out

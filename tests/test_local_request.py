@@ -284,3 +284,19 @@ def test_channel_files_are_the_folders_files(tmp_path):
     feeds = {c.name: c for c in request.hosts[0].channels}
     assert [key for key, _ in feeds["train-1"].files] == [f"part-{i:03d}.tfrecord" for i in range(3)]
     assert feeds["train-1"].source == str(more)
+
+
+@pytest.mark.parametrize("flags, refused", [("fpu avx512f avx512_vnni", True), ("fpu avx512f avx512_bf16", False)])
+def test_bfloat16_runs_here_only_on_a_cpu_with_bfloat16_instructions(tmp_path, flags, refused):
+    """ml.c7i passes `dfm validate`; --local then checks this machine's own CPU (its /proc/cpuinfo flags)."""
+    from launcher.compile import compile_spec
+
+    (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    compiled = compile_spec(str(Path(__file__).parents[1] / "configs" / "ps.yaml"),
+                            ("hyperparameters.mixed_precision=bfloat16", "instance.type=ml.c7i.4xlarge"))
+    assert compiled.ok, compiled.errors
+    request = build_request(in_run_dir(compiled.plan, str(tmp_path / "runs")),
+                            environ={"DFM_CPUINFO": str(tmp_path / "cpuinfo")}, runtime=FAKE_RUNTIME)
+    bf16 = [p for p in request.problems if "mixed_precision" in p]
+    assert bf16 == ([f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
+                     "(avx512_bf16 or amx_bf16 in /proc/cpuinfo): use auto or false for --local runs here"] if refused else [])

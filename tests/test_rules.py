@@ -210,6 +210,13 @@ CASES = [
     (rules.check_mixed_precision_on_cpu, {"instance": {"type": "ml.g5.2xlarge"}, "hyperparameters": {"mixed_precision": True}},
      {"instance": {"type": "ml.c5.4xlarge"}, "hyperparameters": {"mixed_precision": "yes"}},
      ("error", "hyperparameters.mixed_precision", "ml.c5.4xlarge has no GPU")),
+    # bfloat16 needs it in hardware: Sapphire Rapids CPUs (7i), Ampere-or-newer GPUs
+    (rules.check_bfloat16_hardware, {"instance": {"type": "ml.c7i.24xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
+     {"instance": {"type": "ml.c5.18xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
+     ("error", "hyperparameters.mixed_precision", "ml.c5.18xlarge has no bfloat16 hardware, where bfloat16 runs slower than "
+                                                  "float32: use an instance type of ml.c7i, ml.g5,")),
+    (rules.check_bfloat16_hardware, {**HOROVOD, "instance": {"type": "ml.g5.12xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
+     {**HOROVOD, "hyperparameters": {"mixed_precision": "bfloat16"}}, ("error", "hyperparameters.mixed_precision", "ml.p3.8xlarge has no bfloat16")),
     (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(3 * 10**8, "gather"),
      ("error", "hyperparameters.feature_size", "30.2 GiB (feature_size 300,000,000 x (1 + embedding_size 8) x 4 bytes x (1 + 2 adam slots)), more than one A10G of ml.g5.12xlarge (24 GiB)")),
     (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(2 * 10**8, "gather"),

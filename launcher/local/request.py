@@ -148,7 +148,7 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
     trees = [HostTree(name, job_dir / "hosts" / name) for name in plan_hosts(plan)]
     store = checkpoint_store(plan, root)
     warnings: list[str] = []
-    problems: list[str] = []
+    problems: list[str] = [p for p in [bfloat16_problem(plan, environ)] if p]
     sources = _channel_sources(plan, problems)
     host_requests = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
     processes, master, files = _processes(plan, trees, runtime, environ, job_dir)
@@ -161,6 +161,19 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
         stall_timeout_s=plan.operations.stall_timeout_s,
         source_files=dict(plan.source_files),
         warnings=tuple(warnings), problems=tuple(problems))
+
+
+def bfloat16_problem(plan, environ: Mapping[str, str]) -> str | None:
+    """A bundled script told to compute in bfloat16 on this machine, whose CPU lacks the instructions (the
+    emulation runs several times slower than float32): the problem, or None."""
+    value = plan.hyperparameters.get("mixed_precision") if plan.bundled else None
+    if value is None or contract.bundled_hparams().convert("mixed_precision", str(value)) != "bfloat16":
+        return None
+    precision = contract.bundled_precision()
+    if precision.cpu_bfloat16_flag(environ):
+        return None
+    return (f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
+            f"({' or '.join(precision.BFLOAT16_FLAGS)} in /proc/cpuinfo): use auto or false for --local runs here")
 
 
 # ---- hosts and channels ----
