@@ -51,6 +51,15 @@ def test_the_app_is_standalone():
                         "pyspark", "google_crc32c", "crc32c"}, imported
 
 
+def test_a_raw_number_beyond_float32_is_a_bad_row():
+    from launcher.data import prepare_app as app
+
+    job = {"features": {"label": "y", "numeric": ["n"], "categorical": [], "multi_hot": {}}}
+    assert app.raw_row({"y": "1", "n": "3.4e38"}, job)[1] == [3.4e38]
+    with pytest.raises(app.BadRow, match="n: '1e39' is beyond float32"):
+        app.raw_row({"y": "1", "n": "1e39"}, job)
+
+
 def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     import tensorflow as tf
 
@@ -147,13 +156,15 @@ def test_bad_rows_are_skipped_and_counted_or_fail_with_nothing_written(tmp_path,
         out.write("x 0:1 1:1 2:1\n")  # no label
         out.write("0 0:1 1:1 2:inf\n")
         out.write("0 0:1 1:1 150:1\n")  # past the model's feature_size (100): the job could not embed it
+        out.write("0 0:1 1:1e39 2:1\n")  # a finite double, inf as a float32
     section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
                "stats": False}
     report, _ = prepare(tmp_path / "skip", spark, section, count=1, processes=1)
-    assert report["bad_rows"] == 4 and report["rows"] == 400 and report["train"]["rows"] == 400
+    assert report["bad_rows"] == 5 and report["rows"] == 400 and report["train"]["rows"] == 400
     assert any("2 id:value pairs, expected 3" in line for line in report["bad_examples"])
     assert any("id 150 is outside [0, 100)" in line for line in report["bad_examples"])
-    with pytest.raises(DfmError, match="4 bad rows"):
+    assert any("value 1e39 is beyond float32" in line for line in report["bad_examples"])
+    with pytest.raises(DfmError, match="5 bad rows"):
         prepare(tmp_path / "fail", spark, {**section, "bad_rows": "fail"}, count=1, processes=1)
     assert not (tmp_path / "fail/out/train").exists()
 

@@ -22,6 +22,7 @@ import time
 STAGE_PREFIX = "[dfm-prepare]"
 MASK_DELTA = 0xA282EAD8
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
+FLOAT32_LIMIT = 2.0**128 - 2.0**103  # the records hold float32: from here on a value rounds to inf
 
 
 # ------------------------------------------------------------------------------------------ TFRecord framing
@@ -139,6 +140,8 @@ def parse_libsvm(text, field_size, feature_size):
             raise BadRow(f"pair {position}: id {feature_id} is outside [0, {feature_size or 'inf'})")
         if not math.isfinite(value):
             raise BadRow(f"pair {position}: value {value_text} is not finite")
+        if abs(value) >= FLOAT32_LIMIT:
+            raise BadRow(f"pair {position}: value {value_text} is beyond float32 (inf in the records)")
         ids.append(feature_id)
         values.append(value)
     return label, ids, values
@@ -153,6 +156,8 @@ def _number(text, name):
         raise BadRow(f"{name}: {text!r} is not a number") from None
     if not math.isfinite(value):
         raise BadRow(f"{name}: {text!r} is not finite")
+    if abs(value) >= FLOAT32_LIMIT:
+        raise BadRow(f"{name}: {text!r} is beyond float32 (inf in the records)")
     return value
 
 
