@@ -88,3 +88,20 @@ def test_a_value_beyond_float32_is_a_bad_row_not_an_inf_in_the_output(tmp_path, 
     assert "skipped 1 bad rows" in capsys.readouterr().out
     _, _, values = read_examples(sorted(out.iterdir()), 3)
     assert np.isfinite(values).all() and len(values) == 2
+
+
+def test_an_interrupted_convert_leaves_no_file_behind(tmp_path):
+    """Files are written under hidden temporary names and renamed when complete: a failure half-way (here the
+    progress callback) leaves no partial file a training job would read."""
+    data = synth.generate(300, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
+    seen = []
+
+    def interrupt(size):
+        seen.append(size)
+        if len(seen) == 200:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        libsvm.convert(sources, tmp_path / "tf", 6, files=2, on_bytes=interrupt)
+    assert list((tmp_path / "tf").iterdir()) == []

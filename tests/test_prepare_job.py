@@ -248,7 +248,7 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
     import os
     import subprocess
 
-    from launcher.data import prepare_app
+    from launcher.data import prepare_job
     from launcher.sagemaker_backend import processing
 
     python = Path(os.environ.get("DFM_RUNTIMES", Path.home() / ".cache/dfm/runtimes")) / "tf-2.21/bin/python"
@@ -257,10 +257,10 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
         pytest.skip("needs the Python 3.12 runtime and the cached cp312 wheel (make setup makes both)")
     code = ("import sys, importlib.util; sys.path[:0] = sys.argv[2:]; "
             "spec = importlib.util.spec_from_file_location('dfm_prepare', sys.argv[1]); "
-            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app._crc32c(); "
+            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app.crc32c_function(); "
             "import google_crc32c; print(google_crc32c.implementation, hex(value(b'123456789')))")
     archive = processing._crc32c_package(tmp_path)
-    out = subprocess.run([str(python), "-c", code, prepare_app.__file__, archive, *wheels], capture_output=True,
+    out = subprocess.run([str(python), "-c", code, str(prepare_job.APP_MODULES[0]), archive, *wheels], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert out.stdout.split() == ["c", "0xe3069283"], out.stdout + out.stderr
 

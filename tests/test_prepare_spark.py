@@ -39,20 +39,22 @@ def read(paths, field_size=FIELDS):
 
 
 def test_the_app_is_standalone():
-    """It runs in the Spark image as submit_app: nothing from launcher, no TensorFlow, no protobuf."""
-    from launcher.data import prepare_app
+    """It runs in the Spark image as submit_app (its module beside it): nothing from launcher, no TensorFlow, no
+    protobuf; numpy is in the image."""
+    from launcher.data import prepare_job
 
-    tree = ast.parse(Path(prepare_app.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not imported & {"launcher", "tensorflow", "google.protobuf", "numpy"}, imported
-    assert imported <= {"argparse", "json", "math", "os", "random", "struct", "sys", "tempfile", "time", "zipfile",
-                        "pyspark", "google_crc32c", "crc32c"}, imported
+    for path in (prepare_job.APP, *prepare_job.APP_MODULES):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"launcher", "tensorflow", "google"}, imported
+        assert imported <= {"argparse", "json", "math", "os", "struct", "sys", "tempfile", "time", "zipfile", "numpy",
+                            "pyspark", "google_crc32c", "crc32c", *(p.stem for p in prepare_job.APP_MODULES)}, imported
 
 
 def test_a_raw_number_beyond_float32_is_a_bad_row():
-    from launcher.data import prepare_app as app
+    from launcher.data import prepare_codec as app
 
     job = {"features": {"label": "y", "numeric": ["n"], "categorical": [], "multi_hot": {}}}
     assert app.raw_row({"y": "1", "n": "3.4e38"}, job)[1] == [3.4e38]
@@ -63,15 +65,14 @@ def test_a_raw_number_beyond_float32_is_a_bad_row():
 def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     import tensorflow as tf
 
-    from launcher.data import prepare_app as app
+    from launcher.data import prepare_codec as codec
 
-    job = {"input": {"format": "tsv"}, "features": {"label": "y", "numeric": ["n"], "categorical": ["c"],
-                                                      "multi_hot": {"m": "|"}}}
+    features = {"label": "y", "numeric": ["n"], "categorical": ["c"], "multi_hot": {"m": "|"}}
     rows = [(1.0, [2.5], ["abc"], [["x", "y"]]), (0.0, [None], [None], [[]]),
             (1.0, [-3.0], ["é"], [["z"]])]
-    crc = app._crc32c()
+    crc = codec.crc32c_function()
     path = tmp_path / "raw.tfrecord"
-    path.write_bytes(b"".join(app.frame(app.encode(r, job), crc) for r in rows))
+    path.write_bytes(codec.frame(*codec.encode_records([codec.encode_raw(r, features) for r in rows]), crc)[0].tobytes())
     spec = {"y": tf.io.FixedLenFeature([], tf.float32), "n": tf.io.FixedLenFeature([], tf.float32, float("nan")),
             "c": tf.io.FixedLenFeature([], tf.string, b""), "m": tf.io.RaggedFeature(tf.string)}
     (batch,) = list(tf.data.TFRecordDataset(str(path)).batch(8).map(lambda s: tf.io.parse_example(s, spec)))
@@ -80,10 +81,18 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     assert numbers[0] == 2.5 and np.isnan(numbers[1]) and numbers[2] == -3.0
     assert batch["c"].numpy().tolist() == [b"abc", b"", "é".encode()]
     assert batch["m"].to_list() == [[b"x", b"y"], [], [b"z"]]
-    indexed = app.encode((0.0, [0, 2**40, 7], [0.5, -1.0, 3.0]), {"input": {"format": "libsvm"}})
+    # a block of libsvm rows, encoded as arrays: ids of 1 to 7 varint bytes, so the rows' lengths differ
+    ids = np.array([[0, 2**40, 7], [2**20, 1, 127], [128, 300, 2**48]])
+    data, lengths = codec.encode_libsvm(np.float32([0, 1, 1]), ids, np.float32([[0.5, -1, 3], [1, 2, 3], [4, 5, 6]]))
+    first = data[:lengths[0]].tobytes()
     reference = tf.train.Example()
-    reference.ParseFromString(indexed)  # protobuf's own parser agrees with the hand encoding
+    reference.ParseFromString(first)  # protobuf's own parser agrees with the hand encoding
     assert list(reference.features.feature["ids"].int64_list.value) == [0, 2**40, 7]
+    assert list(reference.features.feature["values"].float_list.value) == [0.5, -1.0, 3.0]
+    assert reference.SerializeToString(deterministic=True) == first  # byte for byte, as protobuf writes it
+    (tmp_path / "indexed.tfrecord").write_bytes(codec.frame(data, lengths, crc)[0].tobytes())
+    labels, read_ids, values = read([tmp_path / "indexed.tfrecord"], 3)
+    assert labels.tolist() == [0, 1, 1] and (read_ids == ids).all() and values[2].tolist() == [4, 5, 6]
 
 
 def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark):
@@ -247,3 +256,27 @@ def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
     assert report["train"]["rows"] == 800 and report["eval"]["rows"] == 800 and report["eval_bad_rows"] == 0
     per_file = report["eval"]["per_file"]
     assert len(per_file) == 4 and min(per_file) > 0.6 * max(per_file), per_file
+
+
+def test_a_file_appears_only_when_complete(tmp_path, spark):
+    """A task that fails while writing (or is retried) leaves no partial file in a channel folder, where a
+    ProcessingOutput would upload it and the training job read it."""
+    from launcher.data import prepare_codec as codec
+    from launcher.data import prepare_local
+
+    app = prepare_local.load_app(spark)
+    data, lengths = codec.frame(*codec.encode_records([b"one", b"two"]), codec.crc32c_function())
+    chunk = (0, (np.array([2, 1]), lengths, data.tobytes(), 1))
+
+    def failing():
+        yield chunk
+        raise OSError("No space left on device")
+
+    path = tmp_path / "out/train/part-00000.tfrecord"
+    with pytest.raises(OSError):
+        list(app.write_partition(0, failing(), [str(path)]))
+    assert not path.exists() and not any((tmp_path / "out").rglob("*.tfrecord*"))
+    assert list(app.write_partition(0, iter([chunk]), [str(path)])) == [(0, 2, 1)]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
+        "out/train/part-00000.tfrecord"]
+    assert path.read_bytes() == codec.gather(data, lengths, np.array([1, 0]))[0].tobytes()  # sorted by key

@@ -18,6 +18,8 @@ from launcher import contract, conventions
 from launcher.data.split import Layout
 from launcher.spec import Spec
 
+APP = Path(__file__).with_name("prepare_app.py")  # the Spark application (submit_app)
+APP_MODULES = (Path(__file__).with_name("prepare_codec.py"),)  # what it imports, shipped beside it (--py-files)
 CONTAINER_OUTPUT = "/opt/ml/processing/output"  # ProcessingOutput sources: one folder per channel, and the report
 REPORT = "report"
 JOB_FILE = "prepare-job.json"

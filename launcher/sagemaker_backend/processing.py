@@ -140,8 +140,6 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
-    from launcher.data import prepare_app
-
     session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
     kwargs = processor_kwargs(spec, name)
@@ -157,8 +155,9 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     session.process = lambda **args: captured.update(session._get_process_request(**args))
     with tempfile.TemporaryDirectory() as folder:
         app = Path(folder) / "dfm_prepare.py"
-        shutil.copy(prepare_app.__file__, app)
-        py_files = [_crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
+        shutil.copy(prepare_job.APP, app)
+        modules = [shutil.copy(path, Path(folder) / path.name) for path in prepare_job.APP_MODULES]
+        py_files = [*map(str, modules), _crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
         run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
                       "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
                       "outputs": outputs, "wait": False, "logs": False, "job_name": name}
