@@ -79,7 +79,8 @@ def test_layout_gives_every_worker_files_by_the_scripts_own_shard_table(tmp_path
         shard_for()(count, count - 1, processes, processes - 1, multi > 1, s3_shard)
     job = prepare_job.job_description(spec, local=False)
     assert len(job["train_paths"]) == len(set(job["train_paths"])) == layout.channel_count * fit.files_per_channel
-    assert len(job["eval_paths"]) == count * processes
+    assert len(job["eval_paths"]) == count * processes * layout.files_per_worker
+    assert len(job["train_paths"]) >= prepare_job.cluster_vcpus(spec)  # files_per_worker auto: a write task per vCPU
     assert not compile_spec(str(tmp_path / "prep.yaml")).errors
 
 
@@ -120,7 +121,10 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     assert set(result["uploads"]) >= {job_uri, inputs["code"]} and any("google_crc32c.zip" in u for u in result["uploads"])
     built = processing.build(spec, "prep-20261124-000000")
     job = json.loads(built.uploads[job_uri])
-    assert len(job["train_paths"]) == 4 and job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
+    assert job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
+    # files_per_worker auto: 3 x 16 vCPUs, 2 hosts x 2 workers -> 12 files per worker, a write task per vCPU
+    assert len(job["train_paths"]) == len(job["eval_paths"]) == 48
+    assert result["write"] == {"train_files": 48, "eval_files": 48, "files_per_worker": 12, "cluster_vcpus": 48}
     conf = json.loads(next(body for uri, body in built.uploads.items() if uri.endswith("configuration.json")))
     assert conf[0]["Classification"] == "spark-defaults"
     assert not no_network
@@ -278,3 +282,21 @@ def test_local_outputs_never_replace_the_input(tmp_path):
     with pytest.raises(DfmError, match="holds the input"):
         prepare_local.clear_outputs(prepare_job.job_description(spec, local=True), force=True)
     assert (tmp_path / "data/train/part-0.libsvm").exists()
+
+
+def test_the_example_configs_write_stage_has_a_task_per_vcpu_and_its_layout_fits():
+    """configs/prepare-ps.yaml: 4 x ml.m5.4xlarge (64 vCPUs) preparing for 2 hosts x 1 worker. One task writes one
+    file; with one file per worker the write stage had 2 tasks."""
+    from launcher.compile import compile_spec
+
+    compiled = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"))
+    assert compiled.ok, compiled.errors
+    tasks = prepare_job.write_tasks(compiled.spec)
+    assert tasks["train_files"] >= tasks["cluster_vcpus"] == 64 and tasks["eval_files"] >= 64
+    fit = prepare_job.fit(prepare_job.prepared_layout(compiled.spec), compiled.spec.data.s3_shard,
+                          prepare_job.shard_table())
+    assert fit.min_files_per_worker == fit.max_files_per_worker == 32
+    pinned = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"), ["prepare.files_per_worker=1"])
+    assert prepare_job.write_tasks(pinned.spec)["train_files"] == 2
+    refused = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"), ["prepare.files_per_worker=0"])
+    assert any("files_per_worker" in line for line in refused.errors), refused.errors

@@ -98,7 +98,8 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
 def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 3000, files=3)
     report, spec = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
-                                                        "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1})
+                                                        "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1,
+                                          "files_per_worker": 1})
     train = sorted((tmp_path / "out/train").iterdir())
     evaluation = sorted((tmp_path / "out/eval").iterdir())
     assert [p.name for p in train] == [f"part-{k:05d}.tfrecord" for k in range(2 * 2)]  # 2 hosts x 2 ranks
@@ -252,7 +253,7 @@ def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
     report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
                                                     "local": str(tmp_path / "clicks")},
                                           "eval": {"uri": "s3://dfm-test-bucket/h/", "local": str(tmp_path / "held")},
-                                          "stats": False})
+                                          "stats": False, "files_per_worker": 1})
     assert report["train"]["rows"] == 800 and report["eval"]["rows"] == 800 and report["eval_bad_rows"] == 0
     per_file = report["eval"]["per_file"]
     assert len(per_file) == 4 and min(per_file) > 0.6 * max(per_file), per_file

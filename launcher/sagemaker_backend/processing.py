@@ -21,7 +21,6 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
-from launcher import catalog
 from launcher.data import prepare_job
 from launcher.errors import DfmError
 from launcher.sagemaker_backend import aws, logs, request
@@ -56,8 +55,7 @@ def _bucket(spec: Spec) -> str:
 
 def spark_configuration(spec: Spec) -> list[dict[str, Any]]:
     """EMR-style classifications: parallelism from the cluster's cores (two tasks per vCPU)."""
-    cores = (catalog.INSTANCES[spec.prepare.instance.type].vcpus if spec.prepare.instance.type in catalog.INSTANCES
-             else 4) * spec.prepare.instance.count
+    cores = prepare_job.cluster_vcpus(spec)
     return [{"Classification": "spark-defaults", "Properties": {
         "spark.default.parallelism": str(2 * cores), "spark.sql.shuffle.partitions": str(2 * cores),
         "spark.python.worker.reuse": "true"}}]
@@ -191,6 +189,7 @@ def validate(sagemaker_client, built: dict) -> None:
 def dry_run(spec: Spec, name: str, stats_only: bool = False) -> dict:
     built = build(spec, name, stats_only)
     return {"processor": {"class": PROCESSOR_CLASS, "kwargs": built.processor_kwargs},
+            "write": prepare_job.write_tasks(spec),
             "run": built.run_kwargs, "uploads": sorted(built.uploads), "request": built.request}
 
 
