@@ -59,6 +59,7 @@ class Prepare(_Strict):
     instance: PrepareInstance = Field(default_factory=PrepareInstance)
     spark: SparkVersion = Field(default_factory=SparkVersion)
     report: S3Uri | None = Field(None, description="where prepare.json and stats.json go; default <output>/prepare/")
+    event_logs: S3Uri | None = Field(None, description="keep Spark's event logs here (for a Spark history server)")
     max_runtime: int = Field(86400, ge=1, le=777600, description="seconds before SageMaker stops the processing job")
 
     @model_validator(mode="after")

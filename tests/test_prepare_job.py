@@ -300,3 +300,23 @@ def test_the_example_configs_write_stage_has_a_task_per_vcpu_and_its_layout_fits
     assert prepare_job.write_tasks(pinned.spec)["train_files"] == 2
     refused = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"), ["prepare.files_per_worker=0"])
     assert any("files_per_worker" in line for line in refused.errors), refused.errors
+
+
+def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_prefix(tmp_path, no_aws_env):
+    """A role scoped to the job's output prefix must be able to read the app, its modules and its configuration;
+    a VPC job's processing instances run in the spec's subnets; Spark's event logs are kept when asked."""
+    from launcher.sagemaker_backend import processing
+
+    vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
+    path = write_spec(tmp_path, {**PREPARE, "event_logs": "s3://dfm-test-bucket/out/spark-events/"})
+    spec = load_spec(path, ["vpc=" + json.dumps(vpc)])
+    result = processing.dry_run(spec, "prep-20261124-000000")
+    request = result["request"]
+    assert request["NetworkConfig"]["VpcConfig"] == {"Subnets": vpc["subnets"],
+                                                     "SecurityGroupIds": vpc["security_group_ids"]}
+    prefix = spec.output.rstrip("/") + "/"
+    assert result["uploads"] and all(uri.startswith(prefix) for uri in result["uploads"]), result["uploads"]
+    assert all(i["S3Input"]["S3Uri"].startswith(prefix) for i in request["ProcessingInputs"])
+    events = [o for o in request["ProcessingOutputConfig"]["Outputs"] if o["S3Output"]["S3Uri"].endswith("spark-events/")]
+    assert events and events[0]["S3Output"]["S3UploadMode"] == "Continuous"
+    assert "NetworkConfig" not in processing.dry_run(load_spec(path), "prep-20261124-000000")["request"]

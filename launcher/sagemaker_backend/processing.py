@@ -73,6 +73,9 @@ def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
         "configuration_location": spec.output.rstrip("/"),
         "dependency_location": spec.output.rstrip("/"),
     }
+    if spec.vpc is not None:  # a NetworkConfig in build(): the SDK's type, imported with the SDK
+        kwargs["network_config"] = {"subnets": list(spec.vpc.subnets),
+                                    "security_group_ids": list(spec.vpc.security_group_ids)}
     if spec.tags:
         kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
     if spec.environment:
@@ -140,7 +143,15 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
 
     session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
+    # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
+    # a role scoped to that prefix can read it.
+    session.default_bucket_prefix = urlparse(spec.output).path.strip("/") or None
     kwargs = processor_kwargs(spec, name)
+    sdk_kwargs = dict(kwargs)
+    if "network_config" in kwargs:
+        from sagemaker.network import NetworkConfig
+
+        sdk_kwargs["network_config"] = NetworkConfig(**kwargs["network_config"])
     job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
     job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
     outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
@@ -159,8 +170,10 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
         run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
                       "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
                       "outputs": outputs, "wait": False, "logs": False, "job_name": name}
+        if spec.prepare.event_logs is not None:
+            run_kwargs["spark_event_logs_s3_uri"] = spec.prepare.event_logs
         try:
-            processor = PySparkProcessor(sagemaker_session=session, **kwargs)
+            processor = PySparkProcessor(sagemaker_session=session, **sdk_kwargs)
             with _recorded_uploads(uploads):
                 processor.run(**run_kwargs)
         except (ValueError, TypeError) as err:
