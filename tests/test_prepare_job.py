@@ -320,3 +320,31 @@ def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_pr
     events = [o for o in request["ProcessingOutputConfig"]["Outputs"] if o["S3Output"]["S3Uri"].endswith("spark-events/")]
     assert events and events[0]["S3Output"]["S3UploadMode"] == "Continuous"
     assert "NetworkConfig" not in processing.dry_run(load_spec(path), "prep-20261124-000000")["request"]
+
+
+def test_a_sagemaker_jobs_statistics_propose_the_features_section(tmp_path, aws, capsys):
+    """--stats-only on SageMaker: --wait writes features.yaml beside the job's stats.json (and prints it);
+    --features-from proposes it later from any stats.json, a path or an s3:// URI."""
+    import boto3
+
+    from launcher.cli import main
+    from launcher.spec import load_spec
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="dfm-test-bucket")
+    stats = {"rows": 1000, "positive_rate": 0.25, "feature_size": 120,
+             "columns": {f"field{k}": {"kind": "indexed", "distinct": 40, "max_id": 119} for k in range(3)}}
+    path = write_spec(tmp_path, PREPARE)
+    report = prepare_job.report_uri(load_spec(path), "prep-6")
+    bucket, key = report[len("s3://"):].split("/", 1)
+    s3.put_object(Bucket=bucket, Key=key + "stats.json", Body=json.dumps(stats).encode())  # as the job leaves it
+    assert main(["data", "prepare", str(path), "--stats-only", "--wait", "--job-name", "prep-6"]) == 0
+    printed = capsys.readouterr().out
+    assert "field_size: 3" in printed and "feature_size: 120" in printed
+    stored = s3.get_object(Bucket=bucket, Key=key + "features.yaml")["Body"].read().decode()
+    assert stored.startswith("# proposed by `dfm data prepare` from all 1000 good rows") and stored in printed
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    for source in (str(tmp_path / "stats.json"), report + "stats.json"):
+        assert main(["data", "prepare", str(path), "--features-from", source]) == 0
+        assert capsys.readouterr().out == stored
+    assert main(["data", "prepare", str(path), "--features-from", str(tmp_path / "none.json")]) == 2

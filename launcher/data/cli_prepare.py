@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from launcher.data import prepare_job
 from launcher.errors import DfmError
 
 
@@ -35,11 +36,16 @@ def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
 @click.option("--wait/--no-wait", default=False, show_default=True, help="After submitting, follow the job's logs.")
 @click.option("--job-name", default=None, help="Processing job name (default: <name>-prep-<timestamp>).")
 @click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders.")
+@click.option("--features-from", "stats_file", default=None, metavar="STATS_JSON",
+              help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bool, stats_only: bool, wait: bool,
-            job_name: str | None, force: bool, output: str) -> None:
+            job_name: str | None, force: bool, stats_file: str | None, output: str) -> None:
     """Shuffle, split, balance and shard click logs into this job's training data, with statistics."""
     spec = _compiled_spec(spec_path, overrides)
+    if stats_file is not None:
+        click.echo(_proposal(spec, stats_file), nl=False)
+        return
     if local:
         from launcher.data import prepare_local
 
@@ -56,3 +62,30 @@ def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bo
         show_dry_run(processing.dry_run(spec, name, stats_only), render_processing_dry_run, output, show_secrets=False)
         return
     processing.submit(spec, name, wait=wait, echo=click.echo, stats_only=stats_only)
+    if wait and (stats_only or spec.prepare.stats):  # the job has ended well: propose features: from its stats.json
+        report = prepare_job.report_uri(spec, name).rstrip("/")
+        proposal = _proposal(spec, f"{report}/stats.json")
+        processing.write_object(f"{report}/features.yaml", proposal.encode(), spec.region)
+        click.echo(f"proposed (also in {report}/features.yaml):\n{proposal}", nl=False)
+
+
+def _proposal(spec, stats_file: str) -> str:
+    """The features: section proposed from a stats.json (a local path or an s3:// URI)."""
+    import json
+    from pathlib import Path
+
+    from launcher.data.prepare_stats import proposal_yaml
+
+    if stats_file.startswith("s3://"):
+        from launcher.sagemaker_backend import processing
+
+        text = processing.read_object(stats_file, spec.region).decode()
+    elif Path(stats_file).is_file():
+        text = Path(stats_file).read_text(encoding="utf-8")
+    else:
+        raise DfmError(f"{stats_file}: not found (--features-from takes a stats.json path or s3:// URI)", 2)
+    try:
+        stats = json.loads(text)
+        return proposal_yaml(stats, spec)
+    except (ValueError, KeyError, TypeError) as err:
+        raise DfmError(f"{stats_file}: not a stats.json of dfm data prepare ({err})", 2) from None

@@ -223,6 +223,19 @@ def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print, stats_only:
     return name
 
 
+def read_object(uri: str, region: str | None) -> bytes:
+    parts = urlparse(uri)
+    with aws.aws_errors(f"reading {uri}", region=region):
+        return aws.boto_session(region).client("s3").get_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"))[
+            "Body"].read()
+
+
+def write_object(uri: str, body: bytes, region: str | None) -> None:
+    parts = urlparse(uri)
+    with aws.aws_errors(f"writing {uri}", region=region):
+        aws.boto_session(region).client("s3").put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
+
+
 # ------------------------------------------------------------------------------------- status, logs, stop, list
 def describe(name: str, region: str | None) -> dict:
     region = aws.resolve_region(region)
