@@ -104,7 +104,7 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     from launcher.sagemaker_backend import processing
 
     spec = load_spec(write_spec(tmp_path, PREPARE, count=2, processes=2))
-    result = processing.dry_run(spec, "prep-20261124-000000")
+    result = processing.build(spec, "prep-20261124-000000").document()
     request = result["request"]
     assert request["ProcessingResources"]["ClusterConfig"] == {"InstanceType": "ml.m5.4xlarge", "InstanceCount": 3,
                                                                "VolumeSizeInGB": 30}
@@ -154,7 +154,8 @@ def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_kno
 
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="dfm-test-bucket")
     spec = load_spec(write_spec(tmp_path, PREPARE))
-    expected = processing.dry_run(spec, "prep-2")
+    plan = processing.build(spec, "prep-2")
+    expected = plan.document()  # the dry run's JSON
     sent: list[dict] = []
     real = sm_aws.boto_session
 
@@ -166,8 +167,10 @@ def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_kno
 
     monkeypatch.setattr(sm_aws, "boto_session", hooked)
     lines: list[str] = []
-    assert processing.submit(spec, "prep-2", wait=False, echo=lines.append) == "prep-2"
+    assert processing.submit(plan, wait=False, echo=lines.append) == "prep-2"
     assert sent == [expected["request"]]  # exactly what the dry run printed
+    with pytest.raises(TypeError):
+        plan.request["ProcessingJobName"] = "another"  # the plan is a value: built once, sent as built
     s3 = boto3.client("s3", region_name="us-east-1")
     for uri in expected["uploads"]:
         bucket, key = uri[len("s3://"):].split("/", 1)
@@ -199,7 +202,8 @@ def test_processing_logs_read_their_own_log_group(tmp_path, aws):
     logs.create_log_stream(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200")
     logs.put_log_events(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200",
                         logEvents=[{"timestamp": int(time.time() * 1000), "message": "[dfm-prepare] read 1.0s: 10 good rows"}])
-    processing.submit(load_spec(write_spec(tmp_path, PREPARE)), "prep-3", wait=False, echo=lambda line: None)
+    processing.submit(processing.build(load_spec(write_spec(tmp_path, PREPARE)), "prep-3"), wait=False,
+                      echo=lambda line: None)
     lines: list[str] = []
     processing.stream_logs("prep-3", "us-east-1", echo=lines.append)
     assert lines == ["[dfm-prepare] read 1.0s: 10 good rows"]  # one instance: no host prefix, as for training
@@ -310,7 +314,7 @@ def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_pr
     vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
     path = write_spec(tmp_path, {**PREPARE, "event_logs": "s3://dfm-test-bucket/out/spark-events/"})
     spec = load_spec(path, ["vpc=" + json.dumps(vpc)])
-    result = processing.dry_run(spec, "prep-20261124-000000")
+    result = processing.build(spec, "prep-20261124-000000").document()
     request = result["request"]
     assert request["NetworkConfig"]["VpcConfig"] == {"Subnets": vpc["subnets"],
                                                      "SecurityGroupIds": vpc["security_group_ids"]}
@@ -319,7 +323,7 @@ def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_pr
     assert all(i["S3Input"]["S3Uri"].startswith(prefix) for i in request["ProcessingInputs"])
     events = [o for o in request["ProcessingOutputConfig"]["Outputs"] if o["S3Output"]["S3Uri"].endswith("spark-events/")]
     assert events and events[0]["S3Output"]["S3UploadMode"] == "Continuous"
-    assert "NetworkConfig" not in processing.dry_run(load_spec(path), "prep-20261124-000000")["request"]
+    assert "NetworkConfig" not in processing.build(load_spec(path), "prep-20261124-000000").document()["request"]
 
 
 def test_a_sagemaker_jobs_statistics_propose_the_features_section(tmp_path, aws, capsys):

@@ -8,9 +8,7 @@ Pipe or File mode and the shard table of the bundled scripts (entrypoints/deepfm
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -85,16 +83,9 @@ def fit(layout: Layout, s3_shard: bool, shard_for) -> Fit:
     return Fit(per_channel, layout.channel_count, min(counts), max(counts))
 
 
-@functools.cache
 def shard_table() -> Callable:
-    """The bundled scripts' own `shard_for` (entrypoints/deepfm_input.py), without the TensorFlow its module
-    imports: the one function is compiled from that file's source."""
-    path = Path(contract.bundled_source_dir()) / "deepfm_input.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "shard_for")
-    namespace: dict[str, Any] = {}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
-    return namespace["shard_for"]
+    """The bundled scripts' own `shard_for` (entrypoints/deepfm_shards.py, which their input pipeline uses)."""
+    return contract.bundled_shards().shard_for
 
 
 def _features(spec: Spec) -> dict[str, Any] | None:

@@ -15,10 +15,10 @@ import os
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urlparse
 
 from launcher.data import prepare_job
@@ -36,12 +36,23 @@ LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 Echo = Callable[[str], None]
 
 
-@dataclass
-class ProcessingRequest:
-    processor_kwargs: dict[str, Any]
-    run_kwargs: dict[str, Any]
-    request: dict[str, Any]  # CreateProcessingJob, exactly as it is sent
-    uploads: dict[str, bytes] = field(default_factory=dict)  # s3 uri -> content, sent before the request
+@dataclass(frozen=True)
+class ProcessingPlan:
+    """One prepare job, whole: what the dry run prints and what submit uploads and sends, built once."""
+
+    job_name: str
+    region: str | None
+    processor_kwargs: Mapping[str, Any]
+    run_kwargs: Mapping[str, Any]
+    request: Mapping[str, Any]  # CreateProcessingJob, exactly as it is sent
+    uploads: Mapping[str, bytes]  # s3 uri -> content, sent before the request
+    write: Mapping[str, int]  # the write stage's tasks (prepare_job.write_tasks)
+
+    def document(self) -> dict[str, Any]:
+        """The dry run's document (JSON-able)."""
+        return json.loads(json.dumps({
+            "processor": {"class": PROCESSOR_CLASS, "kwargs": dict(self.processor_kwargs)}, "write": dict(self.write),
+            "run": dict(self.run_kwargs), "uploads": sorted(self.uploads), "request": dict(self.request)}))
 
 
 def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
@@ -135,13 +146,13 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
         S3Uploader.upload, S3Uploader.upload_string_as_file_body = (staticmethod(saved[0]), staticmethod(saved[1]))
 
 
-def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
+def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
     request._sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
-    session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
+    session = request.session_for(spec.region, _bucket(spec))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
     # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
     # a role scoped to that prefix can read it.
@@ -182,7 +193,10 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": [Path(p).name for p in py_files],
              "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name}
                          for o in outputs]}
-    return ProcessingRequest(kwargs, shown, captured, uploads)
+    frozen = json.loads(json.dumps(captured))
+    return ProcessingPlan(name, spec.region, MappingProxyType(kwargs), MappingProxyType(shown),
+                          MappingProxyType(frozen), MappingProxyType(uploads),
+                          MappingProxyType(prepare_job.write_tasks(spec)))
 
 
 def validate(sagemaker_client, built: dict) -> None:
@@ -199,27 +213,21 @@ def validate(sagemaker_client, built: dict) -> None:
         raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
-def dry_run(spec: Spec, name: str, stats_only: bool = False) -> dict:
-    built = build(spec, name, stats_only)
-    return {"processor": {"class": PROCESSOR_CLASS, "kwargs": built.processor_kwargs},
-            "write": prepare_job.write_tasks(spec),
-            "run": built.run_kwargs, "uploads": sorted(built.uploads), "request": built.request}
-
-
-def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print, stats_only: bool = False) -> str:
-    built = build(spec, name, stats_only)
-    session = aws.boto_session(spec.region)
+def submit(plan: ProcessingPlan, *, wait: bool, echo: Echo = print) -> str:
+    """Upload the plan's files, then send its request, both exactly as built (and as the dry run printed)."""
+    name, region = plan.job_name, plan.region
+    session = aws.boto_session(region)
     s3 = session.client("s3")
-    with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=spec.region):
-        for uri, body in built.uploads.items():
+    with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=region):
+        for uri, body in plan.uploads.items():
             parts = urlparse(uri)
             s3.put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
-    with aws.aws_errors(f"creating processing job {name}", job_name=name, region=spec.region):
-        session.client("sagemaker").create_processing_job(**built.request)
+    with aws.aws_errors(f"creating processing job {name}", job_name=name, region=region):
+        session.client("sagemaker").create_processing_job(**json.loads(json.dumps(dict(plan.request))))
     echo(f"submitted {name}")
     if wait:
-        status = stream_logs(name, spec.region, follow=True, echo=echo)
-        raise_for_outcome(describe(name, spec.region) if status != "Completed" else {"job_name": name, "status": status})
+        status = stream_logs(name, region, follow=True, echo=echo)
+        raise_for_outcome(describe(name, region) if status != "Completed" else {"job_name": name, "status": status})
     return name
 
 

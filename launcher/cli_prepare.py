@@ -1,6 +1,7 @@
 """`dfm data prepare SPEC`: the spec's `prepare:` section as a Spark job (SageMaker Processing, or --local).
 
-pyspark loads only with --local, the SageMaker SDK only for --dry-run and a submit.
+A CLI module beside the others (the command joins the `dfm data` group in launcher/cli.py). pyspark loads only
+with --local, the SageMaker SDK only for --dry-run and a submit.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from launcher.cli_options import OUTPUT, SET
 from launcher.data import prepare_job
 from launcher.errors import DfmError
 
@@ -29,16 +31,16 @@ def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
 
 @click.command("prepare")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a spec value (repeatable).")
+@SET
 @click.option("--local", is_flag=True, help="Run on local Spark (local[*]): prepare.input.local -> local.channels.")
 @click.option("--dry-run", is_flag=True, help="Print the CreateProcessingJob request; send nothing.")
-@click.option("--stats-only", is_flag=True, help="Only the statistics (stats.json and a proposed features.yaml).")
+@click.option("--stats-only", is_flag=True, help="Only the statistics: stats.json and a proposed features.yaml (--local; on SageMaker with --wait).")
 @click.option("--wait/--no-wait", default=False, show_default=True, help="After submitting, follow the job's logs.")
 @click.option("--job-name", default=None, help="Processing job name (default: <name>-prep-<timestamp>).")
 @click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders.")
 @click.option("--features-from", "stats_file", default=None, metavar="STATS_JSON",
               help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@OUTPUT
 def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bool, stats_only: bool, wait: bool,
             job_name: str | None, force: bool, stats_file: str | None, output: str) -> None:
     """Shuffle, split, balance and shard click logs into this job's training data, with statistics."""
@@ -54,14 +56,14 @@ def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bo
         return
     from launcher.sagemaker_backend import processing
 
-    name = job_name or processing.job_name(spec)
+    plan = processing.build(spec, job_name or processing.job_name(spec), stats_only)
     if dry_run:
         from launcher.cli_spec import show_dry_run
         from launcher.render import render_processing_dry_run
 
-        show_dry_run(processing.dry_run(spec, name, stats_only), render_processing_dry_run, output, show_secrets=False)
+        show_dry_run(plan.document(), render_processing_dry_run, output, show_secrets=False)
         return
-    processing.submit(spec, name, wait=wait, echo=click.echo, stats_only=stats_only)
+    name = processing.submit(plan, wait=wait, echo=click.echo)
     if wait and (stats_only or spec.prepare.stats):  # the job has ended well: propose features: from its stats.json
         report = prepare_job.report_uri(spec, name).rstrip("/")
         proposal = _proposal(spec, f"{report}/stats.json")
