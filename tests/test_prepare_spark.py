@@ -28,6 +28,7 @@ def prepare(tmp_path: Path, spark, prepare_section: dict, **spec_changes) -> tup
     from launcher.spec import load_spec
 
     spec_changes.setdefault("local", {"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")})
+    prepare_section = {"files_per_worker": 1, **prepare_section}  # small files for small tests, unless asked
     spec = load_spec(write_spec(tmp_path, prepare_section, **spec_changes))
     return prepare_local.run(spec, spark=spark), spec
 
@@ -99,11 +100,12 @@ def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark)
     labels = write_clicks(tmp_path / "clicks", 3000, files=3)
     report, spec = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
                                                         "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1,
-                                          "files_per_worker": 1})
+                                          "files_per_worker": "auto"})
     train = sorted((tmp_path / "out/train").iterdir())
     evaluation = sorted((tmp_path / "out/eval").iterdir())
-    assert [p.name for p in train] == [f"part-{k:05d}.tfrecord" for k in range(2 * 2)]  # 2 hosts x 2 ranks
-    assert len(evaluation) == 4
+    # 2 hosts x 2 ranks x 4 files each: a write task per vCPU of the default ml.m5.4xlarge (16)
+    assert [p.name for p in train] == [f"part-{k:05d}.tfrecord" for k in range(16)]
+    assert len(evaluation) == 16
     train_labels, _, train_values = read(train)
     eval_labels, _, eval_values = read(evaluation)
     positions = np.concatenate([train_values[:, 0], eval_values[:, 0]]).astype(int)
