@@ -10,26 +10,10 @@ import re
 from dataclasses import dataclass
 
 import tensorflow as tf
+from deepfm_shards import shard_for  # noqa: F401  (the shard table; di.shard_for for the pipeline's callers)
 
 EVAL_CHANNEL = "eval"
 _TRAIN_INDEX = re.compile(r"^train(?:-(\d+))?$")
-
-
-def shard_for(num_hosts, host_index, workers_per_host, local_rank, multi_path, s3_shard):
-    """The shard table: which part of its input one worker reads, as (num_shards, index).
-
-    multi_path: each local worker has its own channel(s) (`train`, `train-1`, ...), so the channel
-    already separates the workers of one host. s3_shard: S3 already split the objects across hosts.
-    """
-    if not 0 <= host_index < num_hosts or not 0 <= local_rank < workers_per_host:
-        raise ValueError(f"host {host_index}/{num_hosts} or rank {local_rank}/{workers_per_host} out of range")
-    if multi_path and s3_shard:
-        return 1, 0
-    if multi_path:
-        return num_hosts, host_index
-    if s3_shard:
-        return workers_per_host, local_rank
-    return num_hosts * workers_per_host, host_index * workers_per_host + local_rank
 
 
 def train_channel_index(name):

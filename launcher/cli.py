@@ -25,9 +25,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     # Each concern keeps its commands beside its code; this module only wires them in.
-    from launcher import cli_spec, cli_jobs, cli_tune
+    from launcher import cli_jobs, cli_prepare, cli_spec, cli_tune
     from launcher.data import cli as data_cli
 
+    data_cli.data.add_command(cli_prepare.prepare)
     for command in (*cli_spec.COMMANDS, *cli_jobs.COMMANDS, *cli_tune.COMMANDS, data_cli.data):
         cli.add_command(command)
 

@@ -93,6 +93,13 @@ def bundled_precision() -> ModuleType:
 
 
 @functools.cache
+def bundled_shards() -> ModuleType:
+    """The bundled scripts' shard table (`deepfm_shards.shard_for`), which `dfm data prepare` lays its files out
+    for. Pure Python."""
+    return _load_bundled("deepfm_shards.py", "dfm_bundled_shards")
+
+
+@functools.cache
 def bundled_hparams() -> ModuleType:
     """The bundled scripts' own `deepfm_hparams` module (DEFAULTS, CHOICES, TRUE_WORDS, FALSE_WORDS).
 

@@ -120,6 +120,10 @@ def render_processing_dry_run(document: dict[str, Any]) -> str:
     console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
     console.print(f"[bold]Dry run[/bold] {document['request']['ProcessingJobName']} (nothing was sent)")
     console.print(f"[bold]Processor[/bold] {document['processor']['class']}")
+    write = document["write"]
+    console.print(f"[bold]Write stage[/bold] {write['train_files']} tasks for the training files"
+                  f"{' and ' + str(write['eval_files']) + ' for eval' if write['eval_files'] else ''} "
+                  f"({write['files_per_worker']} per worker) on {write['cluster_vcpus']} vCPUs")
     console.print(_kwargs_table(document["processor"]["kwargs"]))
     console.print("\n[bold]run()[/bold]")
     console.print(_kwargs_table(document["run"]))

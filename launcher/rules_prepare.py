@@ -53,9 +53,9 @@ def check_prepare(spec: Spec) -> list[Finding]:
         if not isinstance(channel.source, str):
             problems.append(error(channel.field, "prepare writes to S3 prefixes (ProcessingOutputs); "
                                                  "an EFS/FSx channel cannot be its output"))
-    outputs = len(spec.train_sources) + int(wants_eval) + 1  # + the report
+    outputs = len(spec.train_sources) + int(wants_eval) + 1 + int(prepare.event_logs is not None)  # + the report
     if outputs > MAX_PROCESSING_OUTPUTS:
-        problems.append(error("data.train", f"prepare writes {outputs} outputs (channels + eval + report); a "
+        problems.append(error("data.train", f"prepare writes {outputs} outputs (channels + eval + report + event logs); a "
                                             f"processing job takes at most {MAX_PROCESSING_OUTPUTS}"))
     if "negative_rate" in spec.hyperparameters and prepare.balance is not None:
         problems.append(error("hyperparameters.negative_rate", "set by prepare.balance.negative_rate: drop it"))

@@ -53,14 +53,19 @@ class Prepare(_Strict):
     balance: Balance | None = None
     bad_rows: Literal["skip", "fail"] = Field("skip", description="skip: drop and count; fail: stop, write nothing")
     stats: bool = Field(True, description="also compute stats.json and a proposed features: section (one more pass)")
-    files_per_worker: int = Field(1, ge=1, le=1000, description="training files per worker (per channel)")
+    files_per_worker: int | Literal["auto"] = Field(
+        "auto", description="files per worker (per channel); auto: enough that the write stage has a task per vCPU "
+                            "of instance (one task writes one file)")
     instance: PrepareInstance = Field(default_factory=PrepareInstance)
     spark: SparkVersion = Field(default_factory=SparkVersion)
     report: S3Uri | None = Field(None, description="where prepare.json and stats.json go; default <output>/prepare/")
+    event_logs: S3Uri | None = Field(None, description="keep Spark's event logs here (for a Spark history server)")
     max_runtime: int = Field(86400, ge=1, le=777600, description="seconds before SageMaker stops the processing job")
 
     @model_validator(mode="after")
     def _one_eval(self) -> "Prepare":
+        if isinstance(self.files_per_worker, int) and not 1 <= self.files_per_worker <= 1000:
+            raise _custom("prepare_files", "files_per_worker: auto, or a number from 1 to 1000")
         if self.eval_fraction is not None and self.eval is not None:
             raise _custom("prepare_eval", "give either eval_fraction or eval: {uri: ...}, not both")
         return self

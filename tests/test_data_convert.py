@@ -64,6 +64,8 @@ def test_skip_bad_writes_the_good_rows_and_reports_the_count(tmp_path, capsys):
     ("1 0:1 -2:1 3:1", "id -2 is outside"),
     ("1 0:1 2:1 300:1", "id 300 is outside [0, 100)"),
     ("1 0:1 2:inf 3:1", "value inf is not finite"),
+    ("1 0:1 2:1e39 3:1", "value 1e39 is beyond float32"),
+    ("1 0:1 2:-3.5e38 3:1", "value -3.5e38 is beyond float32"),
 ])
 def test_parse_row_reasons(row, reason):
     with pytest.raises(ValueError) as err:
@@ -73,3 +75,33 @@ def test_parse_row_reasons(row, reason):
 
 def test_parse_row_accepts_a_good_row():
     assert libsvm.parse_row("0 3:1 17:0.25 40:1\n", 3, 100) == (0.0, [3, 17, 40], [1.0, 0.25, 1.0])
+
+
+def test_a_value_beyond_float32_is_a_bad_row_not_an_inf_in_the_output(tmp_path, capsys):
+    """1e39 is a finite double but inf as the float32 the records hold: training would meet inf/NaN."""
+    source = tmp_path / "big.libsvm"
+    source.write_text("1 0:1 5:0.5 9:1\n0 0:1 5:1e39 9:1\n0 1:1 6:3.4e38 9:1\n")
+    out = tmp_path / "tf"
+    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3"]) == 2
+    assert f"{source}:2: pair 2: value 1e39 is beyond float32" in capsys.readouterr().err
+    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3", "--skip-bad"]) == 0
+    assert "skipped 1 bad rows" in capsys.readouterr().out
+    _, _, values = read_examples(sorted(out.iterdir()), 3)
+    assert np.isfinite(values).all() and len(values) == 2
+
+
+def test_an_interrupted_convert_leaves_no_file_behind(tmp_path):
+    """Files are written under hidden temporary names and renamed when complete: a failure half-way (here the
+    progress callback) leaves no partial file a training job would read."""
+    data = synth.generate(300, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
+    seen = []
+
+    def interrupt(size):
+        seen.append(size)
+        if len(seen) == 200:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        libsvm.convert(sources, tmp_path / "tf", 6, files=2, on_bytes=interrupt)
+    assert list((tmp_path / "tf").iterdir()) == []

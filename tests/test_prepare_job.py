@@ -79,7 +79,8 @@ def test_layout_gives_every_worker_files_by_the_scripts_own_shard_table(tmp_path
         shard_for()(count, count - 1, processes, processes - 1, multi > 1, s3_shard)
     job = prepare_job.job_description(spec, local=False)
     assert len(job["train_paths"]) == len(set(job["train_paths"])) == layout.channel_count * fit.files_per_channel
-    assert len(job["eval_paths"]) == count * processes
+    assert len(job["eval_paths"]) == count * processes * layout.files_per_worker
+    assert len(job["train_paths"]) >= prepare_job.cluster_vcpus(spec)  # files_per_worker auto: a write task per vCPU
     assert not compile_spec(str(tmp_path / "prep.yaml")).errors
 
 
@@ -103,7 +104,7 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     from launcher.sagemaker_backend import processing
 
     spec = load_spec(write_spec(tmp_path, PREPARE, count=2, processes=2))
-    result = processing.dry_run(spec, "prep-20261124-000000")
+    result = processing.build(spec, "prep-20261124-000000").document()
     request = result["request"]
     assert request["ProcessingResources"]["ClusterConfig"] == {"InstanceType": "ml.m5.4xlarge", "InstanceCount": 3,
                                                                "VolumeSizeInGB": 30}
@@ -120,7 +121,10 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     assert set(result["uploads"]) >= {job_uri, inputs["code"]} and any("google_crc32c.zip" in u for u in result["uploads"])
     built = processing.build(spec, "prep-20261124-000000")
     job = json.loads(built.uploads[job_uri])
-    assert len(job["train_paths"]) == 4 and job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
+    assert job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
+    # files_per_worker auto: 3 x 16 vCPUs, 2 hosts x 2 workers -> 12 files per worker, a write task per vCPU
+    assert len(job["train_paths"]) == len(job["eval_paths"]) == 48
+    assert result["write"] == {"train_files": 48, "eval_files": 48, "files_per_worker": 12, "cluster_vcpus": 48}
     conf = json.loads(next(body for uri, body in built.uploads.items() if uri.endswith("configuration.json")))
     assert conf[0]["Classification"] == "spark-defaults"
     assert not no_network
@@ -150,7 +154,8 @@ def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_kno
 
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="dfm-test-bucket")
     spec = load_spec(write_spec(tmp_path, PREPARE))
-    expected = processing.dry_run(spec, "prep-2")
+    plan = processing.build(spec, "prep-2")
+    expected = plan.document()  # the dry run's JSON
     sent: list[dict] = []
     real = sm_aws.boto_session
 
@@ -162,8 +167,10 @@ def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_kno
 
     monkeypatch.setattr(sm_aws, "boto_session", hooked)
     lines: list[str] = []
-    assert processing.submit(spec, "prep-2", wait=False, echo=lines.append) == "prep-2"
+    assert processing.submit(plan, wait=False, echo=lines.append) == "prep-2"
     assert sent == [expected["request"]]  # exactly what the dry run printed
+    with pytest.raises(TypeError):
+        plan.request["ProcessingJobName"] = "another"  # the plan is a value: built once, sent as built
     s3 = boto3.client("s3", region_name="us-east-1")
     for uri in expected["uploads"]:
         bucket, key = uri[len("s3://"):].split("/", 1)
@@ -195,7 +202,8 @@ def test_processing_logs_read_their_own_log_group(tmp_path, aws):
     logs.create_log_stream(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200")
     logs.put_log_events(logGroupName=processing.LOG_GROUP, logStreamName="prep-3/algo-1-1763755200",
                         logEvents=[{"timestamp": int(time.time() * 1000), "message": "[dfm-prepare] read 1.0s: 10 good rows"}])
-    processing.submit(load_spec(write_spec(tmp_path, PREPARE)), "prep-3", wait=False, echo=lambda line: None)
+    processing.submit(processing.build(load_spec(write_spec(tmp_path, PREPARE)), "prep-3"), wait=False,
+                      echo=lambda line: None)
     lines: list[str] = []
     processing.stream_logs("prep-3", "us-east-1", echo=lines.append)
     assert lines == ["[dfm-prepare] read 1.0s: 10 good rows"]  # one instance: no host prefix, as for training
@@ -248,7 +256,7 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
     import os
     import subprocess
 
-    from launcher.data import prepare_app
+    from launcher.data import prepare_job
     from launcher.sagemaker_backend import processing
 
     python = Path(os.environ.get("DFM_RUNTIMES", Path.home() / ".cache/dfm/runtimes")) / "tf-2.21/bin/python"
@@ -257,10 +265,10 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
         pytest.skip("needs the Python 3.12 runtime and the cached cp312 wheel (make setup makes both)")
     code = ("import sys, importlib.util; sys.path[:0] = sys.argv[2:]; "
             "spec = importlib.util.spec_from_file_location('dfm_prepare', sys.argv[1]); "
-            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app._crc32c(); "
+            "app = importlib.util.module_from_spec(spec); spec.loader.exec_module(app); value = app.crc32c_function(); "
             "import google_crc32c; print(google_crc32c.implementation, hex(value(b'123456789')))")
     archive = processing._crc32c_package(tmp_path)
-    out = subprocess.run([str(python), "-c", code, prepare_app.__file__, archive, *wheels], capture_output=True,
+    out = subprocess.run([str(python), "-c", code, str(prepare_job.APP_MODULES[0]), archive, *wheels], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert out.stdout.split() == ["c", "0xe3069283"], out.stdout + out.stderr
 
@@ -278,3 +286,69 @@ def test_local_outputs_never_replace_the_input(tmp_path):
     with pytest.raises(DfmError, match="holds the input"):
         prepare_local.clear_outputs(prepare_job.job_description(spec, local=True), force=True)
     assert (tmp_path / "data/train/part-0.libsvm").exists()
+
+
+def test_the_example_configs_write_stage_has_a_task_per_vcpu_and_its_layout_fits():
+    """configs/prepare-ps.yaml: 4 x ml.m5.4xlarge (64 vCPUs) preparing for 2 hosts x 1 worker. One task writes one
+    file; with one file per worker the write stage had 2 tasks."""
+    from launcher.compile import compile_spec
+
+    compiled = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"))
+    assert compiled.ok, compiled.errors
+    tasks = prepare_job.write_tasks(compiled.spec)
+    assert tasks["train_files"] >= tasks["cluster_vcpus"] == 64 and tasks["eval_files"] >= 64
+    fit = prepare_job.fit(prepare_job.prepared_layout(compiled.spec), compiled.spec.data.s3_shard,
+                          prepare_job.shard_table())
+    assert fit.min_files_per_worker == fit.max_files_per_worker == 32
+    pinned = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"), ["prepare.files_per_worker=1"])
+    assert prepare_job.write_tasks(pinned.spec)["train_files"] == 2
+    refused = compile_spec(str(Path(__file__).parent.parent / "configs/prepare-ps.yaml"), ["prepare.files_per_worker=0"])
+    assert any("files_per_worker" in line for line in refused.errors), refused.errors
+
+
+def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_prefix(tmp_path, no_aws_env):
+    """A role scoped to the job's output prefix must be able to read the app, its modules and its configuration;
+    a VPC job's processing instances run in the spec's subnets; Spark's event logs are kept when asked."""
+    from launcher.sagemaker_backend import processing
+
+    vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
+    path = write_spec(tmp_path, {**PREPARE, "event_logs": "s3://dfm-test-bucket/out/spark-events/"})
+    spec = load_spec(path, ["vpc=" + json.dumps(vpc)])
+    result = processing.build(spec, "prep-20261124-000000").document()
+    request = result["request"]
+    assert request["NetworkConfig"]["VpcConfig"] == {"Subnets": vpc["subnets"],
+                                                     "SecurityGroupIds": vpc["security_group_ids"]}
+    prefix = spec.output.rstrip("/") + "/"
+    assert result["uploads"] and all(uri.startswith(prefix) for uri in result["uploads"]), result["uploads"]
+    assert all(i["S3Input"]["S3Uri"].startswith(prefix) for i in request["ProcessingInputs"])
+    events = [o for o in request["ProcessingOutputConfig"]["Outputs"] if o["S3Output"]["S3Uri"].endswith("spark-events/")]
+    assert events and events[0]["S3Output"]["S3UploadMode"] == "Continuous"
+    assert "NetworkConfig" not in processing.build(load_spec(path), "prep-20261124-000000").document()["request"]
+
+
+def test_a_sagemaker_jobs_statistics_propose_the_features_section(tmp_path, aws, capsys):
+    """--stats-only on SageMaker: --wait writes features.yaml beside the job's stats.json (and prints it);
+    --features-from proposes it later from any stats.json, a path or an s3:// URI."""
+    import boto3
+
+    from launcher.cli import main
+    from launcher.spec import load_spec
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="dfm-test-bucket")
+    stats = {"rows": 1000, "positive_rate": 0.25, "feature_size": 120,
+             "columns": {f"field{k}": {"kind": "indexed", "distinct": 40, "max_id": 119} for k in range(3)}}
+    path = write_spec(tmp_path, PREPARE)
+    report = prepare_job.report_uri(load_spec(path), "prep-6")
+    bucket, key = report[len("s3://"):].split("/", 1)
+    s3.put_object(Bucket=bucket, Key=key + "stats.json", Body=json.dumps(stats).encode())  # as the job leaves it
+    assert main(["data", "prepare", str(path), "--stats-only", "--wait", "--job-name", "prep-6"]) == 0
+    printed = capsys.readouterr().out
+    assert "field_size: 3" in printed and "feature_size: 120" in printed
+    stored = s3.get_object(Bucket=bucket, Key=key + "features.yaml")["Body"].read().decode()
+    assert stored.startswith("# proposed by `dfm data prepare` from all 1000 good rows") and stored in printed
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    for source in (str(tmp_path / "stats.json"), report + "stats.json"):
+        assert main(["data", "prepare", str(path), "--features-from", source]) == 0
+        assert capsys.readouterr().out == stored
+    assert main(["data", "prepare", str(path), "--features-from", str(tmp_path / "none.json")]) == 2

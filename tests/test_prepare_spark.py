@@ -28,6 +28,7 @@ def prepare(tmp_path: Path, spark, prepare_section: dict, **spec_changes) -> tup
     from launcher.spec import load_spec
 
     spec_changes.setdefault("local", {"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")})
+    prepare_section = {"files_per_worker": 1, **prepare_section}  # small files for small tests, unless asked
     spec = load_spec(write_spec(tmp_path, prepare_section, **spec_changes))
     return prepare_local.run(spec, spark=spark), spec
 
@@ -39,30 +40,40 @@ def read(paths, field_size=FIELDS):
 
 
 def test_the_app_is_standalone():
-    """It runs in the Spark image as submit_app: nothing from launcher, no TensorFlow, no protobuf."""
-    from launcher.data import prepare_app
+    """It runs in the Spark image as submit_app (its module beside it): nothing from launcher, no TensorFlow, no
+    protobuf; numpy is in the image."""
+    from launcher.data import prepare_job
 
-    tree = ast.parse(Path(prepare_app.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not imported & {"launcher", "tensorflow", "google.protobuf", "numpy"}, imported
-    assert imported <= {"argparse", "json", "math", "os", "random", "struct", "sys", "tempfile", "time", "zipfile",
-                        "pyspark", "google_crc32c", "crc32c"}, imported
+    for path in (prepare_job.APP, *prepare_job.APP_MODULES):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"launcher", "tensorflow", "google"}, imported
+        assert imported <= {"argparse", "json", "math", "os", "struct", "sys", "tempfile", "time", "zipfile", "numpy",
+                            "pyspark", "google_crc32c", "crc32c", *(p.stem for p in prepare_job.APP_MODULES)}, imported
+
+
+def test_a_raw_number_beyond_float32_is_a_bad_row():
+    from launcher.data import prepare_codec as app
+
+    job = {"features": {"label": "y", "numeric": ["n"], "categorical": [], "multi_hot": {}}}
+    assert app.raw_row({"y": "1", "n": "3.4e38"}, job)[1] == [3.4e38]
+    with pytest.raises(app.BadRow, match="n: '1e39' is beyond float32"):
+        app.raw_row({"y": "1", "n": "1e39"}, job)
 
 
 def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     import tensorflow as tf
 
-    from launcher.data import prepare_app as app
+    from launcher.data import prepare_codec as codec
 
-    job = {"input": {"format": "tsv"}, "features": {"label": "y", "numeric": ["n"], "categorical": ["c"],
-                                                      "multi_hot": {"m": "|"}}}
+    features = {"label": "y", "numeric": ["n"], "categorical": ["c"], "multi_hot": {"m": "|"}}
     rows = [(1.0, [2.5], ["abc"], [["x", "y"]]), (0.0, [None], [None], [[]]),
             (1.0, [-3.0], ["é"], [["z"]])]
-    crc = app._crc32c()
+    crc = codec.crc32c_function()
     path = tmp_path / "raw.tfrecord"
-    path.write_bytes(b"".join(app.frame(app.encode(r, job), crc) for r in rows))
+    path.write_bytes(codec.frame(*codec.encode_records([codec.encode_raw(r, features) for r in rows]), crc)[0].tobytes())
     spec = {"y": tf.io.FixedLenFeature([], tf.float32), "n": tf.io.FixedLenFeature([], tf.float32, float("nan")),
             "c": tf.io.FixedLenFeature([], tf.string, b""), "m": tf.io.RaggedFeature(tf.string)}
     (batch,) = list(tf.data.TFRecordDataset(str(path)).batch(8).map(lambda s: tf.io.parse_example(s, spec)))
@@ -71,20 +82,30 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     assert numbers[0] == 2.5 and np.isnan(numbers[1]) and numbers[2] == -3.0
     assert batch["c"].numpy().tolist() == [b"abc", b"", "é".encode()]
     assert batch["m"].to_list() == [[b"x", b"y"], [], [b"z"]]
-    indexed = app.encode((0.0, [0, 2**40, 7], [0.5, -1.0, 3.0]), {"input": {"format": "libsvm"}})
+    # a block of libsvm rows, encoded as arrays: ids of 1 to 7 varint bytes, so the rows' lengths differ
+    ids = np.array([[0, 2**40, 7], [2**20, 1, 127], [128, 300, 2**48]])
+    data, lengths = codec.encode_libsvm(np.float32([0, 1, 1]), ids, np.float32([[0.5, -1, 3], [1, 2, 3], [4, 5, 6]]))
+    first = data[:lengths[0]].tobytes()
     reference = tf.train.Example()
-    reference.ParseFromString(indexed)  # protobuf's own parser agrees with the hand encoding
+    reference.ParseFromString(first)  # protobuf's own parser agrees with the hand encoding
     assert list(reference.features.feature["ids"].int64_list.value) == [0, 2**40, 7]
+    assert list(reference.features.feature["values"].float_list.value) == [0.5, -1.0, 3.0]
+    assert reference.SerializeToString(deterministic=True) == first  # byte for byte, as protobuf writes it
+    (tmp_path / "indexed.tfrecord").write_bytes(codec.frame(data, lengths, crc)[0].tobytes())
+    labels, read_ids, values = read([tmp_path / "indexed.tfrecord"], 3)
+    assert labels.tolist() == [0, 1, 1] and (read_ids == ids).all() and values[2].tolist() == [4, 5, 6]
 
 
 def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 3000, files=3)
     report, spec = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
-                                                        "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1})
+                                                        "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1,
+                                          "files_per_worker": "auto"})
     train = sorted((tmp_path / "out/train").iterdir())
     evaluation = sorted((tmp_path / "out/eval").iterdir())
-    assert [p.name for p in train] == [f"part-{k:05d}.tfrecord" for k in range(2 * 2)]  # 2 hosts x 2 ranks
-    assert len(evaluation) == 4
+    # 2 hosts x 2 ranks x 4 files each: a write task per vCPU of the default ml.m5.4xlarge (16)
+    assert [p.name for p in train] == [f"part-{k:05d}.tfrecord" for k in range(16)]
+    assert len(evaluation) == 16
     train_labels, _, train_values = read(train)
     eval_labels, _, eval_values = read(evaluation)
     positions = np.concatenate([train_values[:, 0], eval_values[:, 0]]).astype(int)
@@ -147,13 +168,15 @@ def test_bad_rows_are_skipped_and_counted_or_fail_with_nothing_written(tmp_path,
         out.write("x 0:1 1:1 2:1\n")  # no label
         out.write("0 0:1 1:1 2:inf\n")
         out.write("0 0:1 1:1 150:1\n")  # past the model's feature_size (100): the job could not embed it
+        out.write("0 0:1 1:1e39 2:1\n")  # a finite double, inf as a float32
     section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
                "stats": False}
     report, _ = prepare(tmp_path / "skip", spark, section, count=1, processes=1)
-    assert report["bad_rows"] == 4 and report["rows"] == 400 and report["train"]["rows"] == 400
+    assert report["bad_rows"] == 5 and report["rows"] == 400 and report["train"]["rows"] == 400
     assert any("2 id:value pairs, expected 3" in line for line in report["bad_examples"])
     assert any("id 150 is outside [0, 100)" in line for line in report["bad_examples"])
-    with pytest.raises(DfmError, match="4 bad rows"):
+    assert any("value 1e39 is beyond float32" in line for line in report["bad_examples"])
+    with pytest.raises(DfmError, match="5 bad rows"):
         prepare(tmp_path / "fail", spark, {**section, "bad_rows": "fail"}, count=1, processes=1)
     assert not (tmp_path / "fail/out/train").exists()
 
@@ -232,7 +255,31 @@ def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
     report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
                                                     "local": str(tmp_path / "clicks")},
                                           "eval": {"uri": "s3://dfm-test-bucket/h/", "local": str(tmp_path / "held")},
-                                          "stats": False})
+                                          "stats": False, "files_per_worker": 1})
     assert report["train"]["rows"] == 800 and report["eval"]["rows"] == 800 and report["eval_bad_rows"] == 0
     per_file = report["eval"]["per_file"]
     assert len(per_file) == 4 and min(per_file) > 0.6 * max(per_file), per_file
+
+
+def test_a_file_appears_only_when_complete(tmp_path, spark):
+    """A task that fails while writing (or is retried) leaves no partial file in a channel folder, where a
+    ProcessingOutput would upload it and the training job read it."""
+    from launcher.data import prepare_codec as codec
+    from launcher.data import prepare_local
+
+    app = prepare_local.load_app(spark)
+    data, lengths = codec.frame(*codec.encode_records([b"one", b"two"]), codec.crc32c_function())
+    chunk = (0, (np.array([2, 1]), lengths, data.tobytes(), 1))
+
+    def failing():
+        yield chunk
+        raise OSError("No space left on device")
+
+    path = tmp_path / "out/train/part-00000.tfrecord"
+    with pytest.raises(OSError):
+        list(app.write_partition(0, failing(), [str(path)]))
+    assert not path.exists() and not any((tmp_path / "out").rglob("*.tfrecord*"))
+    assert list(app.write_partition(0, iter([chunk]), [str(path)])) == [(0, 2, 1)]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
+        "out/train/part-00000.tfrecord"]
+    assert path.read_bytes() == codec.gather(data, lengths, np.array([1, 0]))[0].tobytes()  # sorted by key

@@ -247,11 +247,3 @@ def inspect_command(file: Path, rows: int, columns: str | None, header: bool | N
     else:
         click.echo(inspect_mod.to_yaml(proposal), nl=False)
 
-
-def _register_prepare() -> None:
-    from launcher.data.cli_prepare import prepare
-
-    data.add_command(prepare)
-
-
-_register_prepare()

@@ -7,15 +7,16 @@ each bad row is reported with its file and line number. Blank lines are skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from launcher.data.prepare_app import parse_libsvm
+from launcher.data.prepare_codec import crc32c_function, encode_libsvm, frame, gather, parse_libsvm
 
-_BATCH = 4096
+_BATCH = 4096  # rows encoded at once
 
 
 @dataclass(frozen=True)
@@ -61,28 +62,32 @@ def _rows(paths: Iterable[Path], field_size: int, feature_size: int | None, repo
 def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, prefix: str = "part",
             feature_size: int | None = None, skip_bad: bool = False, keep_bad: int = 5,
             on_bytes: Callable[[int], None] = lambda n: None) -> ConvertReport:
-    """Convert libsvm files into `files` TFRecord files, rows dealt round-robin (counts differ by at
-    most one). With bad rows and not `skip_bad`, the outputs are removed again: nothing half-written
+    """Convert libsvm files into `files` TFRecord files, rows dealt round-robin (counts differ by at most one),
+    encoded and framed a block at a time with numpy (no TensorFlow). The files are written under hidden
+    temporary names and renamed when complete; with bad rows and not `skip_bad`, or on any failure, nothing
     stays behind. The caller decides how to report `report.bad`."""
-    from launcher.data.tfrecord import quiet_tensorflow, serialize_examples
-
-    tf = quiet_tensorflow()
     out_dir.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(outputs=[out_dir / f"{prefix}-{i:05d}.tfrecord" for i in range(files)],
                            counts=[0] * files)
-    writers = [tf.io.TFRecordWriter(str(path)) for path in report.outputs]
+    partial = [path.with_name(f".{path.name}.partial") for path in report.outputs]
+    crc32c = crc32c_function()
+    handles = [open(path, "wb") for path in partial]
     try:
         batch: list[tuple[float, list[int], list[float]]] = []
 
         def flush() -> None:
-            labels = np.asarray([row[0] for row in batch], dtype=np.float32)
-            ids = np.asarray([row[1] for row in batch], dtype=np.int64)
-            values = np.asarray([row[2] for row in batch], dtype=np.float32)
-            for record in serialize_examples(labels, ids, values):
-                target = report.rows % files
-                writers[target].write(record)
-                report.counts[target] += 1
-                report.rows += 1
+            labels = np.array([row[0] for row in batch], np.float32)
+            ids = np.array([row[1] for row in batch], np.int64)
+            values = np.array([row[2] for row in batch], np.float32)
+            data, lengths = frame(*encode_libsvm(labels, ids, values), crc32c)
+            target = (report.rows + np.arange(len(batch))) % files
+            order = np.argsort(target, kind="stable")
+            data, lengths = gather(data, lengths, order)
+            ends = np.cumsum(lengths)
+            for index, first, last in _runs(target[order]):
+                handles[index].write(data[int(ends[first] - lengths[first]):int(ends[last - 1])].tobytes())
+                report.counts[index] += last - first
+            report.rows += len(batch)
             batch.clear()
 
         for row in _rows(paths, field_size, feature_size, report, keep_bad, on_bytes):
@@ -91,10 +96,26 @@ def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, p
                 flush()
         if batch:
             flush()
-    finally:
-        for writer in writers:
-            writer.close()
+    except BaseException:
+        _close_and_remove(handles, partial)
+        raise
     if report.bad and not skip_bad:
-        for path in report.outputs:
-            path.unlink(missing_ok=True)
+        _close_and_remove(handles, partial)
+        return report
+    for handle, path, final in zip(handles, partial, report.outputs):
+        handle.close()
+        os.replace(path, final)
     return report
+
+
+def _runs(sorted_targets: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(value, first, last) of each run of equal values."""
+    values, firsts = np.unique(sorted_targets, return_index=True)
+    lasts = [*firsts[1:].tolist(), len(sorted_targets)]
+    return zip(values.tolist(), firsts.tolist(), lasts)
+
+
+def _close_and_remove(handles, paths) -> None:
+    for handle, path in zip(handles, paths):
+        handle.close()
+        path.unlink(missing_ok=True)

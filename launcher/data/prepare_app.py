@@ -1,211 +1,29 @@
 """`dfm data prepare`'s Spark application (PySpark, Spark 3.5 API): click logs in, TFRecord files laid out for
 one training job out, plus statistics.
 
-Standalone on purpose: it is shipped as a SageMaker Processing job's `submit_app` and runs in the Spark image
-(no TensorFlow, no protobuf, no `launcher`), and `dfm data prepare --local` runs the very same file on local
-Spark. Its one argument is the location of a JSON job description (written by `launcher/data/prepare_job.py`).
+Standalone on purpose: it is shipped as a SageMaker Processing job's `submit_app` (with `prepare_codec.py`, its
+parsers and encoder, in --py-files) and runs in the Spark image (numpy; no TensorFlow, no protobuf, no
+`launcher`), and `dfm data prepare --local` runs the very same files on local Spark. Its one argument is the
+location of a JSON job description (written by `launcher/data/prepare_job.py`).
 
 Stages: read -> parse (bad rows counted; `fail` stops before anything is written) -> statistics -> split eval
--> balance (train negatives kept with probability negative_rate) -> encode tf.train.Examples -> shuffle into
-the planned files (one full shuffle of the encoded records over the network) -> write -> prepare.json.
+-> balance (train negatives kept with probability negative_rate) -> encode tf.train.Examples and frame them, a
+block of rows at a time -> shuffle into the planned files (one full shuffle of the framed records over the
+network) -> write (one task per file) -> prepare.json.
 """
 
 import argparse
 import json
-import math
 import os
-import random
-import struct
 import sys
 import time
 
+import numpy as np
+import prepare_codec as codec
+
 STAGE_PREFIX = "[dfm-prepare]"
-MASK_DELTA = 0xA282EAD8
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
-
-
-# ------------------------------------------------------------------------------------------ TFRecord framing
-SHIPPED_WHEEL = "google_crc32c-cext"  # a google-crc32c wheel for the image's Python, renamed .zip for --py-files
-
-
-def _unpack_shipped_wheel():
-    """A wheel on sys.path (shipped with --py-files) cannot load its C extension from inside the zip: unpack it
-    once per machine and put the folder first, so google-crc32c finds its C extension."""
-    for entry in list(sys.path):
-        name = os.path.basename(entry)
-        if not (name.startswith(SHIPPED_WHEEL) and name.endswith(".zip") and os.path.isfile(entry)):
-            continue
-        import tempfile
-        import zipfile
-
-        target = os.path.join(tempfile.gettempdir(), f"dfm-{name[:-4]}")
-        if not os.path.isdir(target):
-            partial = f"{target}.{os.getpid()}"
-            with zipfile.ZipFile(entry) as archive:
-                archive.extractall(partial)
-            try:
-                os.rename(partial, target)
-            except OSError:  # another task on this machine unpacked it first
-                pass
-        if target not in sys.path:
-            sys.path.insert(0, target)
-
-
-def _crc32c():
-    """A kept CRC32C implementation: google-crc32c (its C extension, else its pure-Python fallback), else crc32c."""
-    _unpack_shipped_wheel()
-    try:
-        import google_crc32c
-
-        return google_crc32c.value
-    except ImportError:
-        import crc32c
-
-        return crc32c.crc32c
-
-
-def masked_crc(crc):
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
-
-
-def frame(record, crc32c):
-    """One TFRecord: uint64 length, uint32 masked crc32c(length), data, uint32 masked crc32c(data)."""
-    length = struct.pack("<Q", len(record))
-    return b"".join((length, struct.pack("<I", masked_crc(crc32c(length))), record,
-                     struct.pack("<I", masked_crc(crc32c(record)))))
-
-
-# ------------------------------------------------------------------------------- tf.train.Example, by hand
-# Example{1: Features{1: map<string, Feature>}}; Feature{1: BytesList, 2: FloatList, 3: Int64List}; each list's
-# values are field 1 (packed for floats and ints). Length-delimited fields only: tag = field << 3 | 2.
-def _varint(value):
-    value &= 0xFFFFFFFFFFFFFFFF  # negative int64s are ten bytes, as protobuf writes them
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number, payload):
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def float_feature(values):
-    return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
-
-
-def int64_feature(values):
-    return _field(3, _field(1, b"".join(_varint(v) for v in values)))
-
-
-def bytes_feature(values):
-    return _field(1, b"".join(_field(1, v) for v in values))
-
-
-def example(features):
-    """features: [(name, encoded Feature)] -> a serialized tf.train.Example."""
-    entries = b"".join(_field(1, _field(1, name.encode()) + _field(2, feature)) for name, feature in features)
-    return _field(1, entries)
-
-
-# ---------------------------------------------------------------------------------------------- parsing
-class BadRow(ValueError):
-    pass
-
-
-def parse_libsvm(text, field_size, feature_size):
-    """`label id:value ...` with exactly field_size pairs -> (label, ids, values); BadRow otherwise."""
-    tokens = text.split()
-    if len(tokens) - 1 != field_size:
-        raise BadRow(f"{len(tokens) - 1} id:value pairs, expected {field_size}")
-    try:
-        label = float(tokens[0])
-    except ValueError:
-        raise BadRow(f"label {tokens[0]!r} is not a number") from None
-    if not 0.0 <= label <= 1.0:
-        raise BadRow(f"label {tokens[0]} is outside [0, 1]")
-    ids, values = [], []
-    for position, pair in enumerate(tokens[1:], start=1):
-        id_text, sep, value_text = pair.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            feature_id, value = int(id_text), float(value_text)
-        except ValueError:
-            raise BadRow(f"pair {position} {pair!r} is not id:value") from None
-        if feature_id < 0 or (feature_size and feature_id >= feature_size):
-            raise BadRow(f"pair {position}: id {feature_id} is outside [0, {feature_size or 'inf'})")
-        if not math.isfinite(value):
-            raise BadRow(f"pair {position}: value {value_text} is not finite")
-        ids.append(feature_id)
-        values.append(value)
-    return label, ids, values
-
-
-def _number(text, name):
-    if text is None or text == "":
-        return None
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise BadRow(f"{name}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise BadRow(f"{name}: {text!r} is not finite")
-    return value
-
-
-def raw_row(cells, job):
-    """A mapping column -> value (text or Parquet) -> (label, numeric, categorical, multi-hot token lists)."""
-    features = job["features"]
-    label = _number(cells.get(features["label"]), features["label"])
-    if label is None or not 0.0 <= label <= 1.0:
-        raise BadRow(f"{features['label']}: {cells.get(features['label'])!r} is not a label in [0, 1]")
-    numeric = [_number(cells.get(name), name) for name in features["numeric"]]
-    categorical = []
-    for name in features["categorical"]:
-        value = cells.get(name)
-        categorical.append(None if value is None or value == "" else str(value))
-    bags = []
-    for name, separator in features["multi_hot"].items():
-        value = cells.get(name)
-        if value is None:
-            bags.append([])
-        elif isinstance(value, (list, tuple)):
-            bags.append([str(token) for token in value if token is not None and str(token) != ""])
-        else:
-            bags.append([token for token in str(value).split(separator) if token])
-    return label, numeric, categorical, bags
-
-
-def parse_line(text, job):
-    fmt = job["input"]["format"]
-    if fmt == "libsvm":
-        return parse_libsvm(text, job["field_size"], job.get("feature_size"))
-    columns = job["input"]["columns"]
-    cells = text.rstrip("\r\n").split("\t" if fmt == "tsv" else ",")
-    if len(cells) != len(columns):
-        raise BadRow(f"{len(cells)} fields, expected {len(columns)}")
-    if job["input"].get("header") and cells == columns:
-        return None  # a file's header line
-    return raw_row(dict(zip(columns, cells)), job)
-
-
-def encode(parsed, job):
-    """A parsed row -> the serialized tf.train.Example the bundled scripts read."""
-    if job["input"]["format"] == "libsvm":
-        label, ids, values = parsed
-        return example([("label", float_feature([label])), ("ids", int64_feature(ids)),
-                        ("values", float_feature(values))])
-    label, numeric, categorical, bags = parsed
-    features = job["features"]
-    parts = [(features["label"], float_feature([label]))]
-    parts += [(name, float_feature([v])) for name, v in zip(features["numeric"], numeric) if v is not None]
-    parts += [(name, bytes_feature([v.encode()])) for name, v in zip(features["categorical"], categorical)
-              if v is not None]
-    parts += [(name, bytes_feature([t.encode() for t in bag])) for name, bag in zip(features["multi_hot"], bags)]
-    return example(parts)
+BLOCK = 4096  # rows per block
 
 
 # ------------------------------------------------------------------------------------------------ stages
@@ -232,65 +50,134 @@ def read_rows(spark, uri, job):
     return lines.rdd.map(lambda row: (row["_file"], row["value"]))
 
 
+# A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
+# list of parsed raw rows. Rows travel, are split, encoded and placed a block at a time, as arrays.
+def make_block(parsed, libsvm):
+    labels = np.array([row[0] for row in parsed], np.float32)
+    if libsvm:
+        return labels, (np.array([row[1] for row in parsed], np.int64), np.array([row[2] for row in parsed], np.float32))
+    return labels, parsed
+
+
+def take(block, mask):
+    labels, payload = block
+    if isinstance(payload, tuple):
+        return labels[mask], (payload[0][mask], payload[1][mask])
+    return labels[mask], [payload[i] for i in np.flatnonzero(mask)]
+
+
+def block_rows(block):
+    """The parsed rows again (for the statistics' DataFrame): libsvm (label, ids)."""
+    labels, payload = block
+    return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
+
+
 def parse_partition(rows, job):
-    """-> ("ok", parsed) or ("bad", "file: reason: text")."""
-    parquet = job["input"]["format"] == "parquet"
+    """-> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
+    parquet, libsvm = job["input"]["format"] == "parquet", job["input"]["format"] == "libsvm"
+    good = []
     for origin, row in rows:
         if not parquet and not row.strip():
             continue
         try:
-            parsed = raw_row(row, job) if parquet else parse_line(row, job)
-        except BadRow as err:
+            parsed = codec.raw_row(row, job) if parquet else codec.parse_line(row, job)
+        except codec.BadRow as err:
             shown = row if parquet else repr(row[:80])
             yield ("bad", f"{os.path.basename(origin)}: {err}: {shown}")
             continue
         if parsed is not None:
-            yield ("ok", parsed)
+            good.append(parsed)
+        if len(good) == BLOCK:
+            yield ("ok", make_block(good, libsvm))
+            good = []
+    if good:
+        yield ("ok", make_block(good, libsvm))
 
 
-def split_partition(index, rows, job, has_eval_input):
-    """Seeded per partition: ("eval"|"train", parsed, order key); train negatives kept with negative_rate."""
-    rng = random.Random(job["seed"] * 1_000_003 + index)
+def _keys(rng, index, position, count, shuffle):
+    """Order keys: seeded random, or without shuffle each input split's rows in order (dealt over the files)."""
+    return rng.integers(0, 2**62, count) if shuffle else (index << 40) + position + np.arange(count)
+
+
+def split_partition(index, blocks, job, has_eval_input):
+    """Seeded per partition and block: ("eval"|"train", block, keys); train negatives kept with negative_rate."""
     fraction = 0.0 if has_eval_input else job.get("eval_fraction", 0.0)
-    rate = job.get("negative_rate")
-    for position, parsed in enumerate(rows):
-        to_eval = rng.random() < fraction
-        keep = rng.random()
-        # Without shuffle, each input split's rows keep their order (dealt round-robin over the files).
-        key = rng.getrandbits(62) if job["shuffle"] else (index << 40) | position
-        if to_eval:
-            yield ("eval", parsed, key)
-        elif rate is None or parsed[0] > 0.5 or keep < rate:
-            yield ("train", parsed, key)
+    rate, position = job.get("negative_rate"), 0
+    for number, block in enumerate(blocks):
+        count = len(block[0])
+        rng = np.random.default_rng([job["seed"], index, number])
+        to_eval, keep = rng.random(count) < fraction, rng.random(count)
+        keys = _keys(rng, index, position, count, job["shuffle"])
+        position += count
+        train = ~to_eval if rate is None else ~to_eval & ((block[0] > 0.5) | (keep < rate))
+        for part, mask in (("train", train), ("eval", to_eval)):
+            if mask.any():
+                yield part, take(block, mask), keys[mask]
 
 
-def keyed_partition(index, rows, job):
-    """A separate eval input's rows with their order keys (seeded per partition, as split_partition does)."""
-    rng = random.Random(job["seed"] * 1_000_003 + index + 500_009)
-    for position, parsed in enumerate(rows):
-        yield parsed, rng.getrandbits(62) if job["shuffle"] else (index << 40) | position
+def keyed_partition(index, blocks, job):
+    """A separate eval input's blocks with their order keys (seeded per partition and block, as above)."""
+    position = 0
+    for number, block in enumerate(blocks):
+        rng = np.random.default_rng([job["seed"], index, number, 1])
+        yield block, _keys(rng, index, position, len(block[0]), job["shuffle"])
+        position += len(block[0])
 
 
-def write_partition(index, records, paths):
-    """Write this partition's records (already in file order) to paths[index]; -> (index, count, positives)."""
-    crc32c = _crc32c()
+def place_partition(items, files, job):
+    """(block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
+    encoded and framed as arrays, the file is key % files."""
+    crc32c = codec.crc32c_function()
+    for block, keys in items:
+        labels, payload = block
+        if isinstance(payload, tuple):
+            data, lengths = codec.encode_libsvm(labels, *payload)
+        else:
+            data, lengths = codec.encode_records([codec.encode_raw(row, job["features"]) for row in payload])
+        data, lengths = codec.frame(data, lengths, crc32c)
+        target = keys % files
+        order = np.argsort(target, kind="stable")
+        data, lengths = codec.gather(data, lengths, order)
+        target, keys, labels = target[order], keys[order], labels[order]
+        bounds = np.cumsum(lengths)
+        for file in np.unique(target).tolist():
+            first, last = np.searchsorted(target, [file, file + 1])
+            start = int(bounds[first - 1]) if first else 0
+            yield file, (keys[first:last], lengths[first:last], data[start:int(bounds[last - 1])].tobytes(),
+                         int((labels[first:last] > 0.5).sum()))
+
+
+def write_partition(index, chunks, paths):
+    """Write one file's records, sorted by key, under a temporary name outside the channel folder (a ProcessingOutput
+    would upload a partial file), renamed when complete; -> (index, count, positives)."""
+    chunks = list(chunks)
+    keys = np.concatenate([c[1][0] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    lengths = np.concatenate([c[1][1] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    data = np.frombuffer(b"".join(c[1][2] for c in chunks), np.uint8)
+    data, _ = codec.gather(data, lengths, np.argsort(keys, kind="stable"))
     path = paths[index]
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    count = positives = 0
-    with open(path, "wb") as out:
-        for _key, (label, record) in records:
-            out.write(frame(record, crc32c))
-            count += 1
-            positives += label > 0.5
-    yield index, count, positives
+    folder = os.path.dirname(path) or "."
+    scratch = os.path.join(os.path.dirname(os.path.abspath(folder)), ".partial")
+    os.makedirs(folder, exist_ok=True)
+    os.makedirs(scratch, exist_ok=True)
+    partial = os.path.join(scratch, f"{os.path.basename(folder)}-{os.path.basename(path)}.{os.getpid()}")
+    with open(partial, "wb") as out:
+        out.write(data.tobytes())
+    os.replace(partial, path)
+    try:
+        os.rmdir(scratch)
+    except OSError:  # another task is writing there
+        pass
+    yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
-def write_part(rows, paths, job):
-    """rows: (parsed, key) -> len(paths) files, file = key % files, records sorted by key within a file."""
+def write_part(items, paths, job):
+    """items: (block, keys) -> len(paths) files, file = key % files, records sorted by key within a file; one
+    write task per file."""
     files = len(paths)
-    keyed = rows.map(lambda item: (item[1], (item[0][0], encode(item[0], job))))
-    placed = keyed.repartitionAndSortWithinPartitions(files, partitionFunc=lambda key: key % files)
-    written = placed.mapPartitionsWithIndex(lambda i, records: write_partition(i, records, paths)).collect()
+    placed = items.mapPartitions(lambda part: place_partition(part, files, job))
+    placed = placed.partitionBy(files, lambda file: file)
+    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, paths)).collect()
     counts = [0] * files
     positives = 0
     for index, count, plus in written:
@@ -372,11 +259,11 @@ def run(spark, job):
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count = bad.count()
-    total = parsed.count()
+    rows = parsed.map(lambda item: len(item[1][0]) if item[0] == "ok" else 0).sum()
     examples = bad.map(lambda item: item[1]).take(5) if bad_count else []
-    report = {"input": job["input"]["uri"], "rows": total - bad_count, "bad_rows": bad_count,
+    report = {"input": job["input"]["uri"], "rows": rows, "bad_rows": bad_count,
               "bad_examples": examples, "bad_rows_policy": job["bad_rows"]}
-    progress.stage("read", f"{total - bad_count} good rows, {bad_count} bad")
+    progress.stage("read", f"{rows} good rows, {bad_count} bad")
     if bad_count and job["bad_rows"] == "fail":
         raise SystemExit(f"{STAGE_PREFIX} {bad_count} bad rows (bad_rows: fail); first: {examples[0]}; nothing written")
     good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
@@ -392,7 +279,7 @@ def run(spark, job):
                              f"{first}; nothing written")
         eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     if job.get("stats", True):
-        report["stats"] = statistics(spark, good, job)
+        report["stats"] = statistics(spark, good.flatMap(block_rows), job)
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
         _write_json(job["report_dir"], "stats.json", report["stats"])
     if job.get("stats_only"):

@@ -8,16 +8,17 @@ Pipe or File mode and the shard table of the bundled scripts (entrypoints/deepfm
 
 from __future__ import annotations
 
-import ast
-import functools
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher import contract, conventions
+from launcher import catalog, contract, conventions
 from launcher.data.split import Layout
 from launcher.spec import Spec
 
+APP = Path(__file__).with_name("prepare_app.py")  # the Spark application (submit_app)
+APP_MODULES = (Path(__file__).with_name("prepare_codec.py"),)  # what it imports, shipped beside it (--py-files)
 CONTAINER_OUTPUT = "/opt/ml/processing/output"  # ProcessingOutput sources: one folder per channel, and the report
 REPORT = "report"
 JOB_FILE = "prepare-job.json"
@@ -33,16 +34,35 @@ class Fit:
     max_files_per_worker: int
 
 
+def cluster_vcpus(spec: Spec) -> int:
+    """The processing cluster's vCPUs (an unknown instance type counts 4)."""
+    kind = catalog.INSTANCES.get(spec.prepare.instance.type)
+    return (kind.vcpus if kind is not None else 4) * spec.prepare.instance.count
+
+
 def prepared_layout(spec: Spec) -> Layout:
+    """The training job's layout; files_per_worker auto: the fewest that give the write stage (one task per file)
+    a task per vCPU of the processing cluster, so the write follows the cluster, not the training job's size."""
     multi_path = len(spec.train_sources) > 1
-    files_per_worker = spec.prepare.files_per_worker if spec.prepare is not None else 1
-    return Layout(hosts=spec.instance.count, workers=spec.processes_per_host, files_per_worker=files_per_worker,
-                  multi_path=multi_path, channels=len(spec.train_sources) if multi_path else 0)
+    layout = Layout(hosts=spec.instance.count, workers=spec.processes_per_host, multi_path=multi_path,
+                    channels=len(spec.train_sources) if multi_path else 0)
+    wanted = spec.prepare.files_per_worker if spec.prepare is not None else 1
+    if wanted == "auto":
+        unit = layout.files_per_channel() * layout.channel_count  # files per unit of files_per_worker
+        wanted = -(-cluster_vcpus(spec) // unit)
+    return dataclasses.replace(layout, files_per_worker=wanted)
 
 
 def eval_files(spec: Spec) -> int:
-    """Evaluation is sharded over every worker too: one file each."""
-    return spec.instance.count * spec.processes_per_host
+    """Evaluation is sharded over every worker too, with as many files each as training (its write is as wide)."""
+    return spec.instance.count * spec.processes_per_host * prepared_layout(spec).files_per_worker
+
+
+def write_tasks(spec: Spec) -> dict[str, int]:
+    """Tasks of the write stages (one per file) against the cluster's vCPUs: what the dry run and the bench show."""
+    layout = prepared_layout(spec)
+    return {"train_files": len(layout.paths(Path("."))), "eval_files": eval_files(spec) if wants_eval(spec) else 0,
+            "files_per_worker": layout.files_per_worker, "cluster_vcpus": cluster_vcpus(spec)}
 
 
 def fit(layout: Layout, s3_shard: bool, shard_for) -> Fit:
@@ -63,16 +83,9 @@ def fit(layout: Layout, s3_shard: bool, shard_for) -> Fit:
     return Fit(per_channel, layout.channel_count, min(counts), max(counts))
 
 
-@functools.cache
 def shard_table() -> Callable:
-    """The bundled scripts' own `shard_for` (entrypoints/deepfm_input.py), without the TensorFlow its module
-    imports: the one function is compiled from that file's source."""
-    path = Path(contract.bundled_source_dir()) / "deepfm_input.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "shard_for")
-    namespace: dict[str, Any] = {}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
-    return namespace["shard_for"]
+    """The bundled scripts' own `shard_for` (entrypoints/deepfm_shards.py, which their input pipeline uses)."""
+    return contract.bundled_shards().shard_for
 
 
 def _features(spec: Spec) -> dict[str, Any] | None:

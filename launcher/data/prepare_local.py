@@ -56,12 +56,11 @@ def clear_outputs(job: dict[str, Any], force: bool) -> None:
 
 
 def load_app(spark):
-    """The application file itself, shipped to Spark's Python workers as on SageMaker (`--py-files`): the
-    workers import it by its own name, never through `launcher`."""
-    from launcher.data import prepare_app
-
-    spark.sparkContext.addPyFile(prepare_app.__file__)
-    return importlib.import_module(Path(prepare_app.__file__).stem)
+    """The application's files themselves, shipped to Spark's Python workers as on SageMaker (`--py-files`): the
+    workers import them by their own names, never through `launcher`."""
+    for path in (*prepare_job.APP_MODULES, prepare_job.APP):
+        spark.sparkContext.addPyFile(str(path))
+    return importlib.import_module(prepare_job.APP.stem)
 
 
 def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:

@@ -15,13 +15,12 @@ import os
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urlparse
 
-from launcher import catalog
 from launcher.data import prepare_job
 from launcher.errors import DfmError
 from launcher.sagemaker_backend import aws, logs, request
@@ -37,12 +36,23 @@ LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 Echo = Callable[[str], None]
 
 
-@dataclass
-class ProcessingRequest:
-    processor_kwargs: dict[str, Any]
-    run_kwargs: dict[str, Any]
-    request: dict[str, Any]  # CreateProcessingJob, exactly as it is sent
-    uploads: dict[str, bytes] = field(default_factory=dict)  # s3 uri -> content, sent before the request
+@dataclass(frozen=True)
+class ProcessingPlan:
+    """One prepare job, whole: what the dry run prints and what submit uploads and sends, built once."""
+
+    job_name: str
+    region: str | None
+    processor_kwargs: Mapping[str, Any]
+    run_kwargs: Mapping[str, Any]
+    request: Mapping[str, Any]  # CreateProcessingJob, exactly as it is sent
+    uploads: Mapping[str, bytes]  # s3 uri -> content, sent before the request
+    write: Mapping[str, int]  # the write stage's tasks (prepare_job.write_tasks)
+
+    def document(self) -> dict[str, Any]:
+        """The dry run's document (JSON-able)."""
+        return json.loads(json.dumps({
+            "processor": {"class": PROCESSOR_CLASS, "kwargs": dict(self.processor_kwargs)}, "write": dict(self.write),
+            "run": dict(self.run_kwargs), "uploads": sorted(self.uploads), "request": dict(self.request)}))
 
 
 def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
@@ -56,8 +66,7 @@ def _bucket(spec: Spec) -> str:
 
 def spark_configuration(spec: Spec) -> list[dict[str, Any]]:
     """EMR-style classifications: parallelism from the cluster's cores (two tasks per vCPU)."""
-    cores = (catalog.INSTANCES[spec.prepare.instance.type].vcpus if spec.prepare.instance.type in catalog.INSTANCES
-             else 4) * spec.prepare.instance.count
+    cores = prepare_job.cluster_vcpus(spec)
     return [{"Classification": "spark-defaults", "Properties": {
         "spark.default.parallelism": str(2 * cores), "spark.sql.shuffle.partitions": str(2 * cores),
         "spark.python.worker.reuse": "true"}}]
@@ -75,6 +84,9 @@ def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
         "configuration_location": spec.output.rstrip("/"),
         "dependency_location": spec.output.rstrip("/"),
     }
+    if spec.vpc is not None:  # a NetworkConfig in build(): the SDK's type, imported with the SDK
+        kwargs["network_config"] = {"subnets": list(spec.vpc.subnets),
+                                    "security_group_ids": list(spec.vpc.security_group_ids)}
     if spec.tags:
         kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
     if spec.environment:
@@ -134,17 +146,23 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
         S3Uploader.upload, S3Uploader.upload_string_as_file_body = (staticmethod(saved[0]), staticmethod(saved[1]))
 
 
-def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
+def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
     request._sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
-    from launcher.data import prepare_app
-
-    session = request.sagemaker_session(SimpleNamespace(output_path=spec.output, region=spec.region))
+    session = request.session_for(spec.region, _bucket(spec))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
+    # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
+    # a role scoped to that prefix can read it.
+    session.default_bucket_prefix = urlparse(spec.output).path.strip("/") or None
     kwargs = processor_kwargs(spec, name)
+    sdk_kwargs = dict(kwargs)
+    if "network_config" in kwargs:
+        from sagemaker.network import NetworkConfig
+
+        sdk_kwargs["network_config"] = NetworkConfig(**kwargs["network_config"])
     job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
     job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
     outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
@@ -157,13 +175,16 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     session.process = lambda **args: captured.update(session._get_process_request(**args))
     with tempfile.TemporaryDirectory() as folder:
         app = Path(folder) / "dfm_prepare.py"
-        shutil.copy(prepare_app.__file__, app)
-        py_files = [_crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
+        shutil.copy(prepare_job.APP, app)
+        modules = [shutil.copy(path, Path(folder) / path.name) for path in prepare_job.APP_MODULES]
+        py_files = [*map(str, modules), _crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
         run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
                       "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
                       "outputs": outputs, "wait": False, "logs": False, "job_name": name}
+        if spec.prepare.event_logs is not None:
+            run_kwargs["spark_event_logs_s3_uri"] = spec.prepare.event_logs
         try:
-            processor = PySparkProcessor(sagemaker_session=session, **kwargs)
+            processor = PySparkProcessor(sagemaker_session=session, **sdk_kwargs)
             with _recorded_uploads(uploads):
                 processor.run(**run_kwargs)
         except (ValueError, TypeError) as err:
@@ -172,7 +193,10 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingRequest:
     shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": [Path(p).name for p in py_files],
              "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name}
                          for o in outputs]}
-    return ProcessingRequest(kwargs, shown, captured, uploads)
+    frozen = json.loads(json.dumps(captured))
+    return ProcessingPlan(name, spec.region, MappingProxyType(kwargs), MappingProxyType(shown),
+                          MappingProxyType(frozen), MappingProxyType(uploads),
+                          MappingProxyType(prepare_job.write_tasks(spec)))
 
 
 def validate(sagemaker_client, built: dict) -> None:
@@ -189,27 +213,35 @@ def validate(sagemaker_client, built: dict) -> None:
         raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
-def dry_run(spec: Spec, name: str, stats_only: bool = False) -> dict:
-    built = build(spec, name, stats_only)
-    return {"processor": {"class": PROCESSOR_CLASS, "kwargs": built.processor_kwargs},
-            "run": built.run_kwargs, "uploads": sorted(built.uploads), "request": built.request}
-
-
-def submit(spec: Spec, name: str, *, wait: bool, echo: Echo = print, stats_only: bool = False) -> str:
-    built = build(spec, name, stats_only)
-    session = aws.boto_session(spec.region)
+def submit(plan: ProcessingPlan, *, wait: bool, echo: Echo = print) -> str:
+    """Upload the plan's files, then send its request, both exactly as built (and as the dry run printed)."""
+    name, region = plan.job_name, plan.region
+    session = aws.boto_session(region)
     s3 = session.client("s3")
-    with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=spec.region):
-        for uri, body in built.uploads.items():
+    with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=region):
+        for uri, body in plan.uploads.items():
             parts = urlparse(uri)
             s3.put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
-    with aws.aws_errors(f"creating processing job {name}", job_name=name, region=spec.region):
-        session.client("sagemaker").create_processing_job(**built.request)
+    with aws.aws_errors(f"creating processing job {name}", job_name=name, region=region):
+        session.client("sagemaker").create_processing_job(**json.loads(json.dumps(dict(plan.request))))
     echo(f"submitted {name}")
     if wait:
-        status = stream_logs(name, spec.region, follow=True, echo=echo)
-        raise_for_outcome(describe(name, spec.region) if status != "Completed" else {"job_name": name, "status": status})
+        status = stream_logs(name, region, follow=True, echo=echo)
+        raise_for_outcome(describe(name, region) if status != "Completed" else {"job_name": name, "status": status})
     return name
+
+
+def read_object(uri: str, region: str | None) -> bytes:
+    parts = urlparse(uri)
+    with aws.aws_errors(f"reading {uri}", region=region):
+        return aws.boto_session(region).client("s3").get_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"))[
+            "Body"].read()
+
+
+def write_object(uri: str, body: bytes, region: str | None) -> None:
+    parts = urlparse(uri)
+    with aws.aws_errors(f"writing {uri}", region=region):
+        aws.boto_session(region).client("s3").put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
 
 
 # ------------------------------------------------------------------------------------- status, logs, stop, list

@@ -246,11 +246,16 @@ def _bucket_of(plan: Plan) -> str:
 
 def sagemaker_session(plan: Plan):
     """A SageMaker session that never calls STS (default bucket given) nor reads SDK config files."""
+    return session_for(plan.region, _bucket_of(plan))
+
+
+def session_for(region: str | None, bucket: str):
+    """The session of sagemaker_session, for a region and default bucket (jobs that have no Plan)."""
     sagemaker = _sdk()
     # No SDK defaults: the SDK's own override variables pointed at an empty file. (A config dict would do
     # the same, but the SDK validates it against its JSON schema on each of its ~20 lookups: seconds in all.)
     with _environ(SAGEMAKER_ADMIN_CONFIG_OVERRIDE=os.devnull, SAGEMAKER_USER_CONFIG_OVERRIDE=os.devnull):
-        return sagemaker.Session(boto_session=aws.boto_session(plan.region), default_bucket=_bucket_of(plan))
+        return sagemaker.Session(boto_session=aws.boto_session(region), default_bucket=bucket)
 
 
 def _jsonable(mapping) -> dict:
