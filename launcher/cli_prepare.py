@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from launcher.cli_errors import echo_findings, refuse
 from launcher.cli_options import OUTPUT, SET
 from launcher.data import prepare_job
 from launcher.errors import DfmError
@@ -19,11 +20,8 @@ def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
 
     compiled = compile_spec(spec_path, overrides)
     if compiled.errors:
-        for line in compiled.errors:
-            click.echo(line, err=True)
-        raise DfmError(f"{spec_path}: {len(compiled.errors)} error(s); nothing prepared", 2)
-    for line in compiled.warnings:
-        click.echo(f"warning: {line}", err=True)
+        refuse(compiled.errors, compiled.warnings)
+    echo_findings(warnings=compiled.warnings)
     if compiled.spec.prepare is None:
         raise DfmError(f"{compiled.spec.where('')}: no prepare: section; add one (see docs/data.md)", 2)
     return compiled.spec
