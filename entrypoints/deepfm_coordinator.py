@@ -54,7 +54,7 @@ def report_closure_errors_once():
     logging.getLogger("tensorflow").addFilter(_ReportedElsewhere())
 
 
-# TensorFlow's EagerClusterFunctionLibraryRuntime::Run (2.4 to 2.21 at least) keeps a pointer into its
+# TensorFlow's EagerClusterFunctionLibraryRuntime::Run (2.14 and current sources alike) keeps a pointer into its
 # vector of instantiated remote functions after dropping the lock; an Instantiate on another thread that
 # grows the vector frees it, and the request is sent with a destroyed device string: the task rejects the
 # malformed request ("Unable to parse request", INTERNAL) before running anything. The loop below no longer
@@ -96,6 +96,13 @@ def embedding_partitioner(hp, num_ps):
         return [1] * max(shape.rank, 1)
 
     return partition
+
+
+def closure_sizes(todo, steps_per_closure, num_workers):
+    """`todo` steps as closures of at most steps_per_closure steps, small enough that every worker gets
+    one when the window is short (a window ends at each log, checkpoint and evaluation step)."""
+    size = max(1, min(steps_per_closure, -(-todo // num_workers)))
+    return [size] * (todo // size) + ([todo % size] if todo % size else [])
 
 
 class WorkerAnswers:
@@ -185,20 +192,22 @@ def train_with_coordinator(hp, env, cluster):
     answers = WorkerAnswers(strategy, len(cluster["worker"]))
 
     @tf.function
-    def worker_step(it):
-        # A worker whose data is used up marks itself done instead of raising OutOfRangeError, which would
-        # cancel the closures of workers that still have data. The closure returns nothing: a result would
-        # be copied to the chief after every step (a round trip, and a remote function instantiated per
-        # worker while the others' closures run).
-        batch = it.get_next_as_optional()
+    def worker_steps(it, count):
+        # Up to `count` steps in one closure: one chief round trip for all of them. A worker whose data is
+        # used up marks itself done and stops, instead of raising OutOfRangeError, which would cancel the
+        # closures of workers that still have data. The closure returns nothing: a result would be copied
+        # to the chief after every closure (a round trip, and a remote function instantiated per worker
+        # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
         task = read_worker_shard_file()[2]
-        if batch.has_value():
+        for _ in tf.range(count):
+            batch = it.get_next_as_optional()
+            if not batch.has_value():
+                answers.mark_done(task)
+                break
             value = batch.get_value()
             strategy.run(trainer.train_step, args=(value,))
             if raw:
                 answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
-        else:
-            answers.mark_done(task)
 
     window = TrainWindow(trainer.train_metrics)
     selection, eval_step = ModelSelection(hp), tf.function(trainer.eval_step)
@@ -224,8 +233,8 @@ def train_with_coordinator(hp, env, cluster):
         exhausted = False
         while not (exhausted or stopped or reached(step)):
             todo = steps_to_boundary(step, hp)
-            for _ in range(todo):
-                coordinator.schedule(worker_step, args=(iterator,))
+            for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
+                coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
             join_or_exit(coordinator, rejected)
             previous, step = step, int(trainer.optimizer.iterations.numpy())
             exhausted = step - previous < todo and answers.all_done()  # some closures found no data
