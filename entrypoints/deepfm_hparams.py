@@ -57,6 +57,7 @@ DEFAULTS = {
     "inter_op_threads": 0,
     "kmp_affinity": "granularity=fine,compact,1,0",
     "omp_num_threads": 0,
+    "data_threads": 0,  # tf.data's private thread pool (0: the process's share of the host's vCPUs)
     "kmp_settings": False,
     "mixed_precision": "auto",
     # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
@@ -235,6 +236,7 @@ BOUNDS = {
     "intra_op_threads": (0, None),
     "inter_op_threads": (0, None),
     "omp_num_threads": (0, None),
+    "data_threads": (0, None),
 }
 OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high"), ("negative_rate", "low")}
 
