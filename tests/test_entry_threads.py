@@ -20,7 +20,8 @@ def host(tmp_path, monkeypatch, cpus=8, gpus=4, hosts=("algo-1", "algo-2"), curr
     env = es.make_container(tmp_path, ["train"], hosts=hosts, current_host=current, num_cpus=cpus)
     env["SM_NUM_GPUS"] = str(gpus)
     for key in ("OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_SETTINGS", HOST_ROLES_ENV, train_ps.CHIEF_WORKER_ENV):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded, so what the budget sets is undone after the test
+        monkeypatch.delenv(key)
     return deepfm_container.load_env(env)
 
 
@@ -77,6 +78,11 @@ def test_horovod_ranks_and_heterogeneous_hosts(tmp_path, monkeypatch):
     ps_host = hc.build_cluster(resource_config(SIX_HOSTS, "algo-6"), "ps", ps_per_host=2)
     assert train_ps.hetero_host_roles(ps_host) == ["ps server"]  # its 2 ps tasks are one process
     assert train_ps.hetero_host_roles(hc.build_cluster(resource_config(SIX_HOSTS, "algo-3"), "ps")) == ["worker"]
+
+
+def test_nothing_the_budgets_set_outlives_these_tests():
+    # the pytest process starts the scripts of the other tests with its own environment
+    assert HOST_ROLES_ENV not in train_ps.os.environ
 
 
 def test_tf_data_gets_the_process_share_as_its_private_pool(tmp_path):
