@@ -55,8 +55,20 @@ def report_closure_errors_once():
     logging.getLogger("tensorflow").addFilter(_ReportedElsewhere())
 
 
-def join_or_exit(coordinator):
-    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1."""
+# TensorFlow's EagerClusterFunctionLibraryRuntime::Run (2.14 and current sources alike) keeps a pointer into its
+# vector of instantiated remote functions after dropping the lock; an Instantiate on another thread that
+# grows the vector frees it, and the request is sent with a destroyed device string: the task rejects the
+# malformed request ("Unable to parse request", INTERNAL) before running anything. The loop below no longer
+# instantiates functions while closures run; a rejected closure that still happens is scheduled again.
+REJECTED_REQUEST = "Unable to parse request"
+MAX_REJECTED = 3
+
+
+def join_or_exit(coordinator, rejected=None):
+    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1. A closure
+    whose request TensorFlow malformed (REJECTED_REQUEST) is counted in `rejected` (a list) and the join
+    returns: the caller goes on from optimizer.iterations, scheduling what did not run again; the
+    (MAX_REJECTED + 1)th is raised."""
     import tensorflow as tf
 
     try:
@@ -64,6 +76,12 @@ def join_or_exit(coordinator):
     except tf.errors.InvalidArgumentError as err:
         log(f"error: {error_line(err.message)}")
         raise SystemExit(1) from None
+    except tf.errors.InternalError as err:
+        if rejected is None or REJECTED_REQUEST not in err.message or len(rejected) >= MAX_REJECTED:
+            raise
+        rejected.append(err.message)
+        log(f"a closure's request was rejected by its task ({REJECTED_REQUEST}, a TensorFlow race); "
+            f"scheduling again ({len(rejected)}/{MAX_REJECTED})")
 
 
 def embedding_partitioner(hp, num_ps):
@@ -79,6 +97,46 @@ def embedding_partitioner(hp, num_ps):
         return [1] * max(shape.rank, 1)
 
     return partition
+
+
+def closure_sizes(todo, steps_per_closure, num_workers):
+    """`todo` steps as closures of at most steps_per_closure steps, small enough that every worker gets
+    one when the window is short (a window ends at each log, checkpoint and evaluation step)."""
+    size = max(1, min(steps_per_closure, -(-todo // num_workers)))
+    return [size] * (todo // size) + ([todo % size] if todo % size else [])
+
+
+class WorkerAnswers:
+    """What the chief learns from its workers' closures, kept in variables on a ps that the closures
+    write: which workers' data is used up this epoch, and the bad rows each skipped (raw features)."""
+
+    def __init__(self, strategy, num_workers):
+        import tensorflow as tf
+
+        with strategy.scope():
+            self.done = tf.Variable(tf.zeros([num_workers], tf.int64), trainable=False, name="dfm_workers_done")
+            self.bad = tf.Variable(tf.zeros([num_workers], tf.int64), trainable=False, name="dfm_bad_rows")
+
+    def mark_done(self, task):  # in a closure
+        import tensorflow as tf
+
+        self.done.scatter_update(tf.IndexedSlices(tf.ones([1], tf.int64), tf.reshape(task, [1])))
+
+    def add_bad_rows(self, task, count):  # in a closure
+        import tensorflow as tf
+
+        self.bad.scatter_add(tf.IndexedSlices(tf.reshape(tf.cast(count, tf.int64), [1]), tf.reshape(task, [1])))
+
+    def new_epoch(self):
+        import tensorflow as tf
+
+        self.done.assign(tf.zeros_like(self.done))
+
+    def all_done(self):
+        return bool(self.done.numpy().all())
+
+    def bad_rows(self):
+        return [int(count) for count in self.bad.numpy()]
 
 
 def train_with_coordinator(hp, env, cluster):
@@ -133,30 +191,32 @@ def train_with_coordinator(hp, env, cluster):
         return iter(coordinator.create_per_worker_dataset(dataset_fn))
 
     raw = hp.features != ""
+    answers = WorkerAnswers(strategy, len(cluster["worker"]))
 
     @tf.function
-    def worker_step(it):
-        # A worker whose data is used up answers with its task index instead of raising
-        # OutOfRangeError, which would cancel the closures of workers that still have data.
-        # With raw features: [-1 or that index, this worker's task index, bad rows the batch skipped].
-        batch = it.get_next_as_optional()
-        if batch.has_value():
+    def worker_steps(it, count):
+        # Up to `count` steps in one closure: one chief round trip for all of them. A worker whose data is
+        # used up marks itself done and stops, instead of raising OutOfRangeError, which would cancel the
+        # closures of workers that still have data. The closure returns nothing: a result would be copied
+        # to the chief after every closure (a round trip, and a remote function instantiated per worker
+        # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
+        task = read_worker_shard_file()[2]
+        for _ in tf.range(count):
+            batch = it.get_next_as_optional()
+            if not batch.has_value():
+                answers.mark_done(task)
+                break
             value = batch.get_value()
             strategy.run(trainer.train_step, args=(value,))
             if raw:
-                return tf.stack([tf.constant(-1, tf.int64), read_worker_shard_file()[2], value[0][BAD_ROWS_KEY]])
-            return tf.constant(-1, tf.int64)
-        if raw:
-            task = read_worker_shard_file()[2]
-            return tf.stack([task, task, tf.constant(0, tf.int64)])
-        return read_worker_shard_file()[2]
+                answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
 
     window = TrainWindow(trainer.train_metrics)
     selection, eval_step = ModelSelection(hp), tf.function(trainer.eval_step)
     has_eval = deepfm_input.EVAL_CHANNEL in env.channels
     during = has_eval and evaluates_during_training(hp, env, ALONE)
     epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
-    bad_rows, evaluated, stopped = {}, [], False
+    evaluated, stopped, rejected = [], False, []
 
     def evaluate_now(step):  # the chief evaluates the whole channel itself, its time left out of the window
         started = time.monotonic()
@@ -171,23 +231,15 @@ def train_with_coordinator(hp, env, cluster):
     while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
         # resume: each worker skips its share of the steps this epoch already trained
         iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
-        finished_workers, exhausted = set(), False
+        answers.new_epoch()
+        exhausted = False
         while not (exhausted or stopped or reached(step)):
             todo = steps_to_boundary(step, hp)
-            results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(todo)]
-            join_or_exit(coordinator)
+            for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
+                coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
+            join_or_exit(coordinator, rejected)
             previous, step = step, int(trainer.optimizer.iterations.numpy())
-            if raw:
-                answers = [r.fetch() for r in results]
-                for _, task, bad in answers:
-                    bad_rows[int(task)] = bad_rows.get(int(task), 0) + int(bad)
-                results = [answer[0] for answer in answers]
-            else:
-                results = [r.fetch() for r in results] if step - previous < todo else []
-            if step - previous < todo:  # some closures found no data: note which workers are done
-                finished_workers.update(int(r) for r in results)
-                finished_workers.discard(-1)
-            exhausted = len(finished_workers) >= len(cluster["worker"])
+            exhausted = step - previous < todo and answers.all_done()  # some closures found no data
             if step // hp.log_steps > previous // hp.log_steps:
                 window.report(step)
             keeper.maybe_save(step)
@@ -201,8 +253,8 @@ def train_with_coordinator(hp, env, cluster):
         if during and not hp.eval_steps:
             stopped = evaluate_now(step)
     window.report(step)
-    for task in sorted(bad_rows) if raw else []:
-        log(f"bad rows skipped: {bad_rows[task]} (worker {task})")
+    for task, count in enumerate(answers.bad_rows()) if raw else []:
+        log(f"bad rows skipped: {count} (worker {task})")
     keeper.maybe_save(step, force=True)
     if has_eval and (not evaluated or evaluated[-1] != step):
         evaluate_now(step)

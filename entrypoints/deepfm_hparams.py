@@ -51,11 +51,13 @@ DEFAULTS = {
     # cluster (deepfm-ps)
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
+    "steps_per_closure": 16,  # parameter server: training steps a worker runs per closure the chief sends
     # tuning
     "intra_op_threads": 0,
     "inter_op_threads": 0,
     "kmp_affinity": "granularity=fine,compact,1,0",
     "omp_num_threads": 0,
+    "data_threads": 0,  # tf.data's private thread pool (0: the process's share of the host's vCPUs)
     "kmp_settings": False,
     "mixed_precision": "auto",
     # synchronous runs (Horovod, MultiWorkerMirrored): how the embedding gradients travel
@@ -229,11 +231,13 @@ BOUNDS = {
     "shuffle_buffer": (0, None),
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
+    "steps_per_closure": (1, None),
     "sync_check_steps": (1, None),
     "negative_rate": (0.0, 1.0),  # the share of negatives dfm data prepare kept; 1: none dropped
     "intra_op_threads": (0, None),
     "inter_op_threads": (0, None),
     "omp_num_threads": (0, None),
+    "data_threads": (0, None),
 }
 OPEN_BOUNDS = {("learning_rate", "low"), ("dropout", "high"), ("negative_rate", "low")}
 

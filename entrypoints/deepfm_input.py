@@ -59,6 +59,7 @@ class InputConfig:
     config_dir: str = "/opt/ml/input/config"  # inputdataconfig.json, read when the dataset is built
     pipe_state_dir: str = "/opt/ml/pipe_state"
     feature_spec: object = None  # deepfm_features.FeatureSpec: raw records, parsed and hashed in the graph
+    data_threads: int = 0  # tf.data's private thread pool; 0: TensorFlow's shared pool (all vCPUs)
 
     @property
     def text_records(self):
@@ -72,7 +73,8 @@ def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir, ba
     return InputConfig(field_size=hp.field_size, batch_size=batch_size or hp.batch_size,
                        data_format=hp.data_format, shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch,
                        cache=hp.cache, input_mode=input_mode, data_dir=data_dir, config_dir=config_dir,
-                       pipe_state_dir=pipe_state_dir, feature_spec=getattr(hp, "feature_spec", None))
+                       pipe_state_dir=pipe_state_dir, feature_spec=getattr(hp, "feature_spec", None),
+                       data_threads=getattr(hp, "data_threads", 0))
 
 
 def list_files(channel_dirs):
@@ -182,4 +184,9 @@ def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, 
         batches = one_pass()
     if skip_batches:
         batches = batches.skip(skip_batches)
-    return batches.prefetch(tf.data.AUTOTUNE if cfg.prefetch < 0 else cfg.prefetch)
+    batches = batches.prefetch(tf.data.AUTOTUNE if cfg.prefetch < 0 else cfg.prefetch)
+    if cfg.data_threads > 0:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = cfg.data_threads
+        batches = batches.with_options(options)
+    return batches

@@ -11,13 +11,36 @@ import os
 from deepfm_log import log
 
 
-def per_process_threads(hp, cpus, processes):
-    """Thread pools left at 0 (= all vCPUs) get the host's vCPUs split over its processes."""
-    share = max(1, cpus // max(1, processes))
+# The processes a host runs, as the parent process tells the ones it starts (comma-separated roles):
+# a chief's own worker tasks belong to the chief's host, not to a worker host.
+HOST_ROLES_ENV = "DFM_HOST_ROLES"
+THREAD_KNOBS = ("intra_op_threads", "inter_op_threads", "omp_num_threads", "data_threads")
+
+
+def per_process_threads(hp, cpus, processes, roles=None):
+    """Thread pools left at 0 get the host's vCPUs split over the processes it runs (at least 1 each):
+    TensorFlow's intra-op and inter-op pools, OpenMP, tf.data's private pool. Explicit values win.
+    roles: what those processes are (for the log), e.g. ["ps server", "chief", "worker"]."""
+    processes = max(1, processes)
+    share = max(1, cpus // processes)
     values = dict(vars(hp))
-    for name in ("intra_op_threads", "inter_op_threads", "omp_num_threads"):
-        values[name] = values[name] or share
+    for name in THREAD_KNOBS:
+        values[name] = values.get(name) or share
+    what = f": {describe_roles(roles)}" if roles else ""
+    values["thread_budget"] = f"{cpus} vCPUs / {processes} process{'es' if processes > 1 else ''} on this host{what}"
     return argparse.Namespace(**values)
+
+
+def describe_roles(roles):
+    counts = {}
+    for role in roles:
+        counts[role] = counts.get(role, 0) + 1
+    return ", ".join(role if n == 1 else f"{n} {role}s" for role, n in counts.items())
+
+
+def roles_from_environment(environ=None):
+    text = (os.environ if environ is None else environ).get(HOST_ROLES_ENV, "")
+    return [role for role in text.split(",") if role] or None
 
 
 def set_thread_environment(hp, env):
@@ -50,6 +73,7 @@ def configure_tensorflow(hp, env):
 
     intra = hp.intra_op_threads or env.num_cpus
     inter = hp.inter_op_threads or env.num_cpus
+    budget = getattr(hp, "thread_budget", None)
     try:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(inter)
@@ -61,8 +85,9 @@ def configure_tensorflow(hp, env):
     dtype, why = choose(hp.mixed_precision, steps_run_on_gpus(), cpu_bfloat16_flag())
     log(f"tensorflow {tf.__version__} gpus={len(gpus)} vcpus={env.num_cpus}")
     log(f"precision: the MLP computes in {dtype} ({why}); variables, tables and optimizer slots stay float32")
-    log(f"tuning intra_op_threads={intra} inter_op_threads={inter} "
+    log(f"tuning intra_op_threads={intra} inter_op_threads={inter} data_threads={hp.data_threads or 'default'} "
         f"KMP_AFFINITY={os.environ.get('KMP_AFFINITY', '')} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} "
         f"KMP_SETTINGS={os.environ.get('KMP_SETTINGS')} mixed_precision={'off' if dtype == 'float32' else dtype} "
-        f"shuffle_buffer={hp.shuffle_buffer} prefetch={hp.prefetch} cache={hp.cache}")
+        f"shuffle_buffer={hp.shuffle_buffer} prefetch={hp.prefetch} cache={hp.cache}"
+        + (f" ({budget})" if budget else ""))
     return tf.as_dtype(dtype)

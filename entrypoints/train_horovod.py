@@ -42,7 +42,7 @@ def horovod_problem():
 def main(argv):
     hp, env = start_or_exit(argv, PROG, image_problem=horovod_problem)
     ranks_per_host = max(1, _launcher_size(os.environ) // env.num_hosts)
-    hp = per_process_threads(hp, env.num_cpus, ranks_per_host)
+    hp = per_process_threads(hp, env.num_cpus, ranks_per_host, ["Horovod rank"] * ranks_per_host)
     set_thread_environment(hp, env)  # before TensorFlow starts
 
     import horovod.tensorflow as hvd

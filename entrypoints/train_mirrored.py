@@ -24,7 +24,7 @@ import sys
 import deepfm_sync
 from deepfm_container import start_or_exit
 from deepfm_log import log
-from deepfm_tuning import configure_tensorflow, set_thread_environment
+from deepfm_tuning import configure_tensorflow, per_process_threads, set_thread_environment
 from deepfm_worker_input import Placement
 
 PROG = "train_mirrored.py"
@@ -53,6 +53,7 @@ def main(argv):
     hp, env = start_or_exit(argv, PROG)
     if "TF_CONFIG" not in os.environ and env.num_hosts > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config_from_hosts(env.hosts, env.current_host))
+    hp = per_process_threads(hp, env.num_cpus, 1, ["MultiWorkerMirrored worker"])
     set_thread_environment(hp, env)
 
     import tensorflow as tf

@@ -27,7 +27,8 @@ import hetero_cluster
 import ps_gpu_workers as gpu_workers
 from deepfm_container import start_or_exit
 from deepfm_log import log
-from deepfm_tuning import configure_tensorflow, set_thread_environment
+from deepfm_tuning import (HOST_ROLES_ENV, configure_tensorflow, per_process_threads, roles_from_environment,
+                           set_thread_environment)
 
 PROG = "train_ps.py"
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
@@ -37,20 +38,38 @@ HETERO_TASK_ENV = "DFM_HETERO_TASK"
 
 def main(argv):
     hp, env = start_or_exit(argv, PROG)
-    set_thread_environment(hp, env)
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})
     if not cluster and hp.ps_group:
         return run_heterogeneous(hp, env, argv)
     if not cluster or sum(len(v) for v in cluster.values()) <= 1:
-        return train_single_host(hp, env)
+        return train_single_host(thread_budget(hp, env, ["single process"]), env)
     cluster, task_type, task_index = rename_master(cluster, tf_config["task"])
     per_host = gpu_workers.workers_per_host(env.num_gpus)
+    hp = thread_budget(hp, env, roles_from_environment() or toolkit_host_roles(task_type, per_host))
     if task_type == "ps":
         return serve_until_chief_done(hp, env, cluster, task_type, task_index)
     if task_type == "worker":
         return serve_worker_tasks(hp, env, cluster, task_index, argv, per_host)
     return train_chief(hp, env, cluster, argv, per_host)
+
+
+def thread_budget(hp, env, roles):
+    """This host's vCPUs split over the processes it runs (`roles`), for the thread pools left at 0; the
+    OpenMP environment set before TensorFlow starts. The processes this one starts inherit the roles."""
+    hp = per_process_threads(hp, env.num_cpus, len(roles), roles)
+    set_thread_environment(hp, env)
+    os.environ[HOST_ROLES_ENV] = ",".join(roles)
+    return hp
+
+
+def toolkit_host_roles(task_type, per_host):
+    """The processes on a host of the toolkit's layout: its ps server (the toolkit's own process), and the
+    chief with its worker tasks (unless DFM_PS_CHIEF_WORKER=0) on the master host, else its worker tasks."""
+    workers = ["worker"] * per_host
+    if task_type == "chief":
+        return ["ps server", "chief"] + (workers if chief_runs_worker() else [])
+    return ["ps server"] + workers
 
 
 def rename_master(cluster, task):
@@ -160,6 +179,7 @@ def run_heterogeneous(hp, env, argv):
                                                addresses=hetero_cluster.addresses_from_env())
     except hetero_cluster.ClusterError as err:
         return fail(err)
+    hp = thread_budget(hp, env, roles_from_environment() or hetero_host_roles(cluster))
     mine = {task.name: task for task in cluster.local_tasks()}
     chosen = os.environ.get(HETERO_TASK_ENV)
     task = mine.get(chosen) if chosen else cluster.local_tasks()[0]
@@ -177,6 +197,13 @@ def run_heterogeneous(hp, env, argv):
         return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts,
                                       local_rank=rank, per_host=per_host)
     return train_heterogeneous_chief(hp, env, cluster, argv)
+
+
+def hetero_host_roles(cluster):
+    """The processes on this host of a heterogeneous job: one serving all its ps tasks, the chief, one per
+    worker task."""
+    local = cluster.local_tasks()
+    return (["ps server"] if any(t.job == "ps" for t in local) else []) + [t.job for t in local if t.job != "ps"]
 
 
 def serve_ps_tasks(hp, env, cluster):

@@ -15,6 +15,8 @@ import pytest
 import entry_support as es
 import selection_support as ss
 
+# The chief logs each remote function its cluster function library instantiates (TensorFlow's VLOG 1).
+INSTANTIATIONS_LOGGED = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "cluster_function_library_runtime=1"}
 HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "log_steps": 20,
       "learning_rate": 0.1, "shuffle_buffer": 1000, "optimizer": "adagrad"}
 
@@ -56,16 +58,16 @@ def loopback_cluster():
             "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
 
 
-def run_cluster(tmp_path, bases, envs, hp, tag="run"):
-    """Start the toolkit-style ps servers, then train_ps.py as worker (algo-2) and master (algo-1);
-    -> (exit codes chief-first, chief log, worker log, processes)."""
+def run_cluster(tmp_path, bases, envs, hp, tag="run", chief_env=None):
+    """Start the toolkit-style ps servers, then train_ps.py as worker (algo-2) and master (algo-1), the
+    master with chief_env added; -> (exit codes chief-first, chief log, worker log, processes)."""
     cluster = loopback_cluster()
     procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"{tag}-ps{i}.log") for i in range(2)]
     try:
         procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / f"{tag}-worker.log",
                                      {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
         procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / f"{tag}-chief.log",
-                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0)}))
+                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0), **(chief_env or {})}))
         codes = [proc.wait(timeout=300) for proc in reversed(procs)]
     finally:
         stop_all(procs)
@@ -92,9 +94,13 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
     hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50)
-    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp)
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp, chief_env=INSTANTIATIONS_LOGGED)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)  # the chief's own worker child included
+    # No closure result is copied back from a worker: such a copy instantiated a remote function per worker
+    # while the other workers' closures ran, which races inside TensorFlow (issue 28, deepfm_coordinator).
+    instantiated = [line for line in chief.splitlines() if "CFLR::Instantiate" in line]
+    assert instantiated and not [line for line in instantiated if " on /job:worker/" in line], instantiated
     assert "embeddings in 2 shard(s)" in chief
     assert "worker 1 on algo-1" in chief and "worker 0 on algo-2" in worker  # both hosts' data serve
     assert "chief finished; exiting" in worker
@@ -285,6 +291,37 @@ def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
     assert os.environ["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
     deepfm_tuning.set_thread_environment(deepfm_hparams.parse_hyperparameters(["--omp_num_threads", "3"]), container)
     assert (os.environ["OMP_NUM_THREADS"], os.environ["KMP_SETTINGS"]) == ("3", "0")
+
+
+class JoinRaising:
+    """A coordinator whose join() raises each of `errors` once, then returns."""
+
+    def __init__(self, *errors):
+        self.errors = list(errors)
+
+    def join(self):
+        if self.errors:
+            raise self.errors.pop(0)
+
+
+def test_a_closure_request_tensorflow_malformed_is_survived_a_bounded_number_of_times(capsys):
+    import tensorflow as tf
+
+    import deepfm_coordinator as dc
+
+    def rejected():
+        return tf.errors.InternalError(None, None, "From /job:worker/replica:0/task:1:\nUnable to parse request")
+
+    count = []
+    for _ in range(dc.MAX_REJECTED):
+        dc.join_or_exit(JoinRaising(rejected()), count)
+    assert len(count) == dc.MAX_REJECTED and "scheduling again (1/3)" in capsys.readouterr().out
+    with pytest.raises(tf.errors.InternalError):  # one more: not a race any more
+        dc.join_or_exit(JoinRaising(rejected()), count)
+    with pytest.raises(tf.errors.InternalError):  # any other internal error is the run's end
+        dc.join_or_exit(JoinRaising(tf.errors.InternalError(None, None, "out of memory")), [])
+    with pytest.raises(SystemExit):  # a bad row under bad_rows: fail
+        dc.join_or_exit(JoinRaising(tf.errors.InvalidArgumentError(None, None, "bad row 3 in a.csv")), [])
 
 
 def test_master_is_renamed_chief_for_the_strategy():

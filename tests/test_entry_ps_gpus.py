@@ -59,6 +59,7 @@ def two_host_cluster(tmp_path, rows, num_gpus):
         es.write_tfrecords(base / "input/data/train", part, 4)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
         env["SM_NUM_GPUS"] = str(num_gpus)
+        env["SM_NUM_CPUS"] = "8"  # what an 8-vCPU instance's container says (the threads are split, not pinned)
     return bases, envs
 
 
@@ -101,6 +102,11 @@ def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     assert sorted(f[2] for f in shard_files.values()) == ["0", "1", "2", "3"]
     assert all(f[:2] == ["2", str(rank)] for (_, rank), f in shard_files.items())
     assert "training data exhausted on every worker" in chief  # all 4 tasks reported their end
+    # 8 vCPUs split over each host's processes, logged once by each: the master host runs the toolkit's ps
+    # server, the chief and 2 worker tasks, the other host the ps server and 2 worker tasks
+    master = "intra_op_threads=2 inter_op_threads=2 data_threads=2 KMP_AFFINITY=granularity=fine,compact,1,0 OMP_NUM_THREADS=2"
+    assert chief.count(master) == 3 and chief.count("(8 vCPUs / 4 processes on this host: ps server, chief, 2 workers)") == 3
+    assert worker.count(master) == 2 and worker.count("(8 vCPUs / 3 processes on this host: ps server, 2 workers)") == 2
     # the chief traces the steps in the float16 mixed_precision asks for (its own GPUs hidden); the workers say so too
     assert "mixed_precision=float16 " in chief and worker.count("mixed_precision=float16 ") == 2
     # one step per batch: each of the 4 tasks reads 2 of the 8 files (1024 rows, 8 batches of 128)

@@ -58,6 +58,7 @@ def test_two_host_ps_job_gets_the_container_layout(tmp_path):
         assert ps_config["task"] == {"type": "ps", "index": int(host[-1]) - 1}
         assert ps_config["cluster"] == master["cluster"]
         assert not any(name.startswith("SM_") for name in ps.env)  # the toolkit's ps has no script environment
+        assert ps.env["DFM_FROM_PLAN"] == "yes"  # but the job's own, as the toolkit's process has it
     hosts = {h.name: {c.name: c for c in h.channels} for h in request.hosts}
     assert [key for key, _ in hosts["algo-1"]["eval"].files] == ["part-000.tfrecord"] == \
         [key for key, _ in hosts["algo-2"]["eval"].files]

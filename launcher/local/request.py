@@ -258,8 +258,10 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
         return tuple(scripts), scripts[0].label, {}
     if kind == "parameter_server" and len(trees) > 1:
         layout = cluster.Layout.allocate([t.host for t in trees], with_ps=True)
+        # The job's environment reaches the toolkit's process, and so its ps server (TF_NUM_INTRAOP_THREADS...).
+        job_env = {str(k): str(v) for k, v in plan.environment.items()}
         servers = [LocalProcess(f"{t.host}/ps", t.host, "ps", (runtime.python, str(PS_SERVER)),
-                                {**base, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
+                                {**base, **job_env, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
                                 str(t.base), log_file(logs, f"{t.host}/ps"), "ps") for t in trees]
         roles = {t.host: "master" if t.host == layout.master else "worker" for t in trees}
         scripts = [script(t, f"{t.host}/{roles[t.host]}", roles[t.host], cluster.ps_tf_config(layout, t.host))

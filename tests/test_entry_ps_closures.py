@@ -1,0 +1,81 @@
+"""Several training steps per ClusterCoordinator closure (`steps_per_closure`) on a two-host parameter-server
+cluster: epoch ends, bad-row counts, the log, checkpoint and evaluation steps and a resume stay exact."""
+
+import json
+import math
+import re
+
+import pytest
+
+import entry_support as es
+from test_entry_ps import HP, INSTANTIATIONS_LOGGED, group_gone, run_cluster
+from test_entry_features import BAD_LINES, features_for, write_raw
+
+
+def closure_sizes(todo, steps_per_closure, workers):
+    from deepfm_coordinator import closure_sizes as sizes
+
+    return sizes(todo, steps_per_closure, workers)
+
+
+def test_a_window_is_split_into_closures_every_worker_gets_one_of():
+    assert closure_sizes(7, 5, 2) == [4, 3]  # short window: both workers busy, 7 steps exactly
+    assert closure_sizes(100, 16, 2) == [16] * 6 + [4]
+    assert closure_sizes(1, 16, 3) == [1]
+    assert closure_sizes(9, 1, 2) == [1] * 9  # steps_per_closure=1: the old one step per closure
+    for todo in range(1, 60):
+        for size in (1, 3, 16):
+            assert sum(closure_sizes(todo, size, 2)) == todo and max(closure_sizes(todo, size, 2)) <= size
+
+
+def raw_hosts(tmp_path, rows_per_host, batch_size):
+    """Two hosts, each its own raw TSV file with the bad lines in it, and an eval file on the master.
+    -> (bases, envs, features, training batches per host)."""
+    hosts = ["algo-1", "algo-2"]
+    columns, _, _ = write_raw(tmp_path / "raw", 2 * rows_per_host, eval_rows=300, seed=4, feature_size=600,
+                              vocabulary=100, max_length=4)
+    lines = [line for path in sorted((tmp_path / "raw" / "train").iterdir()) for line in path.read_text().splitlines()]
+    bases, envs, batches = [], [], []
+    for i, host in enumerate(hosts):
+        base = tmp_path / host
+        envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",)))
+        part = lines[i * rows_per_host:(i + 1) * rows_per_host]
+        part = part[:10] + BAD_LINES + part[10:]
+        (base / "input/data/train/part-0.tsv").write_text("\n".join(part) + "\n")
+        (base / "input/data/eval/part-0.tsv").write_text((tmp_path / "raw/eval").joinpath(
+            sorted(p.name for p in (tmp_path / "raw/eval").iterdir())[0]).read_text())
+        bases.append(base)
+        batches.append(math.ceil(len(part) / batch_size))
+    features = features_for(columns, buckets=500, bag_buckets=200, max_length=4, bad_rows="skip")
+    return bases, envs, json.dumps(features), batches
+
+
+def steps_of(log, kind):
+    return [int(row["step"]) for row in es.metric_lines(log, kind)]
+
+
+@pytest.mark.slow
+def test_multi_step_closures_keep_epochs_bad_rows_windows_and_resume_exact(tmp_path):
+    bases, envs, features, batches = raw_hosts(tmp_path, 1000, 64)
+    epoch = sum(batches)  # every worker's batches, the bad lines' included (skipped rows, not batches)
+    hp = dict(HP, feature_size=600, batch_size=64, features=features, epochs=2, steps_per_closure=5, log_steps=7,
+              checkpoint_steps=10)
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp, chief_env=INSTANTIATIONS_LOGGED)
+    assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+    assert all(group_gone(proc) for proc in procs)
+    done = [int(s) for s in re.findall(r"epoch \d/2 done at step (\d+)", chief)]
+    assert done == [epoch, 2 * epoch]
+    assert steps_of(chief, "train") == list(range(7, 2 * epoch + 1, 7)) + ([2 * epoch] if 2 * epoch % 7 else [])
+    assert [int(s) for s in re.findall(r"checkpoint step=(\d+)", chief)] == list(range(10, 2 * epoch, 10)) + [2 * epoch]
+    assert steps_of(chief, "eval") == [epoch, 2 * epoch]
+    counts = sorted(re.findall(r"bad rows skipped: (\d+) \(worker (\d)\)", chief))
+    assert counts == [(str(2 * len(BAD_LINES)), "0"), (str(2 * len(BAD_LINES)), "1")], chief[-3000:]
+    instantiated = [line for line in chief.splitlines() if "CFLR::Instantiate" in line]
+    assert not [line for line in instantiated if " on /job:worker/" in line]
+
+    # A restarted job with one more epoch continues at the end of the second, and the third ends exactly.
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, epochs=3), tag="again")
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert f"continuing at step {2 * epoch}" in chief
+    assert [int(s) for s in re.findall(r"epoch \d/3 done at step (\d+)", chief)] == [3 * epoch]
+    assert steps_of(chief, "eval") == [3 * epoch]
