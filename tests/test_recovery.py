@@ -4,7 +4,7 @@ resubmitting a job that lost its capacity, the stall watchdog, and `dfm status` 
 from __future__ import annotations
 
 import dataclasses
-import re
+import itertools
 
 import boto3
 import pytest
@@ -151,21 +151,17 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
     moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
     hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",
                   lambda **_: moto_jobs.set_state(plan.job_name, "InProgress"))
-    now = [0.0]
-    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: now[0]))
-
-    def sleep(seconds):
-        now[0] += 30
-
-    monkeypatch.setattr("launcher.sagemaker_backend.logs.time.sleep", sleep)
+    ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (one per line and per poll)
+    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []
     monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
     with pytest.raises(DfmError) as caught:
-        attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=1)
+        attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0)
     assert caught.value.exit_code == 1 and stopped == [plan.job_name]
-    found = re.match(rf"job {plan.job_name} stalled: no metric line for (\d+) s \(stall_timeout 60 s\); silent longest: "
-                     r"algo-1, \d+ s since its last line: \[dfm\] train step=1", caught.value.message)
-    assert found and 60 < int(found.group(1)) <= 60 + 30  # stopped at the first poll past the timeout
+    # the line seen at 0 s, polls at 10, 20, ...: stopped at the first poll past the timeout
+    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s (stall_timeout 60 s); silent "
+                                    "longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
+                                    "examples_per_sec=1.0; dfm stopped it")
 
 
 def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, capsys):
@@ -175,13 +171,12 @@ def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, caps
     moto_jobs.create("job-s")
     moto_jobs.set_state("job-s", "InProgress")
     moto_logs("job-s", "algo-1", "[dfm] train step=5 loss=0.5 auc=0.5 examples_per_sec=1.0")
-    now = [0.0]
-    monkeypatch.setattr(logs, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: now[0]))
-    monkeypatch.setattr(logs.time, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (one per line and per poll)
+    monkeypatch.setattr(logs, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []  # moto has no StopTrainingJob: record the call the kind makes
     recording = dataclasses.replace(kinds.TRAINING, stop=lambda name, region: stopped.append(name))
     monkeypatch.setitem(kinds.KINDS, "training", recording)
-    assert main(["logs", "job-s", "--follow", "--poll", "20", "--stall-timeout", "30", "--region", REGION]) == 1
+    assert main(["logs", "job-s", "--follow", "--poll", "0", "--stall-timeout", "30", "--region", REGION]) == 1
     assert "job job-s stalled: no metric line for 40 s" in capsys.readouterr().err
     assert stopped == ["job-s"]
     assert main(["logs", "job-s", "--stall-timeout", "30", "--region", REGION]) == 2
