@@ -44,6 +44,7 @@ EXPLICIT = {  # old path under launcher/ -> new path under launcher/
     "plan.py": "plans/training.py",
     "hosts.py": "plans/hosts.py",
     "tasks.py": "plans/tasks.py",
+    "recovery.py": "plans/recovery.py",
     "catalog.py": "facts/catalog.py",
     "contract.py": "facts/contract.py",
     "conventions.py": "facts/conventions.py",
