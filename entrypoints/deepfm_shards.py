@@ -1,5 +1,5 @@
 """The shard table of the bundled scripts: which part of its input one worker reads. Pure Python (no
-TensorFlow), so the launcher loads this very module (launcher/contract.py) to lay prepared files out for it."""
+TensorFlow), so the launcher loads this very module (launcher/facts/contract.py) to lay prepared files out for it."""
 
 
 def shard_for(num_hosts, host_index, workers_per_host, local_rank, multi_path, s3_shard):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from launcher import rules
-from launcher.plan import Plan, build_plan
+from launcher.plans.training import Plan, build_plan
 from launcher.spec import SpecError, load_spec
 
 

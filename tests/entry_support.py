@@ -3,7 +3,7 @@ folder), lay out a fake SageMaker container tree, write small datasets, run scri
 
 The entry-point tests run under each TensorFlow runtime's own pytest (TF, numpy, pytest, psutil, and
 Horovod / sagemaker-tensorflow where that image family has them; no dfm dependencies). From launcher/
-they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.contract).
+they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.facts.contract).
 """
 
 import importlib.util

@@ -14,7 +14,7 @@ import yaml
 
 from launcher.local.request import build_request
 from launcher.local.runner import LocalRun
-from launcher.plan import Plan, build_plan
+from launcher.plans.training import Plan, build_plan
 from launcher.spec import load_spec
 
 STANDIN = Path(__file__).with_name("local_scripts") / "standin.py"

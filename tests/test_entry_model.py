@@ -136,7 +136,7 @@ def test_export_after_negative_downsampling_serves_calibrated_probabilities(tmp_
 
 
 def test_metric_lines_match_the_launchers_metric_definitions():
-    from launcher.conventions import METRIC_DEFINITIONS
+    from launcher.facts.conventions import METRIC_DEFINITIONS
 
     train = deepfm_log.format_metric("train", 1200, 0.4567891, 0.7812341, 23456.78)
     evaluation = deepfm_log.format_metric("eval", 1200, 0.45, 0.79)

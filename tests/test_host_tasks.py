@@ -1,8 +1,8 @@
-"""launcher.tasks.host_tasks: the processes and replicas one host runs, as the bundled scripts start them."""
+"""launcher.plans.tasks.host_tasks: the processes and replicas one host runs, as the bundled scripts start them."""
 
 import pytest
 
-from launcher.tasks import host_tasks
+from launcher.plans.tasks import host_tasks
 
 
 @pytest.mark.parametrize("instance_type, distribution, processes, expected", [

@@ -1,4 +1,4 @@
-"""launcher/hosts.py and tasks.py, the one cluster model: instance groups, host names, resource configs, what runs
+"""launcher/plans/hosts.py and tasks.py, the one cluster model: instance groups, host names, resource configs, what runs
 where, cost per group, the embedding memory estimate; checked against the real sagemaker-training toolkit (how it
 reads our resource configs) and the bundled script's own cluster builder and optimizer."""
 
@@ -11,8 +11,10 @@ import sys
 import pytest
 from local_plans import toolkit_pythonpath
 
-from launcher import catalog, hosts, tasks
-from launcher.plan import build_plan
+from launcher.facts import catalog
+from launcher.plans import hosts
+from launcher.plans import tasks
+from launcher.plans.training import build_plan
 from launcher.spec import load_spec
 from entry_support import entrypoint_module
 from spec_helpers import write_spec
@@ -148,7 +150,7 @@ def test_warm_pool_hours_are_counted_once():
     price = catalog.instance("ml.c5.xlarge").usd_per_hour
     assert cost["max_usd"] == round(price * 2 * 1.5, 2)
     assert (cost["max_hours"], cost["warm_pool_hours"]) == (1, 0.5)
-    from launcher.render import _cost_line
+    from launcher.cli.render import _cost_line
 
     assert _cost_line(cost).startswith(f"at most ${cost['max_usd']:,.2f} = (${price}/h x 2 (homogeneousCluster)) x 1.5 h")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import images
+from launcher.facts import images
 
 
 def sdk_training_config() -> dict:

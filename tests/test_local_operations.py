@@ -16,10 +16,10 @@ import yaml
 from local_plans import assert_no_survivors
 from test_local_e2e import WatchedRun, e2e_spec, kill_once, sample  # noqa: F401  (sample: the module's data fixture)
 
-from launcher import contract
+from launcher.facts import contract
 from launcher.local import curves
 from launcher.local.progress import Progress
-from launcher.plan import build_plan
+from launcher.plans.training import build_plan
 from launcher.spec import load_spec
 
 

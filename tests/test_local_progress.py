@@ -1,8 +1,8 @@
-"""The progress line and summary read the entry points' metric lines (the format in launcher/contract.py)."""
+"""The progress line and summary read the entry points' metric lines (the format in launcher/facts/contract.py)."""
 
 import re
 
-from launcher.conventions import METRIC_DEFINITIONS
+from launcher.facts.conventions import METRIC_DEFINITIONS
 from launcher.local.progress import Progress, parse_metric_line
 
 

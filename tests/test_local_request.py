@@ -163,7 +163,7 @@ def horovod_runtime():
 
 @pytest.mark.skipif(horovod_runtime() is None, reason="runtime tf-2.12 with mpi4py not built (scripts/runtime.sh tf-2.12)")
 def test_horovod_ranks_run_mpi4py_with_the_tf_2_12_runtimes_python(tmp_path):
-    from launcher.plan import build_plan
+    from launcher.plans.training import build_plan
     from launcher.spec import load_spec
     from spec_helpers import REPO
 

@@ -84,23 +84,23 @@ def test_an_import_against_the_table_fails(tmp_path, added, arrow):
     """plan.py, pure, with one more import (a function-level one too)."""
     modules = launcher_modules()
     changed = tmp_path / "plan.py"
-    changed.write_text(modules["launcher.plan"].read_text() + "\n" + added + "\n")
-    added_problems = set(problems(MAP, {**modules, "launcher.plan": changed})) - set(problems(MAP))
-    assert added_problems == {f"launcher.plan imports {arrow}, which its row does not allow"}
+    changed.write_text(modules["launcher.plans.training"].read_text() + "\n" + added + "\n")
+    added_problems = set(problems(MAP, {**modules, "launcher.plans.training": changed})) - set(problems(MAP))
+    assert added_problems == {f"launcher.plans.training imports {arrow}, which its row does not allow"}
 
 
 def test_a_module_missing_from_the_table_fails():
-    without = problems({k: v for k, v in MAP.items() if k != "launcher.plan"})
-    assert set(without) - set(problems(MAP)) == {"launcher.plan: no row in docs/CONTRACT.md"}
+    without = problems({k: v for k, v in MAP.items() if k != "launcher.plans.training"})
+    assert set(without) - set(problems(MAP)) == {"launcher.plans.training: no row in docs/CONTRACT.md"}
 
 
 def test_an_allowed_import_no_longer_made_fails():
-    allowed = {**MAP, "launcher.plan": MAP["launcher.plan"] | {"launcher.render"}}
-    assert set(problems(allowed)) - set(problems(MAP)) == {"launcher.plan: its row allows launcher.render, which it does not import"}
+    allowed = {**MAP, "launcher.plans.training": MAP["launcher.plans.training"] | {"launcher.cli.render"}}
+    assert set(problems(allowed)) - set(problems(MAP)) == {"launcher.plans.training: its row allows launcher.cli.render, which it does not import"}
 
 
 def test_modules_called_pure_start_no_process_thread_or_connection():
-    assert pure_modules(TEXT) >= {"launcher.plan", "launcher.hosts"}
+    assert pure_modules(TEXT) >= {"launcher.plans.training", "launcher.plans.hosts"}
     assert impure(pure_modules(TEXT)) == []
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import contract, conventions
+from launcher.facts import contract
+from launcher.facts import conventions
 from launcher.compile import compile_spec
-from launcher.plan import Plan, job_timestamp
+from launcher.plans.training import Plan, job_timestamp
 from launcher.sagemaker_backend.request import estimator_kwargs
 from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
@@ -169,8 +170,8 @@ def test_every_configs_plan_round_trips_through_plain_json(config):
 
 def test_a_value_holding_a_plan_round_trips_too():
     """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
-    from launcher.plan import from_data, to_data
-    from launcher.tuning_plan import TuningPlan, build_tuning_plan
+    from launcher.plans.training import from_data, to_data
+    from launcher.plans.tuning import TuningPlan, build_tuning_plan
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
     tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tune-ps-261125-000000")
@@ -288,14 +289,14 @@ def test_bundled_source_dir_in_an_installed_layout(tmp_path):
     site = tmp_path / "site-packages"
     shutil.copytree(REPO / "launcher", site / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "entrypoints", site / "launcher" / "_bundled", ignore=shutil.ignore_patterns("__pycache__"))
-    code = "import launcher.contract as c; print(c.bundled_source_dir())"
+    code = "import launcher.facts.contract as c; print(c.bundled_source_dir())"
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(site / "launcher" / "_bundled")
 
 
 def test_the_entry_points_copies_of_the_conventions_agree():
     """The entry points never import the launcher: their own channel names and container paths must equal
-    launcher.conventions' (the metric line format is pinned by the test above)."""
+    launcher.facts.conventions' (the metric line format is pinned by the test above)."""
     from types import SimpleNamespace
 
     inputs = entrypoint_module("deepfm_input")

@@ -184,7 +184,7 @@ def test_bad_rows_are_skipped_and_counted_or_fail_with_nothing_written(tmp_path,
 def test_raw_tsv_becomes_examples_the_bundled_parser_reads_with_statistics(tmp_path, spark):
     import tensorflow as tf
 
-    from launcher.contract import bundled_features
+    from launcher.facts.contract import bundled_features
 
     folder = tmp_path / "raw"
     folder.mkdir()

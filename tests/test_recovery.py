@@ -11,7 +11,7 @@ import pytest
 from conftest import BUCKET, JOB, REGION
 from test_sagemaker_backend import capture_create_requests, hook_sessions
 
-from launcher import recovery
+from launcher.plans import recovery
 from launcher.errors import DfmError
 from launcher.sagemaker_backend import attempts, jobs
 from launcher.sagemaker_backend.logs import StallWatch, Stalled
@@ -34,7 +34,7 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     watched = request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
     assert watched["watch"] == {"stall_timeout_s": 900, "recovery": {
         "max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]}}
-    from launcher.render import render_dry_run
+    from launcher.cli.render import render_dry_run
 
     text = render_dry_run(watched)
     assert "up to 2 resubmissions (<job>-r1, ...) on ml.c5.18xlarge, then ml.m5.24xlarge" in text

@@ -16,9 +16,11 @@ import pytest
 from botocore.stub import Stubber
 
 from conftest import _moto_training_job
-from launcher import conventions, hosts, sagemaker_backend as sb
+from launcher import sagemaker_backend as sb
+from launcher.facts import conventions
+from launcher.plans import hosts
 from launcher.errors import DfmError
-from launcher.plan import Channel
+from launcher.plans.training import Channel
 from launcher.sagemaker_backend import aws as sm_aws, request as sm_request
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py

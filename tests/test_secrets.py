@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.secrets import MASK, is_secret_name, mask_document, mask_environment
+from launcher.cli.secrets import MASK, is_secret_name, mask_document, mask_environment
 
 
 @pytest.mark.parametrize("name", ["DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "githubToken",

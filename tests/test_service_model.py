@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import catalog, rules, service_model
-from launcher.service_model import java_regex
+from launcher.facts import catalog
+from launcher import rules
+from launcher.facts import service_model
+from launcher.facts.service_model import java_regex
 
 
 def matches(java: str, value: str) -> bool:

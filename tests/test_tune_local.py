@@ -18,7 +18,7 @@ import yaml
 from launcher.compile import compile_spec
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
-from launcher.tuning_plan import build_tuning_plan
+from launcher.plans.tuning import build_tuning_plan
 from spec_helpers import dfm, write_spec
 
 TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,

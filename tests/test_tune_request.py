@@ -124,7 +124,7 @@ def test_submit_sends_exactly_the_dry_runs_request(aws, monkeypatch, capsys):
 
 
 def cli_tune_plan(monkeypatch):
-    from launcher.cli_tune import compile_tuning
+    from launcher.cli.tune import compile_tuning
 
     return compile_tuning(CONFIG, (), NAME)[1]
 

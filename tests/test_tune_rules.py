@@ -3,9 +3,9 @@ others), and the rules' view of the example config."""
 
 from __future__ import annotations
 
-from launcher import rules_tune
+from launcher.rules import tune as rules_tune
 from launcher.compile import compile_spec
-from launcher.tuning_plan import build_tuning_plan, grid_size
+from launcher.plans.tuning import build_tuning_plan, grid_size
 from spec_helpers import DELETE, REPO, write_spec
 
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}

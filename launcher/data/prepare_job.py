@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher import catalog, contract, conventions
+from launcher.facts import catalog
+from launcher.facts import contract
+from launcher.facts import conventions
 from launcher.data.split import Layout
 from launcher.spec import Spec
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from launcher.errors import DfmError
-from launcher.plan import Channel
+from launcher.plans.training import Channel
 
 
 def channel_source(channel: Channel) -> Path:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher import hosts
-from launcher.conventions import CONTAINER_BASE_DIR
-from launcher.plan import Channel, Plan
+from launcher.plans import hosts
+from launcher.facts.conventions import CONTAINER_BASE_DIR
+from launcher.plans.training import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
 TOOLKIT_OWN_HYPERPARAMETERS = (

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from launcher.local.container import HostTree
     from launcher.local.runtime import Runtime
 
-from launcher.conventions import CONTAINER_BASE_DIR
+from launcher.facts.conventions import CONTAINER_BASE_DIR
 from launcher.errors import DfmError
 
 RANK_EXEC = Path(__file__).with_name("rank_exec.py")

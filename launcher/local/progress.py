@@ -9,7 +9,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from launcher.conventions import METRIC_DEFINITIONS
+from launcher.facts.conventions import METRIC_DEFINITIONS
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
 _STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")  # SageMaker's definitions have no eval:step

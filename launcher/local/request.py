@@ -15,7 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher import contract, conventions, hosts, tasks
+from launcher.facts import contract
+from launcher.facts import conventions
+from launcher.plans import hosts
+from launcher.plans import tasks
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
@@ -23,7 +26,7 @@ from launcher.local import runtime as runtimes
 from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
                                       plan_hosts, to_host_path)
 from launcher.local.runtime import Runtime
-from launcher.plan import Plan
+from launcher.plans.training import Plan
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 PLAN_FILE = "plan.json"  # in the run folder: the plan the run ran (Plan.to_dict)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from launcher import conventions
+from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import curves, netns

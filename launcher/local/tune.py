@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher import contract
+from launcher.facts import contract
 from launcher.errors import DfmError
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.local.request import build_request
 from launcher.local.runner import LocalRun
-from launcher.tuning_plan import TuningPlan
+from launcher.plans.tuning import TuningPlan
 
 STUDY_FILE = "study.journal"
 PLAN_FILE = "tuning.json"
@@ -151,7 +151,7 @@ class LocalTuning:
         values = search.suggest(trial, self.tplan)
         spec = self.spec.model_copy(update={"hyperparameters": {**self.spec.hyperparameters, **values},
                                             "local": self.spec.local.model_copy(update={"run_dir": str(self.folder)})})
-        from launcher.plan import build_plan
+        from launcher.plans.training import build_plan
 
         plan = build_plan(spec, job_name=f"{self.tplan.name}-{trial.number:03d}")
         request = build_request(plan)

@@ -1,15 +1,15 @@
 """`dfm launch --wait` on SageMaker: submit, follow the logs with the stall watchdog, and resubmit a job that
 lost its capacity (`recover:`), each attempt resuming from the first one's checkpoints. What to resubmit and
-when is `launcher.recovery`'s decision; this module acts on it."""
+when is `launcher.plans.recovery`'s decision; this module acts on it."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-from launcher import recovery
+from launcher.plans import recovery
 from launcher.errors import DfmError
-from launcher.plan import Plan
+from launcher.plans.training import Plan
 from launcher.sagemaker_backend import jobs, request
 from launcher.sagemaker_backend.logs import StallWatch, Stalled, stream_logs
 

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from launcher import recovery
+from launcher.plans import recovery
 from launcher.errors import DfmError
-from launcher.plan import Plan
+from launcher.plans.training import Plan
 from launcher.sagemaker_backend import aws, request
 from launcher.sagemaker_backend.logs import stream_logs
 

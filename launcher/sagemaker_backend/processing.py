@@ -202,7 +202,7 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
 def validate(sagemaker_client, built: dict) -> None:
     from botocore.validate import ParamValidator
 
-    from launcher import service_model
+    from launcher.facts import service_model
 
     shape = sagemaker_client.meta.service_model.operation_model("CreateProcessingJob").input_shape
     report = ParamValidator().validate(built, shape)

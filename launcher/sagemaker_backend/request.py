@@ -26,9 +26,9 @@ from urllib.parse import urlparse
 
 import boto3
 
-from launcher import conventions
+from launcher.facts import conventions
 from launcher.errors import DfmError
-from launcher.plan import Channel, Plan
+from launcher.plans.training import Channel, Plan
 from launcher.sagemaker_backend import aws
 
 ESTIMATOR_CLASS = "sagemaker.tensorflow.TensorFlow"
@@ -106,7 +106,7 @@ class TrainingRequest:
 
     def document(self) -> dict:
         """The dry run's document: the request, with the plan's channels, hosts, cost and warnings beside it."""
-        from launcher import tasks
+        from launcher.plans import tasks
 
         plan = self.plan
         document = {
@@ -384,7 +384,7 @@ def build(plan: Plan) -> TrainingRequest:
 def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJob") -> None:
     from botocore.validate import ParamValidator
 
-    from launcher import service_model
+    from launcher.facts import service_model
 
     shape = sagemaker_client.meta.service_model.operation_model(operation).input_shape
     report = ParamValidator().validate(request, shape)

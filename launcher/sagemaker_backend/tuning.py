@@ -13,11 +13,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from launcher import conventions
+from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.sagemaker_backend import aws, request
 from launcher.sagemaker_backend.tuning_jobs import console_url
-from launcher.tuning_plan import TuningPlan
+from launcher.plans.tuning import TuningPlan
 
 OPERATION = "CreateHyperParameterTuningJob"
 TUNER_CLASS = "sagemaker.tuner.HyperparameterTuner"

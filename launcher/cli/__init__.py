@@ -1,0 +1,61 @@
+"""The `dfm` command: thin click commands over spec -> rules -> plan -> backend.
+
+Heavy modules (sagemaker, tensorflow) are imported inside the commands that need them, so `dfm --help`
+and `dfm validate` stay fast. Every failure the user can fix is a DfmError: one line, exit code 2 (bad
+spec or usage) or 1 (job failed, AWS refused).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from launcher.errors import DfmError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="dfm")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Launch distributed DeepFM training on SageMaker from a YAML spec, or run it locally."""
+    ctx.obj = {"debug": debug}
+
+
+def _register() -> None:
+    # Each concern keeps its commands beside its code; this module only wires them in.
+    from launcher.cli import jobs as cli_jobs
+    from launcher.cli import prepare as cli_prepare
+    from launcher.cli import spec as cli_spec
+    from launcher.cli import tune as cli_tune
+    from launcher.cli import data as data_cli
+
+    data_cli.data.add_command(cli_prepare.prepare)
+    for command in (*cli_spec.COMMANDS, *cli_jobs.COMMANDS, *cli_tune.COMMANDS, data_cli.data):
+        cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="dfm", standalone_mode=False)
+    except DfmError as err:
+        if debug:
+            raise
+        click.echo(f"dfm: {err.message}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("dfm: aborted", err=True)
+        return 130
+    except click.ClickException as err:
+        err.show()
+        return 2
+    except SystemExit as exit_:  # click's own --help / --version
+        return int(exit_.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

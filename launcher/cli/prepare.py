@@ -1,0 +1,91 @@
+"""`dfm data prepare SPEC`: the spec's `prepare:` section as a Spark job (SageMaker Processing, or --local).
+
+A CLI module beside the others (the command joins the `dfm data` group in launcher/cli/__init__.py). pyspark loads only
+with --local, the SageMaker SDK only for --dry-run and a submit.
+"""
+
+from __future__ import annotations
+
+
+import click
+
+from launcher.cli.compile_errors import echo_findings, refuse
+from launcher.cli.options import OUTPUT, SET
+from launcher.data import prepare_job
+from launcher.errors import DfmError
+
+
+def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
+    from launcher.compile import compile_spec
+
+    compiled = compile_spec(spec_path, overrides)
+    if compiled.errors:
+        refuse(compiled.errors, compiled.warnings)
+    echo_findings(warnings=compiled.warnings)
+    if compiled.spec.prepare is None:
+        raise DfmError(f"{compiled.spec.where('')}: no prepare: section; add one (see docs/data.md)", 2)
+    return compiled.spec
+
+
+@click.command("prepare")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@SET
+@click.option("--local", is_flag=True, help="Run on local Spark (local[*]): prepare.input.local -> local.channels.")
+@click.option("--dry-run", is_flag=True, help="Print the CreateProcessingJob request; send nothing.")
+@click.option("--stats-only", is_flag=True, help="Only the statistics: stats.json and a proposed features.yaml (--local; on SageMaker with --wait).")
+@click.option("--wait/--no-wait", default=False, show_default=True, help="After submitting, follow the job's logs.")
+@click.option("--job-name", default=None, help="Processing job name (default: <name>-prep-<timestamp>).")
+@click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders.")
+@click.option("--features-from", "stats_file", default=None, metavar="STATS_JSON",
+              help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).")
+@OUTPUT
+def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bool, stats_only: bool, wait: bool,
+            job_name: str | None, force: bool, stats_file: str | None, output: str) -> None:
+    """Shuffle, split, balance and shard click logs into this job's training data, with statistics."""
+    spec = _compiled_spec(spec_path, overrides)
+    if stats_file is not None:
+        click.echo(_proposal(spec, stats_file), nl=False)
+        return
+    if local:
+        from launcher.data import prepare_local
+
+        report = prepare_local.run(spec, stats_only=stats_only, force=force)
+        click.echo(prepare_local.dump(report) if output == "json" else prepare_local.summary(report))
+        return
+    from launcher.sagemaker_backend import processing
+
+    plan = processing.build(spec, job_name or processing.job_name(spec), stats_only)
+    if dry_run:
+        from launcher.cli.spec import show_dry_run
+        from launcher.cli.render import render_processing_dry_run
+
+        show_dry_run(plan.document(), render_processing_dry_run, output, show_secrets=False)
+        return
+    name = processing.submit(plan, wait=wait, echo=click.echo)
+    if wait and (stats_only or spec.prepare.stats):  # the job has ended well: propose features: from its stats.json
+        report = prepare_job.report_uri(spec, name).rstrip("/")
+        proposal = _proposal(spec, f"{report}/stats.json")
+        processing.write_object(f"{report}/features.yaml", proposal.encode(), spec.region)
+        click.echo(f"proposed (also in {report}/features.yaml):\n{proposal}", nl=False)
+
+
+def _proposal(spec, stats_file: str) -> str:
+    """The features: section proposed from a stats.json (a local path or an s3:// URI)."""
+    import json
+    from pathlib import Path
+
+    from launcher.data.prepare_stats import proposal_yaml
+
+    if stats_file.startswith("s3://"):
+        from launcher.sagemaker_backend import processing
+
+        text = processing.read_object(stats_file, spec.region).decode()
+    elif Path(stats_file).is_file():
+        text = Path(stats_file).read_text(encoding="utf-8")
+    else:
+        raise DfmError(f"{stats_file}: not found (--features-from takes a stats.json path or s3:// URI)", 2)
+    try:
+        stats = json.loads(text)
+        return proposal_yaml(stats, spec)
+    except (ValueError, KeyError, TypeError) as err:
+        raise DfmError(f"{stats_file}: not a stats.json of dfm data prepare ({err})", 2) from None

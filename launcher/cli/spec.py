@@ -1,0 +1,170 @@
+"""Commands that read specs: validate, schema, launch (dry run / submit / --local).
+
+Only click and the error type are imported at module level: the spec loader, the rules and the plan are
+imported inside the commands that use them, and the SageMaker backend and the local runner only once
+the spec is known to be valid.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import click
+
+from launcher.cli.compile_errors import echo_findings, refuse
+from launcher.cli.options import OUTPUT, SET
+from launcher.errors import DfmError
+
+
+def _echo_err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.command()
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@SET
+@OUTPUT
+def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) -> None:
+    """Check job specs offline: exit 0 if all are valid, 2 with `file:line: field: message` lines if not."""
+    from launcher.compile import compile_spec
+
+    results = []
+    for path in specs:
+        compiled = compile_spec(path, overrides)
+        results.append({"path": path, "valid": compiled.ok, "errors": list(compiled.errors),
+                        "warnings": list(compiled.warnings)})
+    valid = all(r["valid"] for r in results)
+    if output == "json":
+        click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
+    else:
+        for result in results:
+            echo_findings(result["errors"], result["warnings"])
+            status = "ok" if result["valid"] else f"{len(result['errors'])} error(s)"
+            click.echo(f"{result['path']}: {status}" + (f", {len(result['warnings'])} warning(s)" if result["warnings"] else ""))
+    if not valid:
+        raise SystemExit(2)
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of a job spec (for YAML editors: yaml-language-server: $schema=...)."""
+    from launcher.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: float | None) -> list[str]:
+    overrides = []
+    for item in channels:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise DfmError(f"--channel {item}: expected NAME=PATH, e.g. --channel train=data/sample/train")
+        overrides.append(f"local.channels.{name}={json.dumps(path)}")
+    if run_dir is not None:
+        overrides.append(f"local.run_dir={json.dumps(run_dir)}")
+    if timeout is not None:
+        overrides.append(f"local.timeout_s={int(timeout)}")
+    return overrides
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print what would be sent to SageMaker (with --local: what would run here); no network call.")
+@click.option("--wait", is_flag=True, help="After submitting, stream the logs and exit with the job's outcome.")
+@SET
+@OUTPUT
+@click.option("--local", "local", is_flag=True, help="Run the same plan on this machine (processes emulating the hosts).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir).")
+@click.option("--channel", "channels", multiple=True, metavar="NAME=PATH", help="--local: read channel NAME from PATH.")
+@click.option("--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds.")
+@click.option("--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them).")
+@click.option("--job-name", help="The full job name (default: spec name + timestamp).")
+@click.option("--show-secrets", is_flag=True, help="Print environment values whose names look secret (*KEY*, *TOKEN*, *PASSWORD*...) instead of ****.")
+def launch(
+    spec_path: str,
+    dry_run: bool,
+    wait: bool,
+    overrides: tuple[str, ...],
+    output: str,
+    local: bool,
+    run_dir: str | None,
+    channels: tuple[str, ...],
+    timeout: float | None,
+    verbose: bool,
+    job_name: str | None,
+    show_secrets: bool,
+) -> None:
+    """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
+    from launcher.compile import compile_spec
+
+    if dry_run and wait:
+        raise DfmError("--wait has nothing to wait for in a --dry-run")
+    if not local and (channels or run_dir or timeout or verbose):
+        raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
+    compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
+    if not compiled.ok:
+        refuse(compiled.errors, compiled.warnings, output)
+    plan = compiled.plan
+    if output == "text":
+        echo_findings(warnings=plan.warnings)
+
+    if dry_run and local:
+        _local_dry_run(plan, output, show_secrets)
+    elif dry_run:
+        _dry_run(plan, output, show_secrets)
+    elif local:
+        _run_local(plan, output, verbose)
+    else:
+        _submit(plan, wait, output)
+
+
+def show_dry_run(document: dict, render: Callable[[dict], str], output: str, show_secrets: bool) -> None:
+    """Every dry run, of every job kind and backend: its document, secret-looking environment values masked
+    (CI logs keep dry runs), printed as JSON or as the backend's text rendering of that same document."""
+    from launcher.cli.secrets import mask_document
+
+    document = mask_document(document, show_secrets)
+    click.echo(json.dumps(document, indent=2, default=str) if output == "json" else render(document))
+
+
+def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
+    from launcher import sagemaker_backend
+    from launcher.cli.render import render_dry_run
+
+    show_dry_run(sagemaker_backend.build(plan).document(), render_dry_run, output, show_secrets)
+
+
+def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
+    from launcher.local.describe import render_request, request_document
+    from launcher.local.request import build_request
+
+    request = build_request(plan)
+    show_dry_run(request_document(request), render_request, output, show_secrets)
+    if request.problems:  # the run would refuse to start: say so in the exit code too, as validate does
+        raise SystemExit(2)
+
+
+def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
+    from launcher.local import run_local
+
+    echo = click.echo if output == "text" else _echo_err
+    code = run_local(plan, echo=echo,
+                     verbose=verbose)
+    if output == "json":
+        click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
+    raise SystemExit(code)
+
+
+def _submit(plan: Any, wait: bool, output: str) -> None:
+    from launcher import sagemaker_backend
+
+    echo = click.echo if output == "text" else _echo_err
+    from launcher.sagemaker_backend import attempts
+
+    job_name = attempts.launch(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
+    if output == "json":
+        click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
+
+
+COMMANDS: list = [validate, schema, launch]

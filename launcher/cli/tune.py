@@ -1,0 +1,182 @@
+"""`dfm tune SPEC`: the spec's `tune:` section as a SageMaker tuning job (--dry-run, submit) or as a local
+study (--local, --resume). Submitted tuning jobs are followed with `dfm status / logs / stop / list`, which
+dispatch on the job's kind (`sagemaker_backend.kinds`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+import click
+
+from launcher.cli.options import OUTPUT, SET
+from launcher.cli.compile_errors import echo_findings, refuse
+from launcher.errors import DfmError
+
+
+def _echo_err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None):
+    """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise."""
+    from launcher.compile import compile_spec
+    from launcher.plans.training import build_plan
+    from launcher.plans.tuning import build_tuning_plan, tuning_job_name
+
+    compiled = compile_spec(spec_path, overrides)
+    errors = list(compiled.errors)
+    if compiled.spec is not None and compiled.spec.tune is None and not errors:
+        errors.append(f"{spec_path}: no tune: section: add one (docs/tune.md), or run the job with dfm launch")
+    if job_name is not None:
+        from launcher.rules.tune import check_tuning_job_name_override
+
+        errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
+    if errors:
+        refuse(errors)
+    spec = compiled.spec
+    name = job_name or tuning_job_name(spec)
+    training = build_plan(spec, job_name=name, warnings=compiled.warnings)
+    return spec, build_tuning_plan(spec, training, name=name)
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print the CreateHyperParameterTuningJob request, the ranges and the cost ceiling; no network call.")
+@click.option("--local", "local", is_flag=True, help="Run the search on this machine: each trial a local run on the spec's local: channels.")
+@click.option("--resume", is_flag=True, help="--local: continue the study of --job-name (default: the newest of this spec) after a Ctrl-C.")
+@click.option("--job-name", help="The tuning job's name (default: tune.name or the spec's name + -YYMMDD-HHMMSS).")
+@click.option("--wait", is_flag=True, help="After submitting, follow the tuning job to its end: its trials, the best "
+                                           "as a `dfm launch` line and the plot; exit 1 if it failed or was stopped.")
+@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=30.0, show_default=True,
+              help="Seconds between polls with --wait.")
+@SET
+@OUTPUT
+def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str | None, wait: bool,
+         poll_seconds: float, overrides: tuple[str, ...], output: str) -> None:
+    """Tune a spec's hyperparameters: SageMaker automatic model tuning, or (--local) the same search here."""
+    if resume and not local:
+        raise DfmError("--resume continues a --local study")
+    if wait and (dry_run or local):
+        raise DfmError("--wait follows a submitted tuning job: drop --dry-run / --local")
+    if dry_run and local:
+        raise DfmError("--local --dry-run is not supported: `dfm launch SPEC --local --dry-run` shows one trial's run")
+    if resume and job_name is None:
+        job_name = _newest_study(spec_path, overrides)
+    spec, tplan = compile_tuning(spec_path, overrides, job_name)
+    if output == "text":
+        echo_findings(warnings=tplan.training.warnings)
+    if dry_run:
+        _dry_run(tplan, output)
+    elif local:
+        _local(spec, tplan, output, resume)
+    else:
+        from launcher.sagemaker_backend import tuning
+
+        echo = click.echo if output == "text" else _echo_err
+        name = tuning.submit(tuning.build(tplan), echo=echo)
+        if wait:
+            _wait(spec, tplan, output, poll_seconds)
+        elif output == "json":
+            click.echo(json.dumps({"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}))
+
+
+def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
+    """Follow the submitted job; at its end the same report as a local study's: study.json and study.png in
+    <local.run_dir>/<tuning job>/, the trials and the best trial's `dfm launch` line."""
+    from launcher.cli import tune_report
+    from launcher.sagemaker_backend import tuning_jobs
+    from launcher.sagemaker_backend.jobs import raise_for_outcome
+
+    summary = tuning_jobs.wait(tplan.name, tplan.training.region, echo=_echo_err, poll_seconds=poll_seconds)
+    document = tune_report.sagemaker_document(summary, spec.path)
+    folder = Path(tplan.training.local.run_dir) / tplan.name
+    folder.mkdir(parents=True, exist_ok=True)
+    tune_report.write_plot(document, folder / tune_report.PLOT_FILE, _echo_err)
+    (folder / "study.json").write_text(json.dumps(document, indent=1, default=str))
+    summary = {**summary, "launch": document["launch"], "plot": document["plot"]}
+    click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else tune_report.render_sagemaker(summary))
+    raise_for_outcome(summary)
+
+
+def _dry_run(tplan, output: str) -> None:
+    from launcher.cli import tune_report
+    from launcher.sagemaker_backend import tuning
+
+    built = tuning.build(tplan)
+    document = {"tuning_job": tplan.name, **built.document(), "ranges": tune_report.ranges_rows(tplan), "cost": tplan.cost,
+                "warnings": list(tplan.training.warnings)}
+    if output == "json":
+        click.echo(json.dumps(document, indent=2, default=str))
+    else:
+        click.echo(tune_report.render_dry_run(document, tplan))
+
+
+def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
+    from launcher.local.tune import PLAN_FILE
+    from launcher.spec import SpecError, load_spec
+    from launcher.plans.tuning import tuning_base_name
+
+    try:
+        spec = load_spec(spec_path, overrides)
+    except SpecError as err:
+        for line in err.lines():
+            _echo_err(f"error: {line}")
+        raise SystemExit(2) from None
+    if spec.tune is None:
+        raise DfmError(f"{spec_path}: no tune: section to resume")
+    base = tuning_base_name(spec)
+    run_dir = Path(os.path.abspath(os.path.expanduser(spec.local.run_dir)))  # as plan.local.run_dir
+    found = sorted(p.parent.name for p in run_dir.glob(f"{base}-*/{PLAN_FILE}"))
+    if not found:
+        raise DfmError(f"no study of {base} in {run_dir} to resume: run `dfm tune {spec_path} --local` first")
+    return found[-1]  # the names end in -YYMMDD-HHMMSS: the newest sorts last
+
+
+def _local(spec, tplan, output: str, resume: bool) -> None:
+    from launcher.cli import tune_report
+    from launcher.local.tune import INTERRUPTED, LocalTuning
+
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise DfmError("dfm tune --local needs Optuna: pip install 'dfm[tune]'") from None
+    echo = click.echo if output == "text" else _echo_err
+    status = _status_line(output)
+    tuning = LocalTuning(tplan, spec, Path(tplan.training.local.run_dir), echo=echo, status=status)
+    study = tuning.run(resume=resume)
+    status("")
+    rows = tune_report.trial_rows(study)
+    document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)
+    tune_report.write_plot(document, tuning.folder / tune_report.PLOT_FILE, echo)
+    (tuning.folder / "study.json").write_text(json.dumps(document, indent=1, default=str))
+    if output == "json":
+        click.echo(json.dumps(document, indent=2, default=str))
+    else:
+        click.echo(tune_report.render_study(document))
+    if tuning.stopping == INTERRUPTED:
+        echo(f"[dfm tune] interrupted: `dfm tune {spec.path} --local --resume` continues {tplan.name}")
+        raise SystemExit(130)
+
+
+def _status_line(output: str):
+    """The live progress line: rewritten in place on a terminal, otherwise only when it changes."""
+    tty = output == "text" and sys.stdout.isatty()
+    last = [""]
+
+    def show(line: str) -> None:
+        if line == last[0]:
+            return
+        if tty:
+            click.echo("\r\033[K" + line, nl=not line)
+        elif line:
+            _echo_err(line)
+        last[0] = line
+
+    return show
+
+
+COMMANDS: list = [tune]

@@ -1,0 +1,1 @@
+"""Spec -> plan: what a job is, as immutable values (training, tuning, ...). Pure."""
