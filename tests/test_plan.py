@@ -172,9 +172,10 @@ def test_a_value_holding_a_plan_round_trips_too():
     """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
     from launcher.plans.training import from_data, to_data
     from launcher.plans.tuning import TuningPlan, build_tuning_plan
+    from launcher.rules.tune import objective_schedule
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tune-ps-261125-000000")
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tune-ps-261125-000000")
     assert from_data(TuningPlan, json.loads(json.dumps(to_data(tplan)))) == tplan
 
 

@@ -19,6 +19,7 @@ from launcher.compile import compile_spec
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.plans.tuning import build_tuning_plan
+from launcher.rules.tune import objective_schedule
 from spec_helpers import dfm, write_spec
 
 TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
@@ -32,7 +33,7 @@ def tuning_plan(tmp_path, tune=None, hyperparameters=None):
                                  "hyperparameters": hyperparameters or {"log_steps": 10, "epochs": 3}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
-    return build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")
+    return build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000")
 
 
 # --- the search's pieces ---------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def _study(tmp_path, tune, resume=False):
                                  "hyperparameters": {"log_steps": 10, "epochs": 3}})
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="t-261124-000000")
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000")
     return LocalTuning(tplan, compiled.spec, tmp_path / "runs").open_study(resume), tplan
 
 
@@ -291,7 +292,7 @@ def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sam
     spec_path = tiny_spec(tmp_path, sample, max_runtime_s=600, max_parallel_jobs=1)
     compiled = compile_spec(str(spec_path), env={})
     assert compiled.ok, compiled.errors
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="tiny-261124-000003")
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tiny-261124-000003")
     late, lines = [0.0], []
 
     def echo(line: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from launcher.rules import tune as rules_tune
 from launcher.compile import compile_spec
 from launcher.plans.tuning import build_tuning_plan, grid_size
+from launcher.rules.tune import objective_schedule
 from spec_helpers import DELETE, REPO, write_spec
 
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}
@@ -94,7 +95,7 @@ def test_the_example_config_has_no_tuning_findings_and_its_plan_bounds_cost_and_
     compiled = compile_spec(str(REPO / "configs" / "tune-ps.yaml"), env={})
     assert compiled.ok, compiled.errors
     assert [w for w in compiled.warnings if "tune." in w] == []
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, name="deepfm-ps-261124-000000")
+    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="deepfm-ps-261124-000000")
     assert tplan.rounds == 10 and tplan.cost["max_usd"] == round(20 * compiled.plan.cost["max_usd"], 2)
 
 

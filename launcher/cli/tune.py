@@ -26,6 +26,7 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     from launcher.compile import compile_spec
     from launcher.plans.training import build_plan
     from launcher.plans.tuning import build_tuning_plan, tuning_job_name
+    from launcher.rules.tune import objective_schedule
 
     compiled = compile_spec(spec_path, overrides)
     errors = list(compiled.errors)
@@ -40,7 +41,7 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     spec = compiled.spec
     name = job_name or tuning_job_name(spec)
     training = build_plan(spec, job_name=name, warnings=compiled.warnings)
-    return spec, build_tuning_plan(spec, training, name=name)
+    return spec, build_tuning_plan(spec, training, name=name, schedule=objective_schedule(spec))
 
 
 @click.command()

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.plans.training import Plan
-from launcher.rules.hparams import evaluates_while_training, script_values
 from launcher.spec.tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
@@ -85,28 +84,6 @@ def grid_size(tune: Any) -> int:
     return math.prod(len(rng.values) for rng in tune.ranges.values())
 
 
-SCHEDULE_HYPERPARAMETERS = ("epochs", "max_steps", "eval_steps")
-
-
-def objective_schedule(spec: Any) -> tuple[bool, int | None]:
-    """(whether a trial prints its `eval:` objective while it runs, how many such lines it prints when the spec
-    alone tells) for the bundled scripts: one per epoch with eval_steps 0, one per eval_steps steps up to
-    max_steps with epochs 0, one at the end otherwise. Hyperband's resource is that count (SageMaker counts
-    the objective's values). best_of may repeat the best evaluation's line once more at the end."""
-    values = script_values(spec)
-    if values is None or not spec.tune.objective.metric.startswith("eval:") or spec.data.eval is None:
-        return False, None
-    if not evaluates_while_training(spec, values):
-        return False, 1
-    if set(SCHEDULE_HYPERPARAMETERS) & set(spec.tune.ranges):
-        return True, None
-    if not values.eval_steps:
-        return True, values.epochs or None  # epochs 0: as many passes over the data as max_steps takes
-    if not values.epochs and values.max_steps:
-        return True, math.ceil(values.max_steps / values.eval_steps)
-    return True, None  # every eval_steps steps of data whose size dfm does not know
-
-
 def _range(name: str, rng: Any) -> TuningRange:
     if isinstance(rng, CategoricalRange):
         return TuningRange(name, "categorical", values=tuple(rng.values))
@@ -128,12 +105,14 @@ def _cost(training: Plan, max_jobs: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def build_tuning_plan(spec: Any, training: Plan, *, name: str | None = None) -> TuningPlan:
-    """The tuning job of a validated spec (run the rules first) whose trial is `training`."""
+def build_tuning_plan(spec: Any, training: Plan, *, schedule: tuple[bool, int | None],
+                      name: str | None = None) -> TuningPlan:
+    """The tuning job of a validated spec (run the rules first) whose trial is `training`; `schedule` is what the
+    rules found of the trials' objective lines (`rules.tune.objective_schedule`)."""
     tune = spec.tune
     max_jobs = grid_size(tune) if tune.strategy == "grid" else tune.max_jobs
     completion = tune.completion
-    while_running, lines = objective_schedule(spec)
+    while_running, lines = schedule
     plan = TuningPlan(
         name=name or tuning_job_name(spec),
         training=training,

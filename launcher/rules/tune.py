@@ -6,6 +6,8 @@ service refuses the job after the source dir was uploaded, or worse, a trial fai
 
 from __future__ import annotations
 
+import math
+
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.facts import service_model
@@ -15,7 +17,7 @@ from launcher.rules.request import JOB_NAME
 from launcher.spec import Spec, did_you_mean
 from launcher.spec.tune import CategoricalRange, ContinuousRange, IntegerRange
 from launcher.plans.tuning import (MAX_TUNING_BASE_NAME, MAX_TUNING_JOB_NAME, TUNER_HYPERPARAMETERS, grid_size,
-                                  objective_schedule, tuning_base_name)
+                                  tuning_base_name)
 
 RANGE_SHAPES = {"continuous": "ContinuousParameterRanges", "integer": "IntegerParameterRanges",
                 "categorical": "CategoricalParameterRanges"}
@@ -235,6 +237,28 @@ def check_tune_strategy(spec: Spec) -> list[Finding]:
             and not 0 < tune.completion.target <= 1:
         problems.append(error("tune.completion.target", f"{tune.objective.metric} lies in (0, 1]; {tune.completion.target} is never reached"))
     return problems
+
+
+SCHEDULE_HYPERPARAMETERS = ("epochs", "max_steps", "eval_steps")
+
+
+def objective_schedule(spec: Any) -> tuple[bool, int | None]:
+    """(whether a trial prints its `eval:` objective while it runs, how many such lines it prints when the spec
+    alone tells) for the bundled scripts: one per epoch with eval_steps 0, one per eval_steps steps up to
+    max_steps with epochs 0, one at the end otherwise. Hyperband's resource is that count (SageMaker counts
+    the objective's values). best_of may repeat the best evaluation's line once more at the end."""
+    values = script_values(spec)
+    if values is None or not spec.tune.objective.metric.startswith("eval:") or spec.data.eval is None:
+        return False, None
+    if not evaluates_while_training(spec, values):
+        return False, 1
+    if set(SCHEDULE_HYPERPARAMETERS) & set(spec.tune.ranges):
+        return True, None
+    if not values.eval_steps:
+        return True, values.epochs or None  # epochs 0: as many passes over the data as max_steps takes
+    if not values.epochs and values.max_steps:
+        return True, math.ceil(values.max_steps / values.eval_steps)
+    return True, None  # every eval_steps steps of data whose size dfm does not know
 
 
 def check_tune_hyperband_resource(spec: Spec) -> list[Finding]:
