@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from launcher import rules
+from launcher.errors import DfmError
 from launcher.plans.training import Plan, build_plan
 from launcher.spec import SpecError, load_spec
 
@@ -46,3 +47,16 @@ def compile_spec(source: str | Mapping[str, Any], overrides: Iterable[str] = (),
     if errors:
         return Compiled(spec, None, tuple(errors), tuple(warnings))
     return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), ())
+
+
+def compile_trial(spec: Any, values: Mapping[str, Any], job_name: str, run_dir: str) -> Plan:
+    """A tuning trial's plan: the spec with the trial's hyperparameters (and no tune: section: a trial is a training
+    job), checked by the same rules as `dfm validate` (a value they refuse fails the trial with their message,
+    exit 2), run under `run_dir`."""
+    trial = spec.model_copy(update={"hyperparameters": {**spec.hyperparameters, **values}, "tune": None,
+                                    "local": spec.local.model_copy(update={"run_dir": run_dir})})
+    findings = rules.check(trial, job_name)
+    refused = [finding.render(trial) for finding in rules.errors(findings)]
+    if refused:
+        raise DfmError(f"trial {job_name} refused: {'; '.join(refused)}", 2)
+    return build_plan(trial, job_name=job_name, warnings=[f.render(trial) for f in rules.warnings(findings)])

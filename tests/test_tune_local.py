@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from launcher.compile import compile_spec
+from launcher.compile import compile_spec, compile_trial
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.plans.tuning import build_tuning_plan
@@ -105,7 +105,7 @@ def _study(tmp_path, tune, resume=False):
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
     tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000")
-    return LocalTuning(tplan, compiled.spec, tmp_path / "runs").open_study(resume), tplan
+    return LocalTuning(tplan, compiled.spec, tmp_path / "runs", compile_trial).open_study(resume), tplan
 
 
 def _ask(study, tplan, count: int) -> list[dict]:
@@ -300,10 +300,28 @@ def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sam
         if "trial 0 started" in line:
             late[0] = 10_000.0
 
-    tuning = LocalTuning(tplan, compiled.spec, tmp_path / "runs", echo=echo, clock=lambda: time.monotonic() + late[0])
+    tuning = LocalTuning(tplan, compiled.spec, tmp_path / "runs", compile_trial, echo=echo, clock=lambda: time.monotonic() + late[0])
     study = tuning.run()
     (trial,) = study.get_trials()
     assert trial.state.name == "FAIL" and "max_runtime_s (600 s) ran out" in trial.user_attrs["stopped"]
     assert any("max_runtime_s (600 s) ran out: 1 running trial(s) stopped" in line for line in lines)
     assert study.user_attrs[ELAPSED] >= 10_000
     assert _processes_under(tmp_path / "runs") == []
+
+
+def test_a_trial_the_rules_refuse_fails_as_dfm_validate_would(tmp_path):
+    """Trials go through the rules: a suggested value the rules refuse (here an MLP layer of 0 units, which the
+    scripts' parser refuses) fails that trial with the rules' message, without starting a process."""
+    from launcher.errors import DfmError
+
+    compiled = compile_spec(write_spec(tmp_path, {"tune": {
+        "objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
+        "ranges": {"dropout": {"min": 0.0, "max": 0.5}}}, "data": {"eval": "s3://dfm-test/eval/"}}))
+    assert compiled.ok, compiled.errors
+    ok = compile_trial(compiled.spec, {"dropout": 0.25}, "t-261125-000000-000", str(tmp_path / "runs"))
+    assert ok.hyperparameters["dropout"] == 0.25 and ok.local.run_dir == str(tmp_path / "runs")
+    with pytest.raises(DfmError) as refused:
+        compile_trial(compiled.spec, {"batch_size": 0}, "t-261125-000000-001", str(tmp_path / "runs"))
+    assert refused.value.exit_code == 2
+    assert "trial t-261125-000000-001 refused" in refused.value.message
+    assert "hyperparameters.batch_size: must be at least 1, got 0" in refused.value.message

@@ -147,7 +147,9 @@ def _local(spec, tplan, output: str, resume: bool) -> None:
         raise DfmError("dfm tune --local needs Optuna: pip install 'dfm[tune]'") from None
     echo = click.echo if output == "text" else _echo_err
     status = _status_line(output)
-    tuning = LocalTuning(tplan, spec, Path(tplan.training.local.run_dir), echo=echo, status=status)
+    from launcher.compile import compile_trial
+
+    tuning = LocalTuning(tplan, spec, Path(tplan.training.local.run_dir), compile_trial, echo=echo, status=status)
     study = tuning.run(resume=resume)
     status("")
     rows = tune_report.trial_rows(study)

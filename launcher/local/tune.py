@@ -67,6 +67,8 @@ class LocalTuning:
     tplan: TuningPlan
     spec: Any
     run_dir: Path
+    # (spec, the trial's values, job name, run dir) -> the trial's plan through the rules: compile.compile_trial
+    plan_trial: Callable[[Any, dict, str, str], Any]
     echo: Callable[[str], None] = print
     status: Callable[[str], None] = lambda line: None  # the live progress line
     active: dict[int, Active] = field(default_factory=dict)
@@ -149,11 +151,15 @@ class LocalTuning:
     def _start(self, study) -> None:
         trial = study.ask()
         values = search.suggest(trial, self.tplan)
-        spec = self.spec.model_copy(update={"hyperparameters": {**self.spec.hyperparameters, **values},
-                                            "local": self.spec.local.model_copy(update={"run_dir": str(self.folder)})})
-        from launcher.plans.training import build_plan
+        try:
+            plan = self.plan_trial(self.spec, values, f"{self.tplan.name}-{trial.number:03d}", str(self.folder))
+        except DfmError as refused:  # the rules refuse this trial's values, as dfm validate would: it fails alone
+            import optuna
 
-        plan = build_plan(spec, job_name=f"{self.tplan.name}-{trial.number:03d}")
+            self.echo(f"[dfm tune] {refused.message}")
+            trial.set_user_attr("failure", refused.message)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
         request = build_request(plan)
         defaults = contract.bundled_hparams().DEFAULTS
         batch = int(plan.hyperparameters.get("batch_size", defaults["batch_size"]))
