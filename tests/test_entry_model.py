@@ -74,6 +74,32 @@ def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
         np.testing.assert_array_equal(slot.numpy()[untouched], slots_before[name][untouched])
 
 
+@pytest.mark.parametrize("kind", ["adagrad", "sgd", "ftrl"])
+def test_a_dense_gradient_leaves_rows_outside_the_batch_as_the_sparse_one_does_except_under_ftrl(kind):
+    """Why sparse_allreduce never densifies FTRL's gradients: TF's FTRL sets every row it updates from
+    `linear` and `accum`, and a zero-gradient row (not in the batch) with |linear| <= l1 becomes 0, so
+    the dense update wipes the initial values of the whole table; Adagrad and SGD leave such rows alone."""
+    init = np.random.default_rng(0).normal(0, 0.01, (6, 3)).astype(np.float32)
+    grad = tf.IndexedSlices(tf.constant([[0.5, -0.5, 0.25]]), tf.constant([2]), tf.constant([6, 3]))
+    results = []
+    for gradient in (grad, tf.convert_to_tensor(grad)):
+        var = tf.Variable(init)
+        opt = T.SparseOptimizer(kind, 0.1)
+        opt.build([var])
+        opt.apply([gradient])
+        results.append(var.numpy())
+    sparse, dense = results
+    np.testing.assert_array_equal(sparse[[0, 1, 3, 4, 5]], init[[0, 1, 3, 4, 5]])
+    if kind == "ftrl":
+        np.testing.assert_array_equal(dense[[0, 1, 3, 4, 5]], 0.0)
+        assert H.resolve_sparse_allreduce("auto", 6, 2, 1, 1, 64, kind) == "gather"
+        with pytest.raises(H.HyperparameterError, match="--sparse_allreduce: dense would zero every row"):
+            H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", kind])
+    else:
+        np.testing.assert_allclose(dense, sparse, rtol=1e-6)
+        assert H.resolve_sparse_allreduce("auto", 6, 2, 1, 1, 64, kind) == "dense"
+
+
 def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     """Adagrad must see one accumulated gradient per row, not one update per occurrence."""
     var = tf.Variable(tf.zeros([4, 2]))
