@@ -100,6 +100,33 @@ def test_a_dense_gradient_leaves_rows_outside_the_batch_as_the_sparse_one_does_e
         assert H.resolve_sparse_allreduce("auto", 6, 2, 1, 1, 64, kind) == "dense"
 
 
+@pytest.mark.parametrize("bad_id", [2000, 2500, -1])
+@pytest.mark.parametrize("lookup", ["cpu", "gpu"])
+def test_an_id_outside_the_table_is_a_bad_row_on_every_device(monkeypatch, bad_id, lookup):
+    """On a GPU tf.gather returns zeros for an id outside the table where the CPU raises: the model checks
+    the ids itself, so both stop at the step with one line naming the id and feature_size. `gpu` runs the
+    model with the lookup replaced by the GPU's behaviour (zeros for such ids)."""
+    if lookup == "gpu":
+        def gpu_lookup(params, ids):
+            inside = (ids >= 0) & (ids < tf.shape(params, out_type=ids.dtype)[0])
+            rows = tf.gather(params, tf.where(inside, ids, tf.zeros_like(ids)))
+            return tf.where(inside[..., None], rows, tf.zeros_like(rows))
+        monkeypatch.setattr(tf.nn, "embedding_lookup", gpu_lookup)
+    hp = small_hp()
+    trainer = T.build_trainer(hp)
+    features, labels = random_batch(hp, rows=8)
+    good = features["ids"].numpy()
+    tf.function(trainer.train_step)((features, labels))  # ids in range train
+    good[5, 3] = bad_id
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        tf.function(trainer.train_step)(({"ids": tf.constant(good), "values": features["values"]}, labels))
+    assert deepfm_log.error_line(err.value.message) == (  # the assertion's data, in brackets as a raw bad row's
+        f"[bad row: id {bad_id} (row 5 of the batch, field slot 3) is outside 0..1999: feature_size (2000) must "
+        "exceed every id in the data; set it to the largest id + 1, or index the data for this model]")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bad row: id"):
+        trainer.model.predict(tf.constant(good), features["values"])
+
+
 def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     """Adagrad must see one accumulated gradient per row, not one update per occurrence."""
     var = tf.Variable(tf.zeros([4, 2]))
