@@ -20,7 +20,8 @@ from launcher.rules_ps_group import check_ps_group
 from launcher.rules_hparams import check_boolean_hyperparameters, check_bundled_hyperparameters, check_evaluation_schedule
 from launcher.rules_tune import TUNE_RULES
 from launcher.rules_prepare import check_prepare, check_prepared_layout, prepared_layout_fits
-from launcher.rules_gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
+from launcher.rules_gpu import (check_gpu_memory, check_mixed_precision_on_cpu, check_one_host_ps_gpus,
+                                check_ps_pipe_channels, one_host_ps_gpus)
 from launcher.rules_request import (
     check_channels,
     check_hyperparameter_limits,
@@ -102,7 +103,7 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
         return []
     problems = []
     hosts = spec.instance.count + (spec.ps_group.count if spec.ps_group is not None else 0)
-    if hosts == 1:
+    if hosts == 1 and one_host_ps_gpus(spec) <= 1:  # with several GPUs check_one_host_ps_gpus says more
         problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
     info = catalog.instance(spec.instance.type)
     if info is not None and info.gpus > 1 and spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
@@ -175,6 +176,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_ps_group,
     check_mixed_precision_on_cpu,
     check_gpu_memory,
+    check_one_host_ps_gpus,
     check_ps_pipe_channels,
     check_spot,
     check_mirrored,

@@ -90,6 +90,29 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
     return []
 
 
+def one_host_ps_gpus(spec: Spec) -> int:
+    """The GPUs of a parameter-server job the bundled deepfm-ps runs on one host (no ps group), 0 otherwise.
+    SageMaker's toolkit writes a TF_CONFIG (and starts a ps) only with more than one host, so such a job is
+    one process training on one GPU (train_ps.train_single_host): G - 1 of G GPUs idle."""
+    info = catalog.instance(spec.instance.type)
+    if (spec.distribution_kind != "parameter_server" or spec.entry_point != "deepfm-ps" or spec.instance.count != 1
+            or spec.ps_group is not None or info is None):
+        return 0
+    return info.gpus
+
+
+def check_one_host_ps_gpus(spec: Spec) -> list[Finding]:
+    gpus = one_host_ps_gpus(spec)
+    if gpus <= 1:
+        return []
+    return [error("instance.count", f"a parameter-server job on one host gets no parameter server: SageMaker's toolkit "
+                                    f"starts one only with several hosts, so deepfm-ps trains as one process on 1 of "
+                                    f"{spec.instance.type}'s {gpus} GPUs ({gpus - 1} idle): use entry_point: "
+                                    "deepfm-mirrored with distribution: multi_worker_mirrored (one process drives "
+                                    "every GPU), instance.count >= 2 (a worker task per GPU on each host), or a "
+                                    "single-GPU instance type with distribution: none")]
+
+
 def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
     """deepfm-ps runs one worker task per GPU, and a Pipe-mode FIFO has one reader: each task needs its own
     training channel (train, train-1, ...), or the script stops at start-up."""

@@ -220,6 +220,12 @@ CASES = [
      ("error", "hyperparameters.sparse_allreduce", "zero every row outside the batch")),
     (rules.check_bundled_hyperparameters, mirrored(10**5, "dense", "adagrad"), mirrored(10**5, "dense"),
      ("error", "hyperparameters.sparse_allreduce", "lazy Adam dense")),
+    # one host: the toolkit starts no ps, so deepfm-ps trains as one process on one GPU
+    (rules.check_one_host_ps_gpus, {**PS2, "instance": {"type": "ml.p3.8xlarge", "count": 2}},
+     {"distribution": "parameter_server", "instance": {"type": "ml.p3.8xlarge", "count": 1}},
+     ("error", "instance.count", "trains as one process on 1 of ml.p3.8xlarge's 4 GPUs (3 idle)")),
+    (rules.check_one_host_ps_gpus, {"distribution": "parameter_server", "instance": {"type": "ml.g5.2xlarge"}},
+     {"distribution": "parameter_server", "instance": {"type": "ml.g5.12xlarge"}}, ("error", "instance.count", "deepfm-mirrored")),
     (rules.check_gpu_memory, hvd(4, hyperparameters={"feature_size": 10**8}),
      hvd(4, hyperparameters={"feature_size": 2 * 10**8, "optimizer": "ftrl"}),
      ("error", "hyperparameters.feature_size", "each Horovod rank holds the whole embedding tables")),
