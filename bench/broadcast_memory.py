@@ -18,6 +18,7 @@ from bench.common import REPO, add_table, fmt, median, section, verdict
 
 ROWS = {True: 1_000_000, False: 4_000_000}
 COLUMNS = 9  # first-order weight + embedding 8
+REPLICAS = 2  # logical CPU devices standing in for GPUs
 
 _CHILD = """
 import json, resource, sys
@@ -88,4 +89,12 @@ def measure(quick: bool, context: dict) -> dict:
     result["data"] = {"state_bytes": state, **{f"{k}_bytes": v for k, v in peaks.items()}}
     ratio = peaks["after"] / state
     verdict(result, "peak <= 3x the state", ratio <= 3, f"after {fmt(ratio, 2)}x, before {fmt(peaks['before'] / state, 2)}x")
+    from launcher.rules.gpu import BROADCAST_COPIES
+
+    largest = rows * COLUMNS * 4  # the table (its slot is as large): each large variable travels alone
+    copies = peaks["after"] / REPLICAS / largest
+    result["data"]["after_copies_per_replica"] = copies
+    verdict(result, f"per replica <= the per-GPU memory rule's {BROADCAST_COPIES} copies of the largest variable",
+            copies <= BROADCAST_COPIES, f"{fmt(copies, 2)} copies per replica: a margin of "
+                                        f"{fmt(BROADCAST_COPIES - copies, 2)} copy (launcher/rules_gpu.py)")
     return result

@@ -25,7 +25,9 @@ DEFAULTS = {
     "dropout": 0.2,
     "batch_norm": False,
     "l2_reg": 1e-5,  # L2 on the embedding and first-order rows each batch looks up (sparse: only those rows)
-    "l2_dense": 0.03,  # L2 on the MLP kernels
+    # L2 on the MLP kernels. 0: 0.03 (the default before issue 28) shut the MLP off, which cost nothing on FM-teacher
+    # samples but 0.0095 AUC on held-out real data and 0.0078 on bench/quality.py's deep8 sample
+    "l2_dense": 0.0,
     # training
     "optimizer": "adam",
     "learning_rate": 0.002,
@@ -79,6 +81,16 @@ CHOICES = {
     "sparse_allreduce": ("auto", "dense", "gather"),
 }
 
+# Optimizers a dense embedding gradient would change (sparse_allreduce: dense refused, auto keeps gather), and why.
+SPARSE_ONLY = {
+    "adam": "dense would make the lazy Adam dense (every row's moments decaying each step)",
+    # TF's FTRL sets each updated row to its closed form from `linear` and `accum`: a zero gradient row whose
+    # |linear| <= l1 (every row no batch has touched yet) becomes zeros, so a dense gradient wipes the table's
+    # initial values on the first step (tests/test_entry_model.py shows it)
+    "ftrl": "dense would zero every row outside the batch (TF's FTRL sets a row with a zero gradient and |linear| "
+            "<= l1 to 0: the whole untouched table on the first step)",
+}
+
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
 
@@ -89,13 +101,12 @@ def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size
     dense: the table-sized gradient is all-reduced (a ring sends and receives about twice the table per
     replica; NCCL does it on the GPU). gather: each replica's rows and ids are all-gathered (each replica
     receives every replica's batch_size x field_size rows of both tables, with int64 ids). auto: the one
-    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept. Adam
-    keeps gather under auto: a dense gradient would turn its lazy update (moments of the batch's rows)
-    into a dense one (every row's moments decay each step); Adagrad, FTRL and SGD update zero rows not at
-    all, so for them both exchanges train the same."""
+    that moves fewer bytes per step; with one replica nothing moves and the sparse update is kept. Adam and
+    FTRL keep gather under auto (SPARSE_ONLY says why); Adagrad and SGD leave a row whose gradient is zero
+    as it was, so for them both exchanges train the same."""
     if value in ("dense", "gather"):
         return value
-    if replicas <= 1 or optimizer == "adam":
+    if replicas <= 1 or optimizer in SPARSE_ONLY:
         return "gather"
     row_bytes = (1 + embedding_size) * 4  # a row of both tables, float32
     dense = 2 * rows * row_bytes
@@ -266,9 +277,9 @@ def value_problems(args):
     if args.early_stopping_patience and args.best_of == "last":
         problems.append(("early_stopping_patience", "follows the best_of metric: set best_of to eval:auc or "
                                                     "eval:loss, or the patience to 0"))
-    if args.sparse_allreduce == "dense" and args.optimizer == "adam":
-        problems.append(("sparse_allreduce", "dense would make the lazy Adam dense (every row's moments decaying each "
-                                             "step): use gather or auto with adam, or another optimizer"))
+    if args.sparse_allreduce == "dense" and args.optimizer in SPARSE_ONLY:
+        problems.append(("sparse_allreduce", f"{SPARSE_ONLY[args.optimizer]}: use gather or auto with "
+                                             f"{args.optimizer}, or adagrad or sgd"))
     if args.epochs == 0 and args.max_steps == 0:
         problems.append(("epochs", "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
                                    "never end; give epochs >= 1 or max_steps > 0"))

@@ -73,7 +73,7 @@ class DeepFM(tf.Module):
         generation is what a step's dropout costs: on CPUs."""
         super().__init__(name=name)
         self.pooling = pooling
-        self.field_size, self.embedding_size = field_size, embedding_size
+        self.field_size, self.feature_size, self.embedding_size = field_size, feature_size, embedding_size
         self.dropout, self.batch_norm, self.l2_reg, self.l2_dense = dropout, batch_norm, l2_reg, l2_dense
         self.byte_dropout = byte_dropout
         self.compute_dtype = tf.as_dtype(compute_dtype)
@@ -120,6 +120,7 @@ class DeepFM(tf.Module):
 
     def __call__(self, ids, values, training=False):
         """-> (logits [batch], l2 penalty scalar)."""
+        ids = self._checked(ids)
         values = tf.cast(values, tf.float32)
         weights = tf.nn.embedding_lookup(self.first_order, ids)[..., 0]  # [B, F]
         vectors = tf.nn.embedding_lookup(self.embeddings, ids)  # [B, F, K]
@@ -136,6 +137,28 @@ class DeepFM(tf.Module):
         if self.l2_dense:
             l2 += self.l2_dense * tf.add_n([tf.nn.l2_loss(k) for k in self.kernels])
         return logits, l2
+
+    def _checked(self, ids):
+        """ids, once every one is in [0, feature_size): a row with another id is a bad row on every device.
+        The CPU's gather raises on it, a GPU's returns zeros and trains on (tf.gather's documented GPU
+        behaviour); this check stops both with one line naming the id, its place and the fix (built only
+        when an id is out: a step with good ids pays for one comparison)."""
+        ids = tf.convert_to_tensor(ids)
+        good = tf.logical_and(ids >= 0, ids < self.feature_size)
+        check = tf.cond(tf.reduce_all(good), lambda: tf.constant(True), lambda: self._bad_id(ids, good))
+        with tf.control_dependencies([check]):
+            return tf.identity(ids)
+
+    def _bad_id(self, ids, good):
+        first = tf.argmin(tf.reshape(tf.cast(good, tf.int32), [-1]))
+        width = tf.cast(tf.shape(ids)[1], first.dtype)
+        problem = tf.strings.join([
+            "bad row: id ", tf.strings.as_string(tf.reshape(ids, [-1])[first]), " (row ",
+            tf.strings.as_string(first // width), " of the batch, field slot ", tf.strings.as_string(first % width),
+            f") is outside 0..{self.feature_size - 1}: feature_size ({self.feature_size}) must exceed every id in "
+            "the data; set it to the largest id + 1, or index the data for this model"])
+        with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [problem], summarize=1)]):
+            return tf.constant(False)
 
     def _mlp(self, x, training):
         # Training steps compute in compute_dtype; evaluation and prediction in float32, as the export serves,

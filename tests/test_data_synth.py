@@ -146,3 +146,22 @@ def test_cli_synth_writes_train_eval_and_meta(tmp_path, capsys):
     assert main(argv) == 2 and "--force" in capsys.readouterr().err
     assert main(argv + ["--force"]) == 0
     assert main(["data", "synth", "--out", str(tmp_path / "b"), "--rows", "10", "--files", "3"]) == 2
+
+
+@pytest.mark.parametrize("share", [0.5, 0.8])
+def test_deep_share_moves_that_share_of_the_teacher_to_a_network_no_fm_holds(share):
+    """Same rows and positive rate; the teacher's logit keeps about sqrt(1 - share) correlation with the pure
+    FM's (the rest is the ReLU network's), and deep_share 0 draws exactly the FM teacher's labels."""
+    layout = dict(field_size=8, feature_size=3000, numeric_fields=0)
+    fm, deep = synth.Generator(3, **layout), synth.Generator(3, **layout, deep_share=share)
+    (rows, fm_labels, _), = fm.draws(20000)
+    (deep_rows, deep_labels, _), = deep.draws(20000)
+    np.testing.assert_array_equal(rows.ids, deep_rows.ids)
+    assert abs(deep_labels.mean() - 0.25) < 0.02
+    correlation = np.corrcoef(fm.teacher.logits(rows), deep.teacher.logits(rows))[0, 1]
+    assert abs(correlation - np.sqrt(1 - share)) < 0.1, correlation
+    assert not np.array_equal(fm_labels, deep_labels)
+    (_, zero_labels, _), = synth.Generator(3, **layout, deep_share=0.0).draws(20000)
+    np.testing.assert_array_equal(zero_labels, fm_labels)
+    with pytest.raises(ValueError, match="deep_share"):
+        synth.Generator(3, **layout, deep_share=1.5)

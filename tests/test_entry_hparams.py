@@ -92,6 +92,16 @@ def test_sparse_allreduce_auto_picks_the_cheaper_exchange(replicas, rows, expect
     assert H.resolve_sparse_allreduce("auto", rows, 8, 1024, 39, replicas) == expected
 
 
+def test_sparse_allreduce_auto_at_the_default_batch_goes_dense_from_9_replicas_and_never_for_ftrl():
+    """At batch_size 512 a replica gathers ~1.04 MB per step against the dense ring's ~8.5 MB: dense from 9
+    replicas on (docs/gpu.md says so). FTRL never: a dense update zeroes the rows outside the batch."""
+    args = [H.DEFAULTS[k] for k in ("feature_size", "embedding_size", "batch_size", "field_size")]
+    assert [H.resolve_sparse_allreduce("auto", *args, r, "adagrad") for r in (8, 9)] == ["gather", "dense"]
+    assert H.resolve_sparse_allreduce("auto", *args, 64, "ftrl") == "gather"
+    with pytest.raises(H.HyperparameterError, match="zero every row outside the batch"):
+        H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", "ftrl"])
+
+
 def test_sparse_allreduce_is_a_choice_that_overrides_auto():
     assert H.parse_hyperparameters(["--sparse_allreduce", "Dense", "--optimizer", "adagrad"]).sparse_allreduce == "dense"
     assert H.resolve_sparse_allreduce("dense", 10**9, 8, 1024, 39, 2) == "dense"

@@ -74,6 +74,59 @@ def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
         np.testing.assert_array_equal(slot.numpy()[untouched], slots_before[name][untouched])
 
 
+@pytest.mark.parametrize("kind", ["adagrad", "sgd", "ftrl"])
+def test_a_dense_gradient_leaves_rows_outside_the_batch_as_the_sparse_one_does_except_under_ftrl(kind):
+    """Why sparse_allreduce never densifies FTRL's gradients: TF's FTRL sets every row it updates from
+    `linear` and `accum`, and a zero-gradient row (not in the batch) with |linear| <= l1 becomes 0, so
+    the dense update wipes the initial values of the whole table; Adagrad and SGD leave such rows alone."""
+    init = np.random.default_rng(0).normal(0, 0.01, (6, 3)).astype(np.float32)
+    grad = tf.IndexedSlices(tf.constant([[0.5, -0.5, 0.25]]), tf.constant([2]), tf.constant([6, 3]))
+    results = []
+    for gradient in (grad, tf.convert_to_tensor(grad)):
+        var = tf.Variable(init)
+        opt = T.SparseOptimizer(kind, 0.1)
+        opt.build([var])
+        opt.apply([gradient])
+        results.append(var.numpy())
+    sparse, dense = results
+    np.testing.assert_array_equal(sparse[[0, 1, 3, 4, 5]], init[[0, 1, 3, 4, 5]])
+    if kind == "ftrl":
+        np.testing.assert_array_equal(dense[[0, 1, 3, 4, 5]], 0.0)
+        assert H.resolve_sparse_allreduce("auto", 6, 2, 1, 1, 64, kind) == "gather"
+        with pytest.raises(H.HyperparameterError, match="--sparse_allreduce: dense would zero every row"):
+            H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", kind])
+    else:
+        np.testing.assert_allclose(dense, sparse, rtol=1e-6)
+        assert H.resolve_sparse_allreduce("auto", 6, 2, 1, 1, 64, kind) == "dense"
+
+
+@pytest.mark.parametrize("bad_id", [2000, 2500, -1])
+@pytest.mark.parametrize("lookup", ["cpu", "gpu"])
+def test_an_id_outside_the_table_is_a_bad_row_on_every_device(monkeypatch, bad_id, lookup):
+    """On a GPU tf.gather returns zeros for an id outside the table where the CPU raises: the model checks
+    the ids itself, so both stop at the step with one line naming the id and feature_size. `gpu` runs the
+    model with the lookup replaced by the GPU's behaviour (zeros for such ids)."""
+    if lookup == "gpu":
+        def gpu_lookup(params, ids):
+            inside = (ids >= 0) & (ids < tf.shape(params, out_type=ids.dtype)[0])
+            rows = tf.gather(params, tf.where(inside, ids, tf.zeros_like(ids)))
+            return tf.where(inside[..., None], rows, tf.zeros_like(rows))
+        monkeypatch.setattr(tf.nn, "embedding_lookup", gpu_lookup)
+    hp = small_hp()
+    trainer = T.build_trainer(hp)
+    features, labels = random_batch(hp, rows=8)
+    good = features["ids"].numpy()
+    tf.function(trainer.train_step)((features, labels))  # ids in range train
+    good[5, 3] = bad_id
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        tf.function(trainer.train_step)(({"ids": tf.constant(good), "values": features["values"]}, labels))
+    assert deepfm_log.error_line(err.value.message) == (  # the assertion's data, in brackets as a raw bad row's
+        f"[bad row: id {bad_id} (row 5 of the batch, field slot 3) is outside 0..1999: feature_size (2000) must "
+        "exceed every id in the data; set it to the largest id + 1, or index the data for this model]")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bad row: id"):
+        trainer.model.predict(tf.constant(good), features["values"])
+
+
 def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     """Adagrad must see one accumulated gradient per row, not one update per occurrence."""
     var = tf.Variable(tf.zeros([4, 2]))

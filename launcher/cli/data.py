@@ -69,6 +69,8 @@ def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
 @click.option("--signal", type=float, default=1.5, show_default=True,
               help="Spread of the teacher's logit; larger is easier (1.5 gives a teacher AUC near 0.81).")
 @click.option("--positive-rate", type=float, default=0.25, show_default=True)
+@click.option("--deep-share", type=float, default=0.0, show_default=True,
+              help="Share of the teacher's logit from a random ReLU network over the latent vectors (0: a pure FM).")
 @click.option("--format", "fmt", type=click.Choice(["tfrecord", "libsvm", "criteo-tsv"]), default="tfrecord",
               show_default=True, help="criteo-tsv: raw text (label, counts, hex categoricals), not pre-indexed.")
 @click.option("--missing-rate", type=float, default=None,
@@ -77,7 +79,7 @@ def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
               help="criteo-tsv: add a multi-hot column NAME (ids joined by '|') that the teacher uses.")
 @click.option("--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out.")
 def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | None, seed: int, field_size: int,
-          feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, fmt: str,
+          feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, deep_share: float, fmt: str,
           missing_rate: float | None, multi_hot: str | None, force: bool) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
     from launcher.data import stream, synth as synth_mod
@@ -99,7 +101,7 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         generator = synth_mod.Generator(seed, field_size=field_size, feature_size=feature_size,
                                         numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate,
                                         missing_rate=missing_rate,
-                                        multi_hot=synth_mod.MultiHot() if multi_hot else None)
+                                        multi_hot=synth_mod.MultiHot() if multi_hot else None, deep_share=deep_share)
     except ValueError as err:
         raise DfmError(str(err)) from None
     if multi_hot is not None:
@@ -120,6 +122,8 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         meta["eval_teacher_auc"] = held_out[0][0]
     if missing_rate:
         meta["missing_rate"] = missing_rate
+    if deep_share:
+        meta["deep_share"] = deep_share
     if fmt == "criteo-tsv":
         meta.update(_raw_meta(generator, multi_hot))
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -11,6 +11,10 @@ spread (`signal`) and shifted so that about `positive_rate` of the labels are 1;
 draws from its probabilities. `teacher_auc` is the teacher's AUC on the drawn sample: no model can
 expect to beat it on this data.
 
+`deep_share` (0 by default, leaving the teacher a pure FM) moves that share of the logit's variance to a
+random ReLU network over the rows' concatenated latent vectors: a function no FM holds, that only a model's
+MLP can learn, as real click data has (a recipe that silences the MLP loses there and not on a pure FM).
+
 Optional extras for raw renderings (`launcher.data.raw`), both off by default so the pre-indexed
 output is unchanged: `missing_rate` blanks cells (a missing field has value 0, so it adds nothing to
 the teacher's logit, and its id is the field's first), and `multi_hot` adds a variable-length bag of ids
@@ -38,7 +42,8 @@ _CHUNK = 65536
 CHUNK_ROWS = 65536  # rows per random stream: part of what a seed means, keep it fixed
 
 _STREAM_LAYOUT, _STREAM_TEACHER, _STREAM_CALIBRATION, _STREAM_SAMPLE = range(4)
-_STREAM_BAG_LAYOUT, _STREAM_BAG_TEACHER, _STREAM_EXTRAS = range(4, 7)
+_STREAM_BAG_LAYOUT, _STREAM_BAG_TEACHER, _STREAM_EXTRAS, _STREAM_DEEP_TEACHER = range(4, 8)
+DEEP_UNITS = 32  # hidden units of the deep teacher (deep_share > 0)
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -202,7 +207,8 @@ class _Sampler:
 class _Teacher:
     """A factorization machine with its logit standardized, scaled to `signal` and biased to a rate."""
 
-    def __init__(self, feature_size: int, seed: int, sampler: _Sampler, signal: float, positive_rate: float):
+    def __init__(self, feature_size: int, seed: int, sampler: _Sampler, signal: float, positive_rate: float,
+                 deep_share: float = 0.0):
         rng = _rng(seed, _STREAM_TEACHER)
         self.linear = rng.normal(0.0, 1.0, feature_size).astype(np.float32)
         self.latent = rng.normal(0.0, 1.0, (feature_size, LATENT_DIM)).astype(np.float32)
@@ -210,15 +216,22 @@ class _Teacher:
             bag_rng = _rng(seed, _STREAM_BAG_TEACHER)
             self.bag_linear = bag_rng.normal(0.0, 1.0, sampler.multi_hot.vocabulary).astype(np.float32)
             self.bag_latent = bag_rng.normal(0.0, 1.0, (sampler.multi_hot.vocabulary, LATENT_DIM)).astype(np.float32)
+        self.deep_share, self.deep = deep_share, None
+        if deep_share > 0:  # weights of a ReLU network over the concatenated latent vectors
+            width = (len(sampler.layout.sizes) + (sampler.multi_hot is not None)) * LATENT_DIM
+            deep_rng = _rng(seed, _STREAM_DEEP_TEACHER)
+            self.deep = (deep_rng.normal(0.0, 1.0 / np.sqrt(width), (width, DEEP_UNITS)),
+                         deep_rng.normal(0.0, 0.5, DEEP_UNITS), deep_rng.normal(0.0, 1.0, DEEP_UNITS))
         draw = sampler.draw(CALIBRATION_ROWS, _rng(seed, _STREAM_CALIBRATION), _rng(seed, _STREAM_CALIBRATION, 1))
-        first, pair = self._terms(draw)
+        first, pair, deep = self._terms(draw)
         self.first_stats = (first.mean(), first.std() or 1.0)
         self.pair_stats = (pair.mean(), pair.std() or 1.0)
+        self.deep_stats = (deep.mean(), deep.std() or 1.0) if deep is not None else None
         self.scale = signal
         self.bias = 0.0
         self.bias = _bias_for_rate(self.logits(draw), positive_rate)
 
-    def _terms(self, draw: Draw) -> tuple[np.ndarray, np.ndarray]:
+    def _terms(self, draw: Draw) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         first = (self.linear[draw.ids] * draw.values).sum(axis=1, dtype=np.float64)
         embedded = self.latent[draw.ids] * draw.values[:, :, None]
         if draw.bag_ids is not None:  # one more field: the mean of its ids' weights and latent vectors
@@ -227,16 +240,23 @@ class _Teacher:
             pooled = (self.bag_latent[draw.bag_ids] * weights[:, :, None]).sum(axis=1)
             embedded = np.concatenate([embedded, pooled[:, None, :]], axis=1)
         pair = 0.5 * (embedded.sum(axis=1) ** 2 - (embedded ** 2).sum(axis=1)).sum(axis=1, dtype=np.float64)
-        return first, pair
+        deep = None
+        if self.deep is not None:
+            kernel, bias, out = self.deep
+            deep = np.maximum(embedded.reshape(len(embedded), -1) @ kernel + bias, 0.0) @ out
+        return first, pair, deep
 
     def logits(self, draw: Draw) -> np.ndarray:
         out = np.empty(len(draw), dtype=np.float64)
         for start in range(0, len(draw), _CHUNK):
             part = slice(start, start + _CHUNK)
-            first, pair = self._terms(draw.slice(part))
+            first, pair, deep = self._terms(draw.slice(part))
             first = (first - self.first_stats[0]) / self.first_stats[1]
             pair = (pair - self.pair_stats[0]) / self.pair_stats[1]
             mixed = np.sqrt(1.0 - INTERACTION_SHARE) * first + np.sqrt(INTERACTION_SHARE) * pair
+            if deep is not None:
+                deep = (deep - self.deep_stats[0]) / self.deep_stats[1]
+                mixed = np.sqrt(1.0 - self.deep_share) * mixed + np.sqrt(self.deep_share) * deep
             out[part] = self.scale * mixed + self.bias
         return out
 
@@ -279,7 +299,9 @@ class Generator:
 
     def __init__(self, seed: int, field_size: int = DEFAULT_FIELD_SIZE, feature_size: int = DEFAULT_FEATURE_SIZE,
                  numeric_fields: int | None = None, signal: float = 1.5, positive_rate: float = 0.25,
-                 missing_rate: float = 0.0, multi_hot: MultiHot | None = None):
+                 missing_rate: float = 0.0, multi_hot: MultiHot | None = None, deep_share: float = 0.0):
+        if not 0.0 <= deep_share <= 1.0:
+            raise ValueError(f"deep_share must be in [0, 1], got {deep_share}")
         if not 0.0 < positive_rate < 1.0:
             raise ValueError(f"positive_rate must be in (0, 1), got {positive_rate}")
         if not 0.0 <= missing_rate < 1.0:
@@ -289,7 +311,7 @@ class Generator:
         self.seed, self.field_size, self.feature_size = seed, field_size, feature_size
         self.layout = _layout(field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields)
         self.sampler = _Sampler(self.layout, seed, missing_rate, multi_hot)
-        self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate)
+        self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate, deep_share)
 
     def draws(self, rows: int) -> Iterator[tuple[Draw, np.ndarray, np.ndarray]]:
         """Yield (draw, labels, probs) for rows 0..rows-1, in order."""

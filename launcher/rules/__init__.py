@@ -23,7 +23,8 @@ from launcher.rules.ps_group import check_ps_group
 from launcher.rules.hparams import check_boolean_hyperparameters, check_bundled_hyperparameters, check_evaluation_schedule
 from launcher.rules.tune import TUNE_RULES
 from launcher.rules.prepare import check_prepare, check_prepared_layout, prepared_layout_fits
-from launcher.rules.gpu import check_gpu_memory, check_mixed_precision_on_cpu, check_ps_pipe_channels
+from launcher.rules.gpu import (check_gpu_memory, check_mixed_precision_on_cpu, check_one_host_ps_gpus,
+                                check_ps_pipe_channels, one_host_ps_gpus)
 from launcher.rules.precision import check_bfloat16_hardware
 from launcher.rules.request import (
     check_channels,
@@ -106,7 +107,7 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
         return []
     problems = []
     hosts = spec.instance.count + (spec.ps_group.count if spec.ps_group is not None else 0)
-    if hosts == 1:
+    if hosts == 1 and one_host_ps_gpus(spec) <= 1:  # with several GPUs check_one_host_ps_gpus says more
         problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
     info = catalog.instance(spec.instance.type)
     if info is not None and info.gpus > 1 and spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
@@ -180,6 +181,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_mixed_precision_on_cpu,
     check_bfloat16_hardware,
     check_gpu_memory,
+    check_one_host_ps_gpus,
     check_ps_pipe_channels,
     check_spot,
     check_mirrored,

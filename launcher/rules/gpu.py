@@ -1,7 +1,8 @@
 """Rules about GPUs: float16 where there is no GPU, and a model that must fit in one GPU's memory.
 
 Under Horovod and MultiWorkerMirrored every GPU holds a whole replica of the model: the embedding tables,
-their optimizer slots and, when the embedding gradients are all-reduced densely, a table-sized gradient.
+their optimizer slots, and at its peak the start-up broadcast's copies of the largest table or, when the
+embedding gradients are all-reduced densely, a step's table-sized gradients and their packs.
 The parameter-server layout keeps the tables in host memory instead (rules_ps_group checks that side). Both rules
 read the hyperparameters as the bundled scripts parse them (rules_hparams.script_values).
 """
@@ -38,11 +39,33 @@ def replicas(spec: Spec) -> int:
     return spec.instance.count * host.replicas
 
 
-def replica_bytes(rows: int, embedding_size: int, optimizer: str, dense_gradients: bool) -> int:
-    """What one GPU holds for the tables: weights and optimizer slots, plus a table-sized gradient when
-    it is all-reduced densely."""
-    gradient = rows * (1 + embedding_size) * hosts.FLOAT_BYTES if dense_gradients else 0
-    return hosts.embedding_bytes(rows, embedding_size, optimizer) + gradient
+# The start-up broadcast (deepfm_collectives.MirroredCollectives.broadcast) sends each large variable alone:
+# the sum's input placed on the GPU (on GPUs 1..G-1 a copy of GPU 0's) and its output, two copies of the
+# largest variable at once. bench/broadcast_memory.py measures 1.14-1.20 per replica on 2 logical CPU replicas
+# (its verdict checks them against this count; the input of the first replica aliases its variable there).
+BROADCAST_COPIES = 2
+# A dense all-reduce holds the table-sized gradient, the pack it is concatenated into with the other gradients
+# (MWMS's batch all-reduce; Horovod's fusion buffer) and the reduced pack: three at once. Not measured here.
+DENSE_GRADIENT_COPIES = 3
+
+
+def replica_bytes(rows: int, embedding_size: int, optimizer: str, dense_gradients: bool) -> tuple[int, str]:
+    """What one GPU holds at its peak for the tables: weights and optimizer slots, plus the larger of the
+    start-up broadcast's copies of the largest table and, when the gradients are all-reduced densely, a
+    step's table-sized gradients -> (bytes, how they were counted)."""
+    slots = hosts.OPTIMIZER_SLOTS[optimizer]
+    tables = hosts.embedding_bytes(rows, embedding_size, optimizer)
+    broadcast = BROADCAST_COPIES * rows * embedding_size * hosts.FLOAT_BYTES
+    dense = DENSE_GRADIENT_COPIES * rows * (1 + embedding_size) * hosts.FLOAT_BYTES if dense_gradients else 0
+    how = (f"feature_size {rows:,} x (1 + embedding_size {embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
+           f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}), plus ")
+    if dense > broadcast:
+        how += (f"{DENSE_GRADIENT_COPIES} dense gradients in a step's all-reduce (the gradient, its pack, the "
+                "reduced pack)")
+    else:
+        how += (f"{BROADCAST_COPIES} copies of the {rows:,} x {embedding_size} embedding table in the start-up "
+                "broadcast")
+    return tables + max(broadcast, dense), how
 
 
 def _bigger_gpu(needed: int) -> str | None:
@@ -74,11 +97,8 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
     mode = contract.bundled_hparams().resolve_sparse_allreduce(values.sparse_allreduce, rows, embedding_size,
                                                                 values.batch_size, values.field_size, replicas(spec),
                                                                 optimizer)
-    needed = replica_bytes(rows, embedding_size, optimizer, mode == "dense")
+    needed, how = replica_bytes(rows, embedding_size, optimizer, mode == "dense")
     have = info.gpu_memory_gib * hosts.GIB
-    slots = hosts.OPTIMIZER_SLOTS[optimizer]
-    how = (f"feature_size {rows:,} x (1 + embedding_size {embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
-           f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}{' + 1 dense gradient' if mode == 'dense' else ''})")
     where = f"one {info.gpu} of {spec.instance.type} ({info.gpu_memory_gib} GiB)"
     bigger = _bigger_gpu(needed)
     fix = ("put the tables on parameter servers (entry_point: deepfm-ps, distribution: {parameter_server: {ps: "
@@ -91,6 +111,29 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
         return [warning(_field(spec), f"{each}, {needed / have:.0%} of {where}, leaving little for activations "
                                       f"and the CUDA context: {fix}")]
     return []
+
+
+def one_host_ps_gpus(spec: Spec) -> int:
+    """The GPUs of a parameter-server job the bundled deepfm-ps runs on one host (no ps group), 0 otherwise.
+    SageMaker's toolkit writes a TF_CONFIG (and starts a ps) only with more than one host, so such a job is
+    one process training on one GPU (train_ps.train_single_host): G - 1 of G GPUs idle."""
+    info = catalog.instance(spec.instance.type)
+    if (spec.distribution_kind != "parameter_server" or spec.entry_point != "deepfm-ps" or spec.instance.count != 1
+            or spec.ps_group is not None or info is None):
+        return 0
+    return info.gpus
+
+
+def check_one_host_ps_gpus(spec: Spec) -> list[Finding]:
+    gpus = one_host_ps_gpus(spec)
+    if gpus <= 1:
+        return []
+    return [error("instance.count", f"a parameter-server job on one host gets no parameter server: SageMaker's toolkit "
+                                    f"starts one only with several hosts, so deepfm-ps trains as one process on 1 of "
+                                    f"{spec.instance.type}'s {gpus} GPUs ({gpus - 1} idle): use entry_point: "
+                                    "deepfm-mirrored with distribution: multi_worker_mirrored (one process drives "
+                                    "every GPU), instance.count >= 2 (a worker task per GPU on each host), or a "
+                                    "single-GPU instance type with distribution: none")]
 
 
 def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
