@@ -114,6 +114,18 @@ def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_ex
     assert echoed[-1] == f"job {JOB}-r2 Stopped"
 
 
+def test_a_spot_job_out_of_max_wait_is_resumed_and_completes(sample_plan, moto_jobs, monkeypatch):
+    plan = sample_plan({"recover": {"max_restarts": 1, "backoff_s": 5}, "spot": {"max_wait": 7200},
+                        "checkpoints": f"s3://{BUCKET}/ck/spot/"})
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Stopped", "MaxWaitTimeExceeded", None), ("Completed", "Completed", None)])
+    assert code == 0 and slept == [5]
+    assert [r["TrainingJobName"] for r in sent] == [JOB, f"{JOB}-r1"]
+    assert [r["CheckpointConfig"]["S3Uri"] for r in sent] == [f"s3://{BUCKET}/ck/spot/"] * 2
+    assert all(r["EnableManagedSpotTraining"] for r in sent)
+    assert any("spot capacity: MaxWaitTimeExceeded" in line and "resubmitting in 5 s" in line for line in echoed)
+
+
 def test_a_failure_of_the_job_itself_is_not_resubmitted(sample_plan, moto_jobs, monkeypatch):
     sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, sample_plan(RECOVER), [
         ("Failed", "Failed", "AlgorithmError: out of memory")])
