@@ -133,7 +133,7 @@ def logs(job_name: str, follow: bool, poll_seconds: float, stall_timeout: int | 
                                   as_json=output == "json", **watch)
     except Stalled as stalled:
         found.stop(job_name, region)
-        raise DfmError(f"job {job_name} stalled: {stalled}; dfm stopped it", 1) from None
+        raise DfmError(stalled.stopped(job_name), 1) from None
     if follow and final in ("Failed", "Stopped"):
         raise_for_outcome(found.describe(job_name, region))
 

@@ -24,7 +24,7 @@ def follow(plan: Plan, job_name: str, echo: Echo, poll_seconds: float) -> str:
         return stream_logs(job_name, plan.region, follow=True, echo=echo, poll_seconds=poll_seconds, stall=watch)
     except Stalled as stalled:
         jobs.stop(job_name, plan.region)
-        raise DfmError(f"job {job_name} stalled: {stalled}; dfm stopped it", 1) from None
+        raise DfmError(stalled.stopped(job_name), 1) from None
 
 
 def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, poll_seconds: float = 10.0,

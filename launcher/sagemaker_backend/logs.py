@@ -75,6 +75,10 @@ class _LogCursor:
 class Stalled(Exception):
     """The job printed no metric line for longer than its stall timeout."""
 
+    def stopped(self, job_name: str) -> str:
+        """The one line said when dfm has stopped a stalled job."""
+        return f"job {job_name} stalled: {self}; dfm stopped it"
+
 
 @dataclass
 class StallWatch:
