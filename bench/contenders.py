@@ -38,8 +38,9 @@ def _window(step, iterator, steps: int, batch: int):
 
 def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
             dense_updates: bool = False, deep_layers=(400, 400, 400), compute_dtype: str = "float32"):
-    """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), as train_ps runs it,
-    regularized (L2_EMBEDDING, DROPOUT, L2_DENSE).
+    """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), regularized (L2_EMBEDDING,
+    DROPOUT, L2_DENSE), stepped as a one-host run steps it: windows of `sync_check_steps` steps, each window
+    one compiled loop with the in-step end-of-data check (deepfm_sync_steps.window_runner).
 
     dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes
     its dense path over the whole table (what Keras' stock Adam does to its moments).
@@ -47,7 +48,9 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
     import tensorflow as tf
 
     use_entrypoints()
+    from deepfm_collectives import SingleProcess
     from deepfm_hparams import parse_hyperparameters
+    from deepfm_sync_steps import window_runner
     from deepfm_training import build_trainer
 
     hp = parse_hyperparameters([
@@ -61,13 +64,16 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
     dataset = tf.data.Dataset.from_tensor_slices(
         ({"ids": data.ids, "values": data.values}, data.labels)).batch(batch, drop_remainder=True)
     iterator = iter(dataset.cache().repeat())
+    run_window = window_runner(tf.function(trainer.train_step), SingleProcess())
+    run_window(iterator, hp.sync_check_steps)  # trace
 
-    @tf.function
-    def step(it):
-        return trainer.train_step(next(it))
-
-    step(iterator)  # trace
-    return _window(step, iterator, steps, batch)
+    def run() -> float:
+        def go():
+            done = 0
+            while done < steps:
+                done += run_window(iterator, min(hp.sync_check_steps, steps - done))[0]
+        return steps * batch / seconds(go)
+    return run
 
 
 def import_deepctr():

@@ -49,7 +49,7 @@ def measure(quick: bool, context: dict) -> dict:
         "Training throughput",
         f"the float32 and the bfloat16 step each >= {CEILING_GOAL:.0%} of its estimated 2-core ceiling; bfloat16 >= "
         f"{BF16_SPEEDUP_GOAL}x float32 at batch 4096 (bundled vs DeepCTR recorded beside them)",
-        "one training step after another on in-memory synthetic data (39 fields, MLP 400-400-400, Adagrad "
+        "training steps as a one-host run takes them (windows of sync_check_steps=16 steps per compiled call) on in-memory synthetic data (39 fields, MLP 400-400-400, Adagrad "
         f"lr 0.01, regularized: dropout 0.2, L2 on looked-up embedding rows and MLP kernels), "
         f"{examples_per_window:,} examples per timed window, float32 and `mixed_precision: bfloat16`; `bench/training.py`")
     data = synthetic(4096 * (4 if quick else 8), FEATURE_SIZE)
@@ -123,8 +123,10 @@ def measure(quick: bool, context: dict) -> dict:
         "(`ResourceSparseApplyAdagradV2`) of the same rows; bytes counted as 5 passes over 39*(k+1) floats. "
         "Left out: activations, bias and ReLU, the FM term, loss, metrics, deduplication of ids, and per-op "
         "dispatch: the `rest of step` column is what those cost in the bundled step.",
-        "Bundled: `entrypoints/deepfm_training.py` `build_trainer` + `Trainer.train_step` in one `tf.function` "
-        "that also pulls the batch, with its streaming loss/AUC metrics (DeepCTR is compiled without metrics).",
+        "Bundled: `entrypoints/deepfm_training.py` `build_trainer` + `Trainer.train_step` with its streaming loss/AUC "
+        "metrics, stepped by `deepfm_sync_steps.window_runner` as a one-host run steps it: 16 steps per compiled "
+        "call, each pulling its batch in the loop (DeepCTR is compiled without metrics, one step per call as `fit` "
+        "steps it by default).",
         f"DeepCTR {versions(('deepctr',))['deepctr']} (`deepctr.models.DeepFM`; 0.9.3 is the last release "
         "that runs on TF 2.14's bundled Keras) with "
         "39 `SparseFeat` fields whose vocabularies are the fields' id ranges (same total rows), values ignored "
@@ -141,8 +143,9 @@ def measure(quick: bool, context: dict) -> dict:
         "core; the `rest of step` is small elementwise ops (bias, ReLU, FM term, loss), the gather + id dedup "
         "+ sparse update, and Python call overhead per compiled step. Tried and slower: XLA (`jit_compile`; "
         "its CPU matmul was slower than oneDNN's, and `tf.unique` does not compile), one concatenated "
-        "[feature_size, 1+k] table, a hand-written FM gradient. Not tried yet: several steps per compiled "
-        "call.",
+        "[feature_size, 1+k] table, a hand-written FM gradient. Several steps per compiled call (the scripts' own windows, now what this "
+        "item times) gave 13-14% more examples/s at batch 512 than one step per call (one process, alternating, "
+        "quiet machine, 2026-11-25).",
         "Finding of timed variants of the step (one process, alternating, k8/b4096): tf.nn.dropout's random "
         "generation (one 32-bit Philox word per element, 3 x batch x 400 a step) was about 7 of the 43 ms; the "
         "bundled model's dropout (`deepfm_model.dropout`) keeps its law exactly from one random byte per element "
