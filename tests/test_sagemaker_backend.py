@@ -21,7 +21,7 @@ from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.errors import DfmError
 from launcher.plans.training import Channel
-from launcher.sagemaker_backend import aws as sm_aws, request as sm_request
+from launcher.sagemaker_backend import attempts, aws as sm_aws, request as sm_request
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py
 
@@ -238,7 +238,7 @@ def test_submit_sends_exactly_the_dry_runs_request_and_uploads_the_source(aws, s
     plan = sample_plan(SPOT_VPC_TAGS_WARM)
     echoed: list[str] = []
 
-    assert sb.submit(sb.build(plan), wait=False, echo=echoed.append) == plan.job_name
+    assert sb.submit(sb.build(plan), echo=echoed.append) == plan.job_name
 
     assert echoed == [f"submitted {plan.job_name}",
                       f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}"]
@@ -273,7 +273,7 @@ def test_submit_executes_the_built_request_as_it_is_without_going_back_to_the_pl
     monkeypatch.setattr(sm_request, "build", lambda plan: pytest.fail("submit rebuilt the request"))
     monkeypatch.setattr(sm_request, "offline_estimator", lambda plan: pytest.fail("submit went back to the SDK"))
 
-    sb.submit(changed, wait=False, echo=lambda line: None)
+    sb.submit(changed, echo=lambda line: None)
 
     assert sent == [printed["request"]]
     assert printed["uploads"] == [changed.upload.uri]
@@ -302,7 +302,7 @@ def test_submit_with_an_s3_source_dir_uploads_nothing(aws, sample_plan, monkeypa
     s3.create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     plan = sample_plan({"source_dir": f"s3://{BUCKET}/code/sourcedir.tar.gz"})
-    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), echo=lambda line: None)
     assert json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"]) == plan.source_dir
     assert s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
 
@@ -312,19 +312,19 @@ def test_submit_refuses_an_invalid_request_before_uploading(aws, sample_plan, mo
     s3.create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     with pytest.raises(DfmError) as caught:
-        sb.submit(sb.build(sample_plan(max_run=0)), wait=False, echo=pytest.fail)
+        sb.submit(sb.build(sample_plan(max_run=0)), echo=pytest.fail)
     assert caught.value.exit_code == 2 and "MaxRuntimeInSeconds" in caught.value.message
     assert sent == [] and s3.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
 
 
 def test_submit_without_the_bucket_is_an_aws_refusal(aws, sample_plan):
     with pytest.raises(DfmError) as caught:
-        sb.submit(sb.build(sample_plan()), wait=False, echo=lambda line: None)
+        sb.submit(sb.build(sample_plan()), echo=lambda line: None)
     assert caught.value.exit_code == 1 and "NoSuchBucket" in caught.value.message
 
 
 @pytest.mark.parametrize("final, exit_code", [("Completed", None), ("Failed", 1)])
-def test_submit_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, moto_jobs, moto_logs,
+def test_launch_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, moto_jobs, moto_logs,
                                                               monkeypatch, final, exit_code):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     plan = sample_plan()
@@ -337,10 +337,10 @@ def test_submit_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, m
     hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob", job_ends)
     echoed: list[str] = []
     if exit_code is None:
-        sb.submit(sb.build(plan), wait=True, echo=echoed.append)
+        attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0)
     else:
         with pytest.raises(DfmError) as caught:
-            sb.submit(sb.build(plan), wait=True, echo=echoed.append)
+            attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0)
         assert caught.value.exit_code == 1
         assert caught.value.message == f"job {plan.job_name} Failed: AlgorithmError: out of memory"
     assert "[algo-1] [dfm] train step=1 loss=0.5" in echoed and "[algo-2] worker ready" in echoed
@@ -553,7 +553,7 @@ def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatc
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), echo=lambda line: None)
 
     assert sent[0] == sb.dry_run(plan)["request"]
     summary = sb.describe(plan.job_name, REGION)
@@ -568,7 +568,7 @@ def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), echo=lambda line: None)
 
     uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
     key = uri.split("/", 3)[3]
@@ -588,7 +588,7 @@ def test_a_long_features_section_is_uploaded_in_the_source_tarball(aws, monkeypa
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=plan.output_path.split("/")[2])
     sent = capture_create_requests(monkeypatch)
 
-    sb.submit(sb.build(plan), wait=False, echo=lambda line: None)
+    sb.submit(sb.build(plan), echo=lambda line: None)
 
     assert json.loads(sent[0]["HyperParameters"]["features"]) == "@dfm_features.json"
     uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])

@@ -36,12 +36,12 @@ def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, po
         if plan.operations.recovery is not None or plan.operations.stall_timeout_s:
             warn("recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
                  "(or dfm logs JOB --follow --stall-timeout N)")
-        return jobs.submit(request.build(plan), wait=False, echo=echo, warn=warn)
+        return jobs.submit(request.build(plan), echo=echo, warn=warn)
     options = plan.operations.recovery
     attempt = 0
     while True:
         current = recovery.attempt_plan(plan, attempt)
-        job_name = jobs.submit(request.build(current), wait=False, echo=echo, warn=warn)
+        job_name = jobs.submit(request.build(current), echo=echo, warn=warn)
         status = follow(current, job_name, echo, poll_seconds)
         summary = jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
         why = recovery.recoverable(summary)

@@ -14,7 +14,6 @@ from launcher.plans import recovery
 from launcher.errors import DfmError
 from launcher.plans.training import Plan
 from launcher.sagemaker_backend import aws, request
-from launcher.sagemaker_backend.logs import stream_logs
 
 Echo = Callable[[str], None]
 
@@ -79,10 +78,10 @@ def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
     return found
 
 
-def submit(training: request.TrainingRequest, *, wait: bool, echo: Echo = print, warn: Echo = print) -> str:
+def submit(training: request.TrainingRequest, *, echo: Echo = print, warn: Echo = print) -> str:
     """Execute a built request (`request.build` refused an invalid job before anything is uploaded): warn of hosts
-    the S3 data leaves idle, upload the source dir, create the training job with exactly these arguments; with
-    `wait`, stream its logs to the end."""
+    the S3 data leaves idle, upload the source dir, create the training job with exactly these arguments.
+    Following it to its end is `attempts.launch`'s (logs, stall watch, recovery)."""
     region = training.region
     session = aws.boto_session(region)
     for line in idle_hosts_on_s3(training, session.client("s3")):
@@ -94,8 +93,6 @@ def submit(training: request.TrainingRequest, *, wait: bool, echo: Echo = print,
     job_name = training.job_name
     echo(f"submitted {job_name}")
     echo(aws.console_url(job_name, region))
-    if wait:
-        raise_for_final_status(job_name, region, stream_logs(job_name, region, follow=True, echo=echo))
     return job_name
 
 
@@ -153,13 +150,6 @@ def raise_for_outcome(summary: dict) -> None:
     if summary["status"] in ("Failed", "Stopped"):
         reason = f": {aws.one_line(summary['failure_reason'])}" if summary.get("failure_reason") else ""
         raise DfmError(f"job {summary['job_name']} {summary['status']}{reason}", 1)
-
-
-def raise_for_final_status(job_name: str, region: str | None, status: str) -> None:
-    """After following a job's logs to `status`: exit 1 if it failed or stopped, with the failure reason
-    from a describe (made only then)."""
-    failed = status in ("Failed", "Stopped")
-    raise_for_outcome(describe(job_name, region) if failed else {"job_name": job_name, "status": status})
 
 
 def stop(job_name: str, region: str | None) -> dict:
