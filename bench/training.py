@@ -8,9 +8,9 @@ from bench import ceiling as ceiling_model
 from bench.step_ops import op_time_by_type
 from bench.common import add_table, alternate, fmt, median, section, verdict, versions
 from bench.contenders import bundled, deepctr, synthetic
+from launcher.data.synth import DEFAULT_FEATURE_SIZE as FEATURE_SIZE
 
 LAYERS = [400, 400, 400]
-FEATURE_SIZE = 117581
 CEILING_GOAL = 0.90  # each precision's step against the ceiling of its own GEMMs
 BF16_SPEEDUP_GOAL = 1.4  # bfloat16 step / float32 step at batch 4096
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from launcher.errors import DfmError
+from launcher.facts.contract import bundled_hparams
 
 
 @click.group()
@@ -63,8 +64,10 @@ def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
 @click.option("--eval-files", type=int, default=None, callback=_positive,
               help="Evaluation files (default: --files, or fewer when --eval-rows does not divide).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same data and teacher.")
-@click.option("--field-size", type=int, default=39, show_default=True, callback=_positive)
-@click.option("--feature-size", type=int, default=117581, show_default=True, callback=_positive)
+@click.option("--field-size", type=int, default=bundled_hparams().DEFAULTS["field_size"], show_default=True,
+              callback=_positive, help="Default: the bundled scripts' field_size.")
+@click.option("--feature-size", type=int, default=bundled_hparams().DEFAULTS["feature_size"], show_default=True,
+              callback=_positive, help="Default: the bundled scripts' feature_size.")
 @click.option("--numeric-fields", type=int, default=None, help="Heavy-tailed numeric fields (default: a third).")
 @click.option("--signal", type=float, default=1.5, show_default=True,
               help="Spread of the teacher's logit; larger is easier (1.5 gives a teacher AUC near 0.81).")

@@ -32,8 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_FIELD_SIZE = 39
-DEFAULT_FEATURE_SIZE = 117581  # the entry points' `feature_size` default
+from launcher.facts.contract import bundled_hparams
+
+_SCRIPT_DEFAULTS = bundled_hparams().DEFAULTS  # the samples fit the bundled scripts' default model
+DEFAULT_FIELD_SIZE = _SCRIPT_DEFAULTS["field_size"]
+DEFAULT_FEATURE_SIZE = _SCRIPT_DEFAULTS["feature_size"]
 NUMERIC_BUCKETS = 16
 LATENT_DIM = 4
 INTERACTION_SHARE = 0.3  # share of the teacher logit's variance from pairwise terms

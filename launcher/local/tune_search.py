@@ -97,7 +97,8 @@ def report_plan(tplan: TuningPlan, defaults: dict[str, Any]) -> tuple[str, int |
     The objective itself wherever a trial prints it while running, as SageMaker's early stopping reads it:
     per evaluation with Hyperband (its resource is the count of objective values) and after each epoch; with
     eval_steps, per (largest batch x eval_steps) examples, so trials of different batch sizes are compared
-    after the same data. Otherwise the objective's training-side twin, per (largest batch x log_steps)."""
+    after the same data. Otherwise the objective's training-side twin, per (largest batch x log_steps).
+    `defaults`: the bundled scripts' hyperparameter defaults (contract.bundled_hparams().DEFAULTS)."""
     hyperparameters = {**defaults, **tplan.training.hyperparameters}
     if tplan.objective_while_running:
         eval_steps = int(hyperparameters.get("eval_steps") or 0)
@@ -105,7 +106,7 @@ def report_plan(tplan: TuningPlan, defaults: dict[str, Any]) -> tuple[str, int |
             return tplan.objective_metric, None
         return tplan.objective_metric, _largest_batch(tplan, hyperparameters) * eval_steps
     return intermediate_metric(tplan.objective_metric), \
-        _largest_batch(tplan, hyperparameters) * int(hyperparameters.get("log_steps", 100))
+        _largest_batch(tplan, hyperparameters) * int(hyperparameters["log_steps"])
 
 
 class Reports:
