@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import yaml
+
+import spec_helpers
 
 FIELDS = 3
 
@@ -29,9 +30,7 @@ def write_spec(tmp_path: Path, prepare: dict, *, name: str = "prep", count: int 
     if features is not None:
         spec["features"] = features
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return spec_helpers.write_spec(tmp_path, name=f"{name}.yaml", base=spec)
 
 
 def write_clicks(folder: Path, rows: int, files: int, seed: int = 0, positive_rate: float = 0.25) -> np.ndarray:
