@@ -37,9 +37,10 @@ def _window(step, iterator, steps: int, batch: int):
 
 
 def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
-            dense_updates: bool = False, deep_layers=(400, 400, 400), compute_dtype: str = "float32"):
+            dense_updates: bool = False, deep_layers=(400, 400, 400), compute_dtype: str = "float32",
+            regularized: bool = True):
     """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), regularized (L2_EMBEDDING,
-    DROPOUT, L2_DENSE), stepped as a one-host run steps it: windows of `sync_check_steps` steps, each window
+    DROPOUT, L2_DENSE; regularized=False: none of them, to show what the regularization costs), stepped as a one-host run steps it: windows of `sync_check_steps` steps, each window
     one compiled loop with the in-step end-of-data check (deepfm_sync_steps.window_runner).
 
     dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes
@@ -56,8 +57,8 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
     hp = parse_hyperparameters([
         "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),
         "--deep_layers", ",".join(map(str, deep_layers)), "--batch_size", str(batch),
-        "--optimizer", optimizer, "--l2_reg", str(L2_EMBEDDING), "--dropout", str(DROPOUT),
-        "--l2_dense", str(L2_DENSE)])
+        "--optimizer", optimizer, "--l2_reg", str(L2_EMBEDDING if regularized else 0),
+        "--dropout", str(DROPOUT if regularized else 0), "--l2_dense", str(L2_DENSE if regularized else 0)])
     densify = (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                               for g in grads]) if dense_updates else None
     trainer = build_trainer(hp, grad_transform=densify, compute_dtype=tf.as_dtype(compute_dtype))

@@ -57,9 +57,12 @@ def measure(quick: bool, context: dict) -> dict:
     deepctr_error = None
     for k, batch in CONFIGS:
         steps = max(4, examples_per_window // batch)
-        contenders = {"bundled": bundled(data, batch, k, steps)}
-        if flag:
-            contenders["bundled_bfloat16"] = bundled(data, batch, k, steps, compute_dtype="bfloat16")
+        contenders = {}
+        for precision in precisions:
+            suffix = "" if precision == "float32" else f"_{precision}"
+            contenders["bundled" + suffix] = bundled(data, batch, k, steps, compute_dtype=precision)
+            contenders["unregularized" + suffix] = bundled(data, batch, k, steps, compute_dtype=precision,
+                                                           regularized=False)
         try:
             contenders["deepctr"] = deepctr(data, batch, k, steps)
         except Exception as err:  # reported, never replaced by a number
@@ -74,11 +77,13 @@ def measure(quick: bool, context: dict) -> dict:
             ours = times["bundled" + suffix]
             per_config[name].update({"bundled" + suffix: ours, "ceiling" + suffix: model["ceiling_examples_per_s"]})
             step_ms = 1000 * batch / ours
+            plain_ms = 1000 * batch / times["unregularized" + suffix]
             kernel_ms = 1000 * (model["gemm_s_per_batch"] + model["embedding_s_per_batch"])
             detail_rows.append([k, batch, precision, fmt(model["mlp_flops_per_example"] / 1e6, 2),
                                 fmt(model["gemm_gflops"], 1), fmt(1000 * model["gemm_s_per_batch"], 2),
                                 fmt(model["embedding_gbytes_per_s"], 2), fmt(1000 * model["embedding_s_per_batch"], 2),
-                                fmt(step_ms, 2), f"{fmt(step_ms - kernel_ms, 2)} ({fmt(100 * (1 - kernel_ms / step_ms))}%)"])
+                                fmt(step_ms, 2), f"{fmt(step_ms - kernel_ms, 2)} ({fmt(100 * (1 - kernel_ms / step_ms))}%)",
+                                fmt(plain_ms, 2), fmt(kernel_ms / plain_ms, 2)])
         c = per_config[name]
         bf16 = [fmt(c.get("bundled_bfloat16", float("nan"))), fmt(c.get("ceiling_bfloat16", float("nan"))),
                 fmt(c.get("bundled_bfloat16", float("nan")) / c.get("ceiling_bfloat16", float("nan")), 2),
@@ -94,7 +99,8 @@ def measure(quick: bool, context: dict) -> dict:
                        "float32 / DeepCTR (recorded)"],
               rows, "Medians of examples/s:")
     add_table(result, ["embedding", "batch", "precision", "MLP MFLOP/example (fwd+bwd)", "GEMM GFLOP/s", "GEMM ms/batch",
-                       "embedding GB/s", "embedding ms/batch", "bundled step ms", "rest of step ms (share)"],
+                       "embedding GB/s", "embedding ms/batch", "bundled step ms", "rest of step ms (share)",
+                       "unregularized step ms", "unregularized / ceiling"],
               detail_rows, "The ceiling model, measured in the same run, and where the bundled step's time goes:")
 
     for precision in precisions:
@@ -123,6 +129,10 @@ def measure(quick: bool, context: dict) -> dict:
         "(`ResourceSparseApplyAdagradV2`) of the same rows; bytes counted as 5 passes over 39*(k+1) floats. "
         "Left out: activations, bias and ReLU, the FM term, loss, metrics, deduplication of ids, and per-op "
         "dispatch: the `rest of step` column is what those cost in the bundled step.",
+        "Unregularized: the same step with dropout 0, l2_reg 0 and l2_dense 0, timed alternately with the others: "
+        "its distance from the ceiling is the step's own machinery (activations, FM term, loss, metrics, sparse "
+        "updates, dispatch); the difference to the bundled step is what the regularization costs (dropout's random "
+        "draw and mask, the L2 terms over every MLP kernel each step), work the ceiling leaves out.",
         "Bundled: `entrypoints/deepfm_training.py` `build_trainer` + `Trainer.train_step` with its streaming loss/AUC "
         "metrics, stepped by `deepfm_sync_steps.window_runner` as a one-host run steps it: 16 steps per compiled "
         "call, each pulling its batch in the loop (DeepCTR is compiled without metrics, one step per call as `fit` "
