@@ -13,6 +13,7 @@ network) -> write (one task per file) -> prepare.json.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -52,11 +53,8 @@ def read_rows(spark, uri, job):
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
 # list of parsed raw rows. Rows travel, are split, encoded and placed a block at a time, as arrays.
-def make_block(parsed, libsvm):
-    labels = np.array([row[0] for row in parsed], np.float32)
-    if libsvm:
-        return labels, (np.array([row[1] for row in parsed], np.int64), np.array([row[2] for row in parsed], np.float32))
-    return labels, parsed
+def make_block(parsed):
+    return np.array([row[0] for row in parsed], np.float32), parsed
 
 
 def take(block, mask):
@@ -72,9 +70,29 @@ def block_rows(block):
     return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
 
 
+def libsvm_partition(rows, job):
+    """libsvm lines parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+    fields = job["field_size"]
+    held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int64), np.zeros((0, fields), np.float32)]
+    while chunk := list(itertools.islice(rows, BLOCK)):
+        origins, lines = zip(*chunk)
+        labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
+        for index, err in bad:
+            yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
+        held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
+        while len(held[0]) >= BLOCK:
+            yield ("ok", (held[0][:BLOCK], (held[1][:BLOCK], held[2][:BLOCK])))
+            held = [part[BLOCK:] for part in held]
+    if len(held[0]):
+        yield ("ok", (held[0], (held[1], held[2])))
+
+
 def parse_partition(rows, job):
     """-> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     parquet, libsvm = job["input"]["format"] == "parquet", job["input"]["format"] == "libsvm"
+    if libsvm:
+        yield from libsvm_partition(rows, job)
+        return
     good = []
     for origin, row in rows:
         if not parquet and not row.strip():
@@ -88,10 +106,10 @@ def parse_partition(rows, job):
         if parsed is not None:
             good.append(parsed)
         if len(good) == BLOCK:
-            yield ("ok", make_block(good, libsvm))
+            yield ("ok", make_block(good))
             good = []
     if good:
-        yield ("ok", make_block(good, libsvm))
+        yield ("ok", make_block(good))
 
 
 def _keys(rng, index, position, count, shuffle):
