@@ -282,8 +282,10 @@ def encode_raw(parsed, features):
 def varints(values):
     """Non-negative integers[n] -> (bytes uint8[n, w], mask bool[n, w]): each value's varint, left-aligned."""
     values = np.asarray(values, np.uint64)
-    size = np.ones(values.shape, np.int64)
+    size, top = np.ones(values.shape, np.int64), int(values.max(initial=0))
     for bits in range(7, 64, 7):
+        if top < 1 << bits:
+            break
         size += values >= np.uint64(1 << bits)
     width = int(size.max(initial=1))
     shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
@@ -332,12 +334,11 @@ def encode_records(records):
 
 
 def gather(data, lengths, order):
-    """The records of (data, lengths) in the given order -> (data, lengths)."""
-    starts = np.cumsum(lengths) - lengths
-    picked = lengths[order]
-    offsets = np.cumsum(picked) - picked
-    index = np.repeat(starts[order] - offsets, picked) + np.arange(int(picked.sum()))
-    return data[index], picked
+    """The records of (data, lengths) in the given order -> (data, lengths): one copy of each record's slice."""
+    ends = np.cumsum(lengths)
+    view = memoryview(np.ascontiguousarray(data))
+    joined = b"".join([view[a:b] for a, b in zip((ends - lengths)[order].tolist(), ends[order].tolist())])
+    return np.frombuffer(joined, np.uint8), lengths[order]
 
 
 def frame(data, lengths, crc32c):
@@ -354,9 +355,11 @@ def frame(data, lengths, crc32c):
     masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF))
     tail = masked.astype("<u4").view(np.uint8).reshape(n, 4)
     framed = lengths + 16
-    out = np.empty(int(framed.sum()), np.uint8)
     starts = np.cumsum(framed) - framed
-    out[(starts[:, None] + np.arange(12)).reshape(-1)] = head.reshape(-1)
-    out[np.repeat(starts + 12 - (ends - lengths), lengths) + np.arange(int(lengths.sum()))] = data
-    out[(starts[:, None] + 12 + lengths[:, None] + np.arange(4)).reshape(-1)] = tail.reshape(-1)
+    is_data = np.ones(int(framed.sum()), bool)
+    is_data[(starts[:, None] + np.arange(12)).reshape(-1)] = False
+    is_data[((starts + 12 + lengths)[:, None] + np.arange(4)).reshape(-1)] = False
+    out = np.empty(len(is_data), np.uint8)
+    out[is_data] = data
+    out[~is_data] = np.concatenate([head, tail], axis=1).reshape(-1)
     return out, framed
