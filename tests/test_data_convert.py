@@ -146,16 +146,20 @@ def test_the_block_parser_agrees_with_the_row_parser_on_every_row(ended):
     for feature_size in (None, 1000, 500):
         lines = [_mangled(rng, row) if rng.random() < 0.4 else row for row in rows]
         lines = [line + "\n" for line in lines] if ended else lines
-        labels, ids, values, bad = parse_libsvm_lines(lines, 5, feature_size, ended=ended)
-        expected, reasons = [], []
-        for index, line in enumerate(lines):
-            if line.strip():
-                try:
-                    expected.append(parse_libsvm(line, 5, feature_size))
-                except BadRow as err:
-                    reasons.append((index, str(err)))
-        assert [(index, str(err)) for index, err in bad] == reasons
-        assert len(expected) > 50 and len(reasons) > 20
-        assert labels.tobytes() == np.array([row[0] for row in expected], np.float64).tobytes()
-        assert ids.tobytes() == np.array([row[1] for row in expected], np.int64).tobytes()
-        assert values.tobytes() == np.array([row[2] for row in expected], np.float64).tobytes()
+        for size in (len(lines), 3):  # a whole block (rows picked by regex) and small ones (mostly all plain)
+            parts = [parse_libsvm_lines(lines[i:i + size], 5, feature_size, ended=ended)
+                     for i in range(0, len(lines), size)]
+            labels, ids, values = (np.concatenate([part[j] for part in parts]) for j in range(3))
+            bad = [(i * size + index, err) for i, part in enumerate(parts) for index, err in part[3]]
+            expected, reasons = [], []
+            for index, line in enumerate(lines):
+                if line.strip():
+                    try:
+                        expected.append(parse_libsvm(line, 5, feature_size))
+                    except BadRow as err:
+                        reasons.append((index, str(err)))
+            assert [(index, str(err)) for index, err in bad] == reasons
+            assert len(expected) > 50 and len(reasons) > 20
+            assert labels.tobytes() == np.array([row[0] for row in expected], np.float64).tobytes()
+            assert ids.tobytes() == np.array([row[1] for row in expected], np.int64).tobytes()
+            assert values.tobytes() == np.array([row[2] for row in expected], np.float64).tobytes()

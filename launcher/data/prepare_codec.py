@@ -107,6 +107,12 @@ _POW10 = 10 ** np.arange(17, dtype=np.uint64)
 _POW10F = 10.0 ** np.arange(17)
 _TAIL_MASK = np.array([0] + [(2**64 - 1) ^ (2 ** (64 - 8 * n) - 1) for n in range(1, 9)], np.uint64)  # last n bytes
 _PATTERNS = {}
+_PLAIN_BYTES = np.zeros(256, bool)
+_PLAIN_BYTES[list(b"0123456789.-: \n")] = True
+
+
+def _separators(fields):
+    return np.array([32, 58] * fields + [10], np.uint8)
 
 
 def _swar8(words):
@@ -116,11 +122,17 @@ def _swar8(words):
     return (words * np.uint64(42949672960001)) >> np.uint64(32)
 
 
-def _plain_numbers(text):
-    """ASCII rows of plain tokens separated by ' ', ':' and '\n' -> (m uint64, k int64, negative bool, ok bool) per
-    token; ok is False where a token is not a plain number (two dots, no digit, longer than 16, m >= 2**53)."""
+def _plain_numbers(text, rows=None):
+    """ASCII rows of plain tokens separated by ' ', ':' and newlines -> (m uint64, k int64, negative bool, ok bool) per
+    token; ok is False where a token is not a plain number (two dots, no digit, longer than 16, m >= 2**53).
+    With rows=(n, fields): None unless the text is n rows all in the plain form (what _row_pattern matches)."""
     data = np.frombuffer(b"0" * 16 + text, np.uint8)
     ends = np.flatnonzero((data < 45) | (data == 58))
+    if rows is not None:
+        n, fields = rows
+        if len(ends) != n * (2 * fields + 1) or not _PLAIN_BYTES[data].all() or not np.array_equal(
+                data[ends].reshape(n, -1), np.broadcast_to(_separators(fields), (n, 2 * fields + 1))):
+            return None
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 16, ends[:-1] + 1
     length = ends - starts
@@ -129,6 +141,9 @@ def _plain_numbers(text):
     k, dot = np.zeros(len(ends), np.int64), np.zeros(len(ends), bool)
     k[dotted], dot[dotted] = ends[dotted] - dots - 1, True
     negative = data[starts] == 45
+    if rows is not None and (np.count_nonzero(data == 45) != np.count_nonzero(negative) or (negative | dot).reshape(
+            n, -1)[:, 1::2].any()):  # a '-' inside a token, an id with a sign or a dot
+        return None
     ok = (length <= 16) & (length - negative - dot >= 1)
     ok[dotted[1:][np.diff(dotted) == 0]] = False
     length = np.minimum(length, 16)
@@ -155,13 +170,18 @@ def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
     """Lines of text (each ending in a newline when ended) -> (labels float64[g], ids int64[g, F], values
     float64[g, F], bad [(index, BadRow)]): the good rows in order, as parse_libsvm parses them; blank lines skipped."""
     n, width = len(lines), 2 * field_size + 1
-    plain = np.array([match is not None for match in map(_row_pattern(field_size, ended).fullmatch, lines)], bool)
+    text = "".join(lines) if ended else "\n".join(lines) + "\n"
+    numbers = _plain_numbers(text.encode("ascii"), (n, field_size)) if text.isascii() else None
+    plain = np.ones(n, bool)
+    if numbers is None:  # not every row is plain: pick those that are
+        plain = np.array([match is not None for match in map(_row_pattern(field_size, ended).fullmatch, lines)], bool)
     labels, ids, values = np.zeros(n), np.zeros((n, field_size), np.int64), np.zeros((n, field_size))
     picked = np.flatnonzero(plain)
     if len(picked):
-        chosen = lines if len(picked) == n else [lines[i] for i in picked.tolist()]
-        text = "".join(chosen) if ended else "\n".join(chosen) + "\n"
-        m, k, negative, ok = _plain_numbers(text.encode("ascii"))
+        if numbers is None:
+            chosen = [lines[i] for i in picked.tolist()]
+            numbers = _plain_numbers(("".join(chosen) if ended else "\n".join(chosen) + "\n").encode("ascii"))
+        m, k, negative, ok = numbers
         number = m.astype(np.float64) / _POW10F[k]
         number[negative] *= -1.0
         number, ok, m = number.reshape(-1, width), ok.reshape(-1, width).all(1), m.reshape(-1, width)[:, 1::2]
