@@ -48,7 +48,7 @@ def read_rows(spark, uri, job):
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
         return frame_.rdd.map(lambda row: (row["_file"], row.asDict()))
     lines = spark.read.text(uri).withColumn("_file", F.input_file_name())
-    return lines.rdd.map(lambda row: (row["_file"], row["value"]))
+    return lines.select("_file", "value").rdd  # Rows are tuples: (file, line) as they come
 
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
@@ -73,12 +73,13 @@ def block_rows(block):
 def libsvm_partition(rows, job):
     """libsvm lines parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
     fields = job["field_size"]
-    held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int64), np.zeros((0, fields), np.float32)]
+    held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
     while chunk := list(itertools.islice(rows, BLOCK)):
         origins, lines = zip(*chunk)
         labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
         for index, err in bad:
             yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
+        ids = ids.astype(np.int32) if ids.size and ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
             yield ("ok", (held[0][:BLOCK], (held[1][:BLOCK], held[2][:BLOCK])))
@@ -305,8 +306,9 @@ def run(spark, job):
         _write_json(job["report_dir"], "prepare.json", report)
         return report
     has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
+    # not persisted: the split is seeded per partition and block, so the eval files' pass recomputes the same split
+    # from the parsed blocks instead of the executors holding every block twice
     split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    split = split.persist(spill)
     train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
