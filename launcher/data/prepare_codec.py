@@ -166,11 +166,15 @@ def _row_pattern(field_size, ended):
     return _PATTERNS[key]
 
 
+def _joined(lines, ended):
+    return "".join(lines) if ended else "\n".join(lines) + "\n"
+
+
 def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
     """Lines of text (each ending in a newline when ended) -> (labels float64[g], ids int64[g, F], values
     float64[g, F], bad [(index, BadRow)]): the good rows in order, as parse_libsvm parses them; blank lines skipped."""
     n, width = len(lines), 2 * field_size + 1
-    text = "".join(lines) if ended else "\n".join(lines) + "\n"
+    text = _joined(lines, ended)
     numbers = _plain_numbers(text.encode("ascii"), (n, field_size)) if text.isascii() else None
     plain = np.ones(n, bool)
     if numbers is None:  # not every row is plain: pick those that are
@@ -180,7 +184,7 @@ def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
     if len(picked):
         if numbers is None:
             chosen = [lines[i] for i in picked.tolist()]
-            numbers = _plain_numbers(("".join(chosen) if ended else "\n".join(chosen) + "\n").encode("ascii"))
+            numbers = _plain_numbers(_joined(chosen, ended).encode("ascii"))
         m, k, negative, ok = numbers
         number = m.astype(np.float64) / _POW10F[k]
         number[negative] *= -1.0
