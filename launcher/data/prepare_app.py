@@ -143,18 +143,19 @@ def keyed_partition(index, blocks, job):
         position += len(block[0])
 
 
-def place_partition(items, files, job):
-    """(block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
-    encoded and framed as arrays, the file is key % files."""
+def place_partition(items, layout, job):
+    """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
+    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files."""
     crc32c = codec.crc32c_function()
-    for block, keys in items:
+    for part, block, keys in items:
+        first_file, files = layout[part]
         labels, payload = block
         if isinstance(payload, tuple):
             data, lengths = codec.encode_libsvm(labels, *payload)
         else:
             data, lengths = codec.encode_records([codec.encode_raw(row, job["features"]) for row in payload])
         data, lengths = codec.frame(data, lengths, crc32c)
-        target = keys % files
+        target = first_file + keys % files
         order = np.argsort(target, kind="stable")
         data, lengths = codec.gather(data, lengths, order)
         target, keys, labels = target[order], keys[order], labels[order]
@@ -190,19 +191,25 @@ def write_partition(index, chunks, paths):
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
-def write_part(items, paths, job):
-    """items: (block, keys) -> len(paths) files, file = key % files, records sorted by key within a file; one
-    write task per file."""
-    files = len(paths)
-    placed = items.mapPartitions(lambda part: place_partition(part, files, job))
-    placed = placed.partitionBy(files, lambda file: file)
-    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, paths)).collect()
-    counts = [0] * files
-    positives = 0
+def write_parts(items, paths, job):
+    """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
+    records sorted by key within a file; one shuffle and one write task per file for all parts at once."""
+    layout, every_path = {}, []
+    for part, part_paths in paths.items():
+        layout[part] = (len(every_path), len(part_paths))
+        every_path += part_paths
+    placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
+    placed = placed.partitionBy(len(every_path), lambda file: file)
+    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    counts, positives = [0] * len(every_path), [0] * len(every_path)
     for index, count, plus in written:
-        counts[index] = count
-        positives += plus
-    return {"files": len(paths), "rows": sum(counts), "positives": positives, "per_file": counts}
+        counts[index], positives[index] = count, plus
+    reports = {}
+    for part, (first, files) in layout.items():
+        mine = counts[first:first + files]
+        reports[part] = {"files": files, "rows": sum(mine), "positives": sum(positives[first:first + files]),
+                         "per_file": mine}
+    return reports
 
 
 # ------------------------------------------------------------------------------------------------ stats
@@ -269,7 +276,7 @@ def statistics(spark, good, job):
 
 # ------------------------------------------------------------------------------------------------ main
 def run(spark, job):
-    """Spark is lazy: each stage line times the action that ran it (train: split, balance, encode, shuffle, write)."""
+    """Spark is lazy: each stage line times the action that ran it (write: split, balance, encode, shuffle, write)."""
     from pyspark import StorageLevel
 
     spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
@@ -277,8 +284,8 @@ def run(spark, job):
     parsed = read_rows(spark, job["input"]["uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
-    bad_count = bad.count()
-    rows = parsed.map(lambda item: len(item[1][0]) if item[0] == "ok" else 0).sum()
+    bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
+        (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))  # one pass: it also fills the cache
     examples = bad.map(lambda item: item[1]).take(5) if bad_count else []
     report = {"input": job["input"]["uri"], "rows": rows, "bad_rows": bad_count,
               "bad_examples": examples, "bad_rows_policy": job["bad_rows"]}
@@ -306,20 +313,16 @@ def run(spark, job):
         _write_json(job["report_dir"], "prepare.json", report)
         return report
     has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
-    # not persisted: the split is seeded per partition and block, so the eval files' pass recomputes the same split
-    # from the parsed blocks instead of the executors holding every block twice
+    # train and eval files are written in one pass over the parsed blocks: one shuffle, one write stage
     split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
-    else:
-        evaluation = split.filter(lambda item: item[0] == "eval").map(lambda item: (item[1], item[2]))
-    report["train"] = write_part(train, job["train_paths"], job)
-    progress.stage("train", f"{report['train']['rows']} rows in {report['train']['files']} files (split, balance, "
-                            "encode, shuffle, write)")
-    if job["eval_paths"]:
-        report["eval"] = write_part(evaluation, job["eval_paths"], job)
-        progress.stage("eval", f"{report['eval']['rows']} rows in {report['eval']['files']} files")
+        split = split.union(evaluation.map(lambda item: ("eval", *item)))
+    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
+    report.update(write_parts(split, paths, job))
+    progress.stage("write", f"{report['train']['rows']} train rows in {report['train']['files']} files"
+                            + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report
+                               else "") + " (split, balance, encode, shuffle, write)")
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")
     report["train_negative_share"] = (train_rows - report["train"]["positives"]) / train_rows if train_rows else 0.0
