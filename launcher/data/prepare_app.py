@@ -79,7 +79,7 @@ def libsvm_partition(rows, job):
         labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
         for index, err in bad:
             yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
-        ids = ids.astype(np.int32) if ids.size and ids.max() < 2**31 else ids  # half the bytes to hold and move
+        ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
             yield ("ok", (held[0][:BLOCK], (held[1][:BLOCK], held[2][:BLOCK])))

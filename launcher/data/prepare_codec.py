@@ -139,7 +139,7 @@ def _plain_numbers(text, rows=None):
     dots = np.flatnonzero(data == 46)
     dotted = np.searchsorted(ends, dots)
     k, dot = np.zeros(len(ends), np.int64), np.zeros(len(ends), bool)
-    k[dotted], dot[dotted] = ends[dotted] - dots - 1, True
+    k[dotted], dot[dotted] = np.minimum(ends[dotted] - dots - 1, 16), True  # (past 16 the token is not plain)
     negative = data[starts] == 45
     if rows is not None and (np.count_nonzero(data == 45) != np.count_nonzero(negative) or (negative | dot).reshape(
             n, -1)[:, 1::2].any()):  # a '-' inside a token, an id with a sign or a dot
