@@ -100,8 +100,10 @@ def measure(quick: bool, context: dict) -> dict:
         _dfm("data", "synth", "--format", "libsvm", "--rows", str(rows), "--files", "8", "--out",
              str(work / "clicks"), "--seed", "5")
         cpu: list[float] = []
+        loads = [os.getloadavg()[0]]  # the machine's load when each tool starts: the wall times depend on it
         convert_s, _ = _dfm("data", "convert", str(work / "clicks/train"), "--out", str(work / "converted"),
                             "--files", "2", cpu=cpu)
+        loads.append(os.getloadavg()[0])
         prepare_s, output = _dfm("data", "prepare", str(_spec(work)), "--local", cpu=cpu)
         stages = {name: float(s) for name, s in STAGE.findall(output)}
         report = json.loads((work / "out/prepare/prepare.json").read_text())
@@ -131,7 +133,8 @@ def measure(quick: bool, context: dict) -> dict:
         "file; writing is local and the ProcessingOutputs upload it. Time ~ input / (instances x cores) + one "
         "shuffle of the output size.")
     result["data"] = {"rows": rows, "convert_s": convert_s, "prepare_s": prepare_s, "convert_cpu_s": cpu[0],
-                      "prepare_cpu_s": cpu[1], "load_average": os.getloadavg(), "stages": stages,
+                      "prepare_cpu_s": cpu[1], "load_average": os.getloadavg(),
+                      "load_at_start": {"convert": loads[0], "prepare": loads[1]}, "stages": stages,
                       "train_rows": report["train"]["rows"], "write_tasks": tasks}
     return result
 

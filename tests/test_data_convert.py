@@ -92,16 +92,75 @@ def test_a_value_beyond_float32_is_a_bad_row_not_an_inf_in_the_output(tmp_path, 
 
 def test_an_interrupted_convert_leaves_no_file_behind(tmp_path):
     """Files are written under hidden temporary names and renamed when complete: a failure half-way (here the
-    progress callback) leaves no partial file a training job would read."""
+    progress callback, called per block of lines read: here when the second file's block is read, after the first
+    one's rows were written) leaves no partial file a training job would read."""
     data = synth.generate(300, 2, field_size=6, feature_size=400)
     sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
     seen = []
 
     def interrupt(size):
         seen.append(size)
-        if len(seen) == 200:
+        if len(seen) == 2:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         libsvm.convert(sources, tmp_path / "tf", 6, files=2, on_bytes=interrupt)
     assert list((tmp_path / "tf").iterdir()) == []
+
+
+_TOKENS = ["0", "1", "-0", "0.5", ".5", "5.", "-.5", "007", "0.1", "-0.0", "1.0000000000000002", "0.000000000000001",
+           "123456789012345.6", "99999999.99999999", "9007199254740993", "12345678901234567",
+           "0.12345678901234567", "-1234567890.1234567890", "1.2.3", ".", "-",
+           "--1", "1-2", "1e3", "+1", "1_0", "nan", "inf", "3.4e39", "\u0663", "", "a"]
+
+
+def _mangled(rng, row):
+    """A row with a few tokens, ids, separators or whole pairs changed: many bad rows, some odd but good ones."""
+    pairs = row.split(" ")
+    for _ in range(rng.integers(0, 4)):
+        j, token = int(rng.integers(len(pairs))), str(rng.choice(_TOKENS))
+        kind = rng.integers(6)
+        if j == 0 or kind == 0:
+            pairs[j] = token if j == 0 else f"{pairs[j].split(':')[0]}:{token}"
+        elif kind == 1:
+            pairs[j] = f"{token}:{pairs[j].split(':')[-1]}"
+        elif kind == 2:
+            pairs[j] = token
+        elif kind == 3:
+            del pairs[j]
+        else:
+            pairs.insert(j, token)
+    text = str(rng.choice([" "] * 8 + ["  ", "\t"])).join(pairs)
+    return str(rng.choice([text, text, text, "", " \t", " " + text, text + "\r"]))
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_the_block_parser_agrees_with_the_row_parser_on_every_row(ended):
+    """parse_libsvm_lines (arrays over a block's bytes) keeps parse_libsvm's verdict, reason and value bit for
+    bit: good rows in order, bad rows by index, blank lines skipped; 16-digit values, '5.', '.5', '-0' included."""
+    from launcher.data.prepare_codec import BadRow, parse_libsvm, parse_libsvm_lines
+
+    rng = np.random.default_rng(7)
+    data = synth.generate(400, 3, field_size=5, feature_size=1000)
+    rows = [f"{int(label)} " + " ".join(f"{i}:{v:.9g}" for i, v in zip(ids, values))
+            for label, ids, values in zip(data.labels, data.ids, data.values)]
+    for feature_size in (None, 1000, 500):
+        lines = [_mangled(rng, row) if rng.random() < 0.4 else row for row in rows]
+        lines = [line + "\n" for line in lines] if ended else lines
+        for size in (len(lines), 3):  # a whole block (rows picked by regex) and small ones (mostly all plain)
+            parts = [parse_libsvm_lines(lines[i:i + size], 5, feature_size, ended=ended)
+                     for i in range(0, len(lines), size)]
+            labels, ids, values = (np.concatenate([part[j] for part in parts]) for j in range(3))
+            bad = [(i * size + index, err) for i, part in enumerate(parts) for index, err in part[3]]
+            expected, reasons = [], []
+            for index, line in enumerate(lines):
+                if line.strip():
+                    try:
+                        expected.append(parse_libsvm(line, 5, feature_size))
+                    except BadRow as err:
+                        reasons.append((index, str(err)))
+            assert [(index, str(err)) for index, err in bad] == reasons
+            assert len(expected) > 50 and len(reasons) > 20
+            assert labels.tobytes() == np.array([row[0] for row in expected], np.float64).tobytes()
+            assert ids.tobytes() == np.array([row[1] for row in expected], np.int64).tobytes()
+            assert values.tobytes() == np.array([row[2] for row in expected], np.float64).tobytes()

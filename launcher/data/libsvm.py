@@ -1,8 +1,8 @@
 """libsvm text (`label id:value id:value ...`, one pair per field in field order) -> TFRecord.
 
 Every row must carry exactly `field_size` pairs: the seed's converter wrote ragged rows silently, and
-a ragged row only fails much later, inside a training job's parse op. Rows are checked one by one and
-each bad row is reported with its file and line number. Blank lines are skipped.
+a ragged row only fails much later, inside a training job's parse op. Every row is checked (a block of lines at a
+time, as arrays) and each bad row is reported with its file and line number. Blank lines are skipped.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.data.prepare_codec import crc32c_function, encode_libsvm, frame, gather, parse_libsvm
+from launcher.data.prepare_codec import crc32c_function, encode_libsvm, frame, gather, parse_libsvm, parse_libsvm_lines
 
-_BATCH = 4096  # rows encoded at once
+_BLOCK_CHARS = 1 << 21  # lines parsed and encoded at once: about 4k rows of 39 fields
 
 
 @dataclass(frozen=True)
@@ -43,20 +43,22 @@ class ConvertReport:
 parse_row = parse_libsvm
 
 
-def _rows(paths: Iterable[Path], field_size: int, feature_size: int | None, report: ConvertReport,
-          keep_bad: int, on_bytes: Callable[[int], None]) -> Iterator[tuple[float, list[int], list[float]]]:
+def _blocks(paths: Iterable[Path], field_size: int, feature_size: int | None, report: ConvertReport,
+            keep_bad: int, on_bytes: Callable[[int], None]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(labels, ids, values) of the good rows, a block of lines at a time, parsed as arrays (parse_libsvm_lines)."""
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as lines:
-            for number, text in enumerate(lines, start=1):
-                on_bytes(len(text))
-                if not text.strip():
-                    continue
-                try:
-                    yield parse_row(text, field_size, feature_size)
-                except ValueError as err:
-                    report.bad += 1
-                    if len(report.first_bad) < keep_bad:
-                        report.first_bad.append(BadRow(path, number, str(err)))
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            number = 0
+            while lines := handle.readlines(_BLOCK_CHARS):
+                if not lines[-1].endswith("\n"):
+                    lines[-1] += "\n"
+                on_bytes(sum(map(len, lines)))
+                labels, ids, values, bad = parse_libsvm_lines(lines, field_size, feature_size, ended=True)
+                report.bad += len(bad)
+                report.first_bad += [BadRow(path, number + index + 1, str(err))
+                                     for index, err in bad[:max(0, keep_bad - len(report.first_bad))]]
+                number += len(lines)
+                yield labels, ids, values
 
 
 def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, prefix: str = "part",
@@ -73,29 +75,18 @@ def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, p
     crc32c = crc32c_function()
     handles = [open(path, "wb") for path in partial]
     try:
-        batch: list[tuple[float, list[int], list[float]]] = []
-
-        def flush() -> None:
-            labels = np.array([row[0] for row in batch], np.float32)
-            ids = np.array([row[1] for row in batch], np.int64)
-            values = np.array([row[2] for row in batch], np.float32)
+        for labels, ids, values in _blocks(paths, field_size, feature_size, report, keep_bad, on_bytes):
+            if not len(labels):
+                continue
             data, lengths = frame(*encode_libsvm(labels, ids, values), crc32c)
-            target = (report.rows + np.arange(len(batch))) % files
+            target = (report.rows + np.arange(len(labels))) % files
             order = np.argsort(target, kind="stable")
             data, lengths = gather(data, lengths, order)
             ends = np.cumsum(lengths)
             for index, first, last in _runs(target[order]):
                 handles[index].write(data[int(ends[first] - lengths[first]):int(ends[last - 1])].tobytes())
                 report.counts[index] += last - first
-            report.rows += len(batch)
-            batch.clear()
-
-        for row in _rows(paths, field_size, feature_size, report, keep_bad, on_bytes):
-            batch.append(row)
-            if len(batch) == _BATCH:
-                flush()
-        if batch:
-            flush()
+            report.rows += len(labels)
     except BaseException:
         _close_and_remove(handles, partial)
         raise

@@ -13,6 +13,7 @@ network) -> write (one task per file) -> prepare.json.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -47,16 +48,13 @@ def read_rows(spark, uri, job):
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
         return frame_.rdd.map(lambda row: (row["_file"], row.asDict()))
     lines = spark.read.text(uri).withColumn("_file", F.input_file_name())
-    return lines.rdd.map(lambda row: (row["_file"], row["value"]))
+    return lines.select("_file", "value").rdd  # Rows are tuples: (file, line) as they come
 
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
 # list of parsed raw rows. Rows travel, are split, encoded and placed a block at a time, as arrays.
-def make_block(parsed, libsvm):
-    labels = np.array([row[0] for row in parsed], np.float32)
-    if libsvm:
-        return labels, (np.array([row[1] for row in parsed], np.int64), np.array([row[2] for row in parsed], np.float32))
-    return labels, parsed
+def make_block(parsed):
+    return np.array([row[0] for row in parsed], np.float32), parsed
 
 
 def take(block, mask):
@@ -72,9 +70,30 @@ def block_rows(block):
     return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
 
 
+def libsvm_partition(rows, job):
+    """libsvm lines parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+    fields = job["field_size"]
+    held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
+    while chunk := list(itertools.islice(rows, BLOCK)):
+        origins, lines = zip(*chunk)
+        labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
+        for index, err in bad:
+            yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
+        ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
+        held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
+        while len(held[0]) >= BLOCK:
+            yield ("ok", (held[0][:BLOCK], (held[1][:BLOCK], held[2][:BLOCK])))
+            held = [part[BLOCK:] for part in held]
+    if len(held[0]):
+        yield ("ok", (held[0], (held[1], held[2])))
+
+
 def parse_partition(rows, job):
     """-> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     parquet, libsvm = job["input"]["format"] == "parquet", job["input"]["format"] == "libsvm"
+    if libsvm:
+        yield from libsvm_partition(rows, job)
+        return
     good = []
     for origin, row in rows:
         if not parquet and not row.strip():
@@ -88,10 +107,10 @@ def parse_partition(rows, job):
         if parsed is not None:
             good.append(parsed)
         if len(good) == BLOCK:
-            yield ("ok", make_block(good, libsvm))
+            yield ("ok", make_block(good))
             good = []
     if good:
-        yield ("ok", make_block(good, libsvm))
+        yield ("ok", make_block(good))
 
 
 def _keys(rng, index, position, count, shuffle):
@@ -124,18 +143,19 @@ def keyed_partition(index, blocks, job):
         position += len(block[0])
 
 
-def place_partition(items, files, job):
-    """(block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
-    encoded and framed as arrays, the file is key % files."""
+def place_partition(items, layout, job):
+    """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
+    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files."""
     crc32c = codec.crc32c_function()
-    for block, keys in items:
+    for part, block, keys in items:
+        first_file, files = layout[part]
         labels, payload = block
         if isinstance(payload, tuple):
             data, lengths = codec.encode_libsvm(labels, *payload)
         else:
             data, lengths = codec.encode_records([codec.encode_raw(row, job["features"]) for row in payload])
         data, lengths = codec.frame(data, lengths, crc32c)
-        target = keys % files
+        target = first_file + keys % files
         order = np.argsort(target, kind="stable")
         data, lengths = codec.gather(data, lengths, order)
         target, keys, labels = target[order], keys[order], labels[order]
@@ -171,19 +191,25 @@ def write_partition(index, chunks, paths):
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
-def write_part(items, paths, job):
-    """items: (block, keys) -> len(paths) files, file = key % files, records sorted by key within a file; one
-    write task per file."""
-    files = len(paths)
-    placed = items.mapPartitions(lambda part: place_partition(part, files, job))
-    placed = placed.partitionBy(files, lambda file: file)
-    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, paths)).collect()
-    counts = [0] * files
-    positives = 0
+def write_parts(items, paths, job):
+    """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
+    records sorted by key within a file; one shuffle and one write task per file for all parts at once."""
+    layout, every_path = {}, []
+    for part, part_paths in paths.items():
+        layout[part] = (len(every_path), len(part_paths))
+        every_path += part_paths
+    placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
+    placed = placed.partitionBy(len(every_path), lambda file: file)
+    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    counts, positives = [0] * len(every_path), [0] * len(every_path)
     for index, count, plus in written:
-        counts[index] = count
-        positives += plus
-    return {"files": len(paths), "rows": sum(counts), "positives": positives, "per_file": counts}
+        counts[index], positives[index] = count, plus
+    reports = {}
+    for part, (first, files) in layout.items():
+        mine = counts[first:first + files]
+        reports[part] = {"files": files, "rows": sum(mine), "positives": sum(positives[first:first + files]),
+                         "per_file": mine}
+    return reports
 
 
 # ------------------------------------------------------------------------------------------------ stats
@@ -250,7 +276,7 @@ def statistics(spark, good, job):
 
 # ------------------------------------------------------------------------------------------------ main
 def run(spark, job):
-    """Spark is lazy: each stage line times the action that ran it (train: split, balance, encode, shuffle, write)."""
+    """Spark is lazy: each stage line times the action that ran it (write: split, balance, encode, shuffle, write)."""
     from pyspark import StorageLevel
 
     spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
@@ -258,8 +284,8 @@ def run(spark, job):
     parsed = read_rows(spark, job["input"]["uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
-    bad_count = bad.count()
-    rows = parsed.map(lambda item: len(item[1][0]) if item[0] == "ok" else 0).sum()
+    bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
+        (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))  # one pass: it also fills the cache
     examples = bad.map(lambda item: item[1]).take(5) if bad_count else []
     report = {"input": job["input"]["uri"], "rows": rows, "bad_rows": bad_count,
               "bad_examples": examples, "bad_rows_policy": job["bad_rows"]}
@@ -287,19 +313,16 @@ def run(spark, job):
         _write_json(job["report_dir"], "prepare.json", report)
         return report
     has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
+    # train and eval files are written in one pass over the parsed blocks: one shuffle, one write stage
     split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    split = split.persist(spill)
-    train = split.filter(lambda item: item[0] == "train").map(lambda item: (item[1], item[2]))
     if eval_good is not None:
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
-    else:
-        evaluation = split.filter(lambda item: item[0] == "eval").map(lambda item: (item[1], item[2]))
-    report["train"] = write_part(train, job["train_paths"], job)
-    progress.stage("train", f"{report['train']['rows']} rows in {report['train']['files']} files (split, balance, "
-                            "encode, shuffle, write)")
-    if job["eval_paths"]:
-        report["eval"] = write_part(evaluation, job["eval_paths"], job)
-        progress.stage("eval", f"{report['eval']['rows']} rows in {report['eval']['files']} files")
+        split = split.union(evaluation.map(lambda item: ("eval", *item)))
+    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
+    report.update(write_parts(split, paths, job))
+    progress.stage("write", f"{report['train']['rows']} train rows in {report['train']['files']} files"
+                            + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report
+                               else "") + " (split, balance, encode, shuffle, write)")
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")
     report["train_negative_share"] = (train_rows - report["train"]["positives"]) / train_rows if train_rows else 0.0

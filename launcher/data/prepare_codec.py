@@ -9,6 +9,7 @@ TFRecord framing is computed for the whole block at once; only the CRC32C of eac
 
 import math
 import os
+import re
 import struct
 import sys
 
@@ -94,6 +95,115 @@ def parse_libsvm(text, field_size, feature_size):
         ids.append(feature_id)
         values.append(value)
     return label, ids, values
+
+
+# A block of libsvm lines parsed as arrays. A row in the plain form (one space between fields, `id:value` pairs of
+# digits, values `-?[0-9.]+` of at most 16 characters, one '.') is parsed from its bytes: each token's digits are
+# read as one integer m from its last 16 bytes (SWAR: 8 digits per uint64), k digits after the dot, and the value is
+# m / 10**k, which for m < 2**53 is what float() gives (both exact, one correctly rounded division). Any other row,
+# or one whose label or ids are out of range, goes to parse_libsvm: its verdict and reason are the rule.
+_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_POW10 = 10 ** np.arange(17, dtype=np.uint64)
+_POW10F = 10.0 ** np.arange(17)
+_TAIL_MASK = np.array([0] + [(2**64 - 1) ^ (2 ** (64 - 8 * n) - 1) for n in range(1, 9)], np.uint64)  # last n bytes
+_PATTERNS = {}
+_PLAIN_BYTES = np.zeros(256, bool)
+_PLAIN_BYTES[list(b"0123456789.-: \n")] = True
+
+
+def _separators(fields):
+    return np.array([32, 58] * fields + [10], np.uint8)
+
+
+def _swar8(words):
+    """uint64 words of 8 digit values (first byte most significant) -> their numbers (linear: works for 0..15)."""
+    words = ((words * np.uint64(2561)) >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF)
+    words = ((words * np.uint64(6553601)) >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF)
+    return (words * np.uint64(42949672960001)) >> np.uint64(32)
+
+
+def _plain_numbers(text, rows=None):
+    """ASCII rows of plain tokens separated by ' ', ':' and newlines -> (m uint64, k int64, negative bool, ok bool) per
+    token; ok is False where a token is not a plain number (two dots, no digit, longer than 16, m >= 2**53).
+    With rows=(n, fields): None unless the text is n rows all in the plain form (what _row_pattern matches)."""
+    data = np.frombuffer(b"0" * 16 + text, np.uint8)
+    ends = np.flatnonzero((data < 45) | (data == 58))
+    if rows is not None:
+        n, fields = rows
+        if len(ends) != n * (2 * fields + 1) or not _PLAIN_BYTES[data].all() or not np.array_equal(
+                data[ends].reshape(n, -1), np.broadcast_to(_separators(fields), (n, 2 * fields + 1))):
+            return None
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 16, ends[:-1] + 1
+    length = ends - starts
+    dots = np.flatnonzero(data == 46)
+    dotted = np.searchsorted(ends, dots)
+    k, dot = np.zeros(len(ends), np.int64), np.zeros(len(ends), bool)
+    k[dotted], dot[dotted] = np.minimum(ends[dotted] - dots - 1, 16), True  # (past 16 the token is not plain)
+    negative = data[starts] == 45
+    if rows is not None and (np.count_nonzero(data == 45) != np.count_nonzero(negative) or (negative | dot).reshape(
+            n, -1)[:, 1::2].any()):  # a '-' inside a token, an id with a sign or a dot
+        return None
+    ok = (length <= 16) & (length - negative - dot >= 1)
+    ok[dotted[1:][np.diff(dotted) == 0]] = False
+    length = np.minimum(length, 16)
+    words = np.ndarray((len(data) - 7,), np.uint64, data, 0, (1,))  # 8 bytes from any offset (little-endian)
+    m = _swar8(words[ends - 8] & _TAIL_MASK[np.minimum(length, 8)] & _LOW_NIBBLES)
+    long = np.flatnonzero(length > 8)
+    m[long] += _swar8(words[ends[long] - 16] & _TAIL_MASK[length[long] - 8] & _LOW_NIBBLES) * np.uint64(10**8)
+    m[dotted] -= np.uint64(14) * _POW10[k[dotted]]  # '.' & 0x0F is 14, '-' & 0x0F is 13: take them out again
+    signed = np.flatnonzero(negative)
+    m[signed] -= np.uint64(13) * _POW10[length[signed] - 1]
+    below = m[dotted] % _POW10[k[dotted]]
+    m[dotted] = (m[dotted] - below) // np.uint64(10) + below
+    return m, k, negative, ok & (m < np.uint64(2**53))
+
+
+def _row_pattern(field_size, ended):
+    key = (field_size, ended)
+    if key not in _PATTERNS:
+        _PATTERNS[key] = re.compile(r"-?[0-9.]+(?: [0-9]+:-?[0-9.]+){%d}" % field_size + ("\n" if ended else ""))
+    return _PATTERNS[key]
+
+
+def _joined(lines, ended):
+    return "".join(lines) if ended else "\n".join(lines) + "\n"
+
+
+def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
+    """Lines of text (each ending in a newline when ended) -> (labels float64[g], ids int64[g, F], values
+    float64[g, F], bad [(index, BadRow)]): the good rows in order, as parse_libsvm parses them; blank lines skipped."""
+    n, width = len(lines), 2 * field_size + 1
+    text = _joined(lines, ended)
+    numbers = _plain_numbers(text.encode("ascii"), (n, field_size)) if text.isascii() else None
+    plain = np.ones(n, bool)
+    if numbers is None:  # not every row is plain: pick those that are
+        plain = np.array([match is not None for match in map(_row_pattern(field_size, ended).fullmatch, lines)], bool)
+    labels, ids, values = np.zeros(n), np.zeros((n, field_size), np.int64), np.zeros((n, field_size))
+    picked = np.flatnonzero(plain)
+    if len(picked):
+        if numbers is None:
+            chosen = [lines[i] for i in picked.tolist()]
+            numbers = _plain_numbers(_joined(chosen, ended).encode("ascii"))
+        m, k, negative, ok = numbers
+        number = m.astype(np.float64) / _POW10F[k]
+        number[negative] *= -1.0
+        number, ok, m = number.reshape(-1, width), ok.reshape(-1, width).all(1), m.reshape(-1, width)[:, 1::2]
+        ok &= (number[:, 0] >= 0.0) & (number[:, 0] <= 1.0)
+        if feature_size:
+            ok &= (m < np.uint64(feature_size)).all(1)
+        labels[picked], ids[picked], values[picked] = number[:, 0], m, number[:, 2::2]
+        plain[picked[~ok]] = False
+    good, bad = plain.copy(), []
+    for index in np.flatnonzero(~plain).tolist():
+        if not lines[index].strip():
+            continue
+        try:
+            labels[index], ids[index], values[index] = parse_libsvm(lines[index], field_size, feature_size)
+            good[index] = True
+        except BadRow as err:
+            bad.append((index, err))
+    return labels[good], ids[good], values[good], bad
 
 
 def _number(text, name):
@@ -196,8 +306,10 @@ def encode_raw(parsed, features):
 def varints(values):
     """Non-negative integers[n] -> (bytes uint8[n, w], mask bool[n, w]): each value's varint, left-aligned."""
     values = np.asarray(values, np.uint64)
-    size = np.ones(values.shape, np.int64)
+    size, top = np.ones(values.shape, np.int64), int(values.max(initial=0))
     for bits in range(7, 64, 7):
+        if top < 1 << bits:
+            break
         size += values >= np.uint64(1 << bits)
     width = int(size.max(initial=1))
     shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
@@ -246,12 +358,11 @@ def encode_records(records):
 
 
 def gather(data, lengths, order):
-    """The records of (data, lengths) in the given order -> (data, lengths)."""
-    starts = np.cumsum(lengths) - lengths
-    picked = lengths[order]
-    offsets = np.cumsum(picked) - picked
-    index = np.repeat(starts[order] - offsets, picked) + np.arange(int(picked.sum()))
-    return data[index], picked
+    """The records of (data, lengths) in the given order -> (data, lengths): one copy of each record's slice."""
+    ends = np.cumsum(lengths)
+    view = memoryview(np.ascontiguousarray(data))
+    joined = b"".join([view[a:b] for a, b in zip((ends - lengths)[order].tolist(), ends[order].tolist())])
+    return np.frombuffer(joined, np.uint8), lengths[order]
 
 
 def frame(data, lengths, crc32c):
@@ -268,9 +379,11 @@ def frame(data, lengths, crc32c):
     masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF))
     tail = masked.astype("<u4").view(np.uint8).reshape(n, 4)
     framed = lengths + 16
-    out = np.empty(int(framed.sum()), np.uint8)
     starts = np.cumsum(framed) - framed
-    out[(starts[:, None] + np.arange(12)).reshape(-1)] = head.reshape(-1)
-    out[np.repeat(starts + 12 - (ends - lengths), lengths) + np.arange(int(lengths.sum()))] = data
-    out[(starts[:, None] + 12 + lengths[:, None] + np.arange(4)).reshape(-1)] = tail.reshape(-1)
+    is_data = np.ones(int(framed.sum()), bool)
+    is_data[(starts[:, None] + np.arange(12)).reshape(-1)] = False
+    is_data[((starts + 12 + lengths)[:, None] + np.arange(4)).reshape(-1)] = False
+    out = np.empty(len(is_data), np.uint8)
+    out[is_data] = data
+    out[~is_data] = np.concatenate([head, tail], axis=1).reshape(-1)
     return out, framed
