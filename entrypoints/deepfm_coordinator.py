@@ -13,6 +13,7 @@ import time
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
+from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_watch import watch_workers
 from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input, worker_eval_shard
@@ -21,7 +22,6 @@ from ps_gpu_workers import in_worker_replicas_problem
 # "<num_shards> <index> <task index> <has eval> <eval num_shards> <eval index>", in the worker's base dir
 SHARD_FILE = "dfm-worker-shard.txt"
 SHARD_FIELDS = 6
-EVAL_ON_ENV = "DFM_PS_EVAL"  # workers (default): the workers evaluate; chief: the chief alone, as before
 
 
 def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_host=1, workdir=None):
@@ -157,123 +157,6 @@ class WorkerAnswers:
         return [int(count) for count in self.bad.numpy()]
 
 
-def workers_evaluate(env):
-    """Whether the workers evaluate (WorkerEvaluation): not with `eval` in Pipe mode (one FIFO, read once by
-    the chief after training) nor with DFM_PS_EVAL=chief."""
-    import deepfm_input
-
-    return (env.input_mode(deepfm_input.EVAL_CHANNEL).lower() != "pipe"
-            and os.environ.get(EVAL_ON_ENV, "workers").lower() != "chief")
-
-
-class WorkerEvaluation:
-    """Evaluation spread over the workers (TensorFlow's inline distributed evaluation) instead of the
-    chief evaluating the whole channel while every worker waits: each worker runs the eval step over its
-    share of `eval`, read on the worker like its training shard, into the eval metrics (variables on a ps);
-    the chief reads their sum after the join. Training waits as before, so the eval line's step, model
-    selection and the export stay exact, for 1/N of the time. A replicated `eval` is split among the
-    workers whose hosts hold it, an S3-sharded one is each host's objects split among its workers: every
-    row counted once. Closures return nothing (REJECTED_REQUEST); each marks its task in `answered`, and
-    the chief schedules rounds until every worker has answered (the coordinator picks the worker)."""
-
-    def __init__(self, hp, env, strategy, coordinator, trainer, num_workers, rejected):
-        import tensorflow as tf
-        import deepfm_input
-        from deepfm_container import resolve_s3_shard
-
-        self.hp, self.strategy, self.coordinator, self.trainer = hp, strategy, coordinator, trainer
-        self.num_workers, self.rejected = num_workers, rejected
-        self.s3_sharded = resolve_s3_shard(hp, env, [deepfm_input.EVAL_CHANNEL])
-        self.cfg = deepfm_input.config_from_hparams(hp, env.input_mode(deepfm_input.EVAL_CHANNEL), "input/data",
-                                                    env.config_dir, "pipe_state")
-        with strategy.scope():
-            self.answered = tf.Variable(tf.zeros([num_workers], tf.int64), trainable=False, name="dfm_eval_answered")
-        self.holders, self.dataset = None, None
-
-        @tf.function
-        def probe():  # answers 1 + whether the worker's host holds `eval`
-            fields = read_worker_shard_file()
-            self._answer(fields[2], 1 + fields[3])
-
-        @tf.function
-        def evaluate_share(iterator):
-            task = read_worker_shard_file()[2]
-            for _ in tf.range(tf.constant(1 << 62, tf.int64)):  # until the share is used up
-                batch = iterator.get_next_as_optional()
-                if not batch.has_value():
-                    break
-                strategy.run(trainer.eval_step, args=(batch.get_value(),))
-            self._answer(task, 1)
-
-        self.probe, self.evaluate_share = probe, evaluate_share
-
-    def _answer(self, task, value):  # in a closure
-        import tensorflow as tf
-
-        self.answered.scatter_update(tf.IndexedSlices(tf.reshape(tf.cast(value, tf.int64), [1]), tf.reshape(task, [1])))
-
-    def _on_every_worker(self, function, args=()):
-        """Schedule `function` until every worker has run it once. -> False when a closure's request was
-        rejected (REJECTED_REQUEST): the caller starts again."""
-        import tensorflow as tf
-
-        self.answered.assign(tf.zeros_like(self.answered))
-        while True:
-            for _ in range(self.num_workers - int(tf.math.count_nonzero(self.answered))):
-                self.coordinator.schedule(function, args=args)
-            before = len(self.rejected)
-            join_or_exit(self.coordinator, self.rejected)
-            if len(self.rejected) > before:
-                join_or_exit(self.coordinator, self.rejected)  # the closures still running end first
-                return False
-            if self.answered.numpy().all():
-                return True
-
-    def ready(self):
-        """Ask the workers once which hold `eval`, then build their eval datasets. -> False: none does."""
-        if self.holders is None:
-            while not self._on_every_worker(self.probe):
-                pass
-            self.holders = [task for task, answer in enumerate(self.answered.numpy()) if answer == 2]
-            if self.holders:
-                self.dataset = self.coordinator.create_per_worker_dataset(self._dataset_fn())
-                log(f"evaluation on the workers: task(s) {' '.join(map(str, self.holders))} of {self.num_workers} "
-                    f"hold `eval` ({'S3-sharded: each its host' if self.s3_sharded else 'split among them'})")
-        return bool(self.holders)
-
-    def _dataset_fn(self):
-        import math
-        import tensorflow as tf
-        import deepfm_input
-
-        share = {task: rank for rank, task in enumerate(self.holders)}
-        counts = [len(self.holders) if task in share else 1 for task in range(self.num_workers)]
-        indices = [share.get(task, 0) for task in range(self.num_workers)]
-        batches = math.ceil(self.hp.eval_batches / len(self.holders)) if self.hp.eval_batches else -1
-        limits = [batches if task in share else 0 for task in range(self.num_workers)]
-        cfg, s3_sharded = self.cfg, self.s3_sharded
-
-        def dataset_fn():
-            fields = read_worker_shard_file()
-            task = fields[2]
-            shards = (fields[4], fields[5]) if s3_sharded else (tf.gather(tf.constant(counts, tf.int64), task),
-                                                               tf.gather(tf.constant(indices, tf.int64), task))
-            dataset = deepfm_input.make_dataset(cfg, [deepfm_input.EVAL_CHANNEL], *shards, training=False)
-            return dataset.take(tf.gather(tf.constant(limits, tf.int64), task))
-
-        return dataset_fn
-
-    def run(self, step):
-        """One evaluation of the current model on the workers; the chief prints the eval line.
-        -> (loss, auc, rows)."""
-        from deepfm_training import report_evaluation
-
-        while True:
-            self.trainer.eval_metrics.reset()
-            if self._on_every_worker(self.evaluate_share, (iter(self.dataset),)):
-                return report_evaluation(self.trainer.eval_metrics, step)
-
-
 def train_with_coordinator(hp, env, cluster):
     """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
     compute_dtype = configure_tensorflow(hp, env)  # the dtype of the steps it traces for the workers
@@ -344,8 +227,9 @@ def train_with_coordinator(hp, env, cluster):
     epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     evaluated, stopped, rejected = [], False, []
 
-    spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]), rejected) \
-        if has_eval and workers_evaluate(env) else None
+    spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]),
+                              join=lambda: join_or_exit(coordinator, rejected), rejected=rejected,
+                              read_shard=read_worker_shard_file) if has_eval and workers_evaluate(env) else None
 
     def evaluate_now(step):  # on the workers, else the chief alone; its time left out of the window
         started = time.monotonic()
