@@ -1,6 +1,6 @@
 """The parameter-server loop: the chief drives training with ParameterServerStrategy and a
 ClusterCoordinator, the embedding tables partitioned across the ps tasks, the steps running on the
-workers; it evaluates on `eval`, checkpoints and exports.
+workers; it has the workers evaluate on `eval` (deepfm_ps_eval), checkpoints and exports.
 
 Under the strategy the dataset function is traced on the chief and runs on each worker: it reads the
 worker's own host files through paths relative to the worker's working directory (its
@@ -32,7 +32,7 @@ def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_hos
     workdir = workdir or env.base_dir
     where = Placement(*placement(hosts, env.current_host, local_rank, workers_per_host))
     channels, mode, _, _, shards = training_input(hp, env, where)
-    has_eval, eval_shards, eval_index = worker_eval_shard(hp, env, where)
+    has_eval, eval_shards, eval_index = worker_eval_shard(env, where)
     os.makedirs(os.path.join(workdir, "pipe_state"), exist_ok=True)
     with open(os.path.join(workdir, SHARD_FILE), "w") as f:
         f.write(f"{shards[0]} {shards[1]} {task_index} {int(has_eval)} {eval_shards} {eval_index}\n")

@@ -90,11 +90,11 @@ def eval_dataset(hp, env, where):
     return dataset
 
 
-def worker_eval_shard(hp, env, where):
+def worker_eval_shard(env, where):
     """A parameter-server worker's share of `eval` when the workers evaluate: -> (has_eval, num_shards, index).
     has_eval: its host holds `eval` as files (a Pipe-mode `eval` is the chief's). The shard is that of an
     S3-sharded `eval` (the host's objects split among its workers); the chief splits a replicated one among
-    the workers that have it (deepfm_coordinator.WorkerEvaluation)."""
+    the workers that have it (deepfm_ps_eval.WorkerEvaluation)."""
     import deepfm_input as di
 
     if di.EVAL_CHANNEL not in env.channels or env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
