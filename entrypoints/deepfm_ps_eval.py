@@ -46,7 +46,7 @@ class WorkerEvaluation:
                                                     env.config_dir, "pipe_state")
         with strategy.scope():
             self.answered = tf.Variable(tf.zeros([num_workers], tf.int64), trainable=False, name="dfm_eval_answered")
-        self.holders, self.dataset = None, None
+        self.holders, self.dataset, self.iterator = None, None, None
 
         @tf.function
         def probe():  # answers 1 + whether the worker's host holds `eval`
@@ -131,5 +131,9 @@ class WorkerEvaluation:
 
         while True:
             self.trainer.eval_metrics.reset()
-            if self._on_every_worker(self.evaluate_share, (iter(self.dataset),)):
+            # kept until the next evaluation and released here, while no closure runs (not whenever the
+            # last reference to the previous pass's iterators drops, perhaps during a training window)
+            self.iterator = None
+            self.iterator = iter(self.dataset)
+            if self._on_every_worker(self.evaluate_share, (self.iterator,)):
                 return report_evaluation(self.trainer.eval_metrics, step)
