@@ -7,6 +7,7 @@ echoes with the process label in front; the first report of each process (start-
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from bench.common import REPO, add_table, fmt, median, run_measured, section, ve
 STEPS = {True: 100, False: 400}
 PS_GOAL = 0.7  # 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same 2 cores
 OLD_CLOSURE = "2 hosts, steps_per_closure=1 (one step per closure, as before)"
+EVAL_WORKERS = "2 hosts, 8 evaluations of all of eval on the workers"
+EVAL_CHIEF = "2 hosts, 8 evaluations of all of eval on the chief (DFM_PS_EVAL=chief, as before)"
+EVALUATED = re.compile(r"\[dfm\] evaluated .* in ([0-9.]+) s$")
 
 
 def _dfm() -> str:
@@ -51,6 +55,12 @@ def throughput(output: str) -> tuple[float, int]:
     return (total if steady else float("nan")), sum(len(v) for v in steady.values())
 
 
+def eval_seconds(output: str) -> float:
+    """Seconds the chief's evaluations took, the first (tracing, the workers' datasets) left out."""
+    times = [float(m.group(1)) for m in map(EVALUATED.search, output.splitlines()) if m]
+    return sum(times[1:]) if len(times) > 1 else float("nan")
+
+
 def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path, timeout_s: int):
     # Each run is a new job under run_dir with its own hosts' checkpoint folders (dfm derives checkpoint_dir
     # and refuses it when set), so no run resumes from the previous one.
@@ -79,6 +89,7 @@ def measure(quick: bool, context: dict) -> dict:
                   "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
                   "hyperparameters.eval_batches=2", "hyperparameters.epochs=100",
                   "hyperparameters.batch_size=1024"]
+        every_eighth = [f"hyperparameters.eval_steps={steps // 8}", "hyperparameters.eval_batches=0"]
         runs = {
             ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"],
                                              {"train": data["train"], "eval": data["eval"]}),
@@ -86,6 +97,11 @@ def measure(quick: bool, context: dict) -> dict:
                                               {"train": data["train"], "eval": data["eval"]}),
             ("parameter server", OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2", "hyperparameters.steps_per_closure=1"],
                                                 {"train": data["train"], "eval": data["eval"]}),
+            ("parameter server", EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth],
+                                                 {"train": data["train"], "eval": data["eval"]}),
+            ("parameter server", EVAL_CHIEF): ("configs/ps.yaml", ["instance.count=2", *every_eighth,
+                                                                   "environment.DFM_PS_EVAL=chief"],
+                                               {"train": data["train"], "eval": data["eval"]}),
             ("parameter server", "ps group: 2 workers + 1 ps host"): (
                 "configs/hetero-ps.yaml", ["instance.count=2", "distribution.parameter_server.ps.count=1",
                                            "hyperparameters.feature_size=117581"],
@@ -101,6 +117,7 @@ def measure(quick: bool, context: dict) -> dict:
         rates: dict[tuple, list[float]] = {key: [] for key in runs}
         walls: dict[tuple, list[float]] = {key: [] for key in runs}
         cpus: dict[tuple, list[float]] = {key: [] for key in runs}
+        evals: dict[tuple, list[float]] = {key: [] for key in runs}
         failures: dict[tuple, str] = {}
         for round_ in range(repetitions):
             for key, (config, sets, channels) in runs.items():
@@ -115,6 +132,7 @@ def measure(quick: bool, context: dict) -> dict:
                 rates[key].append(rate)
                 walls[key].append(wall)
                 cpus[key].append(cpu)
+                evals[key].append(eval_seconds(done.stdout + done.stderr))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -144,6 +162,11 @@ def measure(quick: bool, context: dict) -> dict:
                         f"{fmt(old)} ({old / one:.2f}x)")
             else:
                 verdict(result, f"{kind}: 1 vs 2 recorded", None, f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x)")
+    spread, alone = (("parameter server", size) for size in (EVAL_WORKERS, EVAL_CHIEF))
+    if evals[spread] and evals[alone]:
+        verdict(result, "parameter server: evaluation on the workers vs the chief recorded", None,
+                f"7 evaluations took {fmt(median(evals[spread]), 2)} s on the workers, {fmt(median(evals[alone]), 2)} s "
+                f"on the chief; wall {fmt(median(walls[spread]), 1)} vs {fmt(median(walls[alone]), 1)} s")
     result["notes"] += [
         "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
         "`--set instance.count=1|2`; 2 hosts means a chief, two workers (one of them the chief's own child "
@@ -151,6 +174,10 @@ def measure(quick: bool, context: dict) -> dict:
         "Parameter server closures: each `ClusterCoordinator` closure runs up to `steps_per_closure` training "
         "steps (default 16) on its worker; the `steps_per_closure=1` row is the old behaviour, one step and one "
         "chief round trip per closure.",
+        "Parameter-server evaluation: the two `8 evaluations` rows evaluate the whole `eval` channel (8192 rows) every "
+        "max_steps/8 steps, on the workers (each its share, the default) or on the chief alone while the workers "
+        "wait (`--set environment.DFM_PS_EVAL=chief`); the verdict sums the chief's `evaluated ... in S s` lines "
+        "after the first (which traces).",
         "Parameter servers on their own group: `configs/hetero-ps.yaml` with `--set instance.count=2 --set "
         "distribution.parameter_server.ps.count=1 --set hyperparameters.feature_size=117581`: the chief and "
         "worker 0 on algo-1, worker 1 on algo-2, one ps on algo-3 (no data), all on the same 2 cores.",

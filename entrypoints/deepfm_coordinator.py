@@ -1,6 +1,6 @@
 """The parameter-server loop: the chief drives training with ParameterServerStrategy and a
 ClusterCoordinator, the embedding tables partitioned across the ps tasks, the steps running on the
-workers; it evaluates on `eval`, checkpoints and exports.
+workers; it has the workers evaluate on `eval` (deepfm_ps_eval), checkpoints and exports.
 
 Under the strategy the dataset function is traced on the chief and runs on each worker: it reads the
 worker's own host files through paths relative to the worker's working directory (its
@@ -13,12 +13,15 @@ import time
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
+from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_watch import watch_workers
-from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input
+from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input, worker_eval_shard
 from ps_gpu_workers import in_worker_replicas_problem
 
-SHARD_FILE = "dfm-worker-shard.txt"  # "<num_shards> <index> <task index>", in the worker's base dir
+# "<num_shards> <index> <task index> <has eval> <eval num_shards> <eval index>", in the worker's base dir
+SHARD_FILE = "dfm-worker-shard.txt"
+SHARD_FIELDS = 6
 
 
 def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_host=1, workdir=None):
@@ -29,10 +32,25 @@ def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_hos
     workdir = workdir or env.base_dir
     where = Placement(*placement(hosts, env.current_host, local_rank, workers_per_host))
     channels, mode, _, _, shards = training_input(hp, env, where)
+    has_eval, eval_shards, eval_index = worker_eval_shard(env, where)
     os.makedirs(os.path.join(workdir, "pipe_state"), exist_ok=True)
     with open(os.path.join(workdir, SHARD_FILE), "w") as f:
-        f.write(f"{shards[0]} {shards[1]} {task_index}\n")
+        f.write(f"{shards[0]} {shards[1]} {task_index} {int(has_eval)} {eval_shards} {eval_index}\n")
     return channels, mode, shards
+
+
+def read_worker_shard_file():
+    """In a function that runs on a worker: SHARD_FILE's fields as an int64 vector.
+
+    decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the content,
+    and graph shape inference evaluates such small subgraphs while tracing, so the ReadFile ran on the
+    chief, in its cwd where the file is absent (NOT_FOUND warnings). With decode_csv's static shape the
+    file is read only on the worker that runs the function."""
+    import tensorflow as tf
+
+    fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
+                              [tf.constant(0, tf.int64)] * SHARD_FIELDS, field_delim=" ")
+    return tf.stack(fields)
 
 
 # What ClusterCoordinator logs at ERROR about failed closures, with the whole gRPC detail over dozens of
@@ -173,15 +191,6 @@ def train_with_coordinator(hp, env, cluster):
     channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
     cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
 
-    def read_worker_shard_file():  # runs on a worker: [num_shards, index, task index]
-        # decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the
-        # content, and graph shape inference evaluates such small subgraphs while tracing, so the
-        # ReadFile ran on the chief, in its cwd where the file is absent (NOT_FOUND warnings). With
-        # decode_csv's static shape the file is read only on the worker that runs the function.
-        fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
-                                  [tf.constant(0, tf.int64)] * 3, field_delim=" ")
-        return tf.stack(fields)
-
     def epoch_iterator(skip):  # one pass over each worker's data, `skip` batches on each already trained
         def dataset_fn():
             shard = read_worker_shard_file()
@@ -218,9 +227,18 @@ def train_with_coordinator(hp, env, cluster):
     epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     evaluated, stopped, rejected = [], False, []
 
-    def evaluate_now(step):  # the chief evaluates the whole channel itself, its time left out of the window
+    spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]),
+                              join=lambda: join_or_exit(coordinator, rejected), rejected=rejected,
+                              read_shard=read_worker_shard_file) if has_eval and workers_evaluate(env) else None
+
+    def evaluate_now(step):  # on the workers, else the chief alone; its time left out of the window
         started = time.monotonic()
-        loss, auc = evaluate(trainer, eval_dataset(hp, env, ALONE), step, step_fn=eval_step)
+        if spread is not None and spread.ready():
+            loss, auc, rows = spread.run(step)
+            log(f"evaluated {rows} rows on {len(spread.holders)} worker(s) in {time.monotonic() - started:.2f} s")
+        else:
+            loss, auc = evaluate(trainer, eval_dataset(hp, env, ALONE), step, step_fn=eval_step)
+            log(f"evaluated on the chief in {time.monotonic() - started:.2f} s")
         window.leave_out(started)
         evaluated.append(step)
         return selection.observe(trainer.model, step, loss, auc)

@@ -295,17 +295,23 @@ class TrainWindow:
 def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
     """Run the eval step over `dataset` (None: this worker reads no eval data), sum the eval metrics over
     the workers; rank 0 prints the eval line. -> (loss, auc)."""
-    collectives = collectives or SingleProcess()
     trainer.eval_metrics.reset()
     if dataset is not None:
         step_fn = step_fn or tf.function(trainer.eval_step)
         for batch in dataset:
             step_fn(batch)
-    loss, auc, examples = summed_result(trainer.eval_metrics, collectives)
+    return report_evaluation(trainer.eval_metrics, step, collectives)[:2]
+
+
+def report_evaluation(metrics, step, collectives=None):
+    """The eval line of what `metrics` (eval metrics) hold, summed over the workers; rank 0 prints it.
+    -> (loss, auc, examples)."""
+    collectives = collectives or SingleProcess()
+    loss, auc, examples = summed_result(metrics, collectives)
     if collectives.rank == 0:
         if examples:
             emit(format_metric("eval", step, loss, auc))
             record("eval", step, loss=loss, auc=auc)
         else:
             log("eval channel is empty: no eval line")
-    return loss, auc
+    return loss, auc, examples

@@ -88,3 +88,15 @@ def eval_dataset(hp, env, where):
     if hp.eval_batches:
         dataset = dataset.take(math.ceil(hp.eval_batches / where.size))
     return dataset
+
+
+def worker_eval_shard(env, where):
+    """A parameter-server worker's share of `eval` when the workers evaluate: -> (has_eval, num_shards, index).
+    has_eval: its host holds `eval` as files (a Pipe-mode `eval` is the chief's). The shard is that of an
+    S3-sharded `eval` (the host's objects split among its workers); the chief splits a replicated one among
+    the workers that have it (deepfm_ps_eval.WorkerEvaluation)."""
+    import deepfm_input as di
+
+    if di.EVAL_CHANNEL not in env.channels or env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
+        return False, 1, 0
+    return True, where.workers_per_host, where.local_rank

@@ -3,6 +3,7 @@ No timing is asserted anywhere: timings belong to BENCHMARKS.md, not to tests.""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import machine, section, verdict, versions
-from bench.distributed import throughput
+from bench.distributed import eval_seconds, throughput
 from bench.report import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,6 +49,18 @@ def test_throughput_uses_steady_reports_and_sums_processes():
     rate, reports = throughput(output)
     assert rate == pytest.approx(2000.0 + 500.0)
     assert reports == 3
+
+
+def test_eval_seconds_sum_the_evaluations_after_the_first():
+    output = "\n".join([
+        "[algo-1/master] [dfm] eval step=50 loss=0.5 auc=0.6",
+        "[algo-1/master] [dfm] evaluated 8192 rows on 2 worker(s) in 2.74 s",  # traces: left out
+        "[algo-1/master] [dfm] evaluated 8192 rows on 2 worker(s) in 0.25 s",
+        "[algo-1/master] [dfm] evaluated on the chief in 0.50 s",
+        "[algo-1/master] [dfm] train step=75 loss=0.6 auc=0.5 examples_per_sec=1000.0",
+    ])
+    assert eval_seconds(output) == pytest.approx(0.75)
+    assert math.isnan(eval_seconds("[algo-1/master] [dfm] evaluated on the chief in 0.50 s"))  # the first only
 
 
 def test_throughput_without_metric_lines_is_not_a_number():

@@ -111,6 +111,8 @@ def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     assert "mixed_precision=float16 " in chief and worker.count("mixed_precision=float16 ") == 2
     # one step per batch: each of the 4 tasks reads 2 of the 8 files (1024 rows, 8 batches of 128)
     assert es.metric_lines(chief, "train")[-1]["step"] == rows // batch
+    # the 4 tasks evaluate the replicated eval (256 rows) together, each row once
+    assert "evaluated 256 rows on 4 worker(s)" in chief
 
 
 @pytest.mark.slow

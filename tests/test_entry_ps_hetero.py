@@ -119,6 +119,8 @@ def test_heterogeneous_job_trains_each_workers_shard_on_the_ps_group_and_every_h
     assert train[-1]["loss"] < train[0]["loss"]
     evaluated = es.metric_lines(chief, "eval")  # after each epoch (then the best one's line again)
     assert [row["step"] for row in evaluated][:2] == [64, 128] and evaluated[1]["auc"] > 0.55
+    # evaluated on the workers: only worker 0's host (algo-1) holds `eval`, so it reads all of it, once
+    assert "task(s) 0 of 2 hold `eval`" in chief and chief.count("evaluated 1024 rows on 1 worker(s)") == 2
     assert (tmp_path / "algo-1/checkpoints/ckpt-128.index").exists()
     (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     assert exported.startswith(str(tmp_path / "algo-1/model"))
