@@ -24,16 +24,14 @@ def guarded_steps(step_fn, collectives):
     @tf.function
     def fetch(iterator):
         batch = iterator.get_next_as_optional()
-        return batch, collectives.all_have_tensor(batch.has_value())
+        return batch, collectives.all_have_tensor(have_whole_step(batch))
 
     @tf.function
     def steps(iterator, batch, have, todo):
         def body(done, batch, have, bad_rows):
             value = batch.get_value()
             step_fn(value)
-            count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
-            if count is not None:
-                bad_rows += tf.cast(count, tf.int64)
+            bad_rows += bad_rows_in(value)
             batch, have = fetch(iterator)
             return done + 1, batch, have, bad_rows
 
@@ -49,6 +47,30 @@ def guarded_steps(step_fn, collectives):
         return int(trained.numpy()), int(bad_rows.numpy())
 
     return run
+
+
+def have_whole_step(batch):
+    """-> bool tensor: the optional `batch` holds a batch for every replica of this worker. A distributed
+    iterator (MultiWorkerMirrored's per-replica input) yields a value as long as any replica of any worker
+    has one, and fills the others with zero-row dummies: such a step counts as no batch."""
+    import tensorflow as tf
+
+    def every_replica():
+        labels = tf.nest.flatten(batch.get_value()[1], expand_composites=True)  # one per local replica
+        return tf.reduce_all(tf.stack([tf.shape(t)[0] > 0 for t in labels]))
+
+    return tf.cond(batch.has_value(), every_replica, lambda: tf.constant(False))
+
+
+def bad_rows_in(value):
+    """-> int64 tensor: the bad rows a step's batch skipped (raw input's per-batch count; 0 without it),
+    summed over the local replicas' batches when the value is per replica."""
+    import tensorflow as tf
+
+    count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
+    if count is None:
+        return tf.constant(0, tf.int64)
+    return tf.add_n([tf.cast(c, tf.int64) for c in tf.nest.flatten(count, expand_composites=True)])
 
 
 def window(step, hp):

@@ -5,8 +5,10 @@ The container toolkit sets TF_CONFIG = {"cluster": {"worker": ["algo-1:8890", ..
 "worker", "index": i}}; without it (a plain run) the same layout is built from SM_HOSTS. The strategy
 finds every GPU the worker sees (none: one replica on the CPU) and supplies the all-reduce.
 
-Each step a worker reads `batch_size x local replicas` examples and gives each local replica its own
-`batch_size` slice. Every replica computes gradients on its slice; they are averaged over all replicas
+Each replica gets batches of its own: the worker's input pipeline (its host's shard, parsed on the host
+CPU in batches of `batch_size`) hands consecutive batches to its local replicas in turn, each prefetched
+onto the replica's device (distribute_datasets_from_function, fetch to device), so every GPU receives
+only its own `batch_size` rows. Every replica computes gradients on its batch; they are averaged over all replicas
 of all hosts (IndexedSlices of the embedding tables stay sparse), and each replica applies that same
 update to its own copy of the variables (mirrored: one copy per local device), so the copies start
 equal (rank 0's values broadcast) and stay equal. Scaling, stated:
@@ -25,7 +27,7 @@ import deepfm_sync
 from deepfm_container import start_or_exit
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow, per_process_threads, set_thread_environment
-from deepfm_worker_input import Placement
+from deepfm_worker_input import Placement, train_dataset
 
 PROG = "train_mirrored.py"
 MWMS_PORT = 8890  # the port sagemaker-tensorflow-training gives every worker
@@ -36,17 +38,28 @@ def tf_config_from_hosts(hosts, current_host, port=MWMS_PORT):
             "task": {"type": "worker", "index": hosts.index(current_host)}, "environment": "cloud"}
 
 
-def replica_train_step(trainer, collectives, batch_size):
-    """-> step(batch of batch_size x local replicas): each local replica trains on its own slice."""
-    tf = collectives.tf
+def replica_input(hp, env, strategy, where, local_replicas):
+    """-> train_input(skip_steps, epoch) for deepfm_sync.train: a distributed dataset whose elements hold one
+    `batch_size` batch per local replica, already on that replica's device. The worker's one pipeline (its
+    host's shard, one Pipe-mode FIFO reader) batches at `batch_size`; its replicas take batches in turn,
+    so a step trains on the same rows as one device would on `batch_size x local replicas` ones."""
+    import tensorflow as tf
 
-    def replica_step(batch):
-        start = collectives.local_index() * batch_size
-        # per-example tensors are sliced; a per-batch scalar (raw input's bad-row count) is not
-        return trainer.train_step(tf.nest.map_structure(
-            lambda t: t[start:start + batch_size] if t.shape.rank else t, batch))
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
+                                         experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
 
-    return tf.function(lambda batch: collectives.strategy.run(replica_step, args=(batch,)))
+    def train_input(skip_steps, epoch):
+        return strategy.distribute_datasets_from_function(
+            lambda _: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas, epoch=epoch), options)
+
+    return train_input
+
+
+def replica_train_step(trainer, strategy):
+    """-> step(per-replica batches): each replica trains on its own batch."""
+    import tensorflow as tf
+
+    return tf.function(lambda batch: strategy.run(trainer.train_step, args=(batch,)))
 
 
 def main(argv):
@@ -77,9 +90,8 @@ def main(argv):
             f"communication={communication_implementation(num_gpus)} "
             f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
             f"TF_CONFIG={os.environ.get('TF_CONFIG', '')}")
-    deepfm_sync.run(hp, env, trainer, collectives, where,
-                    train_step_fn=replica_train_step(trainer, collectives, hp.batch_size),
-                    batch_size=hp.batch_size * collectives.local_replicas)
+    deepfm_sync.run(hp, env, trainer, collectives, where, train_step_fn=replica_train_step(trainer, strategy),
+                    train_input=replica_input(hp, env, strategy, where, collectives.local_replicas))
     return 0
 
 

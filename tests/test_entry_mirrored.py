@@ -132,13 +132,14 @@ def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_
 
 @pytest.mark.slow
 def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
-    """4 replicas: every copy on every host ends equal; host 2's shard (512 rows = 4 steps of
-    2 x 64) decides the step count; the learning rate scales by replicas. FastFile channels (files
+    """4 replicas: every copy on every host ends equal; host 2's shard (576 rows = 9 batches of 64:
+    4 steps of 2 x 64, then a batch for its first replica alone) decides the step count: no step runs
+    with a replica short of a batch; the learning rate scales by replicas. FastFile channels (files
     streamed from S3 on first read) look like File to the script."""
     hps = dict(HPS, batch_size=64, log_steps=2)
-    train, held_out = es.synth_split(1536, 256, seed=5, feature_size=HPS["feature_size"],
+    train, held_out = es.synth_split(1600, 256, seed=5, feature_size=HPS["feature_size"],
                                      field_size=HPS["field_size"])
-    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1536)], held_out,
+    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1600)], held_out,
                                 local_cpu_replicas=2, input_mode="FastFile")
     assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
@@ -151,6 +152,7 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
         assert len(copies) == (2 if key == "step" else 4)
         for copy in copies[1:]:
             np.testing.assert_array_equal(copies[0], copy, err_msg=key)
+        assert np.isfinite(copies[0]).all(), key
     assert [int(r["step"]) for r in es.metric_lines(texts[0], "train")] == [2, 4]
     assert not es.metric_lines(texts[1], "train") and len(es.metric_lines(texts[0], "eval")) == 1
 
