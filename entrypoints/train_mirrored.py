@@ -43,16 +43,21 @@ def replica_input(hp, env, strategy, where, local_replicas):
     `batch_size` batch per local replica, already on that replica's device. The worker's one pipeline (its
     host's shard, one Pipe-mode FIFO reader) batches at `batch_size`; its replicas take batches in turn,
     so a step trains on the same rows as one device would on `batch_size x local replicas` ones."""
+    def train_input(skip_steps, epoch):
+        return per_replica(strategy, lambda: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas,
+                                                           epoch=epoch))
+
+    return train_input
+
+
+def per_replica(strategy, dataset_fn):
+    """dataset_fn() (per-replica batches, built once per worker) -> the distributed dataset whose steps give
+    each local replica the next batch, fetched ahead onto its device."""
     import tensorflow as tf
 
     options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
                                          experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
-
-    def train_input(skip_steps, epoch):
-        return strategy.distribute_datasets_from_function(
-            lambda _: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas, epoch=epoch), options)
-
-    return train_input
+    return strategy.distribute_datasets_from_function(lambda _: dataset_fn(), options)
 
 
 def replica_train_step(trainer, strategy):
