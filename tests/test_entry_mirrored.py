@@ -108,14 +108,18 @@ def _copies(dump, key):
 @pytest.mark.slow
 def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_batch(tmp_path):
     """2 local replicas x batch 64 vs 1 device x batch 128, same data in the same order, no LR scaling:
-    equal weights only if each replica computed the gradient of its own half and they were averaged."""
+    equal weights only if each replica computed the gradient of its own half and they were averaged.
+    The replicas' run stops at step 3 and resumes from its checkpoint: it must skip 3 steps x 2 replicas'
+    batches to go on with the rows the one device trains on next."""
     # float32: a bfloat16 GEMM over half the batch rounds differently from one over the whole
     hps = dict(HPS, batch_size=64, shuffle_buffer=0, scale_lr=False, optimizer="adam", log_steps=4,
                mixed_precision="false")
     train, held_out = es.synth_split(1024, 256, seed=9, feature_size=HPS["feature_size"],
                                      field_size=HPS["field_size"])
+    _run_workers(tmp_path, dict(hps, max_steps=3), [train], held_out, local_cpu_replicas=2, tag="two")
     (two_log,), (two,) = _run_workers(tmp_path, hps, [train], held_out, local_cpu_replicas=2, tag="two")
     (one_log,), (one,) = _run_workers(tmp_path, dict(hps, batch_size=128), [train], held_out, tag="one")
+    assert "continuing at step 3" in two_log
     assert "local_replicas=2 replicas=2 per_replica_batch=64 global_batch=128" in two_log
     assert "device:CPU:0,/job:localhost/replica:0/task:0/device:CPU:1" in two_log
     assert int(two["step"]) == int(one["step"]) == 8
@@ -126,8 +130,10 @@ def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_
             np.testing.assert_array_equal(copies[0], copy, err_msg=f"{key}: local copies differ")
         np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
     assert not np.allclose(one["v01"], 0)  # the embeddings did train
-    losses = [[row["loss"] for row in es.metric_lines(log, "train")] for log in (two_log, one_log)]
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    # the resumed run's lines: step 4 (step 4 alone) and 8 (steps 5-8, as the one device's)
+    losses = [[(row["step"], row["loss"]) for row in es.metric_lines(log, "train")] for log in (two_log, one_log)]
+    assert [step for step, _ in losses[0]] == [step for step, _ in losses[1]] == [4, 8]
+    np.testing.assert_allclose(losses[0][-1][1], losses[1][-1][1], rtol=1e-4)
 
 
 @pytest.mark.slow
