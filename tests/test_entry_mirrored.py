@@ -280,3 +280,39 @@ def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
             proc.kill()
     for rank, (proc, output) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0 and f"broadcast ok {rank}" in output, output[-2000:]
+
+
+# Under the logical-CPU hook (2 local replicas): each step of the distributed input hands each replica its
+# own batch of 4 rows, the replicas taking consecutive batches in turn; a worker whose last batch is for
+# one replica alone has no whole step left. (Which device holds each batch is for a GPU to show: the
+# logical CPUs share one memory and report their tensors on CPU:0.)
+_PER_REPLICA_CHECK = """
+import tensorflow as tf
+from deepfm_sync_steps import have_whole_step
+from train_mirrored import per_replica
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rows = tf.data.Dataset.range(20).map(lambda i: ({"ids": tf.fill([3], i)}, tf.cast(i, tf.float32)))
+iterator = iter(per_replica(strategy, lambda: rows.batch(4, drop_remainder=True)))  # 5 batches: 2 steps + 1
+seen, whole = [], []
+for _ in range(3):
+    batch = iterator.get_next_as_optional()
+    whole.append(bool(have_whole_step(batch)))
+    if whole[-1]:
+        labels = strategy.experimental_local_results(batch.get_value()[1])
+        seen.append([t.numpy().tolist() for t in labels])
+assert whole == [True, True, False], whole
+assert seen == [[[0, 1, 2, 3], [4, 5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14, 15]]], seen
+print("per replica ok")
+"""
+
+
+@pytest.mark.slow
+def test_each_local_replica_receives_its_own_batch_and_a_short_last_step_is_not_whole(tmp_path):
+    script = tmp_path / "check.py"
+    script.write_text(_PER_REPLICA_CHECK)
+    done = subprocess.run([es.PYTHON, "-c", es._LOCAL_CPU_REPLICAS, "2", str(script)], cwd=es.ENTRYPOINTS,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                                   PYTHONPATH=str(es.ENTRYPOINTS)))
+    assert done.returncode == 0 and "per replica ok" in done.stdout, done.stderr[-2000:]
