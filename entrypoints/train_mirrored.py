@@ -52,12 +52,25 @@ def replica_input(hp, env, strategy, where, local_replicas):
 
 def per_replica(strategy, dataset_fn):
     """dataset_fn() (per-replica batches, built once per worker) -> the distributed dataset whose steps give
-    each local replica the next batch, fetched ahead onto its device."""
+    each local replica the next batch, fetched ahead onto its device, as (batch, real): it never ends
+    (endless), so each step is a plain get_next from the replicas' own prefetch buffers."""
     import tensorflow as tf
 
     options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
                                          experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
-    return strategy.distribute_datasets_from_function(lambda _: dataset_fn(), options)
+    return strategy.distribute_datasets_from_function(lambda _: endless(dataset_fn()), options)
+
+
+def endless(dataset):
+    """(batch, True) for each batch of `dataset`, then (a batch of zeros, False) forever. A distributed
+    iterator over a dataset that ends pads a short step with empty batches and ends with an optional, whose
+    value is read on one device; over an endless one each replica's batch comes from its own device."""
+    import tensorflow as tf
+
+    filler = tf.nest.map_structure(lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
+                                   dataset.element_spec)
+    return dataset.map(lambda *batch: (batch, True)).concatenate(
+        tf.data.Dataset.from_tensors((filler, False)).repeat())
 
 
 def replica_train_step(trainer, strategy):
