@@ -52,7 +52,7 @@ def _contenders(steps: int) -> dict:
         trainer, _ = deepfm_sync.build_sync_trainer(hp, collectives, tf.float32, strategy if mirrored else None)
         step_fn = replica_train_step(trainer, strategy) if mirrored else tf.function(trainer.train_step)
         batches = dataset.batch(BATCH, drop_remainder=True).cache().repeat()
-        iterator = iter(per_replica(strategy, lambda: batches) if mirrored else batches)
+        iterator = iter(per_replica(strategy, lambda: batches, BATCH) if mirrored else batches)
         contenders[f"{name}: host check every step (before)"] = _timed(host_checked_steps(step_fn, collectives), 1,
                                                                        iterator, steps)
         contenders[f"{name}: in-graph check, host waits every {WINDOW} steps (after)"] = _timed(

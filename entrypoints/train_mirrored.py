@@ -45,32 +45,39 @@ def replica_input(hp, env, strategy, where, local_replicas):
     so a step trains on the same rows as one device would on `batch_size x local replicas` ones."""
     def train_input(skip_steps, epoch):
         return per_replica(strategy, lambda: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas,
-                                                           epoch=epoch))
+                                                           epoch=epoch), hp.batch_size)
 
     return train_input
 
 
-def per_replica(strategy, dataset_fn):
-    """dataset_fn() (per-replica batches, built once per worker) -> the distributed dataset whose steps give
+def per_replica(strategy, dataset_fn, batch_size):
+    """dataset_fn() (whole per-replica batches, built once per worker) -> the distributed dataset whose steps give
     each local replica the next batch, fetched ahead onto its device, as (batch, real): it never ends
     (endless), so each step is a plain get_next from the replicas' own prefetch buffers."""
     import tensorflow as tf
 
     options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
                                          experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
-    return strategy.distribute_datasets_from_function(lambda _: endless(dataset_fn()), options)
+    return strategy.distribute_datasets_from_function(lambda _: endless(dataset_fn(), batch_size), options)
 
 
-def endless(dataset):
+def endless(dataset, batch_size):
     """(batch, True) for each batch of `dataset`, then (a batch of zeros, False) forever. A distributed
     iterator over a dataset that ends pads a short step with empty batches and ends with an optional, whose
-    value is read on one device; over an endless one each replica's batch comes from its own device."""
+    value is read on one device; over an endless one each replica's batch comes from its own device.
+    Every tensor with a batch dimension is stated to have `batch_size` rows (whole batches; raw-text
+    parsing leaves the dimension unknown), so a step's batch has one shape in the traced loop."""
     import tensorflow as tf
 
+    def whole(*batch):
+        def rows(t):
+            return tf.ensure_shape(t, [batch_size] + t.shape[1:].as_list()) if t.shape.rank else t
+        return tf.nest.map_structure(rows, batch), True
+
+    real = dataset.map(whole)
     filler = tf.nest.map_structure(lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
-                                   dataset.element_spec)
-    return dataset.map(lambda *batch: (batch, True)).concatenate(
-        tf.data.Dataset.from_tensors((filler, False)).repeat())
+                                   real.element_spec[0])
+    return real.concatenate(tf.data.Dataset.from_tensors((filler, False)).repeat())
 
 
 def replica_train_step(trainer, strategy):

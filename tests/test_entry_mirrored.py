@@ -293,7 +293,7 @@ from train_mirrored import per_replica
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 rows = tf.data.Dataset.range(20).map(lambda i: ({"ids": tf.fill([3], i)}, tf.cast(i, tf.float32)))
-iterator = iter(per_replica(strategy, lambda: rows.batch(4, drop_remainder=True)))  # 5 batches: 2 steps + 1
+iterator = iter(per_replica(strategy, lambda: rows.batch(4, drop_remainder=True), 4))  # 5 batches: 2 steps + 1
 seen, whole = [], []
 for _ in range(4):
     batch, have = take(iterator)
