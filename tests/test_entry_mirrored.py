@@ -284,25 +284,31 @@ def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
 
 # Under the logical-CPU hook (2 local replicas): each step of the distributed input hands each replica its
 # own batch of 4 rows, the replicas taking consecutive batches in turn; a worker whose last batch is for
-# one replica alone has no whole step left, and the input goes on (never ending) with no whole step. (Which device holds each batch is for a GPU to show: the
+# one replica alone has no whole step left, and the input goes on (never ending) with no whole step; a
+# step's bad-row count sums its replicas' batches'. (Which device holds each batch is for a GPU to show: the
 # logical CPUs share one memory and report their tensors on CPU:0.)
 _PER_REPLICA_CHECK = """
 import tensorflow as tf
-from deepfm_sync_steps import take
+from deepfm_sync_steps import bad_rows_in, take
 from train_mirrored import per_replica
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 rows = tf.data.Dataset.range(20).map(lambda i: ({"ids": tf.fill([3], i)}, tf.cast(i, tf.float32)))
-iterator = iter(per_replica(strategy, lambda: rows.batch(4, drop_remainder=True), 4))  # 5 batches: 2 steps + 1
-seen, whole = [], []
+# each batch counts bad rows of its own (raw input's per-batch scalar): here the sum of its labels
+batches = rows.batch(4, drop_remainder=True).map(
+    lambda f, l: (dict(f, _bad_rows=tf.cast(tf.reduce_sum(l), tf.int64)), l))
+iterator = iter(per_replica(strategy, lambda: batches, 4))  # 5 batches: 2 steps + 1
+seen, whole, bad = [], [], []
 for _ in range(4):
     batch, have = take(iterator)
     whole.append(bool(have))
     labels = strategy.experimental_local_results(batch[1])
     if whole[-1]:
         seen.append([t.numpy().tolist() for t in labels])
+        bad.append(int(bad_rows_in(batch)))
 assert whole == [True, True, False, False], whole  # and it never ends
 assert seen == [[[0, 1, 2, 3], [4, 5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14, 15]]], seen
+assert bad == [0 + 1 + 2 + 3 + 4 + 5 + 6 + 7, 8 + 9 + 10 + 11 + 12 + 13 + 14 + 15], bad  # both replicas' counts
 print("per replica ok")
 """
 
