@@ -1,4 +1,5 @@
-"""Item 5: `dfm launch ... --local` with 1 vs 2 simulated hosts (parameter server) and ranks (Horovod).
+"""Item 5: `dfm launch ... --local` with 1 vs 2 simulated hosts (parameter server, MultiWorkerMirrored) and
+ranks (Horovod).
 
 Throughput comes from the entry points' own `[dfm] train ... examples_per_sec=` lines, which `--local`
 echoes with the process label in front; the first report of each process (start-up, tracing) is dropped.
@@ -18,6 +19,7 @@ from bench.common import REPO, add_table, fmt, median, run_measured, section, ve
 
 STEPS = {True: 100, False: 400}
 PS_GOAL = 0.7  # 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same 2 cores
+MWMS = "MultiWorkerMirrored"
 OLD_CLOSURE = "2 hosts, steps_per_closure=1 (one step per closure, as before)"
 EVAL_WORKERS = "2 hosts, 8 evaluations of all of eval on the workers"
 EVAL_CHIEF = "2 hosts, 8 evaluations of all of eval on the chief (DFM_PS_EVAL=chief, as before)"
@@ -77,9 +79,10 @@ def measure(quick: bool, context: dict) -> dict:
     repetitions = context.get("repetitions") or (1 if quick else 3)
     result = section(
         "Local distributed runs",
-        f"parameter server: 2 hosts >= {PS_GOAL}x 1 host on the same cores; Horovod recorded, not judged (2 cores "
-        "bound every run, so a second host or rank adds processes, not cores)",
-        f"`dfm launch configs/ps.yaml --local`, `configs/hetero-ps.yaml --local` and `configs/horovod.yaml --local` on synthetic data, "
+        f"parameter server: 2 hosts >= {PS_GOAL}x 1 host on the same cores; Horovod and MultiWorkerMirrored recorded, "
+        "not judged (2 cores bound every run, so a second host or rank adds processes, not cores)",
+        f"`dfm launch configs/ps.yaml --local`, `configs/hetero-ps.yaml --local`, `configs/horovod.yaml --local` and "
+        f"`configs/mirrored-gpu.yaml --local` on synthetic data, "
         f"max_steps {steps}; examples/s from the entry points' metric lines; `bench/distributed.py`")
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-distributed-"))
     try:
@@ -112,6 +115,10 @@ def measure(quick: bool, context: dict) -> dict:
             ("Horovod", "2 ranks"): ("configs/horovod.yaml", ["instance.count=1",
                                                               "distribution.horovod.processes_per_host=2"],
                                      {**split_channels, "eval": data["eval"]}),
+            (MWMS, "1 host"): ("configs/mirrored-gpu.yaml", ["instance.count=1"],
+                               {"train": data["train"], "eval": data["eval"]}),
+            (MWMS, "2 hosts"): ("configs/mirrored-gpu.yaml", ["instance.count=2"],
+                                {"train": data["train"], "eval": data["eval"]}),
         }
         (work / "runs").mkdir()
         rates: dict[tuple, list[float]] = {key: [] for key in runs}
@@ -141,14 +148,14 @@ def measure(quick: bool, context: dict) -> dict:
         if (kind, size) in failures:
             rows.append([kind, size, "not run", "", "", "", failures[(kind, size)]])
             continue
-        base_key = (kind, "1 host" if kind == "parameter server" else "1 rank")
+        base_key = next(key for key in runs if key[0] == kind)  # each kind's first row: 1 host or rank
         base = median(rates[base_key]) if rates[base_key] else float("nan")
         wall, cpu = median(walls[(kind, size)]), median(cpus[(kind, size)])
         rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x", fmt(wall, 1),
                      f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)", "ok"])
     add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)",
                        "CPU s (share of all cores)", "run"], rows)
-    for kind in ("parameter server", "Horovod"):
+    for kind in ("parameter server", "Horovod", MWMS):
         keys = [key for key in runs if key[0] == kind][:2]  # 1 vs 2 hosts or ranks
         if any(key in failures for key in keys):
             verdict(result, f"{kind}: 1 vs 2 recorded", None,
@@ -183,6 +190,8 @@ def measure(quick: bool, context: dict) -> dict:
         "worker 0 on algo-1, worker 1 on algo-2, one ps on algo-3 (no data), all on the same 2 cores.",
         "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
         "--set distribution.horovod.processes_per_host=1|2`.",
+        "MultiWorkerMirrored: `configs/mirrored-gpu.yaml` (TF 2.21 runtime, FastFile, ShardedByS3Key emulated "
+        "over 8 files) with `--set instance.count=1|2`: one worker per host, one CPU replica each (no GPU).",
         "CPU s: user + system time of every process of the run; a share of the cores far below 100% means "
         "the run waited (collectives waiting for the slower rank, start-up, or CPUs taken by other work on a "
         "shared machine) rather than computed.",

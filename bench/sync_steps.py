@@ -38,7 +38,7 @@ def _contenders(steps: int) -> dict:
     from deepfm_collectives import MirroredCollectives, SingleProcess
     from deepfm_hparams import parse_hyperparameters
     from deepfm_sync_steps import host_checked_steps, window_runner
-    from train_mirrored import replica_train_step
+    from train_mirrored import per_replica, replica_train_step
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     data = synthetic(BATCH * REPLICAS * 64, 100_000, seed=4)
@@ -50,9 +50,9 @@ def _contenders(steps: int) -> dict:
                               (f"MWMS, {REPLICAS} logical CPU replicas", MirroredCollectives(strategy, 0))):
         mirrored = isinstance(collectives, MirroredCollectives)
         trainer, _ = deepfm_sync.build_sync_trainer(hp, collectives, tf.float32, strategy if mirrored else None)
-        step_fn = replica_train_step(trainer, collectives, BATCH) if mirrored else tf.function(trainer.train_step)
-        host_batch = BATCH * (REPLICAS if mirrored else 1)
-        iterator = iter(dataset.batch(host_batch, drop_remainder=True).cache().repeat())
+        step_fn = replica_train_step(trainer, strategy) if mirrored else tf.function(trainer.train_step)
+        batches = dataset.batch(BATCH, drop_remainder=True).cache().repeat()
+        iterator = iter(per_replica(strategy, lambda: batches, BATCH) if mirrored else batches)
         contenders[f"{name}: host check every step (before)"] = _timed(host_checked_steps(step_fn, collectives), 1,
                                                                        iterator, steps)
         contenders[f"{name}: in-graph check, host waits every {WINDOW} steps (after)"] = _timed(

@@ -85,7 +85,9 @@ class HorovodCollectives:
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name="metrics_sum").numpy()
 
     def broadcast(self, variables):
-        self.hvd.broadcast_variables(variables, root_rank=0)
+        """In place (Horovod >= 0.24, every SageMaker image that ships it): each rank receives straight into
+        its variables, instead of a received copy of the whole state alongside them before the assigns."""
+        self.hvd.broadcast_variables(variables, root_rank=0, inplace=True)
 
 
 class MirroredCollectives:

@@ -62,12 +62,13 @@ def model_state(trainer):
     return list(unique.values())
 
 
-def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch_size=None, whole_batches=True,
+def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, train_input=None, whole_batches=True,
           evaluate=None):
     """Run the synchronous loop, one pass over the data per epoch; -> the global step reached.
-    `step_fn(batch)` defaults to the trainer's train step traced once; `batch_size` is what one step of
-    this worker consumes; `evaluate(step)` runs on every worker every `eval_steps` steps, or after each
-    whole epoch when eval_steps is 0, and ends training when it returns True."""
+    `step_fn(batch)` defaults to the trainer's train step traced once; `train_input(skip_steps, epoch)`
+    gives the epoch's batches, the first skip_steps steps' left out (default: this worker's train_dataset);
+    `evaluate(step)` runs on every worker every `eval_steps` steps, or after each whole epoch when
+    eval_steps is 0, and ends training when it returns True."""
     import tensorflow as tf
     from deepfm_hparams import crossed
     from deepfm_training import TrainWindow
@@ -75,13 +76,14 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, batch
     step = int(trainer.optimizer.iterations.numpy())
     epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
     step_fn = step_fn or tf.function(trainer.train_step)
+    train_input = train_input or (lambda skip_steps, epoch: train_dataset(
+        hp, env, where, skip_batches=skip_steps, whole_batches=whole_batches, epoch=epoch))
     window = TrainWindow(trainer.train_metrics, collectives)
     bad_rows = 0
     stopped = False
     while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not (hp.max_steps and step >= hp.max_steps):
         # resume: skip the batches this epoch already trained on
-        iterator = iter(train_dataset(hp, env, where, skip_batches=step - epoch_start, batch_size=batch_size,
-                                      whole_batches=whole_batches, epoch=epoch))
+        iterator = iter(train_input(step - epoch_start, epoch))
         # a runner per epoch: it carries its look-ahead batch from one window to the next of one iterator
         run_window = window_runner(step_fn, collectives)  # the end-of-data check, in the steps where possible
         exhausted = False
@@ -143,11 +145,11 @@ def dump_weights(trainer, rank, step, local_copies=None):
     return path
 
 
-def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, batch_size=None,
+def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, train_input=None,
         whole_batches=True):
     """Restore (rank 0) -> broadcast -> train, evaluating every eval_steps steps or after each epoch ->
     final checkpoint -> final evaluation (unless the last one is at this step) -> export (rank 0) of the
-    best evaluation's model (best_of). `batch_size`: examples one step of this worker consumes (default hp.batch_size);
+    best evaluation's model (best_of). `train_input(skip_steps, epoch)`: an epoch's batches (train's);
     whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
     -> the step reached."""
     import tensorflow as tf
@@ -172,7 +174,7 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
 
     has_eval = di.EVAL_CHANNEL in env.channels
     during = has_eval and evaluates_during_training(hp, env, where)
-    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, batch_size, whole_batches,
+    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, train_input, whole_batches,
                  evaluate=evaluate_now if during else None)
     if where.rank == 0:
         log(f"trained steps {start}..{step} on {where.size} workers")

@@ -23,17 +23,15 @@ def guarded_steps(step_fn, collectives):
 
     @tf.function
     def fetch(iterator):
-        batch = iterator.get_next_as_optional()
-        return batch, collectives.all_have_tensor(batch.has_value())
+        batch, have = take(iterator)
+        return batch, collectives.all_have_tensor(have)
 
     @tf.function
     def steps(iterator, batch, have, todo):
         def body(done, batch, have, bad_rows):
-            value = batch.get_value()
+            value = value_of(batch)
             step_fn(value)
-            count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
-            if count is not None:
-                bad_rows += tf.cast(count, tf.int64)
+            bad_rows += bad_rows_in(value)
             batch, have = fetch(iterator)
             return done + 1, batch, have, bad_rows
 
@@ -49,6 +47,39 @@ def guarded_steps(step_fn, collectives):
         return int(trained.numpy()), int(bad_rows.numpy())
 
     return run
+
+
+def take(iterator):
+    """-> (batch, whether this worker has one for this step). A plain iterator's batch is an optional; a
+    distributed one (MultiWorkerMirrored's per-replica input, train_mirrored.per_replica) never ends: its
+    elements pair each replica's batch with a flag, false once its pipeline has run out, and the step is
+    this worker's only when every local replica's is real (get_next keeps each replica's batch on its
+    device, where an optional's value would be read on one)."""
+    import tensorflow as tf
+
+    if isinstance(iterator, tf.distribute.DistributedIterator):
+        batch, real = iterator.get_next()
+        return batch, tf.reduce_all(tf.stack(tf.nest.flatten(real, expand_composites=True)))
+    batch = iterator.get_next_as_optional()
+    return batch, batch.has_value()
+
+
+def value_of(batch):
+    """The step's batch from what take() returned."""
+    import tensorflow as tf
+
+    return batch.get_value() if isinstance(batch, tf.experimental.Optional) else batch
+
+
+def bad_rows_in(value):
+    """-> int64 tensor: the bad rows a step's batch skipped (raw input's per-batch count; 0 without it),
+    summed over the local replicas' batches when the value is per replica."""
+    import tensorflow as tf
+
+    count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
+    if count is None:
+        return tf.constant(0, tf.int64)
+    return tf.add_n([tf.cast(c, tf.int64) for c in tf.nest.flatten(count, expand_composites=True)])
 
 
 def window(step, hp):
@@ -67,13 +98,11 @@ def host_checked_steps(step_fn, collectives):
     def steps(iterator, todo):
         trained = bad_rows = 0
         for _ in range(todo):
-            batch = iterator.get_next_as_optional()
-            if not collectives.all_have(bool(batch.has_value())):
+            batch, have = take(iterator)
+            if not collectives.all_have(bool(have)):
                 break
-            value = batch.get_value()
-            count = value[0].get(BAD_ROWS_KEY) if isinstance(value[0], dict) else None
-            if hasattr(count, "numpy"):
-                bad_rows += int(count)
+            value = value_of(batch)
+            bad_rows += int(bad_rows_in(value))
             step_fn(value)
             trained += 1
         return trained, bad_rows

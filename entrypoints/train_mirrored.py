@@ -5,8 +5,11 @@ The container toolkit sets TF_CONFIG = {"cluster": {"worker": ["algo-1:8890", ..
 "worker", "index": i}}; without it (a plain run) the same layout is built from SM_HOSTS. The strategy
 finds every GPU the worker sees (none: one replica on the CPU) and supplies the all-reduce.
 
-Each step a worker reads `batch_size x local replicas` examples and gives each local replica its own
-`batch_size` slice. Every replica computes gradients on its slice; they are averaged over all replicas
+Each replica gets batches of its own: the worker's input pipeline (its host's shard, parsed on the host
+CPU in batches of `batch_size`) hands consecutive batches to its local replicas in turn, each prefetched
+onto the replica's device (distribute_datasets_from_function, fetch to device), so every GPU receives
+only its own `batch_size` rows (a worker with no GPU and one replica reads its batches directly).
+Every replica computes gradients on its batch; they are averaged over all replicas
 of all hosts (IndexedSlices of the embedding tables stay sparse), and each replica applies that same
 update to its own copy of the variables (mirrored: one copy per local device), so the copies start
 equal (rank 0's values broadcast) and stay equal. Scaling, stated:
@@ -25,7 +28,7 @@ import deepfm_sync
 from deepfm_container import start_or_exit
 from deepfm_log import log
 from deepfm_tuning import configure_tensorflow, per_process_threads, set_thread_environment
-from deepfm_worker_input import Placement
+from deepfm_worker_input import Placement, train_dataset
 
 PROG = "train_mirrored.py"
 MWMS_PORT = 8890  # the port sagemaker-tensorflow-training gives every worker
@@ -36,17 +39,58 @@ def tf_config_from_hosts(hosts, current_host, port=MWMS_PORT):
             "task": {"type": "worker", "index": hosts.index(current_host)}, "environment": "cloud"}
 
 
-def replica_train_step(trainer, collectives, batch_size):
-    """-> step(batch of batch_size x local replicas): each local replica trains on its own slice."""
-    tf = collectives.tf
+def replica_input(hp, env, strategy, where, local_replicas, num_gpus):
+    """-> train_input(skip_steps, epoch) for deepfm_sync.train: a distributed dataset whose elements hold one
+    `batch_size` batch per local replica, already on that replica's device. None (deepfm_sync's plain
+    input) for a worker without GPUs and one replica: its batches are already where it runs, and the
+    distributed input's machinery costs ~7% of small steps (316 vs 341 steps/s, MLP 64-32, batch 256). The worker's one pipeline (its
+    host's shard, one Pipe-mode FIFO reader) batches at `batch_size`; its replicas take batches in turn,
+    so a step trains on the same rows as one device would on `batch_size x local replicas` ones."""
+    if local_replicas == 1 and not num_gpus:
+        return None
 
-    def replica_step(batch):
-        start = collectives.local_index() * batch_size
-        # per-example tensors are sliced; a per-batch scalar (raw input's bad-row count) is not
-        return trainer.train_step(tf.nest.map_structure(
-            lambda t: t[start:start + batch_size] if t.shape.rank else t, batch))
+    def train_input(skip_steps, epoch):
+        return per_replica(strategy, lambda: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas,
+                                                           epoch=epoch), hp.batch_size)
 
-    return tf.function(lambda batch: collectives.strategy.run(replica_step, args=(batch,)))
+    return train_input
+
+
+def per_replica(strategy, dataset_fn, batch_size):
+    """dataset_fn() (whole per-replica batches, built once per worker) -> the distributed dataset whose steps give
+    each local replica the next batch, fetched ahead onto its device, as (batch, real): it never ends
+    (endless), so each step is a plain get_next from the replicas' own prefetch buffers."""
+    import tensorflow as tf
+
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
+                                         experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
+    return strategy.distribute_datasets_from_function(lambda _: endless(dataset_fn(), batch_size), options)
+
+
+def endless(dataset, batch_size):
+    """(batch, True) for each batch of `dataset`, then (a batch of zeros, False) forever. A distributed
+    iterator over a dataset that ends pads a short step with empty batches and ends with an optional, whose
+    value is read on one device; over an endless one each replica's batch comes from its own device.
+    Every tensor with a batch dimension is stated to have `batch_size` rows (whole batches; raw-text
+    parsing leaves the dimension unknown), so a step's batch has one shape in the traced loop."""
+    import tensorflow as tf
+
+    def whole(*batch):
+        def rows(t):
+            return tf.ensure_shape(t, [batch_size] + t.shape[1:].as_list()) if t.shape.rank else t
+        return tf.nest.map_structure(rows, batch), True
+
+    real = dataset.map(whole)
+    filler = tf.nest.map_structure(lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
+                                   real.element_spec[0])
+    return real.concatenate(tf.data.Dataset.from_tensors((filler, False)).repeat())
+
+
+def replica_train_step(trainer, strategy):
+    """-> step(per-replica batches): each replica trains on its own batch."""
+    import tensorflow as tf
+
+    return tf.function(lambda batch: strategy.run(trainer.train_step, args=(batch,)))
 
 
 def main(argv):
@@ -77,9 +121,8 @@ def main(argv):
             f"communication={communication_implementation(num_gpus)} "
             f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
             f"TF_CONFIG={os.environ.get('TF_CONFIG', '')}")
-    deepfm_sync.run(hp, env, trainer, collectives, where,
-                    train_step_fn=replica_train_step(trainer, collectives, hp.batch_size),
-                    batch_size=hp.batch_size * collectives.local_replicas)
+    deepfm_sync.run(hp, env, trainer, collectives, where, train_step_fn=replica_train_step(trainer, strategy),
+                    train_input=replica_input(hp, env, strategy, where, collectives.local_replicas, num_gpus))
     return 0
 
 

@@ -108,14 +108,18 @@ def _copies(dump, key):
 @pytest.mark.slow
 def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_batch(tmp_path):
     """2 local replicas x batch 64 vs 1 device x batch 128, same data in the same order, no LR scaling:
-    equal weights only if each replica computed the gradient of its own half and they were averaged."""
+    equal weights only if each replica computed the gradient of its own half and they were averaged.
+    The replicas' run stops at step 3 and resumes from its checkpoint: it must skip 3 steps x 2 replicas'
+    batches to go on with the rows the one device trains on next."""
     # float32: a bfloat16 GEMM over half the batch rounds differently from one over the whole
     hps = dict(HPS, batch_size=64, shuffle_buffer=0, scale_lr=False, optimizer="adam", log_steps=4,
                mixed_precision="false")
     train, held_out = es.synth_split(1024, 256, seed=9, feature_size=HPS["feature_size"],
                                      field_size=HPS["field_size"])
+    _run_workers(tmp_path, dict(hps, max_steps=3), [train], held_out, local_cpu_replicas=2, tag="two")
     (two_log,), (two,) = _run_workers(tmp_path, hps, [train], held_out, local_cpu_replicas=2, tag="two")
     (one_log,), (one,) = _run_workers(tmp_path, dict(hps, batch_size=128), [train], held_out, tag="one")
+    assert "continuing at step 3" in two_log
     assert "local_replicas=2 replicas=2 per_replica_batch=64 global_batch=128" in two_log
     assert "device:CPU:0,/job:localhost/replica:0/task:0/device:CPU:1" in two_log
     assert int(two["step"]) == int(one["step"]) == 8
@@ -126,19 +130,22 @@ def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_
             np.testing.assert_array_equal(copies[0], copy, err_msg=f"{key}: local copies differ")
         np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=1e-5, err_msg=key)
     assert not np.allclose(one["v01"], 0)  # the embeddings did train
-    losses = [[row["loss"] for row in es.metric_lines(log, "train")] for log in (two_log, one_log)]
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    # the resumed run's lines: step 4 (step 4 alone) and 8 (steps 5-8, as the one device's)
+    losses = [[(row["step"], row["loss"]) for row in es.metric_lines(log, "train")] for log in (two_log, one_log)]
+    assert [step for step, _ in losses[0]] == [step for step, _ in losses[1]] == [4, 8]
+    np.testing.assert_allclose(losses[0][-1][1], losses[1][-1][1], rtol=1e-4)
 
 
 @pytest.mark.slow
 def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
-    """4 replicas: every copy on every host ends equal; host 2's shard (512 rows = 4 steps of
-    2 x 64) decides the step count; the learning rate scales by replicas. FastFile channels (files
+    """4 replicas: every copy on every host ends equal; host 2's shard (576 rows = 9 batches of 64:
+    4 steps of 2 x 64, then a batch for its first replica alone) decides the step count: no step runs
+    with a replica short of a batch; the learning rate scales by replicas. FastFile channels (files
     streamed from S3 on first read) look like File to the script."""
     hps = dict(HPS, batch_size=64, log_steps=2)
-    train, held_out = es.synth_split(1536, 256, seed=5, feature_size=HPS["feature_size"],
+    train, held_out = es.synth_split(1600, 256, seed=5, feature_size=HPS["feature_size"],
                                      field_size=HPS["field_size"])
-    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1536)], held_out,
+    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1600)], held_out,
                                 local_cpu_replicas=2, input_mode="FastFile")
     assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
@@ -151,6 +158,7 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
         assert len(copies) == (2 if key == "step" else 4)
         for copy in copies[1:]:
             np.testing.assert_array_equal(copies[0], copy, err_msg=key)
+        assert np.isfinite(copies[0]).all(), key
     assert [int(r["step"]) for r in es.metric_lines(texts[0], "train")] == [2, 4]
     assert not es.metric_lines(texts[1], "train") and len(es.metric_lines(texts[0], "eval")) == 1
 
@@ -272,3 +280,45 @@ def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
             proc.kill()
     for rank, (proc, output) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0 and f"broadcast ok {rank}" in output, output[-2000:]
+
+
+# Under the logical-CPU hook (2 local replicas): each step of the distributed input hands each replica its
+# own batch of 4 rows, the replicas taking consecutive batches in turn; a worker whose last batch is for
+# one replica alone has no whole step left, and the input goes on (never ending) with no whole step; a
+# step's bad-row count sums its replicas' batches'. (Which device holds each batch is for a GPU to show: the
+# logical CPUs share one memory and report their tensors on CPU:0.)
+_PER_REPLICA_CHECK = """
+import tensorflow as tf
+from deepfm_sync_steps import bad_rows_in, take
+from train_mirrored import per_replica
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rows = tf.data.Dataset.range(20).map(lambda i: ({"ids": tf.fill([3], i)}, tf.cast(i, tf.float32)))
+# each batch counts bad rows of its own (raw input's per-batch scalar): here the sum of its labels
+batches = rows.batch(4, drop_remainder=True).map(
+    lambda f, l: (dict(f, _bad_rows=tf.cast(tf.reduce_sum(l), tf.int64)), l))
+iterator = iter(per_replica(strategy, lambda: batches, 4))  # 5 batches: 2 steps + 1
+seen, whole, bad = [], [], []
+for _ in range(4):
+    batch, have = take(iterator)
+    whole.append(bool(have))
+    labels = strategy.experimental_local_results(batch[1])
+    if whole[-1]:
+        seen.append([t.numpy().tolist() for t in labels])
+        bad.append(int(bad_rows_in(batch)))
+assert whole == [True, True, False, False], whole  # and it never ends
+assert seen == [[[0, 1, 2, 3], [4, 5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14, 15]]], seen
+assert bad == [0 + 1 + 2 + 3 + 4 + 5 + 6 + 7, 8 + 9 + 10 + 11 + 12 + 13 + 14 + 15], bad  # both replicas' counts
+print("per replica ok")
+"""
+
+
+@pytest.mark.slow
+def test_each_local_replica_receives_its_own_batch_and_a_short_last_step_is_not_whole(tmp_path):
+    script = tmp_path / "check.py"
+    script.write_text(_PER_REPLICA_CHECK)
+    done = subprocess.run([es.PYTHON, "-c", es._LOCAL_CPU_REPLICAS, "2", str(script)], cwd=es.ENTRYPOINTS,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                                   PYTHONPATH=str(es.ENTRYPOINTS)))
+    assert done.returncode == 0 and "per replica ok" in done.stdout, done.stderr[-2000:]
