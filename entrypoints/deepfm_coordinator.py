@@ -4,10 +4,9 @@ workers; it has the workers evaluate on `eval` (deepfm_ps_eval), checkpoints and
 
 Under the strategy the dataset function is traced on the chief and runs on each worker: it reads the
 worker's own host files through paths relative to the worker's working directory (its
-SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there before serving.
+SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there before serving (deepfm_worker_shard).
 """
 
-import os
 import time
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
@@ -16,42 +15,9 @@ from deepfm_log import error_line, log
 from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_watch import watch_workers
-from deepfm_worker_input import ALONE, Placement, eval_dataset, training_input, worker_eval_shard
+from deepfm_worker_input import ALONE, eval_dataset, training_input
+from deepfm_worker_shard import NUM_SHARDS, SHARD_INDEX, TASK, read_worker_shard_file
 from ps_gpu_workers import in_worker_replicas_problem
-
-# "<num_shards> <index> <task index> <has eval> <eval num_shards> <eval index>", in the worker's base dir
-SHARD_FILE = "dfm-worker-shard.txt"
-SHARD_FIELDS = 6
-
-
-def write_worker_shard(hp, env, hosts, task_index, local_rank=0, workers_per_host=1, workdir=None):
-    """On a worker, before it serves: its share of the data (task `local_rank` of `workers_per_host` on its
-    host) in SHARD_FILE of its working directory (default: the base dir). -> (channels, mode, shards)."""
-    from ps_gpu_workers import placement
-
-    workdir = workdir or env.base_dir
-    where = Placement(*placement(hosts, env.current_host, local_rank, workers_per_host))
-    channels, mode, _, _, shards = training_input(hp, env, where)
-    has_eval, eval_shards, eval_index = worker_eval_shard(env, where)
-    os.makedirs(os.path.join(workdir, "pipe_state"), exist_ok=True)
-    with open(os.path.join(workdir, SHARD_FILE), "w") as f:
-        f.write(f"{shards[0]} {shards[1]} {task_index} {int(has_eval)} {eval_shards} {eval_index}\n")
-    return channels, mode, shards
-
-
-def read_worker_shard_file():
-    """In a function that runs on a worker: SHARD_FILE's fields as an int64 vector.
-
-    decode_csv, not tf.strings.split: a split builds a ragged tensor whose shapes depend on the content,
-    and graph shape inference evaluates such small subgraphs while tracing, so the ReadFile ran on the
-    chief, in its cwd where the file is absent (NOT_FOUND warnings). With decode_csv's static shape the
-    file is read only on the worker that runs the function."""
-    import tensorflow as tf
-
-    fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
-                              [tf.constant(0, tf.int64)] * SHARD_FIELDS, field_delim=" ")
-    return tf.stack(fields)
-
 
 # What ClusterCoordinator logs at ERROR about failed closures, with the whole gRPC detail over dozens of
 # lines: errors that join() raises next (the caller reports them once: a line of its own, or the
@@ -194,7 +160,7 @@ def train_with_coordinator(hp, env, cluster):
     def epoch_iterator(skip):  # one pass over each worker's data, `skip` batches on each already trained
         def dataset_fn():
             shard = read_worker_shard_file()
-            return deepfm_input.make_dataset(cfg, channels, shard[0], shard[1], training=True, epochs=1,
+            return deepfm_input.make_dataset(cfg, channels, shard[NUM_SHARDS], shard[SHARD_INDEX], training=True, epochs=1,
                                              skip_batches=skip)
 
         return iter(coordinator.create_per_worker_dataset(dataset_fn))
@@ -209,7 +175,7 @@ def train_with_coordinator(hp, env, cluster):
         # closures of workers that still have data. The closure returns nothing: a result would be copied
         # to the chief after every closure (a round trip, and a remote function instantiated per worker
         # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
-        task = read_worker_shard_file()[2]
+        task = read_worker_shard_file()[TASK]
         for _ in tf.range(count):
             batch = it.get_next_as_optional()
             if not batch.has_value():
@@ -228,8 +194,7 @@ def train_with_coordinator(hp, env, cluster):
     evaluated, stopped, rejected = [], False, []
 
     spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]),
-                              join=lambda: join_or_exit(coordinator, rejected), rejected=rejected,
-                              read_shard=read_worker_shard_file) if has_eval and workers_evaluate(env) else None
+                              join=lambda: join_or_exit(coordinator, rejected), rejected=rejected) if has_eval and workers_evaluate(env) else None
 
     def evaluate_now(step):  # on the workers, else the chief alone; its time left out of the window
         started = time.monotonic()

@@ -2,16 +2,16 @@
 
 The chief evaluating the whole `eval` channel itself stalled training: every worker waited while one
 process (on a host it shares with a worker) read all of it. Here each worker evaluates its share; the
-coordinator's helpers (`join`, which counts rejected requests in `rejected`, and `read_shard`, the worker's
-SHARD_FILE fields) come in as arguments.
+coordinator's `join` (which counts rejected requests in `rejected`) comes in as an argument; the worker's share
+is in its shard file (deepfm_worker_shard).
 """
 
 import os
 
 from deepfm_log import log
+from deepfm_worker_shard import EVAL_INDEX, EVAL_SHARDS, HAS_EVAL, TASK, read_worker_shard_file
 
 EVAL_ON_ENV = "DFM_PS_EVAL"  # workers (default): the workers evaluate; chief: the chief alone, as before
-HAS_EVAL, EVAL_SHARDS, EVAL_INDEX, TASK = 3, 4, 5, 2  # SHARD_FILE fields (deepfm_coordinator.write_worker_shard)
 
 
 def workers_evaluate(env):
@@ -34,13 +34,13 @@ class WorkerEvaluation:
     `answered`, and the chief schedules rounds until every worker has answered (the coordinator picks the
     worker: one closure each is likely, not certain)."""
 
-    def __init__(self, hp, env, strategy, coordinator, trainer, num_workers, join, rejected, read_shard):
+    def __init__(self, hp, env, strategy, coordinator, trainer, num_workers, join, rejected):
         import tensorflow as tf
         import deepfm_input
         from deepfm_container import resolve_s3_shard
 
         self.hp, self.coordinator, self.trainer, self.num_workers = hp, coordinator, trainer, num_workers
-        self.join, self.rejected, self.read_shard = join, rejected, read_shard
+        self.join, self.rejected = join, rejected
         self.s3_sharded = resolve_s3_shard(hp, env, [deepfm_input.EVAL_CHANNEL])
         self.cfg = deepfm_input.config_from_hparams(hp, env.input_mode(deepfm_input.EVAL_CHANNEL), "input/data",
                                                     env.config_dir, "pipe_state")
@@ -50,12 +50,12 @@ class WorkerEvaluation:
 
         @tf.function
         def probe():  # answers 1 + whether the worker's host holds `eval`
-            fields = read_shard()
+            fields = read_worker_shard_file()
             self._answer(fields[TASK], 1 + fields[HAS_EVAL])
 
         @tf.function
         def evaluate_share(iterator):
-            task = read_shard()[TASK]
+            task = read_worker_shard_file()[TASK]
             for _ in tf.range(tf.constant(1 << 62, tf.int64)):  # until the share is used up
                 batch = iterator.get_next_as_optional()
                 if not batch.has_value():
@@ -110,10 +110,10 @@ class WorkerEvaluation:
         indices = [share.get(task, 0) for task in range(self.num_workers)]
         batches = math.ceil(self.hp.eval_batches / len(self.holders)) if self.hp.eval_batches else -1
         limits = [batches if task in share else 0 for task in range(self.num_workers)]
-        cfg, s3_sharded, read_shard = self.cfg, self.s3_sharded, self.read_shard
+        cfg, s3_sharded = self.cfg, self.s3_sharded
 
         def dataset_fn():  # traced on the chief, run on each worker
-            fields = read_shard()
+            fields = read_worker_shard_file()
             task = fields[TASK]
             if s3_sharded:  # the worker's own share of its host's objects
                 shards = fields[EVAL_SHARDS], fields[EVAL_INDEX]

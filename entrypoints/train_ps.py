@@ -126,7 +126,7 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
     import tensorflow as tf
 
     if task_type == "worker":
-        from deepfm_coordinator import write_worker_shard
+        from deepfm_worker_shard import write_worker_shard
 
         hosts = list(data_hosts) if data_hosts is not None else training_hosts(env)
         workdir = gpu_workers.task_workdir(env.base_dir, local_rank, per_host)
