@@ -162,7 +162,7 @@ def measure(quick: bool, context: dict) -> dict:
     result["data"]["after_copies_per_replica"] = copies
     verdict(result, f"per replica <= the per-GPU memory rule's {BROADCAST_COPIES} copies of the largest variable",
             copies <= BROADCAST_COPIES, f"{fmt(copies, 2)} copies per replica: a margin of "
-                                        f"{fmt(BROADCAST_COPIES - copies, 2)} copy (launcher/rules_gpu.py)")
+                                        f"{fmt(BROADCAST_COPIES - copies, 2)} copy (launcher/rules/gpu.py)")
     _measure_horovod(result, rows, repetitions)
     return result
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from launcher.data.synth import DEFAULT_FEATURE_SIZE
 from bench.common import REPO, add_table, fmt, median, run_measured, section, verdict
 
 STEPS = {True: 100, False: 400}
@@ -92,33 +93,28 @@ def measure(quick: bool, context: dict) -> dict:
                   "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
                   "hyperparameters.eval_batches=2", "hyperparameters.epochs=100",
                   "hyperparameters.batch_size=1024"]
+        files = {"train": data["train"], "eval": data["eval"]}
+        pipe_files = {**split_channels, "eval": data["eval"]}
         every_eighth = [f"hyperparameters.eval_steps={steps // 8}", "hyperparameters.eval_batches=0"]
         runs = {
-            ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"],
-                                             {"train": data["train"], "eval": data["eval"]}),
-            ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"],
-                                              {"train": data["train"], "eval": data["eval"]}),
-            ("parameter server", OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2", "hyperparameters.steps_per_closure=1"],
-                                                {"train": data["train"], "eval": data["eval"]}),
-            ("parameter server", EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth],
-                                                 {"train": data["train"], "eval": data["eval"]}),
+            ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"], files),
+            ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"], files),
+            ("parameter server", OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2",
+                                                                    "hyperparameters.steps_per_closure=1"], files),
+            ("parameter server", EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth], files),
             ("parameter server", EVAL_CHIEF): ("configs/ps.yaml", ["instance.count=2", *every_eighth,
-                                                                   "environment.DFM_PS_EVAL=chief"],
-                                               {"train": data["train"], "eval": data["eval"]}),
+                                                                   "environment.DFM_PS_EVAL=chief"], files),
             ("parameter server", "ps group: 2 workers + 1 ps host"): (
                 "configs/hetero-ps.yaml", ["instance.count=2", "distribution.parameter_server.ps.count=1",
-                                           "hyperparameters.feature_size=117581"],
-                {"train": data["train"], "eval": data["eval"]}),
+                                           f"hyperparameters.feature_size={DEFAULT_FEATURE_SIZE}"], files),
             ("Horovod", "1 rank"): ("configs/horovod.yaml", ["instance.count=1",
                                                              "distribution.horovod.processes_per_host=1"],
-                                    {**split_channels, "eval": data["eval"]}),
+                                    pipe_files),
             ("Horovod", "2 ranks"): ("configs/horovod.yaml", ["instance.count=1",
                                                               "distribution.horovod.processes_per_host=2"],
-                                     {**split_channels, "eval": data["eval"]}),
-            (MWMS, "1 host"): ("configs/mirrored-gpu.yaml", ["instance.count=1"],
-                               {"train": data["train"], "eval": data["eval"]}),
-            (MWMS, "2 hosts"): ("configs/mirrored-gpu.yaml", ["instance.count=2"],
-                                {"train": data["train"], "eval": data["eval"]}),
+                                     pipe_files),
+            (MWMS, "1 host"): ("configs/mirrored-gpu.yaml", ["instance.count=1"], files),
+            (MWMS, "2 hosts"): ("configs/mirrored-gpu.yaml", ["instance.count=2"], files),
         }
         (work / "runs").mkdir()
         rates: dict[tuple, list[float]] = {key: [] for key in runs}
@@ -186,8 +182,8 @@ def measure(quick: bool, context: dict) -> dict:
         "wait (`--set environment.DFM_PS_EVAL=chief`); the verdict sums the chief's `evaluated ... in S s` lines "
         "after the first (which traces).",
         "Parameter servers on their own group: `configs/hetero-ps.yaml` with `--set instance.count=2 --set "
-        "distribution.parameter_server.ps.count=1 --set hyperparameters.feature_size=117581`: the chief and "
-        "worker 0 on algo-1, worker 1 on algo-2, one ps on algo-3 (no data), all on the same 2 cores.",
+        f"distribution.parameter_server.ps.count=1 --set hyperparameters.feature_size={DEFAULT_FEATURE_SIZE}`: "
+        "the chief and worker 0 on algo-1, worker 1 on algo-2, one ps on algo-3 (no data), all on the same 2 cores.",
         "Horovod: `configs/horovod.yaml` (Pipe mode, 4 channels, multi-path) with `--set instance.count=1 "
         "--set distribution.horovod.processes_per_host=1|2`.",
         "MultiWorkerMirrored: `configs/mirrored-gpu.yaml` (TF 2.21 runtime, FastFile, ShardedByS3Key emulated "

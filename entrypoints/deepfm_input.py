@@ -68,9 +68,9 @@ class InputConfig:
         return self.data_format == "libsvm"
 
 
-def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir, batch_size=None):
-    """InputConfig from parsed hyperparameters; batch_size overrides hp.batch_size (per-worker batch)."""
-    return InputConfig(field_size=hp.field_size, batch_size=batch_size or hp.batch_size,
+def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir):
+    """InputConfig from parsed hyperparameters."""
+    return InputConfig(field_size=hp.field_size, batch_size=hp.batch_size,
                        data_format=hp.data_format, shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch,
                        cache=hp.cache, input_mode=input_mode, data_dir=data_dir, config_dir=config_dir,
                        pipe_state_dir=pipe_state_dir, feature_spec=getattr(hp, "feature_spec", None),

@@ -48,16 +48,16 @@ def training_input(hp, env, where):
     return channels, mode, multi_path, s3_shard, shards
 
 
-def input_config(hp, env, mode, rank, batch_size=None):
+def input_config(hp, env, mode, rank):
     import deepfm_input as di
 
     # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
     return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
-                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"), batch_size=batch_size)
+                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"))
 
 
-def train_dataset(hp, env, where, skip_batches=0, batch_size=None, whole_batches=True, epoch=None):
-    """This worker's training batches (of `batch_size`, default hp.batch_size: what one step consumes):
+def train_dataset(hp, env, where, skip_batches=0, whole_batches=True, epoch=None):
+    """This worker's training batches of hp.batch_size:
     hp.epochs passes, or with `epoch` that epoch's pass alone (shuffled in an order of its own).
     whole_batches: drop each epoch's last partial batch, so every step has the same shapes on every
     worker and replica (one trace, no ragged tail)."""
@@ -66,7 +66,7 @@ def train_dataset(hp, env, where, skip_batches=0, batch_size=None, whole_batches
     channels, mode, multi_path, s3_shard, shards = training_input(hp, env, where)
     log(f"{where} channels={','.join(channels)} mode={mode} multi_path={multi_path} s3_shard={s3_shard} "
         f"shard={shards[1]}/{shards[0]}")
-    return di.make_dataset(input_config(hp, env, mode, where.rank, batch_size), channels, *shards, training=True,
+    return di.make_dataset(input_config(hp, env, mode, where.rank), channels, *shards, training=True,
                            epochs=hp.epochs if epoch is None else 1, skip_batches=skip_batches,
                            drop_remainder=whole_batches, seed=where.rank + 7919 * (epoch or 0))
 
