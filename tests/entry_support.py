@@ -76,10 +76,26 @@ def require(feature):
     pytest.skip(message)
 
 
+_PORTS_FROM = 20000
+# where this process starts: spread by pid, so test processes run side by side walk apart
+_next_port = [_PORTS_FROM + os.getpid() * 7919 % 10000]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range. A port from bind(0) is ephemeral: until the
+    process it is meant for binds it, any outgoing connection may take it as its source port (a chief then
+    failed with "Could not start gRPC server" while its workers waited for it)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_from = int(f.read().split()[0])
+    while True:
+        port = _next_port[0]
+        _next_port[0] = _PORTS_FROM + (port + 1 - _PORTS_FROM) % (ephemeral_from - _PORTS_FROM)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
 
 
 def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperparameters=None,
