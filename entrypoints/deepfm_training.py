@@ -86,11 +86,14 @@ class SparseOptimizer(tf.Module):
                 var=var.handle, accum=slots["accum"].handle, linear=slots["linear"].handle, grad=rows,
                 indices=indices, lr=lr, l1=self.l1, l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
         else:
-            m = self.beta1 * tf.gather(slots["m"], indices) + (1 - self.beta1) * rows
-            v = self.beta2 * tf.gather(slots["v"], indices) + (1 - self.beta2) * tf.square(rows)
-            scatter_update(slots["m"], indices, m)
-            scatter_update(slots["v"], indices, v)
-            scatter_sub(var, indices, self._adam_lr(lr, step) * m / (tf.sqrt(v) + self.epsilon))
+            # Lazy Adam has no fused op: its moment math is placed where the table lives, so that under
+            # parameter servers only the rows cross to the ps, not the moments there and back.
+            with tf.device(var.device):
+                m = self.beta1 * tf.gather(slots["m"], indices) + (1 - self.beta1) * rows
+                v = self.beta2 * tf.gather(slots["v"], indices) + (1 - self.beta2) * tf.square(rows)
+                scatter_update(slots["m"], indices, m)
+                scatter_update(slots["v"], indices, v)
+                scatter_sub(var, indices, self._adam_lr(lr, step) * m / (tf.sqrt(v) + self.epsilon))
 
     def _dense(self, var, slots, grad, lr, step):
         if self.kind == "sgd":
@@ -102,10 +105,10 @@ class SparseOptimizer(tf.Module):
             tf.raw_ops.ResourceApplyFtrlV2(var=var.handle, accum=slots["accum"].handle,
                                            linear=slots["linear"].handle, grad=grad, lr=lr, l1=self.l1,
                                            l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
-        else:
-            assign(slots["m"], self.beta1 * slots["m"] + (1 - self.beta1) * grad)
-            assign(slots["v"], self.beta2 * slots["v"] + (1 - self.beta2) * tf.square(grad))
-            assign_sub(var, self._adam_lr(lr, step) * slots["m"] / (tf.sqrt(slots["v"]) + self.epsilon))
+        else:  # fused, on the variable's device: under parameter servers only the gradient crosses
+            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=slots["m"].handle, v=slots["v"].handle,
+                                         beta1_power=tf.pow(self.beta1, step), beta2_power=tf.pow(self.beta2, step),
+                                         lr=lr, beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon, grad=grad)
 
     def _adam_lr(self, lr, step):
         return lr * tf.sqrt(1 - tf.pow(self.beta2, step)) / (1 - tf.pow(self.beta1, step))

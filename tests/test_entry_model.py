@@ -74,6 +74,50 @@ def test_embedding_updates_touch_only_the_rows_in_the_batch(kind):
         np.testing.assert_array_equal(slot.numpy()[untouched], slots_before[name][untouched])
 
 
+def test_adam_follows_its_law_lazily_on_tables_and_in_full_on_dense_variables():
+    """Two steps of the optimizer against Adam written out in numpy: dense moments decay everywhere, a
+    table's only on the rows its gradient names (the fused dense op and the sparse path agree with it)."""
+    lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-7
+    dense, table = tf.Variable(np.ones([3, 2], np.float32)), tf.Variable(np.ones([5, 2], np.float32))
+    opt = T.SparseOptimizer("adam", lr)
+    opt.build([dense, table])
+    rng = np.random.default_rng(0)
+    steps = [(rng.normal(size=[3, 2]).astype(np.float32), np.array([1, 3]), rng.normal(size=[2, 2]).astype(np.float32))
+             for _ in range(2)]
+    want = {"dense": np.ones([3, 2]), "table": np.ones([5, 2])}
+    moments = {name: [np.zeros_like(value), np.zeros_like(value)] for name, value in want.items()}
+    for t, (g_dense, rows, g_rows) in enumerate(steps, start=1):
+        tf.function(opt.apply)([tf.constant(g_dense), tf.IndexedSlices(tf.constant(g_rows), tf.constant(rows))])
+        scale = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        for name, where, grad in (("dense", slice(None), g_dense), ("table", rows, g_rows)):
+            m, v = moments[name]
+            m[where] = b1 * m[where] + (1 - b1) * grad
+            v[where] = b2 * v[where] + (1 - b2) * grad ** 2
+            want[name][where] -= scale * m[where] / (np.sqrt(v[where]) + eps)
+    np.testing.assert_allclose(dense.numpy(), want["dense"], rtol=1e-5)
+    np.testing.assert_allclose(table.numpy(), want["table"], rtol=1e-5)
+    np.testing.assert_array_equal(opt.slots[1]["m"].numpy()[[0, 2, 4]], 0.0)
+
+
+def test_adams_moment_math_runs_where_its_variable_lives():
+    """Under parameter servers the variables and their moments sit on a ps: the moments must be updated
+    there, so that only gradients cross to it (not the moments there and back each step)."""
+    device = "/job:localhost/replica:0/task:0/device:CPU:0"
+    with tf.device(device):
+        dense, table = tf.Variable(tf.ones([3, 2])), tf.Variable(tf.ones([5, 2]))
+    opt = T.SparseOptimizer("adam", 0.01)
+    opt.build([dense, table])
+    graph = tf.function(opt.apply).get_concrete_function(
+        [tf.TensorSpec([3, 2]), tf.IndexedSlices(tf.TensorSpec([None, 2]), tf.TensorSpec([None], tf.int64))]).graph
+    ops = graph.get_operations()
+    assert [op.type for op in ops if op.type.startswith("ResourceApply")] == ["ResourceApplyAdam"]
+    sparse = [op for op in ops if op.type in ("ResourceScatterUpdate", "ResourceScatterSub")]
+    assert len(sparse) == 3
+    for op in sparse:  # the update and the moment math feeding it (its indices come from the worker's dedup)
+        for producer in (op, op.inputs[2].op):
+            assert producer.device == device, (op.name, producer.name, producer.device)
+
+
 @pytest.mark.parametrize("kind", ["adagrad", "sgd", "ftrl"])
 def test_a_dense_gradient_leaves_rows_outside_the_batch_as_the_sparse_one_does_except_under_ftrl(kind):
     """Why sparse_allreduce never densifies FTRL's gradients: TF's FTRL sets every row it updates from
