@@ -52,6 +52,46 @@ def run_measured(argv: list[str], **kwargs):
     return done, wall, cpu
 
 
+def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float, **kwargs):
+    """subprocess.run(argv, capture_output=True, text=True) plus (wall seconds, {label: CPU seconds}) over the
+    command and every process under it, sampled every 0.2 s: processes a command starts without waiting for
+    them (Spark's JVM, a local cluster's servers) are missing from its rusage. label(psutil.Process) names
+    each process's group. Each process counts its own time only (a parent's children_* time would count a
+    waited-for child again), so a process's last 0.2 s may be missed."""
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    seen: dict[int, tuple[str, float]] = {}
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(argv, stdout=out, stderr=err, text=True, **kwargs)
+        while process.poll() is None:
+            if time.perf_counter() - start > timeout:
+                process.kill()
+            try:
+                tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for member in tree:
+                try:
+                    times = member.cpu_times()
+                    name = seen[member.pid][0] if member.pid in seen else label(member)
+                    seen[member.pid] = (name, times.user + times.system)  # children_*: counted twice
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(argv, process.returncode, out.read(), err.read())
+    by_label: dict[str, float] = {}
+    for name, cpu in seen.values():
+        by_label[name] = by_label.get(name, 0.0) + cpu
+    return done, wall, by_label
+
+
 def machine() -> dict:
     cpu_model = "unknown"
     try:

@@ -7,6 +7,7 @@ echoes with the process label in front; the first report of each process (start-
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from launcher.data.synth import DEFAULT_FEATURE_SIZE
-from bench.common import REPO, add_table, fmt, median, run_measured, section, verdict
+from bench.common import REPO, add_table, fmt, median, run_sampled, section, verdict
 
 STEPS = {True: 100, False: 400}
 PS_GOAL = 0.7  # 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same 2 cores
@@ -72,7 +73,28 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
         argv += ["--set", item]
     for name, path in channels.items():
         argv += ["--channel", f"{name}={path}"]
-    return run_measured(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s + 120)
+    return run_sampled(argv, _role, timeout=timeout_s + 120, cwd=REPO)
+
+
+def _role(process) -> str:
+    """A process of a local run by its part: its TF_CONFIG task type (the ps servers, the chief, the
+    workers), the launcher, or the scripts (one host, Horovod's ranks)."""
+    try:
+        environ, command = process.environ(), " ".join(process.cmdline())
+    except Exception:  # noqa: BLE001  gone, or not ours to read
+        return "other"
+    task = json.loads(environ.get("TF_CONFIG") or "{}").get("task", {}).get("type")
+    if task:
+        return {"ps": "ps servers", "master": "chief", "chief": "chief"}.get(task, task + "s")
+    return "launcher" if "launcher.cli" in command or command.endswith("/dfm") or "/dfm " in command else "scripts"
+
+
+def _by_role(samples: list[dict[str, float]]) -> str:
+    """Median CPU seconds of each part of a run over its repetitions, the largest first."""
+    names = {name for sample in samples for name in sample}
+    cpu = {name: median([sample.get(name, 0.0) for sample in samples]) for name in names}
+    return ", ".join(f"{name} {fmt(value, 1)}" for name, value in sorted(cpu.items(), key=lambda kv: -kv[1])
+                     if value >= 0.05)
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -121,12 +143,13 @@ def measure(quick: bool, context: dict) -> dict:
         walls: dict[tuple, list[float]] = {key: [] for key in runs}
         cpus: dict[tuple, list[float]] = {key: [] for key in runs}
         evals: dict[tuple, list[float]] = {key: [] for key in runs}
+        roles: dict[tuple, list[dict[str, float]]] = {key: [] for key in runs}
         failures: dict[tuple, str] = {}
         for round_ in range(repetitions):
             for key, (config, sets, channels) in runs.items():
                 if key in failures:
                     continue
-                done, wall, cpu = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
+                done, wall, by_role = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
                 rate, reports = throughput(done.stdout + done.stderr)
                 if done.returncode != 0 or not reports:
                     tail = [l for l in (done.stdout + done.stderr).strip().splitlines() if l.strip()]
@@ -134,7 +157,8 @@ def measure(quick: bool, context: dict) -> dict:
                     continue
                 rates[key].append(rate)
                 walls[key].append(wall)
-                cpus[key].append(cpu)
+                cpus[key].append(sum(by_role.values()))
+                roles[key].append(by_role)
                 evals[key].append(eval_seconds(done.stdout + done.stderr))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -142,15 +166,16 @@ def measure(quick: bool, context: dict) -> dict:
     rows = []
     for (kind, size), values in rates.items():
         if (kind, size) in failures:
-            rows.append([kind, size, "not run", "", "", "", failures[(kind, size)]])
+            rows.append([kind, size, "not run", "", "", "", "", failures[(kind, size)]])
             continue
         base_key = next(key for key in runs if key[0] == kind)  # each kind's first row: 1 host or rank
         base = median(rates[base_key]) if rates[base_key] else float("nan")
         wall, cpu = median(walls[(kind, size)]), median(cpus[(kind, size)])
         rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x", fmt(wall, 1),
-                     f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)", "ok"])
+                     f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)",
+                     _by_role(roles[(kind, size)]), "ok"])
     add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)",
-                       "CPU s (share of all cores)", "run"], rows)
+                       "CPU s (share of all cores)", "CPU s by process", "run"], rows)
     for kind in ("parameter server", "Horovod", MWMS):
         keys = [key for key in runs if key[0] == kind][:2]  # 1 vs 2 hosts or ranks
         if any(key in failures for key in keys):
@@ -188,9 +213,11 @@ def measure(quick: bool, context: dict) -> dict:
         "--set distribution.horovod.processes_per_host=1|2`.",
         "MultiWorkerMirrored: `configs/mirrored-gpu.yaml` (TF 2.21 runtime, FastFile, ShardedByS3Key emulated "
         "over 8 files) with `--set instance.count=1|2`: one worker per host, one CPU replica each (no GPU).",
-        "CPU s: user + system time of every process of the run; a share of the cores far below 100% means "
-        "the run waited (collectives waiting for the slower rank, start-up, or CPUs taken by other work on a "
-        "shared machine) rather than computed.",
+        "CPU s: user + system time of every process of the run (sampled every 0.2 s); a share of the cores far "
+        "below 100% means the run waited (collectives waiting for the slower rank, start-up, or CPUs taken by other "
+        "work on a shared machine) rather than computed. By process: the processes grouped by their TF_CONFIG task "
+        "(ps servers, chief, workers), the launcher, and the scripts of runs without TF_CONFIG (one host, Horovod's "
+        "ranks); each includes its start-up (about 2-3 s of importing TensorFlow per process).",
         "examples/s: per process, the median of its metric lines after the first, then summed over the "
         "processes that report one.",
         f"Common overrides: {' '.join('--set ' + s for s in common)}; {repetitions} run(s) per size.",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import machine, section, verdict, versions
+from bench.common import machine, run_sampled, section, verdict, versions
 from bench.distributed import eval_seconds, throughput
 from bench.report import render
 
@@ -97,3 +97,14 @@ def test_quick_cli_item_writes_a_well_formed_report(tmp_path):
                     '`python -c "import sagemaker.tensorflow"`'):
         assert command in markdown
     assert "Not run" not in markdown
+
+
+def test_run_sampled_counts_each_process_cpu_once_under_its_own_label():
+    """A parent that only waits for a child burning 0.6 CPU seconds: the child's time goes to the child's
+    label, not again to the parent's (whose children_* time includes the child once it is reaped)."""
+    burn = "import time\nwhile time.process_time() < 0.6: pass"
+    parent = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn!r}, 'child']); time.sleep(0.5)"
+    done, _, cpu = run_sampled([sys.executable, "-c", parent], lambda p: p.cmdline()[-1], timeout=60)
+    assert done.returncode == 0
+    assert cpu["child"] >= 0.35, cpu  # its last 0.2 s of wall time may fall between samples
+    assert cpu[parent] < 0.3, cpu
