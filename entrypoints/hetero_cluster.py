@@ -21,6 +21,7 @@ names the ones that do not; a coordinator error caused by a dead ps is turned in
 Standard library only: the bundled scripts import this before TensorFlow starts.
 """
 
+import itertools
 import json
 import os
 import re
@@ -35,6 +36,8 @@ CHIEF_PORT, WORKER_PORT, PS_PORT = 2222, 2223, 2224
 ADDRESSES_ENV = "DFM_CLUSTER_ADDRESSES"
 PORT_STRIDE = 100  # ps_gpu_workers.PORT_STRIDE (not imported: this module stands alone)
 JOB_NAMES = {"chief": "chief", "worker": "worker", "ps": "parameter server"}
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORTS_FROM = 20000  # free_port's: above the container's own ports (2222-2224, 8890, their strides)
 
 
 class ClusterError(RuntimeError):
@@ -188,6 +191,37 @@ def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, a
     tasks += [task("ps", i * ps_per_host + k, host, ps_port + k)
               for i, host in enumerate(ps_hosts) for k in range(int(ps_per_host))]
     return HeteroCluster(tuple(tasks), current, worker_group, ps_group, tuple(worker_hosts), tuple(ps_hosts))
+
+
+# ---- ports ----
+
+_handed_out = itertools.count()
+
+
+def free_port():
+    """A port nobody holds, outside the kernel's ephemeral range. A port from bind(0) is ephemeral: until the
+    task it is meant for binds it, any outgoing connection may take it as its source port (a chief then
+    failed with "Could not start gRPC server" while its workers waited for it). Each process walks the
+    ports from a start spread by its pid, so processes picking ports side by side walk apart, and checks
+    each by binding it on every interface, as TensorFlow's server will. The one policy: the chief's own
+    worker tasks (train_ps) and the launcher's local runs and tests (launcher.local.cluster) use it."""
+    try:
+        with open(EPHEMERAL_RANGE) as f:
+            low, high = map(int, f.read().split())
+    except OSError:  # no such file: not Linux
+        low, high = 32768, 65535
+    # a range that covers them all leaves only ephemeral ones: any of those, as bind(0) would
+    ports = [p for p in range(PORTS_FROM, 65536) if not low <= p <= high] or range(PORTS_FROM, 65536)
+    start = os.getpid() * 7919
+    for _ in ports:
+        port = ports[(start + next(_handed_out)) % len(ports)]
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:  # taken
+                continue
+        return port
+    raise ClusterError(f"no free port from {PORTS_FROM} outside the ephemeral range {low}-{high}")
 
 
 # ---- lifecycle ----

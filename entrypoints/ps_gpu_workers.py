@@ -9,7 +9,7 @@ reading local shard k of its host (the shard table with workers_per_host = G).
 
 Addresses: the toolkit's worker task of a host keeps its port P; the host's task k > 0 listens at
 P + PORT_STRIDE x k, so every host derives the same addresses from TF_CONFIG alone (the chief's own
-worker tasks listen at free ports: only the chief dials them). Standard library only: this runs before
+worker tasks listen at free ports: the chief hands its cluster to every task). Standard library only: this runs before
 TensorFlow starts, and CUDA_VISIBLE_DEVICES must be set before it does.
 """
 

@@ -17,7 +17,6 @@ builds the cluster from resourceconfig.json (hetero_cluster) and runs its own ta
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -252,18 +251,14 @@ def fail(message, exit_at_once=False):
 
 # ---- the processes of a parameter-server cluster ----
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def start_chief_workers(cluster, argv, per_host=1):
-    """The master host's own worker tasks (one per GPU, one on a CPU host): child processes at free
-    ports, appended to `worker`. -> (the cluster with them, the children)."""
+    """The master host's own worker tasks (one per GPU, one on a CPU host): child processes at free ports
+    outside the ephemeral range, appended to `worker`. No other host derives them: the chief hands its cluster
+    to every task when it connects (remote eager contexts). -> (the cluster with them, the children)."""
     chief_host = cluster["chief"][0].rsplit(":", 1)[0]
     first = len(cluster.get("worker", []))
-    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{free_port()}" for _ in range(per_host)])
+    ports = [hetero_cluster.free_port() for _ in range(per_host)]
+    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{port}" for port in ports])
     children = []
     for rank in range(per_host):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": first + rank}}

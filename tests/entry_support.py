@@ -3,7 +3,8 @@ folder), lay out a fake SageMaker container tree, write small datasets, run scri
 
 The entry-point tests run under each TensorFlow runtime's own pytest (TF, numpy, pytest, psutil, and
 Horovod / sagemaker-tensorflow where that image family has them; no dfm dependencies). From launcher/
-they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.facts.contract).
+they use only numpy-and-TensorFlow modules (launcher.data.synth and its TFRecord writer, launcher.facts.contract,
+launcher.local.cluster's free_port).
 """
 
 import importlib.util
@@ -25,6 +26,10 @@ PYTHON = sys.executable
 for _folder in (ENTRYPOINTS, REPO):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
+
+# The launcher's, so that a test process walks the ports once whoever asks (a second copy of the walk,
+# such as the flat `hetero_cluster` one, would hand out the same unbound ports again).
+from launcher.local.cluster import free_port  # noqa: E402,F401
 
 # What some tests need beyond TensorFlow: the module that provides it, and the runtimes that have it.
 FEATURES = {
@@ -76,26 +81,20 @@ def require(feature):
     pytest.skip(message)
 
 
-_PORTS_FROM = 20000
-# where this process starts: spread by pid, so test processes run side by side walk apart
-_next_port = [_PORTS_FROM + os.getpid() * 7919 % 10000]
-
-
-def free_port():
-    """A free loopback port below the kernel's ephemeral range. A port from bind(0) is ephemeral: until the
-    process it is meant for binds it, any outgoing connection may take it as its source port (a chief then
-    failed with "Could not start gRPC server" while its workers waited for it)."""
+def ephemeral_range():
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_from = int(f.read().split()[0])
-    while True:
-        port = _next_port[0]
-        _next_port[0] = _PORTS_FROM + (port + 1 - _PORTS_FROM) % (ephemeral_from - _PORTS_FROM)
+        return tuple(map(int, f.read().split()))
+
+
+def assert_free_and_not_ephemeral(ports):
+    """`ports` are distinct, outside the kernel's ephemeral range and bindable on every interface (as
+    TensorFlow's server binds them)."""
+    low, high = ephemeral_range()
+    assert len(set(ports)) == len(ports), ports
+    assert not [p for p in ports if low <= p <= high], f"ephemeral ({low}-{high}): {ports}"
+    for port in ports:
         with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:  # in use
-                continue
-            return port
+            s.bind(("", port))
 
 
 def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperparameters=None,

@@ -180,6 +180,16 @@ def test_waiting_for_the_chief_ends_once_it_has_come_and_gone():
     assert hc.wait_until_chief_done(cluster, appear_timeout=10, poll=0.1) is True
 
 
+
+@pytest.mark.parametrize("kernel_range, expected", [("10000\t25000\n", range(25001, 65536)),  # ports above it
+                                                     ("1024\t65535\n", range(hc.PORTS_FROM, 65536))])  # all ephemeral
+def test_free_ports_keep_out_of_a_lower_ephemeral_range_and_are_still_found_when_it_covers_all(
+        tmp_path, monkeypatch, kernel_range, expected):
+    (tmp_path / "range").write_text(kernel_range)
+    monkeypatch.setattr(hc, "EPHEMERAL_RANGE", str(tmp_path / "range"))
+    assert hc.free_port() in expected
+
+
 # ---- real TensorFlow servers on loopback, one process per simulated host ----
 
 class Job:

@@ -334,6 +334,23 @@ def test_master_is_renamed_chief_for_the_strategy():
     assert train_ps.rename_master(cluster, {"type": "worker", "index": 0})[1:] == ("worker", 0)
 
 
+
+def test_the_chiefs_own_worker_tasks_listen_at_free_ports_outside_the_ephemeral_range(monkeypatch):
+    import train_ps
+
+    configs = []
+    monkeypatch.setattr(train_ps, "start_child", lambda argv, env: configs.append(json.loads(env["TF_CONFIG"])))
+    cluster = {"chief": ["127.0.0.1:2222"], "ps": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224"]}
+    added = []
+    for _ in range(2):  # two allocations in one process
+        expanded, _ = train_ps.start_chief_workers(cluster, [], per_host=2)
+        assert [c["cluster"] for c in configs[-2:]] == [expanded] * 2
+        assert [c["task"] for c in configs[-2:]] == [{"type": "worker", "index": 1}, {"type": "worker", "index": 2}]
+        added += expanded["worker"][1:]
+    assert all(a.startswith("127.0.0.1:") for a in added)
+    es.assert_free_and_not_ephemeral([int(a.rsplit(":", 1)[1]) for a in added])
+
+
 def test_waiting_for_the_chief_ends_when_its_port_closes():
     import socket
 

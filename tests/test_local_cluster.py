@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from entry_support import assert_free_and_not_ephemeral
 from local_plans import toolkit_pythonpath
 
 from launcher.local.cluster import LOOPBACK, Layout, mwms_tf_config, ps_tf_config
@@ -27,6 +28,14 @@ def test_ps_layout_master_first_ps_everywhere_workers_the_rest():
 def test_one_host_has_no_ps_and_no_workers():
     layout = Layout.allocate(["algo-1"], with_ps=True)
     assert ps_tf_config(layout, "algo-1")["cluster"] == {"master": [layout.script["algo-1"]]}
+
+
+
+def test_ports_are_free_outside_the_ephemeral_range_and_never_handed_out_twice():
+    # a bind(0) port is ephemeral: any outgoing connection may take it before its task binds it
+    layouts = [Layout.allocate(HOSTS, with_ps=True) for _ in range(2)]
+    addresses = [a for layout in layouts for a in [*layout.script.values(), *layout.ps.values()]]
+    assert_free_and_not_ephemeral([int(a.rsplit(":", 1)[1]) for a in addresses])
 
 
 TOOLKIT_LAYOUT = """

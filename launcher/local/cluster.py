@@ -6,17 +6,18 @@ every host is 127.0.0.1, so each (host, role) gets its own free loopback port in
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from typing import Any
+
+from launcher.facts.contract import bundled_cluster
 
 LOOPBACK = "127.0.0.1"
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+    """A free port outside the kernel's ephemeral range, by the bundled scripts' own policy
+    (`hetero_cluster.free_port`, which the chief's worker tasks use too): one walk per process."""
+    return bundled_cluster().free_port()
 
 
 @dataclass(frozen=True)
