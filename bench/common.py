@@ -77,8 +77,8 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
             for member in tree:
                 try:
                     times = member.cpu_times()
-                    name = seen[member.pid][0] if member.pid in seen else label(member)
-                    seen[member.pid] = (name, times.user + times.system)  # children_*: counted twice
+                    # labelled at every sample: a process first seen between fork and exec shows its parent's
+                    seen[member.pid] = (label(member), times.user + times.system)  # children_*: counted twice
                 except psutil.Error:
                     pass
             time.sleep(0.2)
