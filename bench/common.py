@@ -76,9 +76,11 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
                 tree = []
             for member in tree:
                 try:
+                    # labelled at every sample (one first seen between fork and exec shows its parent's
+                    # command), then timed: one gone in between raises here rather than keeping a wrong label
+                    name = label(member)
                     times = member.cpu_times()
-                    # labelled at every sample: a process first seen between fork and exec shows its parent's
-                    seen[member.pid] = (label(member), times.user + times.system)  # children_*: counted twice
+                    seen[member.pid] = (name, times.user + times.system)  # children_*: counted twice
                 except psutil.Error:
                     pass
             time.sleep(0.2)
