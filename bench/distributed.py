@@ -23,6 +23,7 @@ STEPS = {True: 100, False: 400}
 PS_GOAL = 0.7  # 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same 2 cores
 MWMS = "MultiWorkerMirrored"
 OLD_CLOSURE = "2 hosts, steps_per_closure=1 (one step per closure, as before)"
+ADAM = "2 hosts, optimizer adam (the scripts' default; configs/ps.yaml trains with adagrad)"
 EVAL_WORKERS = "2 hosts, 8 evaluations of all of eval on the workers"
 EVAL_CHIEF = "2 hosts, 8 evaluations of all of eval on the chief (DFM_PS_EVAL=chief, as before)"
 EVALUATED = re.compile(r"\[dfm\] evaluated .* in ([0-9.]+) s$")
@@ -123,6 +124,8 @@ def measure(quick: bool, context: dict) -> dict:
             ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"], files),
             ("parameter server", OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2",
                                                                     "hyperparameters.steps_per_closure=1"], files),
+            ("parameter server", ADAM): ("configs/ps.yaml", ["instance.count=2", "hyperparameters.optimizer=adam",
+                                                             "hyperparameters.learning_rate=0.002"], files),
             ("parameter server", EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth], files),
             ("parameter server", EVAL_CHIEF): ("configs/ps.yaml", ["instance.count=2", *every_eighth,
                                                                    "environment.DFM_PS_EVAL=chief"], files),
@@ -202,6 +205,9 @@ def measure(quick: bool, context: dict) -> dict:
         "Parameter server closures: each `ClusterCoordinator` closure runs up to `steps_per_closure` training "
         "steps (default 16) on its worker; the `steps_per_closure=1` row is the old behaviour, one step and one "
         "chief round trip per closure.",
+        "Adam under parameter servers: its dense updates are TensorFlow's fused ResourceApplyAdam and lazy Adam's "
+        "moment math runs on the table's ps, so a step sends gradients only (before, each moment went to the worker "
+        "and back every step); `vs 1` is against the 1-host adagrad row.",
         "Parameter-server evaluation: the two `8 evaluations` rows evaluate the whole `eval` channel (8192 rows) every "
         "max_steps/8 steps, on the workers (each its share, the default) or on the chief alone while the workers "
         "wait (`--set environment.DFM_PS_EVAL=chief`); the verdict sums the chief's `evaluated ... in S s` lines "
