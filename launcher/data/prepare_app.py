@@ -167,27 +167,28 @@ def place_partition(items, layout, job):
                          int((labels[first:last] > 0.5).sum()))
 
 
+def scratch_folder(path):
+    """Where a file is written before it is renamed into place: `.partial` beside its channel folder."""
+    return os.path.join(os.path.dirname(os.path.abspath(os.path.dirname(path) or ".")), ".partial")
+
+
 def write_partition(index, chunks, paths):
     """Write one file's records, sorted by key, under a temporary name outside the channel folder (a ProcessingOutput
-    would upload a partial file), renamed when complete; -> (index, count, positives)."""
+    would upload a partial file), renamed when complete; -> (index, count, positives). The scratch folder is
+    removed by the driver once every task is done: a task removing it could pull it from under another's open."""
     chunks = list(chunks)
     keys = np.concatenate([c[1][0] for c in chunks]) if chunks else np.zeros(0, np.int64)
     lengths = np.concatenate([c[1][1] for c in chunks]) if chunks else np.zeros(0, np.int64)
     data = np.frombuffer(b"".join(c[1][2] for c in chunks), np.uint8)
     data, _ = codec.gather(data, lengths, np.argsort(keys, kind="stable"))
     path = paths[index]
-    folder = os.path.dirname(path) or "."
-    scratch = os.path.join(os.path.dirname(os.path.abspath(folder)), ".partial")
+    folder, scratch = os.path.dirname(path) or ".", scratch_folder(path)
     os.makedirs(folder, exist_ok=True)
     os.makedirs(scratch, exist_ok=True)
     partial = os.path.join(scratch, f"{os.path.basename(folder)}-{os.path.basename(path)}.{os.getpid()}")
     with open(partial, "wb") as out:
         out.write(data.tobytes())
     os.replace(partial, path)
-    try:
-        os.rmdir(scratch)
-    except OSError:  # another task is writing there
-        pass
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
@@ -201,6 +202,11 @@ def write_parts(items, paths, job):
     placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
     placed = placed.partitionBy(len(every_path), lambda file: file)
     written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
+        try:
+            os.rmdir(scratch)
+        except OSError:  # not here, or not empty
+            pass
     counts, positives = [0] * len(every_path), [0] * len(every_path)
     for index, count, plus in written:
         counts[index], positives[index] = count, plus
