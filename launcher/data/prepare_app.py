@@ -40,15 +40,24 @@ class Progress:
         print(f"{STAGE_PREFIX} {name} {self.seconds[name]:.1f}s{(': ' + detail) if detail else ''}", flush=True)
 
 
-def read_rows(spark, uri, job):
-    """(origin, row) pairs: text lines (with their file) or Parquet rows as dicts."""
+def split_files(lines):
+    """The file of each partition of sc.textFile's lines (one Hadoop split of one file each), asked of the JVM once."""
+    hadoop = lines._jrdd.rdd().dependencies().head().rdd()  # the HadoopRDD under textFile's toString map
+    return [split.inputSplit().value().getPath().toString() for split in hadoop.partitions()]
+
+
+def read_parsed(spark, uri, job):
+    """The input parsed per partition (parse_partition). Text comes as sc.textFile's plain lines, each partition's
+    file named once (a DataFrame's input_file_name() pickles the name and a Row for every line: about a third of
+    the read's CPU); Parquet as Rows with their file."""
     from pyspark.sql import functions as F
 
     if job["input"]["format"] == "parquet":
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
-        return frame_.rdd.map(lambda row: (row["_file"], row.asDict()))
-    lines = spark.read.text(uri).withColumn("_file", F.input_file_name())
-    return lines.select("_file", "value").rdd  # Rows are tuples: (file, line) as they come
+        return frame_.rdd.mapPartitions(lambda rows: parse_partition(((r["_file"], r.asDict()) for r in rows), job))
+    lines = spark.sparkContext.textFile(uri)
+    files = split_files(lines)
+    return lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
 
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
@@ -70,15 +79,14 @@ def block_rows(block):
     return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
 
 
-def libsvm_partition(rows, job):
-    """libsvm lines parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+def libsvm_partition(lines, job, origin):
+    """libsvm lines of one file parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
     fields = job["field_size"]
     held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
-    while chunk := list(itertools.islice(rows, BLOCK)):
-        origins, lines = zip(*chunk)
-        labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
+    while chunk := list(itertools.islice(lines, BLOCK)):
+        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, fields, job.get("feature_size"))
         for index, err in bad:
-            yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
+            yield ("bad", f"{os.path.basename(origin)}: {err}: {chunk[index][:80]!r}")
         ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
@@ -88,12 +96,14 @@ def libsvm_partition(rows, job):
         yield ("ok", (held[0], (held[1], held[2])))
 
 
-def parse_partition(rows, job):
-    """-> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
-    parquet, libsvm = job["input"]["format"] == "parquet", job["input"]["format"] == "libsvm"
-    if libsvm:
-        yield from libsvm_partition(rows, job)
+def parse_partition(rows, job, origin=None):
+    """rows: the lines of one file's split (origin: the file), or Parquet's (file, row dict) pairs.
+    -> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
+    parquet = job["input"]["format"] == "parquet"
+    if job["input"]["format"] == "libsvm":
+        yield from libsvm_partition(rows, job, origin)
         return
+    rows = rows if parquet else ((origin, row) for row in rows)
     good = []
     for origin, row in rows:
         if not parquet and not row.strip():
@@ -287,7 +297,7 @@ def run(spark, job):
 
     spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
     progress = Progress()
-    parsed = read_rows(spark, job["input"]["uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
+    parsed = read_parsed(spark, job["input"]["uri"], job)
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
@@ -301,7 +311,7 @@ def run(spark, job):
     good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     eval_good = None
     if job.get("eval_uri"):
-        eval_parsed = read_rows(spark, job["eval_uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
+        eval_parsed = read_parsed(spark, job["eval_uri"], job)
         eval_parsed = eval_parsed.persist(spill)
         eval_bad = eval_parsed.filter(lambda item: item[0] == "bad")
         report["eval_bad_rows"] = eval_bad.count()
