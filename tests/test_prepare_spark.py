@@ -50,8 +50,8 @@ def test_the_app_is_standalone():
                     for alias in node.names}
         imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not imported & {"launcher", "tensorflow", "google"}, imported
-        assert imported <= {"argparse", "itertools", "json", "math", "re", "os", "struct", "sys", "tempfile", "time",
-                            "zipfile", "numpy",
+        assert imported <= {"argparse", "gc", "itertools", "json", "math", "re", "os", "struct", "sys", "tempfile",
+                            "time", "zipfile", "numpy",
                             "pyspark", "google_crc32c", "crc32c", *(p.stem for p in prepare_job.APP_MODULES)}, imported
 
 
