@@ -25,14 +25,14 @@ import prepare_codec as codec
 STAGE_PREFIX = "[dfm-prepare]"
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
 BLOCK = 4096  # rows per block
+SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
 
 
 def _lighten_worker():
-    """Spark's Python worker pays per task, whatever its rows: before a task it calls importlib.invalidate_caches(),
-    which rereads the directory of every zip importer (Spark's core jar on the path: 5,000 entries, no Python; one
-    importer per package imported from pyspark.zip), and after it gc.collect() over every object it holds (its
-    modules, numpy's). Together ~60 ms of CPU a task. Drop the jar and the per-package importers (made again if
-    needed) and freeze what is loaded now out of the collector's reach."""
+    """A Spark Python worker pays ~60 ms of CPU a task whatever its rows: invalidate_caches() before it rereads every
+    zip importer's directory (Spark's core jar on the path: 5,000 entries, no Python; one importer per package from
+    pyspark.zip), gc.collect() after it walks every object loaded. Drop those importers (made again when needed)
+    and freeze what is loaded now."""
     if "pyspark.worker" not in sys.modules:  # the driver
         return
     import gc
@@ -66,14 +66,16 @@ def split_files(lines):
 
 
 def read_parsed(spark, uri, job):
-    """The input parsed per partition (parse_partition). Text comes as sc.textFile's plain lines, each partition's
-    file named once (a DataFrame's input_file_name() pickles the name and a Row for every line: about a third of
-    the read's CPU); Parquet as Rows with their file."""
+    """The input parsed per partition. Text as sc.textFile's bare lines, each partition's file named once (not a
+    Row and input_file_name() pickled per line); Parquet as Rows with their file."""
     from pyspark.sql import functions as F
 
     if job["input"]["format"] == "parquet":
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
         return frame_.rdd.mapPartitions(lambda rows: parse_partition(((r["_file"], r.asDict()) for r in rows), job))
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    if int(hadoop.get(SPLIT_SIZE) or 0) <= 1:  # not configured: splits of Spark SQL's 128 MB, not each 32 MB block
+        hadoop.set(SPLIT_SIZE, str(128 << 20))
     lines = spark.sparkContext.textFile(uri)
     files = split_files(lines)
     return lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
