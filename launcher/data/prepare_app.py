@@ -25,6 +25,25 @@ import prepare_codec as codec
 STAGE_PREFIX = "[dfm-prepare]"
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
 BLOCK = 4096  # rows per block
+SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
+
+
+def _lighten_worker():
+    """A Spark Python worker pays ~60 ms of CPU a task whatever its rows: invalidate_caches() before it rereads every
+    zip importer's directory (Spark's core jar on the path: 5,000 entries, no Python; one importer per package from
+    pyspark.zip), gc.collect() after it walks every object loaded. Drop those importers (made again when needed)
+    and freeze what is loaded now."""
+    if "pyspark.worker" not in sys.modules:  # the driver
+        return
+    import gc
+
+    sys.path[:] = [entry for entry in sys.path if not entry.endswith(".jar")]
+    for entry in [entry for entry in sys.path_importer_cache if ".jar" in entry or ".zip" + os.sep in entry]:
+        del sys.path_importer_cache[entry]
+    gc.freeze()
+
+
+_lighten_worker()
 
 
 # ------------------------------------------------------------------------------------------------ stages
@@ -40,15 +59,26 @@ class Progress:
         print(f"{STAGE_PREFIX} {name} {self.seconds[name]:.1f}s{(': ' + detail) if detail else ''}", flush=True)
 
 
-def read_rows(spark, uri, job):
-    """(origin, row) pairs: text lines (with their file) or Parquet rows as dicts."""
+def split_files(lines):
+    """The file of each partition of sc.textFile's lines (one Hadoop split of one file each), asked of the JVM once."""
+    hadoop = lines._jrdd.rdd().dependencies().head().rdd()  # the HadoopRDD under textFile's toString map
+    return [split.inputSplit().value().getPath().toString() for split in hadoop.partitions()]
+
+
+def read_parsed(spark, uri, job):
+    """The input parsed per partition. Text as sc.textFile's bare lines, each partition's file named once (not a
+    Row and input_file_name() pickled per line); Parquet as Rows with their file."""
     from pyspark.sql import functions as F
 
     if job["input"]["format"] == "parquet":
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
-        return frame_.rdd.map(lambda row: (row["_file"], row.asDict()))
-    lines = spark.read.text(uri).withColumn("_file", F.input_file_name())
-    return lines.select("_file", "value").rdd  # Rows are tuples: (file, line) as they come
+        return frame_.rdd.mapPartitions(lambda rows: parse_partition(((r["_file"], r.asDict()) for r in rows), job))
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    if int(hadoop.get(SPLIT_SIZE) or 0) <= 1:  # not configured: splits of Spark SQL's 128 MB, not each 32 MB block
+        hadoop.set(SPLIT_SIZE, str(128 << 20))
+    lines = spark.sparkContext.textFile(uri)
+    files = split_files(lines)
+    return lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
 
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
@@ -70,15 +100,14 @@ def block_rows(block):
     return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
 
 
-def libsvm_partition(rows, job):
-    """libsvm lines parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+def libsvm_partition(lines, job, origin):
+    """libsvm lines of one file parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
     fields = job["field_size"]
     held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
-    while chunk := list(itertools.islice(rows, BLOCK)):
-        origins, lines = zip(*chunk)
-        labels, ids, values, bad = codec.parse_libsvm_lines(lines, fields, job.get("feature_size"))
+    while chunk := list(itertools.islice(lines, BLOCK)):
+        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, fields, job.get("feature_size"))
         for index, err in bad:
-            yield ("bad", f"{os.path.basename(origins[index])}: {err}: {lines[index][:80]!r}")
+            yield ("bad", f"{os.path.basename(origin)}: {err}: {chunk[index][:80]!r}")
         ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
@@ -88,12 +117,14 @@ def libsvm_partition(rows, job):
         yield ("ok", (held[0], (held[1], held[2])))
 
 
-def parse_partition(rows, job):
-    """-> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
-    parquet, libsvm = job["input"]["format"] == "parquet", job["input"]["format"] == "libsvm"
-    if libsvm:
-        yield from libsvm_partition(rows, job)
+def parse_partition(rows, job, origin=None):
+    """rows: the lines of one file's split (origin: the file), or Parquet's (file, row dict) pairs.
+    -> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
+    parquet = job["input"]["format"] == "parquet"
+    if job["input"]["format"] == "libsvm":
+        yield from libsvm_partition(rows, job, origin)
         return
+    rows = rows if parquet else ((origin, row) for row in rows)
     good = []
     for origin, row in rows:
         if not parquet and not row.strip():
@@ -167,27 +198,28 @@ def place_partition(items, layout, job):
                          int((labels[first:last] > 0.5).sum()))
 
 
+def scratch_folder(path):
+    """Where a file is written before it is renamed into place: `.partial` beside its channel folder."""
+    return os.path.join(os.path.dirname(os.path.abspath(os.path.dirname(path) or ".")), ".partial")
+
+
 def write_partition(index, chunks, paths):
     """Write one file's records, sorted by key, under a temporary name outside the channel folder (a ProcessingOutput
-    would upload a partial file), renamed when complete; -> (index, count, positives)."""
+    would upload a partial file), renamed when complete; -> (index, count, positives). The scratch folder is
+    removed by the driver once every task is done: a task removing it could pull it from under another's open."""
     chunks = list(chunks)
     keys = np.concatenate([c[1][0] for c in chunks]) if chunks else np.zeros(0, np.int64)
     lengths = np.concatenate([c[1][1] for c in chunks]) if chunks else np.zeros(0, np.int64)
     data = np.frombuffer(b"".join(c[1][2] for c in chunks), np.uint8)
     data, _ = codec.gather(data, lengths, np.argsort(keys, kind="stable"))
     path = paths[index]
-    folder = os.path.dirname(path) or "."
-    scratch = os.path.join(os.path.dirname(os.path.abspath(folder)), ".partial")
+    folder, scratch = os.path.dirname(path) or ".", scratch_folder(path)
     os.makedirs(folder, exist_ok=True)
     os.makedirs(scratch, exist_ok=True)
     partial = os.path.join(scratch, f"{os.path.basename(folder)}-{os.path.basename(path)}.{os.getpid()}")
     with open(partial, "wb") as out:
         out.write(data.tobytes())
     os.replace(partial, path)
-    try:
-        os.rmdir(scratch)
-    except OSError:  # another task is writing there
-        pass
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
@@ -201,6 +233,11 @@ def write_parts(items, paths, job):
     placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
     placed = placed.partitionBy(len(every_path), lambda file: file)
     written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
+        try:
+            os.rmdir(scratch)
+        except OSError:  # not here, or not empty
+            pass
     counts, positives = [0] * len(every_path), [0] * len(every_path)
     for index, count, plus in written:
         counts[index], positives[index] = count, plus
@@ -281,7 +318,7 @@ def run(spark, job):
 
     spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
     progress = Progress()
-    parsed = read_rows(spark, job["input"]["uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
+    parsed = read_parsed(spark, job["input"]["uri"], job)
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
@@ -295,7 +332,7 @@ def run(spark, job):
     good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     eval_good = None
     if job.get("eval_uri"):
-        eval_parsed = read_rows(spark, job["eval_uri"], job).mapPartitions(lambda rows: parse_partition(rows, job))
+        eval_parsed = read_parsed(spark, job["eval_uri"], job)
         eval_parsed = eval_parsed.persist(spill)
         eval_bad = eval_parsed.filter(lambda item: item[0] == "bad")
         report["eval_bad_rows"] = eval_bad.count()
