@@ -8,55 +8,28 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-from bench.common import REPO, add_table, fmt, section, verdict
+from bench.common import REPO, add_table, fmt, run_sampled, section, verdict
 
 STAGE = re.compile(r"\[dfm-prepare\] (\w+) ([0-9.]+)s")
 
 
-def _tree_cpu(root: int, seen: dict[int, float]) -> None:
-    """Note the CPU seconds of root and every process under it (Spark's JVM and Python workers are not waited
-    for by the command, so its rusage misses them)."""
-    import psutil
-
-    try:
-        processes = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
-    except psutil.Error:
-        return
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            seen[process.pid] = times.user + times.system + times.children_user + times.children_system
-        except psutil.Error:
-            pass
-
-
 def _dfm(*args: str, cpu: list[float] | None = None) -> tuple[float, str]:
-    """-> (wall seconds, stdout); cpu gets the CPU seconds of the command and everything it started, sampled
-    every 0.2 s: on a shared machine the wall time says little, the CPU time still compares."""
-    start, seen = time.perf_counter(), {}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen([sys.executable, "-m", "launcher.cli", *args], cwd=REPO, stdout=out, stderr=err,
-                                   text=True)
-        while process.poll() is None:
-            _tree_cpu(process.pid, seen)
-            time.sleep(0.2)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if process.returncode:
-        raise RuntimeError((stderr or stdout).strip().splitlines()[-1])
+    """-> (wall seconds, stdout); cpu gets the CPU seconds of the command and everything it started (Spark's JVM
+    and Python workers are not waited for by the command, so its rusage misses them): on a shared machine the
+    wall time says little, the CPU time still compares."""
+    done, wall, by_label = run_sampled([sys.executable, "-m", "launcher.cli", *args], lambda process: "all",
+                                       timeout=3600, cwd=REPO)
+    if done.returncode:
+        raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1])
     if cpu is not None:
-        cpu.append(sum(seen.values()))
-    return wall, stdout
+        cpu.append(sum(by_label.values()))
+    return wall, done.stdout
 
 
 def _spec(work: Path) -> Path:
