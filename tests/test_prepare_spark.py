@@ -309,3 +309,20 @@ def test_a_task_finishing_does_not_pull_the_scratch_folder_from_under_another(tm
     monkeypatch.setattr(app.os, "makedirs", makedirs_then_the_other_task_runs)
     assert list(app.write_partition(0, iter([chunk]), paths)) == [(0, 1, 0)] and other == [[(1, 1, 0)]]
     assert all(Path(p).exists() for p in paths)
+
+
+def test_many_small_files_are_read_a_task_per_core_each_row_named_by_its_file(tmp_path, spark):
+    """A split per file would make 12 read tasks of a few KB each (a task's fixed cost, many times over, on an input
+    of many small files); they are packed into a task per core, and a bad row still names its own file."""
+    from launcher.data import prepare_local
+
+    write_clicks(tmp_path / "clicks", 600, files=12)
+    with open(tmp_path / "clicks/part-007.libsvm", "a") as out:
+        out.write("1 0:1 1:1\n")
+    app = prepare_local.load_app(spark)
+    job = {"input": {"format": "libsvm"}, "field_size": FIELDS, "feature_size": None}
+    parsed = app.read_parsed(spark, str(tmp_path / "clicks"), job)
+    assert parsed.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
+    items = parsed.collect()
+    assert [item[1] for item in items if item[0] == "bad"] == ["part-007.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'"]
+    assert sum(len(item[1][0]) for item in items if item[0] == "ok") == 600

@@ -60,9 +60,11 @@ class Progress:
 
 
 def split_files(lines):
-    """The file of each partition of sc.textFile's lines (one Hadoop split of one file each), asked of the JVM once."""
+    """(file, bytes) of each partition of sc.textFile's lines (one Hadoop split of one file each), asked of the JVM
+    once."""
     hadoop = lines._jrdd.rdd().dependencies().head().rdd()  # the HadoopRDD under textFile's toString map
-    return [split.inputSplit().value().getPath().toString() for split in hadoop.partitions()]
+    splits = [split.inputSplit().value() for split in hadoop.partitions()]
+    return [split.getPath().toString() for split in splits], [split.getLength() for split in splits]
 
 
 def read_parsed(spark, uri, job):
@@ -77,8 +79,12 @@ def read_parsed(spark, uri, job):
     if int(hadoop.get(SPLIT_SIZE) or 0) <= 1:  # not configured: splits of Spark SQL's 128 MB, not each 32 MB block
         hadoop.set(SPLIT_SIZE, str(128 << 20))
     lines = spark.sparkContext.textFile(uri)
-    files = split_files(lines)
-    return lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
+    files, sizes = split_files(lines)
+    parsed = lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
+    # Many small files are a split each; a read task then takes several (each still parsed with its file's name),
+    # as the DataFrame read packed them: 128 MB a task, at least a task per core.
+    tasks = max(spark.sparkContext.defaultParallelism, -(-sum(sizes) // (128 << 20)))
+    return parsed.coalesce(tasks) if len(files) > tasks else parsed
 
 
 # A block: (labels float32[n], payload); payload (ids int64[n, F], values float32[n, F]) for libsvm input, else the
