@@ -77,7 +77,7 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
             for member in tree:
                 try:
                     # labelled at every sample (one first seen between fork and exec shows its parent's
-                    # command), then timed: one gone in between raises here rather than keeping a wrong label
+                    # command), then timed; a process gone or a zombie raises psutil.Error: its last sample stays
                     name = label(member)
                     times = member.cpu_times()
                     seen[member.pid] = (name, times.user + times.system)  # children_*: counted twice

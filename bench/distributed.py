@@ -80,10 +80,7 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
 def _role(process) -> str:
     """A process of a local run by its part: its TF_CONFIG task type (the ps servers, the chief, the
     workers), the launcher, or the scripts (one host, Horovod's ranks)."""
-    try:
-        environ, command = process.environ(), " ".join(process.cmdline())
-    except Exception:  # noqa: BLE001  gone, or not ours to read
-        return "other"
+    environ, command = process.environ(), " ".join(process.cmdline())  # psutil.Error: run_sampled skips the sample
     task = json.loads(environ.get("TF_CONFIG") or "{}").get("task", {}).get("type")
     if task:
         return {"ps": "ps servers", "master": "chief", "chief": "chief"}.get(task, task + "s")
