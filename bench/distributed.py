@@ -16,10 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launcher.data.synth import DEFAULT_FEATURE_SIZE
+import numpy as np
+
+from launcher.data.synth import DEFAULT_FEATURE_SIZE, DEFAULT_FIELD_SIZE
 from bench.common import REPO, add_table, fmt, median, run_sampled, section, verdict
 
 STEPS = {True: 100, False: 400}
+BATCH = 1024
 PS_GOAL = 0.7  # 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same 2 cores
 MWMS = "MultiWorkerMirrored"
 OLD_CLOSURE = "2 hosts, steps_per_closure=1 (one step per closure, as before)"
@@ -42,6 +45,16 @@ def _make_data(work: Path, rows: int) -> dict[str, Path]:
                     "--out", str(split), "--workers", "4", "--multi-path"],
                    check=True, capture_output=True, text=True, cwd=REPO)
     return {"train": data / "train", "eval": data / "eval", "split": split}
+
+
+def distinct_ids_per_batch(train: Path, batch: int) -> float:
+    """Mean count of distinct ids in a batch of `batch` rows of the first training file: what a parameter-server
+    worker's lookup reads from the ps each step (DeepFM._lookup), against batch x field_size places."""
+    from launcher.data.tfrecord import read_examples
+
+    ids = read_examples([sorted(train.iterdir())[0]], DEFAULT_FIELD_SIZE)[1]
+    counts = [len(np.unique(ids[start:start + batch])) for start in range(0, len(ids) - batch + 1, batch)]
+    return float(np.mean(counts))
 
 
 def throughput(output: str) -> tuple[float, int]:
@@ -108,11 +121,12 @@ def measure(quick: bool, context: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-distributed-"))
     try:
         data = _make_data(work, 131_072)
+        distinct = distinct_ids_per_batch(data["train"], BATCH)
         split_channels = {name: data["split"] / name for name in ("train", "train-1", "train-2", "train-3")}
         common = [f"hyperparameters.max_steps={steps}", "hyperparameters.log_steps=25",
                   "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
                   "hyperparameters.eval_batches=2", "hyperparameters.epochs=100",
-                  "hyperparameters.batch_size=1024"]
+                  f"hyperparameters.batch_size={BATCH}"]
         files = {"train": data["train"], "eval": data["eval"]}
         pipe_files = {**split_channels, "eval": data["eval"]}
         every_eighth = [f"hyperparameters.eval_steps={steps // 8}", "hyperparameters.eval_batches=0"]
@@ -199,6 +213,8 @@ def measure(quick: bool, context: dict) -> dict:
         "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
         "`--set instance.count=1|2`; 2 hosts means a chief, two workers (one of them the chief's own child "
         "process) and two ps servers on the same 2 cores.",
+        f"Parameter-server lookups: a batch of {BATCH} rows of this data holds {fmt(distinct)} distinct ids on average "
+        f"(of {BATCH * DEFAULT_FIELD_SIZE:,} places); a worker reads each once from the ps (DeepFM._lookup).",
         "Parameter server closures: each `ClusterCoordinator` closure runs up to `steps_per_closure` training "
         "steps (default 16) on its worker; the `steps_per_closure=1` row is the old behaviour, one step and one "
         "chief round trip per closure.",

@@ -58,24 +58,36 @@ def dropout(x, rate):
     return scaled * tf.cast(keep, x.dtype)
 
 
+@tf.custom_gradient
+def spread(rows, places):
+    """rows[places]; its gradient sums the places of each row into a dense [rows, ...] tensor (tf.gather's own
+    is IndexedSlices over `places`, which the embedding lookup's partitioned stitch would densify anyway)."""
+    def gradient(upstream):
+        return tf.math.unsorted_segment_sum(upstream, places, tf.shape(rows)[0]), None
+
+    return tf.gather(rows, places), gradient
+
+
 class DeepFM(tf.Module):
     """first-order weights + FM second-order term + MLP over the field embeddings -> logit."""
 
     def __init__(self, field_size, feature_size, embedding_size, deep_layers, dropout=0.0,
                  batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, l2_dense=0.0,
-                 byte_dropout=True, name="deepfm"):
+                 byte_dropout=True, distinct_lookup=True, name="deepfm"):
         """pooling: None (one input slot per field) or a callable [B, S, K] -> [B, F, K] (raw features'
         SlotPooling: a multi-hot field's slots summed into one field embedding).
         l2_reg: L2 on the embedding and first-order rows a batch looks up, per example: only those rows get
         a gradient, so the updates stay sparse (lazy optimizers, tables partitioned across ps tasks).
         l2_dense: L2 on the MLP kernels.
         byte_dropout: `dropout` (random bytes) rather than tf.nn.dropout (random words), where random
-        generation is what a step's dropout costs: on CPUs."""
+        generation is what a step's dropout costs: on CPUs.
+        distinct_lookup: read each distinct id of a batch once (`_lookup`); its tables' gradients then have a
+        row per distinct id, a number that differs between replicas."""
         super().__init__(name=name)
         self.pooling = pooling
         self.field_size, self.feature_size, self.embedding_size = field_size, feature_size, embedding_size
         self.dropout, self.batch_norm, self.l2_reg, self.l2_dense = dropout, batch_norm, l2_reg, l2_dense
-        self.byte_dropout = byte_dropout
+        self.byte_dropout, self.distinct_lookup = byte_dropout, distinct_lookup
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self._seed = seed
         # Callables, so ParameterServerStrategy can create the tables partitioned.
@@ -122,8 +134,8 @@ class DeepFM(tf.Module):
         """-> (logits [batch], l2 penalty scalar)."""
         ids = self._checked(ids)
         values = tf.cast(values, tf.float32)
-        weights = tf.nn.embedding_lookup(self.first_order, ids)[..., 0]  # [B, F]
-        vectors = tf.nn.embedding_lookup(self.embeddings, ids)  # [B, F, K]
+        weights, vectors = (self._lookup(table, ids) for table in self.sparse_variables)
+        weights = weights[..., 0]  # [B, F]; vectors [B, F, K]
         scaled = vectors * values[..., None]
         if self.pooling is not None:
             scaled = self.pooling(scaled)
@@ -137,6 +149,16 @@ class DeepFM(tf.Module):
         if self.l2_dense:
             l2 += self.l2_dense * tf.add_n([tf.nn.l2_loss(k) for k in self.kernels])
         return logits, l2
+
+    def _lookup(self, table, ids):
+        """table's rows at ids ([..., width]). With distinct_lookup each distinct id of the batch is read once
+        (CTR ids repeat) and spread to its places: under parameter servers only the distinct rows cross from
+        the ps, and the table's gradient comes back summed per distinct row, as the optimizer applies it."""
+        if not self.distinct_lookup:
+            return tf.nn.embedding_lookup(table, ids)
+        unique, places = tf.unique(tf.reshape(ids, [-1]))
+        rows = spread(tf.nn.embedding_lookup(table, unique), places)
+        return tf.reshape(rows, tf.concat([tf.shape(ids), [table.shape[1]]], 0))
 
     def _checked(self, ids):
         """ids, once every one is in [0, feature_size): a row with another id is a bad row on every device.
@@ -211,7 +233,15 @@ def build_model(hp, compute_dtype=tf.float32):
         pooling = SlotPooling(layout, hp.embedding_size)
     return DeepFM(hp.field_size, hp.feature_size, hp.embedding_size, hp.deep_layers, hp.dropout,
                   hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling, l2_dense=hp.l2_dense,
-                  byte_dropout=not steps_run_on_gpus())
+                  byte_dropout=not steps_run_on_gpus(), distinct_lookup=not under_mirrored_strategy())
+
+
+def under_mirrored_strategy():
+    """Whether the model is built for a (MultiWorker)MirroredStrategy: TF's collectives there all-gather the
+    replicas' IndexedSlices gradients only when every replica has as many rows (unequal ones abort the step
+    with a shape mismatch, on TF 2.14 and 2.21), so a table's gradient keeps a row per place in the batch."""
+    return isinstance(tf.distribute.get_strategy(), (tf.distribute.MirroredStrategy,
+                                                     tf.distribute.MultiWorkerMirroredStrategy))
 
 
 def steps_run_on_gpus():

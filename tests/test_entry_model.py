@@ -183,6 +183,50 @@ def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     np.testing.assert_array_equal(var.numpy()[[0, 1, 3]], 0.0)
 
 
+def test_a_batch_looks_up_each_distinct_id_once_with_the_gradient_of_a_lookup_per_place():
+    """The model gathers each distinct id of a batch once (under parameter servers only those rows cross from
+    the ps): each table's gradient has one row per distinct id, through a partitioned table too, and equals
+    the gradient of looking every place up on its own, summed per row."""
+    from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+    hp = small_hp(feature_size=1000, l2_reg=0.1, dropout=0)
+    model = M.build_model(hp)
+    halves = tf.split(model.embeddings.read_value(), 2)
+    model.embeddings = ShardedVariable([tf.Variable(h, name=f"embeddings/part_{i}") for i, h in enumerate(halves)])
+    features, labels = random_batch(hp, rows=64, id_range=900)  # 64 x 39 places, at most 900 ids
+    ids, values = features["ids"], features["values"]
+    tables = [model.first_order, *model.embeddings.variables]
+    with tf.GradientTape() as tape:
+        logits, l2 = model(ids, values, training=True)
+        loss = tf.reduce_sum(logits * labels) + l2
+    grads = tape.gradient(loss, tables)
+
+    def per_place_loss():  # the model's forward pass with a lookup per place (as before the change)
+        weights = tf.nn.embedding_lookup(model.first_order, ids)[..., 0]
+        scaled = tf.nn.embedding_lookup(model.embeddings, ids) * values[..., None]
+        summed = tf.reduce_sum(scaled, axis=1)
+        fm = 0.5 * tf.reduce_sum(tf.square(summed) - tf.reduce_sum(tf.square(scaled), axis=1), axis=1)
+        deep = model._mlp(tf.reshape(scaled, [64, -1]), training=True)
+        penalty = hp.l2_reg * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(scaled / values[..., None])) / 64
+        return tf.reduce_sum((tf.reduce_sum(weights * values, 1) + fm + deep + model.bias) * labels) + penalty
+
+    with tf.GradientTape() as tape:
+        reference = per_place_loss()
+    expected = tape.gradient(reference, tables)
+    np.testing.assert_allclose(loss.numpy(), reference.numpy(), rtol=1e-6)
+    distinct = np.unique(ids.numpy())
+    assert len(distinct) < ids.shape[0] * ids.shape[1] / 2
+    assert len(expected[0].indices.numpy()) == ids.shape[0] * ids.shape[1]  # a lookup per place: a row per place
+    for grad, want in zip(grads, expected):
+        assert isinstance(grad, tf.IndexedSlices)
+        assert len(np.unique(grad.indices.numpy())) == len(grad.indices.numpy())  # a row once
+        np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), tf.convert_to_tensor(want).numpy(),
+                                   rtol=1e-5, atol=1e-7)
+    first_order, *shards = grads
+    assert len(first_order.indices.numpy()) == len(distinct)
+    assert sum(len(g.indices.numpy()) for g in shards) == len(distinct)
+
+
 def test_histogram_auc_matches_the_exact_auc():
     from launcher.data.synth import roc_auc
 
