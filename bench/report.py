@@ -15,8 +15,10 @@ def _mark(met) -> str:
 
 def render(info: dict, results: list[dict]) -> str:
     mode = "`make bench-quick` (small sizes, few repetitions)" if info["quick"] else "`make bench`"
-    if info.get("only"):  # a chosen subset: the command that reruns exactly it
-        mode = f"`.venv/bin/python -m bench.run{' --quick' if info['quick'] else ''} --only {','.join(info['only'])}`"
+    if info.get("only") or info.get("repetitions"):  # the command that reruns exactly this report
+        mode = ("`.venv/bin/python -m bench.run" + (" --quick" if info["quick"] else "")
+                + (f" --repetitions {info['repetitions']}" if info.get("repetitions") else "")
+                + (f" --only {','.join(info['only'])}" if info.get("only") else "") + "`")
     m = info["machine"]
     out = [
         "# dfm benchmarks",

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown items: {', '.join(sorted(unknown))}")
     started = dt.datetime.now(dt.timezone.utc)
     info = {"machine": machine(), "versions": versions(), "quick": args.quick,
-            "started": started.strftime("%Y-%m-%d %H:%M UTC"), "only": names if args.only else []}
+            "started": started.strftime("%Y-%m-%d %H:%M UTC"), "only": names if args.only else [],
+            "repetitions": max(args.repetitions, 0)}
     context: dict = {"repetitions": args.repetitions} if args.repetitions > 0 else {}
     results = []
     for name in names:
