@@ -160,8 +160,10 @@ def measure(quick: bool, context: dict) -> dict:
         "generation (one 32-bit Philox word per element, 3 x batch x 400 a step) was about 7 of the 43 ms; the "
         "bundled model's dropout (`deepfm_model.dropout`) keeps its law exactly from one random byte per element "
         "(5-12% more examples/s at every configuration; on GPU hosts the model keeps tf.nn.dropout). Each 4% of the step or less, so left as they are: the "
-        "streaming metrics, the L2 terms, the id dedup of the two tables; reading each table row once per "
-        "distinct id (one tf.unique for both tables) and folding dropout's scale into its gradient were no faster.",
+        "streaming metrics, the L2 terms, the id dedup of the two tables; folding dropout's scale into its "
+        "gradient was no faster. Reading each table row once per distinct id (one tf.unique for both tables) was "
+        "no faster in one process either; the model reads each distinct id once since 2026-11-26 (a tf.unique per "
+        "table), for the rows parameter servers send.",
         "Tried for bfloat16 (2026-11-25, one process, alternating, on a machine loaded by other work, so only "
         "large differences count): TF's CPU select (`tf.where`) on bfloat16 took 17% of the bfloat16 step's op time "
         "at k8/b512 (float32's: 2%), so the bundled dropout multiplies bfloat16 and float16 activations by its keep "
