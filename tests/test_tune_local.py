@@ -247,7 +247,7 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
     rest, _ = process.communicate(timeout=120)
     seen.append(rest)
     assert process.returncode == 130, "".join(seen)[-3000:]
-    assert "--resume" in rest
+    assert f"`dfm tune {spec} --local --resume --job-name {name}` continues" in rest  # a command that works as printed
     time.sleep(0.5)
     assert _processes_under(runs) == []  # Ctrl-C left no process behind
 
@@ -307,6 +307,38 @@ def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sam
     assert any("max_runtime_s (600 s) ran out: 1 running trial(s) stopped" in line for line in lines)
     assert study.user_attrs[ELAPSED] >= 10_000
     assert _processes_under(tmp_path / "runs") == []
+
+
+def test_a_study_whose_trials_all_fail_exits_1_with_each_reason_and_resumes_only_unchanged(tmp_path, sample):
+    """An empty train folder: each trial fails before it starts a process, as SageMaker refuses an empty prefix;
+    no trial is crowned. A --resume that changes a fixed setting is refused, naming it."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    spec = tiny_spec(tmp_path, sample)
+    config = yaml.safe_load(spec.read_text())
+    config["local"]["channels"]["train"] = str(empty)
+    spec.write_text(yaml.safe_dump(config))
+    name = "tiny-261127-000000"
+    result = dfm("tune", str(spec), "--local", "--job-name", name)
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"dfm: no trial of {name} completed (trial 0: channel 'train': {empty} holds no files")
+    assert "trial 1: channel 'train'" in error and "best:" not in result.stdout
+
+    changed = dfm("tune", str(spec), "--local", "--resume", "--job-name", name, "--set", "hyperparameters.max_steps=200")
+    assert changed.returncode == 2, changed.stderr
+    assert "hyperparameters.max_steps: (not set) -> 200" in changed.stderr and "drop --resume" in changed.stderr
+
+
+def test_a_failed_trials_reason_is_its_scripts_last_error_line():
+    from launcher.local.tune import failure_reason
+
+    lines = ["[algo-1/master] [dfm] train step=5 loss=nan auc=0.5",
+             "[algo-1/master] [dfm] error: training diverged at step 5: train loss=nan; no checkpoint was saved",
+             "[dfm local] FAILED: algo-1/master exited with code 1"]
+    assert failure_reason(lines, 1, "algo-1/master exited with code 1", "eval:auc").startswith("training diverged at step 5")
+    assert failure_reason(lines[2:], 1, "algo-1/master exited with code 1", "eval:auc") == "algo-1/master exited with code 1"
+    assert failure_reason([], 0, "", "eval:auc") == "no eval:auc line"
 
 
 def test_a_trial_the_rules_refuse_fails_as_dfm_validate_would(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -68,12 +69,14 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
     if resume and job_name is None:
         job_name = _newest_study(spec_path, overrides)
     spec, tplan = compile_tuning(spec_path, overrides, job_name)
+    resume_line = shlex.join(["dfm", "tune", spec_path, "--local", "--resume", "--job-name", tplan.name,
+                              *(arg for override in overrides for arg in ("--set", override))])
     if output == "text":
         echo_findings(warnings=tplan.training.warnings)
     if dry_run:
         _dry_run(tplan, output)
     elif local:
-        _local(spec, tplan, output, resume)
+        _local(spec, tplan, output, resume, resume_line)
     else:
         from launcher.sagemaker_backend import tuning
 
@@ -137,7 +140,7 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
     return found[-1]  # the names end in -YYMMDD-HHMMSS: the newest sorts last
 
 
-def _local(spec, tplan, output: str, resume: bool) -> None:
+def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
     from launcher.cli import tune_report
     from launcher.local.tune import INTERRUPTED, LocalTuning
 
@@ -161,8 +164,10 @@ def _local(spec, tplan, output: str, resume: bool) -> None:
     else:
         click.echo(tune_report.render_study(document))
     if tuning.stopping == INTERRUPTED:
-        echo(f"[dfm tune] interrupted: `dfm tune {spec.path} --local --resume` continues {tplan.name}")
+        echo(f"[dfm tune] interrupted: `{resume_line}` continues {tplan.name}")
         raise SystemExit(130)
+    if document["best"] is None:
+        raise DfmError(tune_report.no_trial_completed(document), exit_code=1)
 
 
 def _status_line(output: str):

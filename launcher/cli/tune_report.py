@@ -167,6 +167,12 @@ def render_study(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def no_trial_completed(document: dict[str, Any]) -> str:
+    """The one line of a study whose trials all failed: each trial's reason."""
+    reasons = "; ".join(f"trial {r['trial']}: {r['failure'] or r['stopped'] or r['state']}" for r in document["trials"])
+    return f"no trial of {document['tuning_job']} completed ({reasons or 'none ran'}); its runs are in {document['folder']}"
+
+
 def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"

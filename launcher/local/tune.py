@@ -24,7 +24,7 @@ from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.local.request import build_request
 from launcher.local.runner import LocalRun
-from launcher.plans.tuning import TuningPlan
+from launcher.plans.tuning import TuningPlan, changed_settings, fixed_settings
 
 STUDY_FILE = "study.journal"
 PLAN_FILE = "tuning.json"
@@ -49,6 +49,16 @@ class TrialRun(LocalRun):
 
     def stop(self, reason: str) -> None:
         self._stop_reason = reason
+
+
+def failure_reason(lines: list[str], code: int, reason: str, objective: str) -> str:
+    """Why a trial failed: its scripts' last error line, else the run's reason, else the missing objective."""
+    errors = [line.split("[dfm] error: ", 1)[1] for line in lines if "[dfm] error: " in line]
+    if errors:
+        return errors[-1]
+    if code != 0:
+        return reason or f"exit code {code}"
+    return f"no {objective} line"
 
 
 @dataclass
@@ -93,6 +103,9 @@ class LocalTuning:
             raise DfmError(f"no study to resume in {self.folder}: run without --resume first (or give its --job-name)")
         if not resume and self.folder.exists():
             raise DfmError(f"{self.folder} already exists: --resume continues it, --job-name picks another name")
+        fixed = fixed_settings(self.tplan)
+        if resume:
+            self._refuse_changed(fixed)
         self.folder.mkdir(parents=True, exist_ok=True)
         storage = JournalStorage(JournalFileBackend(str(journal)))
         direction = "maximize" if self.tplan.maximize else "minimize"
@@ -101,12 +114,20 @@ class LocalTuning:
         if resume:
             study.sampler = search.sampler(self.tplan, trials_so_far=len(study.get_trials(deepcopy=False)))
         if not resume:
-            (self.folder / PLAN_FILE).write_text(json.dumps({"spec": self.spec.path, "name": self.tplan.name}, indent=1))
+            (self.folder / PLAN_FILE).write_text(json.dumps({"spec": self.spec.path, "name": self.tplan.name,
+                                                             "fixed": fixed}, indent=1))
             first = search.baseline(self.tplan, {**contract.bundled_hparams().DEFAULTS, **self.tplan.training.hyperparameters})
             if first is not None and self.tplan.strategy != "Grid":
                 study.enqueue_trial(first, user_attrs={"baseline": True})
         self._requeue_interrupted(study)
         return study
+
+    def _refuse_changed(self, fixed: dict[str, Any]) -> None:
+        stored = json.loads((self.folder / PLAN_FILE).read_text()).get("fixed")
+        changed = changed_settings(stored, fixed) if stored is not None else []
+        if changed:
+            raise DfmError(f"--resume: {self.tplan.name}'s trials ran with other fixed settings ({'; '.join(changed)}): "
+                           f"resume with the settings it began with, or drop --resume to start a new study")
 
     @staticmethod
     def _requeue_interrupted(study) -> None:
@@ -175,7 +196,9 @@ class LocalTuning:
         try:
             result = run.run()
             code, reason = result.exit_code, result.reason
-        except Exception as err:  # a trial that cannot start fails alone; the study goes on
+        except DfmError as err:  # a trial that cannot start fails alone; the study goes on
+            code, reason = 1, err.message
+        except Exception as err:
             code, reason = 1, f"{type(err).__name__}: {err}"
         self.events.put(("done", run.number, code, reason))
 
@@ -210,7 +233,7 @@ class LocalTuning:
         elif code == 0 and objective is not None:
             study.tell(trial, objective)
         else:
-            trial.set_user_attr("failure", reason or f"no {self.tplan.objective_metric} line")
+            trial.set_user_attr("failure", failure_reason(active.run.lines, code, reason, self.tplan.objective_metric))
             study.tell(trial, state=State.FAIL)
 
     def _report(self, number: int, step: int, value: float) -> None:

@@ -6,6 +6,7 @@ the local backend into an Optuna study (local/tune.py); both read only this, so 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,33 @@ class TuningPlan:
     def rounds(self) -> int:
         """Trials run in rounds of max_parallel_jobs: the wall-time bound is rounds x one trial's max_run."""
         return math.ceil(self.max_jobs / self.max_parallel_jobs)
+
+
+def fixed_settings(tplan: TuningPlan) -> dict[str, Any]:
+    """What every trial of a study shares: a study resumed with any of it changed would compare trials that
+    ran different jobs. Keys name the spec's fields."""
+    training = tplan.training
+    tuned = {r.name for r in tplan.ranges}
+    fixed: dict[str, Any] = {f"hyperparameters.{k}": v for k, v in sorted(training.hyperparameters.items())
+                             if k not in tuned and k != "model_dir"}
+    fixed.update({f"tune.ranges.{r.name}": r.describe() for r in tplan.ranges})
+    fixed.update({
+        "tune.objective": f"{tplan.objective_type.lower()} {tplan.objective_metric}",
+        "tune.strategy": tplan.strategy,
+        "instance": [f"{g.count} x {g.instance_type}" for g in training.instance_groups],
+        "distribution": training.distribution.kind,
+        "image": training.image_uri or f"{training.framework_version} {training.py_version}",
+        "entry_point": training.entry_point,
+    })
+    fixed.update({f"local.channels.{c.name}": c.local_path for c in training.channels})
+    return json.loads(json.dumps(fixed, default=str))  # as it reads back from the study's file
+
+
+def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """'key: before -> now' for each fixed setting that differs."""
+    missing = "(not set)"
+    return [f"{key}: {stored.get(key, missing)} -> {now.get(key, missing)}"
+            for key in sorted(set(stored) | set(now)) if stored.get(key, missing) != now.get(key, missing)]
 
 
 def tuning_base_name(spec: Any) -> str:
