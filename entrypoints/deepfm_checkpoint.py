@@ -40,6 +40,7 @@ class CheckpointKeeper:
     def __init__(self, trainer, directory, every_steps, io_device=None, max_to_keep=3):
         import tensorflow as tf
 
+        self.model = trainer.model
         objects = {"model": trainer.model, "optimizer": trainer.optimizer, "progress": trainer.progress}
         if trainer.loss_scale is not None:
             objects["loss_scale"] = trainer.loss_scale
@@ -68,10 +69,30 @@ class CheckpointKeeper:
         due = step // self.every_steps > last // self.every_steps
         if step == self.last_saved or not (force or due):
             return None
+        from deepfm_training import check_finite
+        from deepfm_variables import flat_variables
+
+        check_finite(flat_variables(self.model.all_variables), step)  # a diverged model must not replace the last good checkpoint
         path = self.manager.save(checkpoint_number=step, options=self.options)
         self.last_saved = step
         log(f"checkpoint step={step} {path}")
         return path
+
+
+def stop_diverged(err, keeper):
+    """End the run on a Diverged error: one line naming the step and the last good checkpoint, exit 1."""
+    if keeper is not None and keeper.last_saved is not None:
+        kept = f"the last good checkpoint, step {keeper.last_saved} in {keeper.directory}, is kept"
+    else:
+        kept = "no checkpoint was saved before it"
+    log(f"error: {err}; {kept}; no model exported (lower learning_rate, or check the data)")
+    raise SystemExit(1) from None
+
+
+def stop_untrained(channel, host, why):
+    """End a run that trained no step at all: nothing worth a checkpoint or an export."""
+    log(f"error: no step trained: {why} (channel '{channel}' on {host}); no checkpoint saved, no model exported")
+    raise SystemExit(1)
 
 
 def calibrated_logit_shift(negative_rate):

@@ -9,7 +9,7 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 
 import time
 
-from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
 from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
@@ -211,34 +211,41 @@ def train_with_coordinator(hp, env, cluster):
     def reached(step):
         return bool(hp.max_steps and step >= hp.max_steps)
 
-    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
-        # resume: each worker skips its share of the steps this epoch already trained
-        iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
-        answers.new_epoch()
-        exhausted = False
-        while not (exhausted or stopped or reached(step)):
-            todo = steps_to_boundary(step, hp)
-            for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
-                coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
-            join_or_exit(coordinator, rejected)
-            previous, step = step, int(trainer.optimizer.iterations.numpy())
-            exhausted = step - previous < todo and answers.all_done()  # some closures found no data
-            if step // hp.log_steps > previous // hp.log_steps:
-                window.report(step)
-            keeper.maybe_save(step)
-            if during and crossed(previous, step, hp.eval_steps):
+    from deepfm_training import Diverged
+
+    try:
+        while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
+            # resume: each worker skips its share of the steps this epoch already trained
+            iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
+            answers.new_epoch()
+            exhausted = False
+            while not (exhausted or stopped or reached(step)):
+                todo = steps_to_boundary(step, hp)
+                for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
+                    coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
+                join_or_exit(coordinator, rejected)
+                previous, step = step, int(trainer.optimizer.iterations.numpy())
+                exhausted = step - previous < todo and answers.all_done()  # some closures found no data
+                if step // hp.log_steps > previous // hp.log_steps:
+                    window.report(step)
+                keeper.maybe_save(step)
+                if during and crossed(previous, step, hp.eval_steps):
+                    stopped = evaluate_now(step)
+            if not exhausted or step == epoch_start:
+                break  # max_steps or early stopping: the epoch stays unfinished; or the data holds no batch
+            epoch, epoch_start = epoch + 1, step
+            trainer.progress.assign([epoch, epoch_start])
+            log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
+            if during and not hp.eval_steps:
                 stopped = evaluate_now(step)
-        if not exhausted:
-            break  # max_steps or early stopping: the epoch stays unfinished
-        epoch, epoch_start = epoch + 1, step
-        trainer.progress.assign([epoch, epoch_start])
-        log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
-        if during and not hp.eval_steps:
-            stopped = evaluate_now(step)
-    window.report(step)
-    for task, count in enumerate(answers.bad_rows()) if raw else []:
-        log(f"bad rows skipped: {count} (worker {task})")
-    keeper.maybe_save(step, force=True)
+        window.report(step)
+        if step == 0:
+            stop_untrained(",".join(channels), "every worker", "each worker's share of it was empty")
+        for task, count in enumerate(answers.bad_rows()) if raw else []:
+            log(f"bad rows skipped: {count} (worker {task})")
+        keeper.maybe_save(step, force=True)
+    except Diverged as err:
+        stop_diverged(err, keeper)
     if has_eval and (not evaluated or evaluated[-1] != step):
         evaluate_now(step)
     if hp.export:

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
 from deepfm_log import error_line, log
 from deepfm_sync_steps import window_runner
 from deepfm_sync_steps import window as steps_window
@@ -104,8 +104,8 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, train
             if trained < todo or stopped:
                 exhausted = trained < todo
                 break
-        if not exhausted:
-            break  # max_steps or early stopping: the epoch stays unfinished
+        if not exhausted or step == epoch_start:
+            break  # max_steps or early stopping: the epoch stays unfinished; or the data holds no batch
         epoch, epoch_start = epoch + 1, step
         trainer.progress.assign([epoch, epoch_start])
         if where.rank == 0:
@@ -174,14 +174,23 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
 
     has_eval = di.EVAL_CHANNEL in env.channels
     during = has_eval and evaluates_during_training(hp, env, where)
-    step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, train_input, whole_batches,
-                 evaluate=evaluate_now if during else None)
-    if where.rank == 0:
-        log(f"trained steps {start}..{step} on {where.size} workers")
-        if step == start and not (hp.max_steps and step >= hp.max_steps):
-            log("warning: no step trained: some worker's shard holds less than one whole batch")
-    if keeper is not None:
-        keeper.maybe_save(step, force=True)
+    from deepfm_training import Diverged
+    from deepfm_worker_input import training_input
+
+    try:
+        step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, train_input, whole_batches,
+                     evaluate=evaluate_now if during else None)
+        if where.rank == 0:
+            log(f"trained steps {start}..{step} on {where.size} workers")
+        if step == 0:
+            channels = ",".join(training_input(hp, env, where)[0])
+            why = ("the channel holds no rows" if where.size == 1 else
+                   f"some worker's share holds less than one whole batch ({hp.batch_size} rows)")
+            stop_untrained(channels, f"{env.current_host} ({where})", why)
+        if keeper is not None:
+            keeper.maybe_save(step, force=True)
+    except Diverged as err:
+        stop_diverged(err, keeper)
     if has_eval and (not evaluated or evaluated[-1] != step):
         evaluate_now(step)
     dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))

@@ -271,6 +271,22 @@ def summed_result(metrics, collectives=None):
     return loss, histogram_auc(positives, negatives), int(examples)
 
 
+class Diverged(Exception):
+    """The training loss or the model's weights are no longer finite: the run must stop without saving or
+    exporting them."""
+
+    def __init__(self, step, what):
+        super().__init__(f"training diverged at step {step}: {what}")
+        self.step, self.what = step, what
+
+
+def check_finite(variables, step):
+    """Raise Diverged when any of `variables` holds a NaN or an infinity (read where each variable lives)."""
+    for var in variables:
+        if not bool(tf.reduce_all(tf.math.is_finite(var))):
+            raise Diverged(step, f"{var.name} holds NaN or infinite values")
+
+
 class TrainWindow:
     """One train line per window from the trainer's train metrics summed over the workers, which are
     then reset; examples_per_sec counts the window's examples over its wall time. Rank 0 prints.
@@ -288,6 +304,8 @@ class TrainWindow:
             emit(format_metric("train", step, loss, auc, speed))
             record("train", step, loss=loss, auc=auc, examples_per_sec=speed)
         self.started = now
+        if examples and not np.isfinite(loss):  # the same sum on every worker: all stop at this step
+            raise Diverged(step, f"train loss={loss}")
         return loss, auc
 
     def leave_out(self, since):

@@ -27,3 +27,12 @@ def test_progress_sums_speed_over_processes_and_keeps_the_last_eval():
     assert progress.mean_examples_per_sec == 1500 + 3000
     assert progress.eval == {"loss": 0.45, "auc": 0.71} and progress.exported == ["/tmp/model/123"]
     assert "step 20" in progress.line() and "eval loss 0.4500 auc 0.7100" in progress.line()
+
+
+def test_the_last_finite_train_loss_survives_a_diverged_line():
+    progress = Progress()
+    assert progress.last_train_loss() is None
+    progress.feed("algo-1/master", "[dfm] train step=5 loss=0.61 auc=0.55 examples_per_sec=900")
+    progress.feed("algo-1/master", "[dfm] eval step=5 loss=0.6 auc=0.6")
+    progress.feed("algo-1/master", "[dfm] train step=10 loss=nan auc=0.5 examples_per_sec=950")
+    assert progress.last_train_loss() == (5, 0.61)

@@ -228,6 +228,22 @@ def test_a_channel_without_local_data_is_a_problem_the_runner_refuses(tmp_path):
     assert run.supervisor is None and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("content", [None, "subfolder"])
+def test_an_s3_channel_with_no_files_is_refused_as_sagemaker_refuses_an_empty_prefix(tmp_path, content):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    if content:
+        (empty / content).mkdir()  # folders are no S3 objects
+    plan = standin_plan(tmp_path)
+    plan = replace(plan, channels=tuple(replace(c, local_path=str(empty)) if c.name == "train" else c
+                                        for c in plan.channels))
+    request = build_request(in_run_dir(plan, str(tmp_path / "runs")), runtime=FAKE_RUNTIME)
+    assert len(request.problems) == 1
+    assert request.problems[0].startswith(f"channel 'train': {empty} holds no files")
+    with pytest.raises(DfmError, match="holds no files"):
+        local_run(plan, tmp_path).run()
+
+
 def test_warnings_name_idle_hosts(tmp_path):
     _, request = request_for(tmp_path, kind="none", hosts=3, train_files=2)
     assert request.warnings == ("algo-3: channel 'train' has no files on this host",)

@@ -38,6 +38,12 @@ def list_objects(source: Path) -> list[tuple[str, Path]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def empty_channel_problem(channel: Channel, source: Path) -> str:
+    """SageMaker fails a job whose channel's S3 prefix holds no object, before any script starts."""
+    return (f"channel '{channel.name}': {source} holds no files, and SageMaker fails a job whose S3 prefix "
+            f"{channel.uri} holds no objects before the script starts; point the channel at data")
+
+
 def files_for_host(objects: list[tuple[str, Path]], distribution: str, host_index: int,
                    num_hosts: int) -> list[tuple[str, Path]]:
     if distribution == "ShardedByS3Key":

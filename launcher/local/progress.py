@@ -116,6 +116,13 @@ class Progress:
         means = [sum(s) / len(s) for s in self.speeds.values() if s]
         return sum(means) if means else None
 
+    def last_train_loss(self) -> tuple[int, float] | None:
+        """(step, loss) of the last train line whose loss is a number (a diverged run's nan matches no regex)."""
+        for kind, values in reversed(self.history):
+            if kind == "train" and "loss" in values:
+                return int(values.get("step", -1)), values["loss"]
+        return None
+
     def line(self) -> str:
         parts = []
         if self.step is not None:

@@ -191,6 +191,10 @@ def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tup
             found[channel.name] = None
             continue
         objects = [] if channel.kind in ("efs", "fsx") else ch.list_objects(source)
+        if channel.kind == "s3" and not objects:
+            problems.append(ch.empty_channel_problem(channel, source))
+            found[channel.name] = None
+            continue
         found[channel.name] = (str(source), objects)
     return found
 

@@ -287,6 +287,7 @@ class LocalRun:
         speed = p.mean_examples_per_sec
         lines = [f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
                  f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
+                 self._train_loss_line(),
                  "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
                  f"  ran on: {self.request.runtime.note}",
                  f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
@@ -296,6 +297,10 @@ class LocalRun:
         for line in lines:
             if line:
                 self.echo(line)
+
+    def _train_loss_line(self) -> str:
+        last = self.progress.last_train_loss()
+        return f"  last finite train loss: {last[1]:g} at step {last[0]}" if last else ""
 
     def tensorboard_dirs(self) -> list[Path]:
         """The hosts' TensorBoard folders (TensorBoardOutputConfig.LocalPath) that hold event files."""
