@@ -11,6 +11,7 @@ import time
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
 from deepfm_features import BAD_ROWS_KEY
+from deepfm_data_errors import is_bad_row, record_reader, stop_on_bad_data
 from deepfm_log import error_line, log
 from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
@@ -48,8 +49,9 @@ REJECTED_REQUEST = "Unable to parse request"
 MAX_REJECTED = 3
 
 
-def join_or_exit(coordinator, rejected=None):
-    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1. A closure
+def join_or_exit(coordinator, rejected=None, on_bad_data=None):
+    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1; other bad
+    input (a corrupt record, another field size) goes to on_bad_data(err), which names the file. A closure
     whose request TensorFlow malformed (REJECTED_REQUEST) is counted in `rejected` (a list) and the join
     returns: the caller goes on from optimizer.iterations, scheduling what did not run again; the
     (MAX_REJECTED + 1)th is raised."""
@@ -57,7 +59,9 @@ def join_or_exit(coordinator, rejected=None):
 
     try:
         coordinator.join()
-    except tf.errors.InvalidArgumentError as err:
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
+        if on_bad_data is not None and not is_bad_row(err):
+            on_bad_data(err)
         log(f"error: {error_line(err.message)}")
         raise SystemExit(1) from None
     except tf.errors.InternalError as err:
@@ -168,6 +172,12 @@ def train_with_coordinator(hp, env, cluster):
     raw = hp.features != ""
     answers = WorkerAnswers(strategy, len(cluster["worker"]))
 
+    def bad_data(err):
+        stop_on_bad_data(err, env, [*channels, deepfm_input.EVAL_CHANNEL], record_reader(hp, env))
+
+    def join(coordinator, rejected):
+        join_or_exit(coordinator, rejected, bad_data)
+
     @tf.function
     def worker_steps(it, count):
         # Up to `count` steps in one closure: one chief round trip for all of them. A worker whose data is
@@ -194,7 +204,7 @@ def train_with_coordinator(hp, env, cluster):
     evaluated, stopped, rejected = [], False, []
 
     spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]),
-                              join=lambda: join_or_exit(coordinator, rejected), rejected=rejected) if has_eval and workers_evaluate(env) else None
+                              join=lambda: join(coordinator, rejected), rejected=rejected) if has_eval and workers_evaluate(env) else None
 
     def evaluate_now(step):  # on the workers, else the chief alone; its time left out of the window
         started = time.monotonic()
@@ -223,7 +233,7 @@ def train_with_coordinator(hp, env, cluster):
                 todo = steps_to_boundary(step, hp)
                 for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
                     coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
-                join_or_exit(coordinator, rejected)
+                join(coordinator, rejected)
                 previous, step = step, int(trainer.optimizer.iterations.numpy())
                 exhausted = step - previous < todo and answers.all_done()  # some closures found no data
                 if step // hp.log_steps > previous // hp.log_steps:
@@ -244,10 +254,12 @@ def train_with_coordinator(hp, env, cluster):
         for task, count in enumerate(answers.bad_rows()) if raw else []:
             log(f"bad rows skipped: {count} (worker {task})")
         keeper.maybe_save(step, force=True)
+        if has_eval and (not evaluated or evaluated[-1] != step):
+            evaluate_now(step)
     except Diverged as err:
         stop_diverged(err, keeper)
-    if has_eval and (not evaluated or evaluated[-1] != step):
-        evaluate_now(step)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:  # read on the chief itself
+        bad_data(err)
     if hp.export:
         export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
     watch.stop()

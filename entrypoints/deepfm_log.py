@@ -42,5 +42,5 @@ def error_line(message):
     for line in lines:
         if "assertion failed:" in line:
             return line.split("assertion failed:", 1)[1].strip()
-    noise = ("Graph execution error", "Detected at node", "File ", "Traceback", "Stack trace")
+    noise = ("Graph execution error", "Detected at node", "File ", "Traceback", "Stack trace", "<stack traces")
     return next((line for line in lines if not line.startswith(noise)), lines[0] if lines else "")

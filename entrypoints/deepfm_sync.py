@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
+from deepfm_data_errors import is_bad_row, record_reader, stop_on_bad_data
 from deepfm_log import error_line, log
 from deepfm_sync_steps import window_runner
 from deepfm_sync_steps import window as steps_window
@@ -91,7 +92,9 @@ def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, train
             todo = steps_window(step, hp)
             try:
                 trained, bad = run_window(iterator, todo)
-            except tf.errors.InvalidArgumentError as err:  # bad_rows: fail met a bad row
+            except tf.errors.InvalidArgumentError as err:
+                if not is_bad_row(err):
+                    raise  # not a row the features refused: the run names the file (run)
                 log(f"error: {error_line(err.message)}")
                 raise SystemExit(1) from None
             previous, step, bad_rows = step, step + trained, bad_rows + bad
@@ -189,10 +192,12 @@ def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=N
             stop_untrained(channels, f"{env.current_host} ({where})", why)
         if keeper is not None:
             keeper.maybe_save(step, force=True)
+        if has_eval and (not evaluated or evaluated[-1] != step):
+            evaluate_now(step)
     except Diverged as err:
         stop_diverged(err, keeper)
-    if has_eval and (not evaluated or evaluated[-1] != step):
-        evaluate_now(step)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+        stop_on_bad_data(err, env, [*training_input(hp, env, where)[0], di.EVAL_CHANNEL], record_reader(hp, env))
     dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))
     if where.rank == 0 and hp.export:
         export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
