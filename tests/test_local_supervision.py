@@ -95,6 +95,7 @@ def test_failing_script_stops_everything_and_names_the_process(tmp_path):
     assert "algo-2/worker exited with code 3" in result.reason
     text = "\n".join(lines)
     assert "FAILED: algo-2/worker exited with code 3" in text and "stand-in failing on purpose" in text
+    assert lines[-1] == "[dfm local] cause: algo-2/worker: [dfm] error: stand-in failing on purpose"  # last, named
     children = [r["child_pid"] for r in reports(result.job_dir).values()]
     assert_no_survivors(result.pids | set(children))
 

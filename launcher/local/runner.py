@@ -66,6 +66,10 @@ def write_host_tree(host: LocalHost, source_dir: str, source_files: Mapping[str,
         (root / "input" / "config" / name).write_text(json.dumps(content, indent=1))
 
 
+# What a process line says when it names why a run failed: the scripts' one-line errors, a full disk.
+CAUSES = ("[dfm] error: ", "No space left on device")
+
+
 class LocalRun:
     def __init__(self, request: LocalRequest, *, echo=print, verbose=False):
         self.request = request
@@ -81,6 +85,7 @@ class LocalRun:
         self.culprit = None  # the child whose exit failed the run
         self.watchdog: StallWatchdog | None = None
         self._restored: dict[str, dict[str, tuple[int, int]]] = {}  # host -> checkpoint files copied in from the store
+        self.first_cause: str | None = None  # the first process line that says why a run failed
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -134,6 +139,8 @@ class LocalRun:
     def take(self, label: str, line: str) -> bool:
         """A process line into the progress and the stall watchdog; -> whether it was a metric line."""
         metric = self.progress.feed(label, line)
+        if self.first_cause is None and any(mark in line for mark in CAUSES):
+            self.first_cause = f"{label}: {line.strip()}"
         if self.watchdog is not None:
             self.watchdog.saw(label, line, metric, time.monotonic())
         return metric
@@ -294,6 +301,8 @@ class LocalRun:
                  f"  logs: {self.request.log_dir}" + self._hidden_note()]
         lines += [f"  exported: {path}" for path in p.exported]
         lines += self._curves_lines()
+        if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
+            lines.append(f"[dfm local] cause: {self.first_cause}")
         for line in lines:
             if line:
                 self.echo(line)

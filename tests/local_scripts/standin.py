@@ -106,7 +106,7 @@ if args.stop_on == host:
 if mine and args.behave == "sleep":
     time.sleep(args.sleep_s)
 if mine and args.behave == "fail":
-    print("stand-in failing on purpose", flush=True)
+    print("[dfm] error: stand-in failing on purpose", flush=True)
     sys.exit(3)
 print("[dfm] eval step=20 loss=0.5000 auc=0.7000", flush=True)
 with open(os.path.join(os.environ["SM_MODEL_DIR"], f"model-{name}.txt"), "w") as handle:
