@@ -317,3 +317,10 @@ def test_bfloat16_runs_here_only_on_a_cpu_with_bfloat16_instructions(tmp_path, f
     bf16 = [p for p in request.problems if "mixed_precision" in p]
     assert bf16 == ([f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
                      "(avx512_bf16 or amx_bf16 in /proc/cpuinfo): use auto or false for --local runs here"] if refused else [])
+
+
+def test_an_unwritable_run_dir_is_one_line_before_any_work(tmp_path):
+    plan = standin_plan(tmp_path)
+    (tmp_path / "runs").write_text("a file where the run folder would go")
+    with pytest.raises(DfmError, match=r"cannot create the run directory .*: Not a directory; give a writable folder"):
+        local_run(plan, tmp_path).run()

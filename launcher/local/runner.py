@@ -94,7 +94,11 @@ class LocalRun:
             raise DfmError(request.problems[0])
         if self.job_dir.exists():
             raise DfmError(f"run directory {self.job_dir} already exists; pick another job name or run_dir")
-        Path(request.log_dir).mkdir(parents=True)
+        try:
+            Path(request.log_dir).mkdir(parents=True)
+        except OSError as err:
+            raise DfmError(f"cannot create the run directory {self.job_dir}: {err.strerror or err}; "
+                           f"give a writable folder as local.run_dir (or --run-dir)") from None
         store = Path(request.checkpoint_store) if request.checkpoint_store else None
         for host in request.hosts:
             write_host_tree(host, request.source_dir, request.source_files)
