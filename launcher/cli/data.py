@@ -221,9 +221,9 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
         raise DfmError(str(err)) from None
     if not paths:
         raise DfmError("no input files found")
-    if any(out / name in {p.parent for p in paths} for name in layout.channel_names()):
+    names = list(dict.fromkeys([*layout.channel_names(), *_earlier_channels(out), "split.json"]))
+    if any(out / name in {p.parent for p in paths} for name in names):
         raise DfmError("--out must not contain the input folders")
-    names = [*layout.channel_names(), "split.json"]
     with Staged([out / name for name in names], force, f"--out {out}") as stage:
         try:
             total = count_records(paths)
@@ -243,6 +243,15 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
                f"{', '.join(n + '/' for n in layout.channel_names())} under {out}"
                + (f"; dropped the last {report.dropped} records (not divisible by {len(report.paths)} files)"
                   if report.dropped else ""))
+
+
+def _earlier_channels(out: Path) -> list[str]:
+    """The channel folders an earlier split wrote under `out` (its split.json): --force replaces that whole set."""
+    try:
+        channels = json.loads((out / "split.json").read_text())["channels"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [name for name in channels if isinstance(name, str) and name and Path(name).name == name]
 
 
 @data.command("inspect")
