@@ -264,7 +264,7 @@ def _earlier_channels(out: Path) -> list[str]:
 @click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def inspect_command(file: Path, rows: int, columns: str | None, header: bool | None, label: str | None,
                     output: str) -> None:
-    """Propose a spec's `features:` section from a sample of a TSV or CSV file."""
+    """Propose a spec's `features:` section from a sample of a TSV or CSV file (plain or gzip)."""
     from launcher.data import inspect as inspect_mod
 
     names = [name.strip() for name in columns.split(",")] if columns is not None else None
@@ -273,6 +273,8 @@ def inspect_command(file: Path, rows: int, columns: str | None, header: bool | N
         proposal = inspect_mod.propose(sample, label)
     except inspect_mod.InspectError as err:
         raise DfmError(str(err)) from None
+    for note in inspect_mod.notes(proposal):
+        click.echo(f"note: {note}", err=True)
     if output == "json":
         click.echo(json.dumps({"features": proposal.features, "stats": proposal.stats,
                                "sample": {"file": str(file), "rows": len(sample.rows), "header": sample.header,
