@@ -2,8 +2,8 @@
 
 Every row must carry exactly `field_size` pairs: the seed's converter wrote ragged rows silently, and
 a ragged row only fails much later, inside a training job's parse op. Every row is checked (a block of lines at a
-time, as arrays) and each bad row is reported with its file and line number. Blank lines are skipped. gzip input is decompressed
-as it is read.
+time, as arrays) and each bad row is reported with its file and line number. Blank lines are skipped. gzip input
+is decompressed as it is read.
 """
 
 from __future__ import annotations
