@@ -35,15 +35,16 @@ def _write_with_bad_rows(path):
 
 
 def test_bad_rows_fail_with_line_numbers_and_write_nothing(tmp_path, capsys):
+    """Bad input found while reading the data: exit 1 (exit 2 is for what is refused before any work)."""
     source = tmp_path / "bad.libsvm"
     _write_with_bad_rows(source)
     out = tmp_path / "tf"
-    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3"]) == 2
+    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3"]) == 1
     err = capsys.readouterr().err
     for line in (2, 5, 6, 7):
         assert f"{source}:{line}:" in err
     assert "4 bad rows (of 6)" in err and f"first at {source}:2: 2 id:value pairs, expected 3" in err
-    assert not list(out.glob("*.tfrecord"))
+    assert not out.exists()
 
 
 def test_skip_bad_writes_the_good_rows_and_reports_the_count(tmp_path, capsys):
@@ -82,7 +83,7 @@ def test_a_value_beyond_float32_is_a_bad_row_not_an_inf_in_the_output(tmp_path, 
     source = tmp_path / "big.libsvm"
     source.write_text("1 0:1 5:0.5 9:1\n0 0:1 5:1e39 9:1\n0 1:1 6:3.4e38 9:1\n")
     out = tmp_path / "tf"
-    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3"]) == 2
+    assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3"]) == 1
     assert f"{source}:2: pair 2: value 1e39 is beyond float32" in capsys.readouterr().err
     assert main(["data", "convert", str(source), "--out", str(out), "--field-size", "3", "--skip-bad"]) == 0
     assert "skipped 1 bad rows" in capsys.readouterr().out
@@ -106,6 +107,89 @@ def test_an_interrupted_convert_leaves_no_file_behind(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         libsvm.convert(sources, tmp_path / "tf", 6, files=2, on_bytes=interrupt)
     assert list((tmp_path / "tf").iterdir()) == []
+
+
+def _convert(*argv):
+    return main(["data", "convert", *map(str, argv), "--field-size", "6"])
+
+
+def test_a_non_empty_out_is_refused_and_force_replaces_the_whole_set(tmp_path, capsys):
+    data = synth.generate(40, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    out = tmp_path / "tf"
+    assert _convert(*sources, "--out", out, "--files", "4") == 0
+    capsys.readouterr()
+    assert _convert(sources[0], "--out", out, "--files", "1") == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "--force" in err and err.count("\n") == 1
+    assert len(list(out.iterdir())) == 4  # refused before any work: the old set is as it was
+    assert _convert(sources[0], "--out", out, "--files", "1", "--force") == 0
+    assert [p.name for p in out.iterdir()] == ["part-00000.tfrecord"]  # no old part-00001..3 beside the new one
+    assert not list(tmp_path.glob(".*"))  # no staging copy left
+
+
+def test_force_keeps_the_old_set_when_the_new_one_fails(tmp_path, capsys):
+    data = synth.generate(40, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    out = tmp_path / "tf"
+    assert _convert(*sources, "--out", out, "--files", "2") == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (tmp_path / "bad.libsvm").write_text("not libsvm\n")
+    assert _convert(tmp_path / "bad.libsvm", "--out", out, "--force") == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_no_empty_files_beyond_the_rows(tmp_path, capsys):
+    data = synth.generate(5, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    assert _convert(*sources, "--out", tmp_path / "tf", "--files", "100") == 0
+    assert "wrote 5 rows to 5 files (not 100" in capsys.readouterr().out
+    outputs = sorted((tmp_path / "tf").iterdir())
+    assert [len(read_examples([p], 6)[0]) for p in outputs] == [1] * 5
+
+
+@pytest.mark.parametrize("content, words", [
+    ("", "all empty or blank"),
+    ("1,2,3\n4,5,6\n", "2 bad; first at"),
+    (bytes(range(256)) * 4, "bad; first at"),
+])
+def test_no_good_rows_fails_with_the_counts_and_the_first_bad_rows(tmp_path, capsys, content, words):
+    source = tmp_path / "in.libsvm"
+    source.write_bytes(content) if isinstance(content, bytes) else source.write_text(content)
+    assert _convert(source, "--out", tmp_path / "tf", "--skip-bad") == 1
+    err = capsys.readouterr().err
+    assert "no good rows in 1 input files" in err and words in err, err
+    assert not (tmp_path / "tf").exists()
+
+
+def test_gzip_input_is_read_as_its_text(tmp_path, capsys):
+    import gzip
+
+    data = synth.generate(30, 2, field_size=6, feature_size=400)
+    (source,) = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    packed = tmp_path / "day_0.gz"
+    packed.write_bytes(gzip.compress(source.read_bytes()))
+    assert _convert(packed, "--out", tmp_path / "tf") == 0
+    assert "wrote 30 rows to 1 files" in capsys.readouterr().out
+    labels, ids, _ = read_examples(sorted((tmp_path / "tf").iterdir()), 6)
+    np.testing.assert_array_equal(ids, data.ids)
+    truncated = tmp_path / "cut.gz"
+    truncated.write_bytes(packed.read_bytes()[:-20])
+    assert _convert(truncated, "--out", tmp_path / "tf2") == 1
+    err = capsys.readouterr().err
+    assert f"{truncated}: damaged gzip data" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_an_unwritable_out_is_one_line_exit_2_before_any_work(tmp_path, capsys, where):
+    data = synth.generate(5, 2, field_size=6, feature_size=400)
+    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "tf" if where == "file" else "/proc/dfm-no-such/tf"
+    assert _convert(*sources, "--out", out) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dfm: --out {out}: ") and err.count("\n") == 1 and "Traceback" not in err, err
 
 
 _TOKENS = ["0", "1", "-0", "0.5", ".5", "5.", "-.5", "007", "0.1", "-0.0", "1.0000000000000002", "0.000000000000001",

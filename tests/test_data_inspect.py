@@ -116,7 +116,7 @@ def _bad_inputs(tmp_path):
     binary = tmp_path / "data.tfrecord"
     binary.write_bytes(bytes(range(256)) * 4)
     packed = tmp_path / "data.tsv.gz"
-    packed.write_bytes(gzip.compress(b"1\ta\n0\tb\n"))
+    packed.write_bytes(gzip.compress(b"1\ta\n0\tb\n" * 50)[:-30])
     text = tmp_path / "notes.txt"
     text.write_text("just one column\nof prose\n")
     no_label = tmp_path / "no-label.tsv"
@@ -125,7 +125,7 @@ def _bad_inputs(tmp_path):
         ([tmp_path / "absent.tsv"], "no such file"),
         ([tmp_path], "is a folder"),
         ([binary], "binary"),
-        ([packed], "gzip"),
+        ([packed], "damaged gzip data"),
         ([ragged], "ragged.tsv:10: 2 fields, expected 3"),
         ([text], "no tab or comma"),
         ([no_label], "--label"),
@@ -149,3 +149,22 @@ def test_skewed_fractions_get_log1p_and_counts_get_buckets(tmp_path, capsys):
     out = json.loads(_inspect(capsys, path, "--columns", "clicked,spend,visits", "--output", "json"))
     assert out["features"]["numeric"]["spend"] == {"transform": "log1p"}  # skewed, but not whole numbers
     assert_powers_of_two_to(out["features"]["numeric"]["visits"], out["stats"]["visits"]["max"])
+
+
+def test_gzip_text_is_read_as_its_content(criteo, tmp_path, capsys):
+    path, _ = criteo
+    packed = tmp_path / "day_0.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    plain, compressed = yaml.safe_load(_inspect(capsys, path)), yaml.safe_load(_inspect(capsys, packed))
+    assert compressed == plain and len(plain["features"]["categorical"]) == 26
+
+
+def test_a_column_of_numbers_with_an_inf_is_categorical_with_a_note(tmp_path, capsys):
+    path = tmp_path / "spend.tsv"
+    path.write_text("".join(f"{k % 2}\t{'inf' if k == 7 else k * 1.5}\t{k}\n" for k in range(200)))
+    assert main(["data", "inspect", str(path), "--columns", "clicked,spend,visits"]) == 0
+    captured = capsys.readouterr()
+    assert "spend" in yaml.safe_load(captured.out)["features"]["categorical"]
+    assert "note: spend: categorical, not numeric: 1 sampled values are not finite (e.g. 'inf')" in captured.err
+    assert "not finite" in [line for line in captured.out.splitlines() if line.strip().startswith("spend")][0]
+    assert "note:" not in _inspect(capsys, path, "--columns", "clicked,spend,visits", "--output", "json")

@@ -80,3 +80,45 @@ def test_progress_counts_every_input_record(records, tmp_path):
     report = split(sorted(source.iterdir()), tmp_path / "out", Layout(hosts=2, workers=2), on_records=reported.append)
     assert (report.total, report.dropped) == (103, 3)
     assert sum(reported) == len(originals)  # written and dropped: a bar over the total ends full
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda data: data[:-7], "truncated record at byte"),
+    (lambda data: data[:40] + bytes([data[40] ^ 0xFF]) + data[41:], "corrupted record at byte"),
+    (lambda data: b"1 0:1 2:1\n" * 3, "corrupted record at byte 0"),
+])
+def test_a_damaged_input_is_one_line_naming_the_file_and_nothing_is_written(records, tmp_path, capsys, damage, words):
+    source, _ = records
+    bad = tmp_path / "in" / "b.tfrecord"
+    bad.parent.mkdir()
+    bad.write_bytes(damage((source / "a-00000.tfrecord").read_bytes()))
+    out = tmp_path / "out"
+    assert main(["data", "split", str(source), str(bad), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"dfm: {bad}: not a complete TFRecord file ({words}") and err.count("\n") == 1, err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_gzip_tfrecords_are_read(records, tmp_path):
+    import gzip
+
+    source, originals = records
+    packed = tmp_path / "in" / "all.tfrecord.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(b"".join(p.read_bytes() for p in sorted(source.iterdir()))))
+    out = tmp_path / "out"
+    assert main(["data", "split", str(packed), "--out", str(out), "--workers", "2"]) == 0
+    written = Counter(r for p in sorted(out.rglob("*.tfrecord")) for r in iter_raw_records([p]))
+    assert written == Counter(originals[:102])
+
+
+def test_force_swaps_the_new_set_in_only_when_it_is_complete(records, tmp_path, capsys):
+    source, _ = records
+    out = tmp_path / "out"
+    assert main(["data", "split", str(source), "--out", str(out), "--workers", "2", "--multi-path"]) == 0
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    assert main(["data", "split", str(source), "--out", str(out), "--hosts", "200", "--force"]) == 2
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert main(["data", "split", str(source), "--out", str(out), "--force"]) == 0
+    # the new set only: train-1/ of the old multi-path layout is gone, no staging copy is left
+    assert sorted(p.relative_to(out).as_posix() for p in out.iterdir()) == ["split.json", "train"]

@@ -1,6 +1,7 @@
 """The synthetic generator: deterministic, Criteo-like, and its teacher AUC is a real ceiling."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -165,3 +166,21 @@ def test_deep_share_moves_that_share_of_the_teacher_to_a_network_no_fm_holds(sha
     np.testing.assert_array_equal(zero_labels, fm_labels)
     with pytest.raises(ValueError, match="deep_share"):
         synth.Generator(3, **layout, deep_share=1.5)
+
+
+def test_force_keeps_the_old_data_until_the_new_is_complete(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sample"
+    argv = ["data", "synth", "--out", str(out), "--rows", "40", "--format", "libsvm", "--field-size", "4",
+            "--feature-size", "100"]
+    assert main(argv) == 0
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stream, "write_parts", interrupted)
+    assert main([*argv, "--seed", "1", "--force"]) == 130  # click's Abort: "dfm: aborted"
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    monkeypatch.undo()
+    assert main([*argv, "--seed", "1", "--force"]) == 0
+    assert json.loads((out / "meta.json").read_text())["seed"] == 1 and sorted(os.listdir(out)) == ["meta.json", "train"]

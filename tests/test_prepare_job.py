@@ -284,7 +284,7 @@ def test_local_outputs_never_replace_the_input(tmp_path):
     spec = load_spec(write_spec(tmp_path, section, local={"train": str(tmp_path / "data/train"),
                                                           "eval": str(tmp_path / "data/eval")}))
     with pytest.raises(DfmError, match="holds the input"):
-        prepare_local.clear_outputs(prepare_job.job_description(spec, local=True), force=True)
+        prepare_local.output_folders(prepare_job.job_description(spec, local=True))
     assert (tmp_path / "data/train/part-0.libsvm").exists()
 
 

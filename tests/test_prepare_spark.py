@@ -326,3 +326,27 @@ def test_many_small_files_are_read_a_task_per_core_each_row_named_by_its_file(tm
     items = parsed.collect()
     assert [item[1] for item in items if item[0] == "bad"] == ["part-007.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'"]
     assert sum(len(item[1][0]) for item in items if item[0] == "ok") == 600
+
+
+def test_gzip_input_is_read_and_a_forced_rerun_replaces_the_set(tmp_path, spark):
+    """Criteo's own .gz files, decompressed by Spark; a second run with force swaps its files in whole."""
+    import gzip
+
+    from launcher.data import prepare_local
+    from launcher.spec import load_spec
+
+    labels = write_clicks(tmp_path / "clicks", 300, files=1)
+    source = tmp_path / "clicks/part-000.libsvm"
+    source.with_name("day_0.gz").write_bytes(gzip.compress(source.read_bytes()))
+    source.unlink()
+    section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+               "stats": False, "files_per_worker": 1}
+    report, _ = prepare(tmp_path, spark, section, count=1, processes=1)
+    assert (report["rows"], report["bad_rows"]) == (300, 0)
+    stale = tmp_path / "out/train/part-00009.tfrecord"
+    stale.write_bytes(b"old")
+    spec = load_spec(write_spec(tmp_path, {**section, "shuffle": False}, count=1, processes=1,
+                                local={"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")}))
+    report = prepare_local.run(spec, force=True, spark=spark)
+    assert not stale.exists() and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prepare", "train"]
+    assert sorted(read(sorted((tmp_path / "out/train").iterdir()))[0].tolist()) == sorted(labels.tolist())

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import shutil
 from pathlib import Path
 
 import click
@@ -46,14 +45,6 @@ def _progress(length: int, label: str):
     return _Quiet()
 
 
-def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
-    taken = [out / name for name in names if (out / name).exists()]
-    if taken and not force:
-        raise DfmError(f"{taken[0]} already exists; pass --force to replace it")
-    for path in taken:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-
-
 @data.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for train/, eval/ and meta.json.")
@@ -80,12 +71,14 @@ def _clear_outputs(out: Path, names: list[str], force: bool) -> None:
               help="Share of cells left empty (missing) [default: 0.05 with criteo-tsv, else 0].")
 @click.option("--multi-hot", "multi_hot", default=None, metavar="NAME",
               help="criteo-tsv: add a multi-hot column NAME (ids joined by '|') that the teacher uses.")
-@click.option("--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out.")
+@click.option("--force", is_flag=True,
+              help="Replace existing train/, eval/ and meta.json under --out (swapped in when complete).")
 def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | None, seed: int, field_size: int,
           feature_size: int, numeric_fields: int | None, signal: float, positive_rate: float, deep_share: float, fmt: str,
           missing_rate: float | None, multi_hot: str | None, force: bool) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
     from launcher.data import stream, synth as synth_mod
+    from launcher.data.staging import Staged
 
     if missing_rate is None:
         missing_rate = 0.05 if fmt == "criteo-tsv" else 0.0
@@ -99,7 +92,6 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         eval_files = max(d for d in range(1, files + 1) if eval_rows % d == 0) if eval_rows else 1
     elif eval_rows % eval_files:
         raise DfmError(f"--eval-rows {eval_rows} does not split into {eval_files} equal files")
-    _clear_outputs(out, ["train", "eval", "meta.json"], force)
     try:
         generator = synth_mod.Generator(seed, field_size=field_size, feature_size=feature_size,
                                         numeric_fields=numeric_fields, signal=signal, positive_rate=positive_rate,
@@ -113,23 +105,25 @@ def synth(out: Path, rows: int, eval_rows: int, files: int, eval_files: int | No
         layout = generator.layout
         if multi_hot in raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields):
             raise DfmError(f"--multi-hot {multi_hot} is already a column name; pick another, e.g. recent_cats")
-    parts = [(out / "train", rows, files)] + ([(out / "eval", eval_rows, eval_files)] if eval_rows else [])
-    with _progress(rows + eval_rows, "drawing") as bar:
+    with Staged([out / "train", out / "eval", out / "meta.json"], force, f"--out {out}") as stage, \
+            _progress(rows + eval_rows, "drawing") as bar:
+        parts = [(stage.folder(out / "train"), rows, files)] + (
+            [(stage.folder(out / "eval"), eval_rows, eval_files)] if eval_rows else [])
         results = stream.write_parts(generator, parts, fmt=fmt, on_rows=bar.update)
-    (train_auc, train_rate), held_out = results[0], results[1:]
-    meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
-            "seed": seed, "field_size": field_size, "feature_size": feature_size,
-            "numeric_fields": numeric_fields if numeric_fields is not None else field_size // 3,
-            "signal": signal, "format": fmt, "positive_rate": train_rate, "teacher_auc": train_auc}
-    if held_out:
-        meta["eval_teacher_auc"] = held_out[0][0]
-    if missing_rate:
-        meta["missing_rate"] = missing_rate
-    if deep_share:
-        meta["deep_share"] = deep_share
-    if fmt == "criteo-tsv":
-        meta.update(_raw_meta(generator, multi_hot))
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (train_auc, train_rate), held_out = results[0], results[1:]
+        meta = {"rows": rows, "eval_rows": eval_rows, "files": files, "eval_files": eval_files if eval_rows else 0,
+                "seed": seed, "field_size": field_size, "feature_size": feature_size,
+                "numeric_fields": numeric_fields if numeric_fields is not None else field_size // 3,
+                "signal": signal, "format": fmt, "positive_rate": train_rate, "teacher_auc": train_auc}
+        if held_out:
+            meta["eval_teacher_auc"] = held_out[0][0]
+        if missing_rate:
+            meta["missing_rate"] = missing_rate
+        if deep_share:
+            meta["deep_share"] = deep_share
+        if fmt == "criteo-tsv":
+            meta.update(_raw_meta(generator, multi_hot))
+        stage.path(out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     click.echo(f"wrote {rows} train rows in {files} files"
                + (f" and {eval_rows} eval rows in {eval_files} files" if eval_rows else "")
                + f" to {out}; positives {train_rate:.1%}, teacher AUC {train_auc:.4f}"
@@ -158,28 +152,44 @@ def _raw_meta(generator, multi_hot: str | None) -> dict:
               help="Exact number of id:value pairs every row must have.")
 @click.option("--feature-size", type=int, default=None, callback=_positive, help="Also check every id is below this.")
 @click.option("--files", type=int, default=1, show_default=True, callback=_positive,
-              help="Output files; rows are dealt round-robin (counts differ by at most one).")
+              help="Output files; rows are dealt round-robin (counts differ by at most one; at most one file a row).")
 @click.option("--prefix", default="part", show_default=True)
 @click.option("--skip-bad", is_flag=True, help="Write the good rows and report how many were skipped.")
+@click.option("--force", is_flag=True,
+              help="Replace everything in a non-empty --out (the new set is written beside it, swapped in when complete).")
 def convert(inputs: tuple[Path, ...], out: Path, field_size: int, feature_size: int | None, files: int,
-            prefix: str, skip_bad: bool) -> None:
-    """Convert libsvm files (or folders of them) to TFRecord, checking every row."""
+            prefix: str, skip_bad: bool, force: bool) -> None:
+    """Convert libsvm files (or folders of them; plain or gzip) to TFRecord, checking every row."""
     from launcher.data import libsvm
     from launcher.data.split import input_files
+    from launcher.data.staging import Staged
 
     paths = input_files(list(inputs))
     if not paths:
         raise DfmError("no input files found")
-    with _progress(sum(p.stat().st_size for p in paths), "converting") as bar:
-        report = libsvm.convert(paths, out, field_size, files=files, prefix=prefix, feature_size=feature_size,
-                                skip_bad=skip_bad, on_bytes=bar.update)
-    for bad in report.first_bad:
-        click.echo(f"  bad row {bad}", err=True)
-    if report.bad and not skip_bad:
-        raise DfmError(f"{report.bad} bad rows (of {report.rows + report.bad}); first at {report.first_bad[0]}; "
-                       "nothing written (--skip-bad writes the good rows)")
+    out = out.absolute()
+    inside = [p for p in paths if out in p.absolute().parents]
+    if inside:
+        raise DfmError(f"--out {out} holds the input {inside[0]}: write the TFRecords to another folder", 2)
+    with Staged([out], force, f"--out {out}") as stage:
+        with _progress(sum(p.stat().st_size for p in paths), "converting") as bar:
+            try:
+                report = libsvm.convert(paths, stage.folder(out), field_size, files=files, prefix=prefix,
+                                        feature_size=feature_size, skip_bad=skip_bad, on_bytes=bar.update)
+            except libsvm.DamagedInput as err:
+                raise DfmError(f"{err}; nothing written", 1) from None
+        for bad in report.first_bad:
+            click.echo(f"  bad row {bad}", err=True)
+        if not report.rows:
+            raise DfmError(f"no good rows in {len(paths)} input files ({report.bad} bad"
+                           + (f"; first at {report.first_bad[0]}" if report.first_bad else ": all empty or blank")
+                           + f"); nothing written, {out} left as it was", 1)
+        if report.bad and not skip_bad:
+            raise DfmError(f"{report.bad} bad rows (of {report.rows + report.bad}); first at {report.first_bad[0]}; "
+                           f"nothing written, {out} left as it was (--skip-bad writes the good rows)", 1)
     skipped = f", skipped {report.bad} bad rows" if report.bad else ""
-    click.echo(f"wrote {report.rows} rows to {files} files in {out}{skipped}")
+    fewer = f" (not {files}: one file a row at most)" if len(report.outputs) < files else ""
+    click.echo(f"wrote {report.rows} rows to {len(report.outputs)} files{fewer} in {out}{skipped}")
 
 
 @data.command("split")
@@ -195,11 +205,14 @@ def convert(inputs: tuple[Path, ...], out: Path, field_size: int, feature_size: 
 @click.option("--channels", type=int, default=None, callback=_positive,
               help="Channel folders with --multi-path (default: --workers; a multiple of it).")
 @click.option("--channel", default="train", show_default=True, help="Base channel name.")
-@click.option("--force", is_flag=True, help="Replace existing channel folders under --out.")
+@click.option("--force", is_flag=True,
+              help="Replace existing channel folders and split.json under --out (swapped in when complete).")
 def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int, files_per_worker: int,
                   multi_path: bool, channels: int | None, channel: str, force: bool) -> None:
     """Re-split TFRecords into equal-count files for hosts x workers (remainder records are dropped)."""
     from launcher.data import split as split_mod
+    from launcher.data.staging import Staged
+    from launcher.data.tfrecord import DamagedRecords, count_records
 
     try:
         layout = split_mod.Layout(hosts, workers, files_per_worker, multi_path, channels or 0, channel)
@@ -208,24 +221,37 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
         raise DfmError(str(err)) from None
     if not paths:
         raise DfmError("no input files found")
-    if any(out / name in {p.parent for p in paths} for name in layout.channel_names()):
+    names = list(dict.fromkeys([*layout.channel_names(), *_earlier_channels(out), "split.json"]))
+    if any(out / name in {p.parent for p in paths} for name in names):
         raise DfmError("--out must not contain the input folders")
-    _clear_outputs(out, [*layout.channel_names(), "split.json"], force)
-    try:
-        total = split_mod.count_records(paths)
-        with _progress(total, "splitting") as bar:
-            report = split_mod.split(paths, out, layout, total=total, on_records=bar.update)
-    except ValueError as err:
-        raise DfmError(str(err)) from None
-    summary = {"hosts": hosts, "workers": workers, "files_per_worker": files_per_worker, "multi_path": multi_path,
-               "channels": layout.channel_names(), "files_per_channel": layout.files_per_channel(),
-               "records_per_file": report.records_per_file, "records": report.total - report.dropped,
-               "dropped": report.dropped}
-    (out / "split.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with Staged([out / name for name in names], force, f"--out {out}") as stage:
+        try:
+            total = count_records(paths)
+            with _progress(total, "splitting") as bar:
+                report = split_mod.split(paths, out, layout, total=total, on_records=bar.update,
+                                         place=lambda path: stage.path(path.parent) / path.name)
+        except DamagedRecords as err:
+            raise DfmError(f"{err}; nothing written", 1) from None
+        except ValueError as err:
+            raise DfmError(str(err)) from None
+        summary = {"hosts": hosts, "workers": workers, "files_per_worker": files_per_worker,
+                   "multi_path": multi_path, "channels": layout.channel_names(),
+                   "files_per_channel": layout.files_per_channel(), "records_per_file": report.records_per_file,
+                   "records": report.total - report.dropped, "dropped": report.dropped}
+        stage.path(out / "split.json").write_text(json.dumps(summary, indent=2) + "\n")
     click.echo(f"wrote {len(report.paths)} files x {report.records_per_file} records into "
                f"{', '.join(n + '/' for n in layout.channel_names())} under {out}"
                + (f"; dropped the last {report.dropped} records (not divisible by {len(report.paths)} files)"
                   if report.dropped else ""))
+
+
+def _earlier_channels(out: Path) -> list[str]:
+    """The channel folders an earlier split wrote under `out` (its split.json): --force replaces that whole set."""
+    try:
+        channels = json.loads((out / "split.json").read_text())["channels"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [name for name in channels if isinstance(name, str) and name and Path(name).name == name]
 
 
 @data.command("inspect")
@@ -238,7 +264,7 @@ def split_command(inputs: tuple[Path, ...], out: Path, hosts: int, workers: int,
 @click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def inspect_command(file: Path, rows: int, columns: str | None, header: bool | None, label: str | None,
                     output: str) -> None:
-    """Propose a spec's `features:` section from a sample of a TSV or CSV file."""
+    """Propose a spec's `features:` section from a sample of a TSV or CSV file (plain or gzip)."""
     from launcher.data import inspect as inspect_mod
 
     names = [name.strip() for name in columns.split(",")] if columns is not None else None
@@ -247,6 +273,8 @@ def inspect_command(file: Path, rows: int, columns: str | None, header: bool | N
         proposal = inspect_mod.propose(sample, label)
     except inspect_mod.InspectError as err:
         raise DfmError(str(err)) from None
+    for note in inspect_mod.notes(proposal):
+        click.echo(f"note: {note}", err=True)
     if output == "json":
         click.echo(json.dumps({"features": proposal.features, "stats": proposal.stats,
                                "sample": {"file": str(file), "rows": len(sample.rows), "header": sample.header,

@@ -35,7 +35,8 @@ def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
 @click.option("--stats-only", is_flag=True, help="Only the statistics: stats.json and a proposed features.yaml (--local; on SageMaker with --wait).")
 @click.option("--wait/--no-wait", default=False, show_default=True, help="After submitting, follow the job's logs.")
 @click.option("--job-name", default=None, help="Processing job name (default: <name>-prep-<timestamp>).")
-@click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders.")
+@click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders (the new "
+              "data is written beside them and swapped in when complete; not for SageMaker's S3 outputs).")
 @click.option("--features-from", "stats_file", default=None, metavar="STATS_JSON",
               help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).")
 @OUTPUT
@@ -46,6 +47,10 @@ def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bo
     if stats_file is not None:
         click.echo(_proposal(spec, stats_file), nl=False)
         return
+    if force and not local:
+        raise DfmError("--force replaces local folders only (--local): a SageMaker job's outputs are uploaded into "
+                       "data.train/data.eval as they are, over what is there, with no swap; prepare into new, empty "
+                       "S3 prefixes instead (set data.train and data.eval)", 2)
     if local:
         from launcher.data import prepare_local
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.data import textfile
+
 FORMATS = {"\t": "tsv", ",": "csv"}  # the delimiters a spec's text formats read
 LIST_SEPARATORS = ("|", ";", ",")
 RAGGED_TOLERANCE = 0.01  # share of sampled rows with another field count that are skipped, not fatal
@@ -28,6 +30,8 @@ MULTI_HOT_MIN_SHARE = 0.05  # of a column's non-empty values holding the separat
 SKEWED = 1.0  # sample skewness above which non-negative numbers get log-scaled
 MAX_COUNT_BOUNDARY = (1 << 31) - 1  # the last power-of-two boundary a count column gets
 _DETECT_LINES = 200
+NONFINITE_NOTE = ("categorical, not numeric: {nonfinite} sampled values are not finite (e.g. {nonfinite_example!r}); "
+                  "clean them, or declare the column numeric and such rows become bad rows")
 
 
 class InspectError(ValueError):
@@ -52,20 +56,16 @@ class Proposal:
 
 
 def read_sample(path: Path, rows: int, columns: list[str] | None = None, header: bool | None = None) -> Sample:
-    """The first `rows` data rows of `path`, split on the detected delimiter (tab or comma)."""
+    """The first `rows` data rows of `path` (plain or gzip), split on the detected delimiter (tab or comma)."""
     path = Path(path)
     if not path.exists():
         raise InspectError(f"{path}: no such file")
     if path.is_dir():
         raise InspectError(f"{path} is a folder; give one of its files")
-    with open(path, "rb") as handle:
-        head = handle.read(1 << 16)
-    if head.startswith(b"\x1f\x8b"):
-        raise InspectError(f"{path} is gzip-compressed; inspect a plain sample (zcat {path} | head -n 100000 > sample)")
-    if b"\x00" in head:
+    if b"\x00" in textfile.head(path):
         raise InspectError(f"{path} is binary (NUL bytes), not TSV or CSV text")
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with textfile.open_text(path, errors="strict", newline="") as (handle, _):
             first = list(itertools.islice(handle, _DETECT_LINES))
             delimiter = _delimiter(path, first)
             handle.seek(0)
@@ -73,6 +73,8 @@ def read_sample(path: Path, rows: int, columns: list[str] | None = None, header:
             parsed = [(reader.line_num, row) for row in itertools.islice(reader, rows + 1) if row]
     except UnicodeDecodeError:
         raise InspectError(f"{path} is not UTF-8 text") from None
+    except textfile.GZIP_ERRORS as err:
+        raise InspectError(f"{path}: damaged gzip data ({err}); check the download (gzip -t {path})") from None
     except csv.Error as err:
         raise InspectError(f"{path}: {err}") from None
     if not parsed:
@@ -190,11 +192,23 @@ def _profile(values: list[str]) -> dict:
         low, high = (int(array.min()), int(array.max())) if integer else (float(array.min()), float(array.max()))
         return {"kind": "integer" if integer else "float", "min": low, "max": high, "missing": missing,
                 "skew": round(skew, 3), "binary": bool(set(np.unique(array)) <= {0.0, 1.0})}
+    nonfinite = [v for v, n in zip(present, numbers) if n is None and _is_float(v)]
+    if nonfinite and len(nonfinite) == sum(n is None for n in numbers):  # numbers, but some inf or nan
+        return {"kind": "categorical", "distinct": len(set(present)), "missing": missing,
+                "nonfinite": len(nonfinite), "nonfinite_example": nonfinite[0]}
     separator, lengths, tokens = _list_shape(present)
     if separator is not None:
         return {"kind": "multi_hot", "separator": separator, "distinct": len(tokens), "missing": missing,
                 "max_length": max(1, int(math.ceil(np.percentile(lengths, 99)))), "longest": int(max(lengths))}
     return {"kind": "categorical", "distinct": len(set(present)), "missing": missing}
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_int(text: str) -> bool:
@@ -264,7 +278,14 @@ def _describe(stat: dict) -> str:
         return f"{stat['kind']} {stat['min']}..{stat['max']}, skew {stat['skew']}, {missing}"
     if stat["kind"] == "multi_hot":
         return f"{stat['distinct']} distinct tokens, up to {stat['longest']} per row, {missing}"
-    return f"{stat['distinct']} distinct in the sample, {missing}"
+    return f"{stat['distinct']} distinct in the sample, {missing}" + (
+        f"; {NONFINITE_NOTE.format(**stat)}" if stat.get("nonfinite") else "")
+
+
+def notes(proposal: Proposal) -> list[str]:
+    """What the reader should know about the proposal: columns of numbers made categorical by inf/nan values."""
+    return [f"{name}: {NONFINITE_NOTE.format(**stat)}" for name, stat in proposal.stats.items()
+            if stat.get("nonfinite")]
 
 
 def _flow(value: object) -> str:

@@ -2,7 +2,8 @@
 
 Every row must carry exactly `field_size` pairs: the seed's converter wrote ragged rows silently, and
 a ragged row only fails much later, inside a training job's parse op. Every row is checked (a block of lines at a
-time, as arrays) and each bad row is reported with its file and line number. Blank lines are skipped.
+time, as arrays) and each bad row is reported with its file and line number. Blank lines are skipped. gzip input
+is decompressed as it is read.
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from launcher.data.prepare_codec import crc32c_function, encode_libsvm, frame, gather, parse_libsvm, parse_libsvm_lines
+from launcher.data.textfile import GZIP_ERRORS, open_text
 
 _BLOCK_CHARS = 1 << 21  # lines parsed and encoded at once: about 4k rows of 39 fields
+
+
+class DamagedInput(ValueError):
+    """An input file that cannot be read to its end (a damaged or truncated gzip stream); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +53,13 @@ def _blocks(paths: Iterable[Path], field_size: int, feature_size: int | None, re
             keep_bad: int, on_bytes: Callable[[int], None]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(labels, ids, values) of the good rows, a block of lines at a time, parsed as arrays (parse_libsvm_lines)."""
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            number = 0
-            while lines := handle.readlines(_BLOCK_CHARS):
+        with open_text(path) as (handle, position):
+            number, done = 0, 0
+            while lines := _read_lines(handle, path):
                 if not lines[-1].endswith("\n"):
                     lines[-1] += "\n"
-                on_bytes(sum(map(len, lines)))
+                on_bytes(position() - done)
+                done = position()
                 labels, ids, values, bad = parse_libsvm_lines(lines, field_size, feature_size, ended=True)
                 report.bad += len(bad)
                 report.first_bad += [BadRow(path, number + index + 1, str(err))
@@ -61,13 +68,21 @@ def _blocks(paths: Iterable[Path], field_size: int, feature_size: int | None, re
                 yield labels, ids, values
 
 
+def _read_lines(handle, path: Path) -> list[str]:
+    try:
+        return handle.readlines(_BLOCK_CHARS)
+    except GZIP_ERRORS as err:
+        raise DamagedInput(f"{path}: damaged gzip data ({err}); check the download (gzip -t {path})") from None
+
+
 def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, prefix: str = "part",
             feature_size: int | None = None, skip_bad: bool = False, keep_bad: int = 5,
             on_bytes: Callable[[int], None] = lambda n: None) -> ConvertReport:
-    """Convert libsvm files into `files` TFRecord files, rows dealt round-robin (counts differ by at most one),
-    encoded and framed a block at a time with numpy (no TensorFlow). The files are written under hidden
-    temporary names and renamed when complete; with bad rows and not `skip_bad`, or on any failure, nothing
-    stays behind. The caller decides how to report `report.bad`."""
+    """Convert libsvm files (plain or gzip) into `files` TFRecord files, rows dealt round-robin (counts differ by at
+    most one; fewer files than `files` when there are fewer rows, none empty), encoded and framed a block at a time
+    with numpy (no TensorFlow). The files are written under hidden temporary names and renamed when complete; with
+    bad rows and not `skip_bad`, with no good rows, or on any failure, nothing stays behind. The caller decides how
+    to report `report.bad` and `report.rows`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = ConvertReport(outputs=[out_dir / f"{prefix}-{i:05d}.tfrecord" for i in range(files)],
                            counts=[0] * files)
@@ -90,9 +105,12 @@ def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, p
     except BaseException:
         _close_and_remove(handles, partial)
         raise
-    if report.bad and not skip_bad:
+    if (report.bad and not skip_bad) or not report.rows:
         _close_and_remove(handles, partial)
         return report
+    used = min(files, report.rows)  # rows are dealt from file 0: the files past the row count would be empty
+    _close_and_remove(handles[used:], partial[used:])
+    report.outputs, report.counts = report.outputs[:used], report.counts[:used]
     for handle, path, final in zip(handles, partial, report.outputs):
         handle.close()
         os.replace(path, final)

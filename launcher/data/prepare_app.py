@@ -26,6 +26,8 @@ STAGE_PREFIX = "[dfm-prepare]"
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
+SHOWN_BAD_ROWS = 5
+GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
 
 def _lighten_worker():
@@ -318,6 +320,22 @@ def statistics(spark, good, job):
 
 
 # ------------------------------------------------------------------------------------------------ main
+def check_read(part, uri, rows, bad_count, examples, policy):
+    """What reading one input found: its first bad rows printed (the job's log, the terminal with --local); a stop
+    (SystemExit, before anything is written) when no row is good, or any is bad under `bad_rows: fail`."""
+    for example in examples:
+        print(f"{STAGE_PREFIX} bad {part} row: {example}", flush=True)
+    name = "" if part == "train" else f"{part} "
+    hint = GZIP_HINT if any("\\x1f\\x8b" in e or "\\x1f\ufffd" in e for e in examples) else ""
+    if not rows:
+        found = f"first: {examples[0]}" if examples else "no lines"
+        raise SystemExit(f"{STAGE_PREFIX} no good {name}rows in {uri} ({bad_count} bad; {found}){hint}; "
+                         "nothing written")
+    if bad_count and policy == "fail":
+        raise SystemExit(f"{STAGE_PREFIX} {bad_count} bad {name}rows (bad_rows: fail); first: {examples[0]}{hint}; "
+                         "nothing written")
+
+
 def run(spark, job):
     """Spark is lazy: each stage line times the action that ran it (write: split, balance, encode, shuffle, write)."""
     from pyspark import StorageLevel
@@ -329,23 +347,22 @@ def run(spark, job):
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
         (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))  # one pass: it also fills the cache
-    examples = bad.map(lambda item: item[1]).take(5) if bad_count else []
+    examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
     report = {"input": job["input"]["uri"], "rows": rows, "bad_rows": bad_count,
               "bad_examples": examples, "bad_rows_policy": job["bad_rows"]}
     progress.stage("read", f"{rows} good rows, {bad_count} bad")
-    if bad_count and job["bad_rows"] == "fail":
-        raise SystemExit(f"{STAGE_PREFIX} {bad_count} bad rows (bad_rows: fail); first: {examples[0]}; nothing written")
+    check_read("train", job["input"]["uri"], rows, bad_count, examples, job["bad_rows"])
     good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     eval_good = None
     if job.get("eval_uri"):
         eval_parsed = read_parsed(spark, job["eval_uri"], job)
         eval_parsed = eval_parsed.persist(spill)
-        eval_bad = eval_parsed.filter(lambda item: item[0] == "bad")
-        report["eval_bad_rows"] = eval_bad.count()
-        if report["eval_bad_rows"] and job["bad_rows"] == "fail":
-            first = eval_bad.map(lambda item: item[1]).first()
-            raise SystemExit(f"{STAGE_PREFIX} {report['eval_bad_rows']} bad eval rows (bad_rows: fail); first: "
-                             f"{first}; nothing written")
+        eval_bad_count, eval_rows = eval_parsed.map(lambda item: (1, 0) if item[0] == "bad" else (
+            0, len(item[1][0]))).fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))
+        eval_examples = (eval_parsed.filter(lambda item: item[0] == "bad").map(lambda item: item[1])
+                         .take(SHOWN_BAD_ROWS) if eval_bad_count else [])
+        report["eval_bad_rows"] = eval_bad_count
+        check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
         eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     if job.get("stats", True):
         report["stats"] = statistics(spark, good.flatMap(block_rows), job)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.data import prepare_job
+from launcher.data.staging import Staged, check_writable
 from launcher.errors import DfmError
 from launcher.spec import Spec
 
@@ -42,20 +43,41 @@ def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
     return spark
 
 
-def clear_outputs(job: dict[str, Any], force: bool) -> None:
-    """The channel folders and the report are replaced only with --force: prepared data is expensive."""
-    folders = sorted({str(Path(p).parent) for p in job["train_paths"] + job["eval_paths"]} | {job["report_dir"]})
+def output_folders(job: dict[str, Any]) -> list[Path]:
+    """The channel folders and the report folder a preparation writes, refused (exit 2) when one holds its input."""
+    folders = sorted({Path(p).parent for p in job["train_paths"] + job["eval_paths"]} | {Path(job["report_dir"])})
     sources = [Path(p).resolve() for p in (job["input"]["uri"], job.get("eval_uri")) if p]
     for folder in folders:
-        inside = [s for s in sources if s == Path(folder).resolve() or Path(folder).resolve() in s.parents]
+        inside = [s for s in sources if s == folder.resolve() or folder.resolve() in s.parents]
         if inside:
             raise DfmError(f"{folder} (a local.channels folder) holds the input {inside[0]}: prepare writes its "
                            "channels elsewhere", 2)
-    taken = [f for f in folders if Path(f).exists() and any(Path(f).iterdir())]
-    if taken and not force:
-        raise DfmError(f"{taken[0]} is not empty; pass --force to replace the prepared data there")
-    for folder in taken:
-        shutil.rmtree(folder)
+    return folders
+
+
+def staged_job(job: dict[str, Any], stage: Staged) -> dict[str, Any]:
+    """The job with every output under its staging folder (swapped into place when the preparation succeeds)."""
+    def moved(path: str) -> str:
+        return str(stage.path(Path(path).parent) / Path(path).name)
+
+    return {**job, "train_paths": [moved(p) for p in job["train_paths"]],
+            "eval_paths": [moved(p) for p in job["eval_paths"]], "report_dir": str(stage.path(Path(job["report_dir"])))}
+
+
+def refuse_unnamed_gzip(job: dict[str, Any]) -> None:
+    """Spark decompresses text by the file's name (.gz): a gzip file named otherwise would be read as bad rows."""
+    if job["input"]["format"] == "parquet":
+        return
+    from launcher.data.split import input_files
+    from launcher.data.textfile import is_gzip
+
+    for source in (job["input"]["uri"], job.get("eval_uri")):
+        if not source:
+            continue
+        for path in input_files([Path(source)]):
+            if not path.name.endswith(".gz") and is_gzip(path):
+                raise DfmError(f"{path} is gzip-compressed but not named .gz: Spark decompresses only files whose "
+                               "names end in .gz; rename it", 2)
 
 
 def load_app(spark):
@@ -67,7 +89,8 @@ def load_app(spark):
 
 
 def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:
-    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json)."""
+    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json).
+    Everything is written beside its place and swapped in only when the preparation succeeds."""
 
     missing = [name for name in prepare_job.prepared_layout(spec).channel_names()
                + (["eval"] if prepare_job.wants_eval(spec) else []) if name not in spec.local.channels]
@@ -75,16 +98,25 @@ def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None
         raise DfmError(f"{spec.where('local.channels')}: local.channels: --local writes each channel's folder: "
                        f"add {', '.join(f'{m}: data/...' for m in missing)}", 2)
     job = prepare_job.job_description(spec, local=True, stats_only=stats_only)
-    if not Path(job["input"]["uri"]).exists():
-        raise DfmError(f"{spec.where('prepare.input.local')}: prepare.input.local: {job['input']['uri']} not found", 2)
-    if not stats_only:
-        clear_outputs(job, force)
+    for field, source in (("prepare.input.local", job["input"]["uri"]), ("prepare.eval.local", job.get("eval_uri"))):
+        if source and not Path(source).exists():
+            raise DfmError(f"{spec.where(field)}: {field}: {source} not found", 2)
+    refuse_unnamed_gzip(job)
+    what = f"{spec.where('local.channels')}: local.channels"
+    if stats_only:  # only the report folder's files, each replaced as it is written
+        check_writable(Path(job["report_dir"]), what)
+        return _run_app(spec, job, spark)
+    with Staged(output_folders(job), force, what) as stage:
+        return _run_app(spec, staged_job(job, stage), spark)
+
+
+def _run_app(spec: Spec, job: dict[str, Any], spark) -> dict[str, Any]:
     owned = spark is None
     spark = spark or spark_session()
     try:
         prepare_app = load_app(spark)
         report = prepare_app.run(spark, job)
-    except SystemExit as stop:  # bad_rows: fail
+    except SystemExit as stop:  # no good rows, or bad rows under bad_rows: fail
         raise DfmError(str(stop.code).removeprefix(prepare_app.STAGE_PREFIX + " "), 1) from None
     finally:
         if owned:

@@ -81,17 +81,13 @@ def input_files(inputs: list[Path]) -> list[Path]:
     return files
 
 
-def count_records(paths: list[Path]) -> int:
-    from launcher.data.tfrecord import quiet_tensorflow
-
-    tf = quiet_tensorflow()
-    return int(tf.data.TFRecordDataset([str(p) for p in paths]).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
-
-
 def split(inputs: list[Path], out_dir: Path, layout: Layout, total: int | None = None,
-          on_records: Callable[[int], None] = lambda n: None) -> SplitReport:
-    """`total` is the inputs' record count when the caller already has it."""
-    from launcher.data.tfrecord import iter_raw_records, quiet_tensorflow
+          on_records: Callable[[int], None] = lambda n: None,
+          place: Callable[[Path], Path] = lambda path: path) -> SplitReport:
+    """`total` is the inputs' record count when the caller already has it; `place(path)` is where the file
+    `path` of the layout is written (a staging folder); the report names the layout's paths. Inputs may be
+    gzip-compressed TFRecords; a damaged one raises tfrecord.DamagedRecords naming it."""
+    from launcher.data.tfrecord import count_records, iter_raw_records, quiet_tensorflow
 
     tf = quiet_tensorflow()
     total = count_records(inputs) if total is None else total
@@ -101,8 +97,8 @@ def split(inputs: list[Path], out_dir: Path, layout: Layout, total: int | None =
         raise ValueError(f"{total} records cannot fill {len(paths)} files with at least one record each")
     keep = per_file * len(paths)
     for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    writers = [tf.io.TFRecordWriter(str(path)) for path in paths]
+        place(path).parent.mkdir(parents=True, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(str(place(path))) for path in paths]
     written = 0
     try:
         for index, record in enumerate(iter_raw_records(inputs)):

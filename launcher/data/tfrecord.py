@@ -51,13 +51,53 @@ def write_records(path: Path, records: Iterable[bytes]) -> int:
     return count
 
 
+class DamagedRecords(ValueError):
+    """A file TensorFlow cannot read as TFRecords (truncated, corrupted, not TFRecords); the message is one line."""
+
+
+def compression(path: Path) -> str:
+    """TFRecordDataset's compression_type for the file: GZIP when it starts with gzip's magic bytes."""
+    from launcher.data.textfile import is_gzip
+
+    return "GZIP" if is_gzip(path) else ""
+
+
+def _damaged(path: Path, err) -> DamagedRecords:
+    """TensorFlow's DataLossError ('truncated record at 1634', 'corrupted record at 12') as one line naming the file."""
+    import re
+
+    found = re.search(r"(truncated|corrupted) record at (\d+)", err.message or "")
+    where = f"{found.group(1)} record at byte {found.group(2)}" if found else (err.message or "").splitlines()[0]
+    return DamagedRecords(f"{path}: not a complete TFRecord file ({where}); recreate it or leave it out")
+
+
+def dataset(path: Path):
+    """A TFRecordDataset of one file, plain or gzip."""
+    tf = quiet_tensorflow()
+    return tf.data.TFRecordDataset(str(path), compression_type=compression(path))
+
+
+def count_records(paths: Iterable[Path]) -> int:
+    """Records in the files, every file read to its end; DamagedRecords names the first that cannot be."""
+    tf = quiet_tensorflow()
+    total = 0
+    for path in paths:
+        try:
+            total += int(dataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+        except tf.errors.OpError as err:
+            raise _damaged(path, err) from None
+    return total
+
+
 def iter_raw_records(paths: Iterable[Path], batch: int = 4096) -> Iterator[bytes]:
-    """Yield the serialized records of the files in order, without parsing them."""
+    """Yield the serialized records of the files (plain or gzip) in order, without parsing them."""
     tf = quiet_tensorflow()
     for path in paths:
-        dataset = tf.data.TFRecordDataset(str(path)).batch(batch)
-        for chunk in dataset.as_numpy_iterator():
-            yield from chunk
+        try:
+            for chunk in dataset(path).batch(batch).as_numpy_iterator():
+                yield from chunk
+        except tf.errors.OpError as err:
+            raise _damaged(path, err) from None
 
 
 def read_examples(paths: Iterable[Path], field_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,150 @@
+"""`dfm data prepare --local` without Spark (the app stood in for): outputs written beside their place and swapped
+in only on success, refusals before any work, and the app's verdict on what its read found."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from prepare_support import write_clicks, write_spec
+
+from launcher.cli import main
+from launcher.data import prepare_job, prepare_local
+
+SECTION = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": "clicks"}, "stats": False,
+           "files_per_worker": 1}
+
+
+@pytest.fixture
+def app(monkeypatch):
+    """The Spark application module itself, loaded as Spark's workers load it (its codec by its own name)."""
+    from launcher.data import prepare_codec
+
+    monkeypatch.setitem(sys.modules, "prepare_codec", prepare_codec)
+    spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeApp:
+    """Writes each planned file (or fails half-way), as the Spark application would."""
+    STAGE_PREFIX = "[dfm-prepare]"
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.jobs = fail, []
+
+    def run(self, spark, job):
+        self.jobs.append(job)
+        for path in job["train_paths"] + job["eval_paths"]:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(b"new")
+            if self.fail:
+                raise SystemExit(f"{self.STAGE_PREFIX} no good rows in clicks (3 bad; first: x); nothing written")
+        Path(job["report_dir"]).mkdir(parents=True, exist_ok=True)
+        (Path(job["report_dir"]) / "prepare.json").write_text("{}")
+        return {"rows": 1, "bad_rows": 0, "bad_rows_policy": "skip", "train": {"rows": 1, "files": 1, "positives": 0}}
+
+
+def _setup(tmp_path, monkeypatch, fake, **changes):
+    monkeypatch.chdir(tmp_path)
+    write_clicks(tmp_path / "clicks", 20, files=1)
+    spec = write_spec(tmp_path, {**SECTION, **changes.pop("section", {})}, count=1, processes=1,
+                      local=changes.pop("local", {"train": "data/train", "eval": "data/eval"}), **changes)
+    monkeypatch.setattr(prepare_local, "load_app", lambda spark: fake)
+    monkeypatch.setattr(prepare_local, "spark_session", lambda: type("NoSpark", (), {"stop": lambda self: None})())
+    return spec
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _old_data(tmp_path):
+    for name in ("train/part-00000.tfrecord", "train/part-00007.tfrecord", "eval/part-00000.tfrecord"):
+        (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"old")
+    return _files(tmp_path / "data")
+
+
+def test_force_keeps_the_old_data_when_the_preparation_fails(tmp_path, monkeypatch, capsys):
+    spec = _setup(tmp_path, monkeypatch, FakeApp(fail=True), section={"eval_fraction": 0.1})
+    before = _old_data(tmp_path)
+    assert main(["data", "prepare", str(spec), "--local", "--force"]) == 1
+    assert "no good rows in clicks (3 bad; first: x); nothing written" in capsys.readouterr().err
+    assert _files(tmp_path / "data") == before and sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "eval", "train"]  # no staging copy left
+
+
+def test_force_swaps_the_whole_new_set_in_on_success(tmp_path, monkeypatch, capsys):
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake, section={"eval_fraction": 0.1})
+    _old_data(tmp_path)
+    assert main(["data", "prepare", str(spec), "--local", "--force"]) == 0
+    assert all(".dfm-staging" in path for path in fake.jobs[0]["train_paths"])  # written beside, then swapped
+    assert _files(tmp_path / "data") == {"train/part-00000.tfrecord": b"new", "eval/part-00000.tfrecord": b"new",
+                                         "prepare/prepare.json": b"{}"}  # the old part-00007 is gone with its set
+
+
+def test_without_force_non_empty_channels_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake)
+    before = _old_data(tmp_path)
+    assert main(["data", "prepare", str(spec), "--local"]) == 2
+    assert "data/train is not empty; pass --force" in capsys.readouterr().err and not fake.jobs
+    assert _files(tmp_path / "data") == before
+
+
+def test_unwritable_channel_folders_are_one_line_exit_2_before_any_work(tmp_path, monkeypatch, capsys):
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake, local={"train": "a-file/train", "eval": "a-file/eval"})
+    (tmp_path / "a-file").write_text("x")
+    assert main(["data", "prepare", str(spec), "--local"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning: ")]
+    assert len(errors) == 1 and errors[0].endswith("local.channels: a-file is a file, not a folder"), errors
+    assert not fake.jobs
+
+
+def test_a_gzip_file_spark_would_not_decompress_is_refused_naming_gzip(tmp_path, monkeypatch, capsys):
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake)
+    source = tmp_path / "clicks/part-000.libsvm"
+    source.write_bytes(gzip.compress(source.read_bytes()))
+    assert main(["data", "prepare", str(spec), "--local"]) == 2
+    assert "part-000.libsvm is gzip-compressed but not named .gz" in capsys.readouterr().err and not fake.jobs
+    source.rename(source.with_name("day_0.gz"))  # Spark reads it by its name
+    assert main(["data", "prepare", str(spec), "--local"]) == 0 and fake.jobs
+
+
+def test_force_is_refused_for_s3_outputs(tmp_path, capsys):
+    spec = write_spec(tmp_path, SECTION, count=1, processes=1)
+    assert main(["data", "prepare", str(spec), "--force", "--dry-run"]) == 2
+    assert "--force replaces local folders only" in capsys.readouterr().err
+
+
+def test_no_good_rows_stops_the_app_with_the_counts_and_the_first_bad_rows(app, capsys):
+    examples = ["a.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'", "a.libsvm: label 'x' is not a number: 'x'"]
+    with pytest.raises(SystemExit) as stop:
+        app.check_read("train", "s3://b/c/", 0, 2, examples, "skip")
+    assert str(stop.value.code) == (f"[dfm-prepare] no good rows in s3://b/c/ (2 bad; first: {examples[0]}); "
+                                    "nothing written")
+    assert capsys.readouterr().out.splitlines() == [f"[dfm-prepare] bad train row: {e}" for e in examples]
+    with pytest.raises(SystemExit, match=r"no good eval rows in s3://b/e/ \(0 bad; no lines\)"):
+        app.check_read("eval", "s3://b/e/", 0, 0, [], "skip")
+
+
+def test_bad_rows_are_shown_under_skip_and_stop_under_fail(app, capsys):
+    examples = ["a.libsvm: label 'x' is not a number: 'x'"]
+    app.check_read("train", "s3://b/c/", 10, 1, examples, "skip")  # skipped: shown, not fatal
+    assert capsys.readouterr().out == f"[dfm-prepare] bad train row: {examples[0]}\n"
+    with pytest.raises(SystemExit, match=r"1 bad rows \(bad_rows: fail\); first: a.libsvm"):
+        app.check_read("train", "s3://b/c/", 10, 1, examples, "fail")
+
+
+def test_gzip_bytes_read_as_text_are_named(app):
+    shown = "day_0: 0 id:value pairs, expected 39: " + repr("\x1f\ufffd\x08\x00abc")
+    with pytest.raises(SystemExit, match="gzip-compressed data: Spark decompresses only files whose names end in .gz"):
+        app.check_read("train", "s3://b/c/", 0, 1, [shown], "skip")
