@@ -103,7 +103,8 @@ def _distribution_shape(value: Any) -> str | None:
     if isinstance(value, ParameterServerDistribution):
         return "~parameter_server"
     if isinstance(value, Mapping):
-        return next((tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value), None)
+        tags = [tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value]
+        return tags[0] if len(tags) == 1 else None  # none or several: the error says which (spec.sdk_words)
     return _shape(value)
 
 
