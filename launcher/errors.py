@@ -4,7 +4,8 @@
 class DfmError(Exception):
     """A user-facing failure: `message` is printed on one line, `exit_code` is returned.
 
-    Exit codes: 2 for an invalid spec or usage, 1 for a failed or stopped job or an AWS refusal.
+    Exit codes: 2 for an invalid spec or usage, 1 for a failed or stopped job or an AWS refusal. Any other
+    exception is a bug in dfm: the CLI prints it on one line and exits 3 (`--debug` shows the traceback).
     """
 
     def __init__(self, message: str, exit_code: int = 2):

@@ -226,3 +226,24 @@ def test_text_dry_run_wraps_long_values_instead_of_cutting_them(capsys, monkeypa
     unwrapped = "".join(out.split())  # wrapped cells, rejoined
     for uri in ("s3://dfm-example-bucket/deepfm/train/", "s3://dfm-example-bucket/deepfm/eval/"):
         assert uri in unwrapped
+
+
+# --- a bug in dfm -----------------------------------------------------------------------------------
+
+
+def _crash(*args, **kwargs):
+    raise KeyError("instance\nsecond line")
+
+
+def test_an_unexpected_exception_is_one_line_naming_a_dfm_bug_with_exit_3(capsys, monkeypatch):
+    monkeypatch.setattr("launcher.compile.rules.check", _crash)
+    code, out, err = run(capsys, "validate", str(CONFIGS[0]))
+    assert code == 3 and out == "" and "Traceback" not in err
+    assert err.count("\n") == 1 and "bug in dfm" in err and "KeyError" in err and "second line" in err
+    assert "rerun with --debug for the traceback" in err
+
+
+def test_debug_shows_the_unexpected_exceptions_traceback(capsys, monkeypatch):
+    monkeypatch.setattr("launcher.compile.rules.check", _crash)
+    with pytest.raises(KeyError):
+        run(capsys, "--debug", "validate", str(CONFIGS[0]))

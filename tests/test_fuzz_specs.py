@@ -1,6 +1,8 @@
-"""Mutated example configs through `validate` and the dry run: exit 0 or 2, never a traceback or a hang.
+"""Example configs in every form the schema accepts, and mutated, through `validate` and the dry run: exit 0 or 2,
+never a traceback or a hang.
 
-Mutations: lines deleted, duplicated or re-indented; keys renamed; values replaced by other types, odd
+Forms (tests/spec_forms.py): each member of each union of the pydantic schema, each Literal value, each optional
+section, the bundled scripts' choice hyperparameters, as `--set` overrides. Mutations: lines deleted, duplicated or re-indented; keys renamed; values replaced by other types, odd
 text and over-long strings; `extends:` pointed at special files (a FIFO, /dev/zero, a folder, a name too
 long for the file system, a cycle). Hypothesis shrinks whatever fails to a small reproducer.
 """
@@ -17,6 +19,9 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, seed, settings, strategies as st  # noqa: E402
 
+from launcher.compile import compile_spec  # noqa: E402
+from launcher.spec.file import read_spec_data  # noqa: E402
+from spec_forms import forms, override  # noqa: E402
 from spec_helpers import CONFIGS, REPO, run  # noqa: E402
 
 JOB = "deepfm-fuzz-2026-01-01-00-00-00-000"
@@ -96,6 +101,45 @@ def test_mutated_configs_exit_0_or_2_without_traceback(config, edits, extends, c
             code, _, err = run(capsys, "launch", str(spec), "--dry-run", "--output", "json", "--job-name", JOB)
             assert code in (0, 2) and "Traceback" not in err, err
             assert no_network == []
+
+
+FORMS = forms()
+# The fields docs/spec.md shows in several shapes (distribution as a word or a map, checkpoints as auto/true/false/
+# URI/map, tensorboard as bool/auto/URI, each mixed_precision): each form on every config; the others on one each.
+DOCUMENTED = ("distribution", "checkpoints", "tensorboard", "hyperparameters.mixed_precision")
+
+
+def test_each_schema_form_compiles_or_is_refused_on_the_configs(no_aws_env):
+    """Through the rules and the plan (compile_spec, as validate and launch do): a plan or refusals, nothing raised.
+    Each config is read once; the form is its `--set`."""
+    assert {field for field, _ in FORMS} >= set(DOCUMENTED)
+    datas = [read_spec_data(config)[0] for config in CONFIGS]
+    for index, (field, value) in enumerate(FORMS):
+        for data in (datas if field in DOCUMENTED else [datas[index % len(datas)]]):
+            compiled = compile_spec(data, [override(field, value)], job_name=JOB)
+            assert compiled.ok or compiled.errors
+
+
+def _exit_0_or_2(capsys, *args: str) -> int:
+    code, _, err = run(capsys, *args)
+    assert code in (0, 2) and "Traceback" not in err, (args, err)
+    return code
+
+
+@settings(max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "30")), deadline=None, database=None,
+          derandomize=FUZZ_SEED is None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@seed(int(FUZZ_SEED or 0))
+@given(config=st.sampled_from(CONFIGS), chosen=st.lists(st.sampled_from(FORMS), min_size=1, max_size=4))
+def test_configs_in_schema_forms_validate_and_dry_run_to_0_or_2(config, chosen, capsys, no_aws_env, no_network):
+    """Forms combined (a Horovod distribution with file-system checkpoints on a Pipe-mode spot job, ...) through
+    the command line, the dry run included."""
+    args = [str(config)] + [part for form in chosen for part in ("--set", override(*form))]
+    code = _exit_0_or_2(capsys, "validate", *args)
+    hypothesis.event(f"validate exit {code}")
+    if code == 0:
+        _exit_0_or_2(capsys, "launch", *args, "--dry-run", "--output", "json", "--job-name", JOB)
+    assert no_network == []
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "FIFO", "x" * 5000, "/", "\"a\\0b\""])

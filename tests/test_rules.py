@@ -244,6 +244,9 @@ CASES = [
     (rules.check_gpu_memory, hvd(4, hyperparameters={"feature_size": 5 * 10**7}),
      hvd(4, hyperparameters={"feature_size": 2 * 10**8, "optimizer": "ftrl"}),
      ("error", "hyperparameters.feature_size", "each Horovod rank holds the whole embedding tables")),
+    # 50e6 x 9 x 4 bytes x 3: 5.0 GiB of ml.c5.xlarge's 8; 90e6: 9.1 GiB
+    (rules.check_host_memory, {"hyperparameters": {"feature_size": 5 * 10**7}}, {"hyperparameters": {"feature_size": 9 * 10**7}},
+     ("error", "hyperparameters.feature_size", "9.1 GiB on each ml.c5.xlarge (all on one process")),
     (rules.check_ps_group, hetero("ml.r6i.8xlarge"), hetero("ml.g5.2xlarge"), ("warning", f"{PS_FIELD}.type", "never uses")),
     (rules.check_ps_group, hetero("ml.r7i.4xlarge"), hetero("ml.r5.5xlarge"),
      ("error", f"{PS_FIELD}.type", "not a value SageMaker accepts for a training instance type (did you mean 'ml.r5.xlarge'?)")),

@@ -265,3 +265,10 @@ def test_spec_data_compiles_like_the_file_it_came_from(tmp_path):
     assert from_data.ok and unplaced(from_data) == unplaced(from_file)
     refused = compile_spec({**BASE, "hyperparameters": {"batch_size": 0}})
     assert refused.errors == ("<spec>:1: hyperparameters.batch_size: must be at least 1, got 0",)
+
+
+@pytest.mark.parametrize("word, long", [("horovod", {"horovod": {}}), ("parameter_server", {"parameter_server": {}})])
+def test_a_distribution_word_reads_as_its_mapping_with_the_defaults(word, long):
+    short = load_spec({**BASE, "distribution": word})
+    assert short.distribution == load_spec({**BASE, "distribution": long}).distribution
+    assert short.distribution_kind == word and short.processes_per_host == 1

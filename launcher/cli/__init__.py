@@ -2,7 +2,8 @@
 
 Heavy modules (sagemaker, tensorflow) are imported inside the commands that need them, so `dfm --help`
 and `dfm validate` stay fast. Every failure the user can fix is a DfmError: one line, exit code 2 (bad
-spec or usage) or 1 (job failed, AWS refused).
+spec or usage) or 1 (job failed, AWS refused). Any other exception is a bug in dfm: one line naming it,
+exit code 3 (`--debug` shows the traceback).
 """
 
 from __future__ import annotations
@@ -54,7 +55,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exit_:  # click's own --help / --version
         return int(exit_.code or 0)
+    except Exception as err:  # noqa: BLE001 (whatever escaped is a bug: one line, not a traceback)
+        if debug:
+            raise
+        click.echo(bug_message(err), err=True)
+        return BUG_EXIT_CODE
     return 0
+
+
+BUG_EXIT_CODE = 3
+
+
+def bug_message(err: BaseException) -> str:
+    detail = " ".join(str(err).split())
+    return (f"dfm: internal error (a bug in dfm, not in your spec): {type(err).__name__}"
+            f"{': ' + detail if detail else ''}; rerun with --debug for the traceback, and report it")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from launcher.rules.tune import TUNE_RULES
 from launcher.rules.prepare import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules.gpu import (check_gpu_memory, check_mixed_precision_on_cpu, check_one_host_ps_gpus,
                                 check_ps_pipe_channels, one_host_ps_gpus)
+from launcher.rules.memory import check_host_memory
 from launcher.rules.precision import check_bfloat16_hardware
 from launcher.rules.request import (
     check_channels,
@@ -181,6 +182,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_mixed_precision_on_cpu,
     check_bfloat16_hardware,
     check_gpu_memory,
+    check_host_memory,
     check_one_host_ps_gpus,
     check_ps_pipe_channels,
     check_spot,

@@ -9,6 +9,8 @@ read the hyperparameters as the bundled scripts parse them (rules_hparams.script
 
 from __future__ import annotations
 
+from typing import Any
+
 from launcher.facts import catalog
 from launcher.facts import contract
 from launcher.plans import hosts
@@ -78,7 +80,18 @@ def _bigger_gpu(needed: int) -> str | None:
     return f"{name} ({info.gpu} {info.gpu_memory_gib} GiB)"
 
 
-def _field(spec: Spec) -> str:
+def replica_need(spec: Spec, values: Any, rows: int) -> tuple[int, str, str]:
+    """What one replica (a Horovod rank, an MWMS replica) holds at its peak for the tables, how it was counted,
+    and how its embedding gradients travel (dense or gather)."""
+    mode = contract.bundled_hparams().resolve_sparse_allreduce(values.sparse_allreduce, rows, values.embedding_size,
+                                                                values.batch_size, values.field_size, replicas(spec),
+                                                                values.optimizer)
+    needed, how = replica_bytes(rows, values.embedding_size, values.optimizer, mode == "dense")
+    return needed, how, mode
+
+
+def table_field(spec: Spec) -> str:
+    """The field that sizes the embedding tables, where a memory finding points."""
     if "feature_size" in spec.hyperparameters:
         return "hyperparameters.feature_size"
     return "features" if spec.features is not None else "instance.type"
@@ -93,11 +106,7 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
     rows = table_rows(spec, values)
     if not rows:  # an invalid features: section, which check_features reports
         return []
-    optimizer, embedding_size = values.optimizer, values.embedding_size
-    mode = contract.bundled_hparams().resolve_sparse_allreduce(values.sparse_allreduce, rows, embedding_size,
-                                                                values.batch_size, values.field_size, replicas(spec),
-                                                                optimizer)
-    needed, how = replica_bytes(rows, embedding_size, optimizer, mode == "dense")
+    needed, how, mode = replica_need(spec, values, rows)
     have = info.gpu_memory_gib * hosts.GIB
     where = f"one {info.gpu} of {spec.instance.type} ({info.gpu_memory_gib} GiB)"
     bigger = _bigger_gpu(needed)
@@ -106,9 +115,9 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
            + ", or a smaller feature_size" + (" or sparse_allreduce: gather" if mode == "dense" else ""))
     each = f"each {REPLICATED[kind]} holds the whole embedding tables: {hosts.gib(needed)} ({how})"
     if needed > have:
-        return [error(_field(spec), f"{each}, more than {where}: {fix}")]
+        return [error(table_field(spec), f"{each}, more than {where}: {fix}")]
     if needed > have * hosts.WARN_FRACTION:
-        return [warning(_field(spec), f"{each}, {needed / have:.0%} of {where}, leaving little for activations "
+        return [warning(table_field(spec), f"{each}, {needed / have:.0%} of {where}, leaving little for activations "
                                       f"and the CUDA context: {fix}")]
     return []
 

@@ -21,6 +21,7 @@ from pydantic import (
     Tag,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -102,7 +103,8 @@ def _distribution_shape(value: Any) -> str | None:
     if isinstance(value, ParameterServerDistribution):
         return "~parameter_server"
     if isinstance(value, Mapping):
-        return next((tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value), None)
+        tags = [tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value]
+        return tags[0] if len(tags) == 1 else None  # none or several: the error says which (spec.sdk_words)
     return _shape(value)
 
 
@@ -274,6 +276,17 @@ class Spec(_Strict):
     local: Local = Field(default_factory=Local)
     tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
     prepare: Prepare | None = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")
+
+    @field_validator("distribution")
+    @classmethod
+    def _distribution_in_full(cls, value: Any) -> Any:
+        """`horovod` and `parameter_server` written as a word become their mappings with the defaults, so
+        everything after the schema reads one form (`spec.distribution.horovod.processes_per_host`)."""
+        if value == "horovod":
+            return HorovodDistribution(horovod=Horovod())
+        if value == "parameter_server":
+            return ParameterServerDistribution(parameter_server=ParameterServer())
+        return value
 
     _path: str = PrivateAttr("<spec>")
     _lines: dict[tuple, Location] = PrivateAttr(default_factory=dict)

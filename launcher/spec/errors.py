@@ -8,6 +8,7 @@ import re
 from pydantic import ValidationError
 
 from launcher.spec.file import Location, Problem, did_you_mean
+from launcher.spec.sdk_words import distribution_problem, sdk_key
 
 
 def schema_problems(err: ValidationError, lines: dict, shown: str, schema: dict) -> list[Problem]:
@@ -18,7 +19,10 @@ def schema_problems(err: ValidationError, lines: dict, shown: str, schema: dict)
         field = ".".join(str(p) for p in loc)
         where = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), Location(shown, 1))
         kind = item["type"]
-        if kind == "extra_forbidden":
+        sdk = _sdk_spelling(kind, loc, item.get("input"))
+        if sdk is not None:
+            message = sdk
+        elif kind == "extra_forbidden":
             allowed = _allowed_keys(schema, loc[:-1])
             message = f"unknown key{did_you_mean(str(loc[-1]), allowed)}"
             if allowed:
@@ -38,6 +42,15 @@ def schema_problems(err: ValidationError, lines: dict, shown: str, schema: dict)
                 message += ": quote it (YAML reads 2.10 as the number 2.1)"
         problems.append(Problem(where, field, message))
     return sorted(problems, key=lambda p: (p.location.file, p.location.line or 0))
+
+
+def _sdk_spelling(kind: str, loc: tuple, value: object) -> str | None:
+    """The dfm spelling of what the SageMaker SDK calls it, where the user wrote the SDK's."""
+    if kind == "extra_forbidden":
+        return sdk_key(".".join(str(p) for p in loc[:-1]), str(loc[-1]))
+    if loc == ("distribution",) and (kind == "wrong_shape" or kind.startswith("literal_error")):
+        return distribution_problem(value)
+    return None
 
 
 def _allowed_keys(schema: dict, loc: tuple) -> set[str]:
