@@ -73,8 +73,11 @@ def test_validate_json_output(capsys, tmp_path):
     result = json.loads(out)
     assert code == 2 and result["valid"] is False
     first, second = result["files"]
-    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]
-    assert not second["valid"] and second["errors"][0].startswith(f"{bad}:")
+    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]["message"]
+    assert first["warnings"][0]["field"] == "instance.type"
+    (error,) = second["errors"]
+    assert not second["valid"] and set(error) == {"file", "line", "field", "message"}
+    assert error["file"] == str(bad) and error["field"] == "instance.count" and isinstance(error["line"], int)
 
 
 def test_validate_applies_set_overrides(capsys, tmp_path):
@@ -163,7 +166,9 @@ def test_launch_usage_errors_exit_2_on_one_line(capsys, extra, message):
 
 def test_launch_invalid_spec_json_lists_the_errors(capsys):
     code, out, err = run(capsys, "launch", BAD / "spot_max_wait.yaml", "--dry-run", "--output", "json")
-    assert code == 2 and "spot.max_wait" in json.loads(out)["errors"][0] and err.startswith("error: ")
+    error = json.loads(out)["errors"][0]
+    assert code == 2 and error["field"] == "spot.max_wait" and error["file"].endswith("spot_max_wait.yaml")
+    assert err.startswith("error: ")
 
 
 # --- launch (submit) against moto ------------------------------------------------------------------
@@ -288,3 +293,16 @@ def test_a_placeholder_role_or_bucket_is_a_warning_naming_the_variable(capsys, m
     monkeypatch.setenv("DFM_BUCKET", "real-bucket")
     code, out, err = run(capsys, "validate", REPO / "configs" / "ps.yaml")
     assert code == 0 and "DFM_ROLE_ARN" not in err and "DFM_BUCKET" not in err
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("my.yaml:7: distribution.horovod.processes_per_host: use at most 4",
+     {"file": "my.yaml", "line": 7, "field": "distribution.horovod.processes_per_host", "message": "use at most 4"}),
+    ("my.yaml: not a mapping", {"file": "my.yaml", "line": None, "field": None, "message": "not a mapping"}),
+    ("--job-name: 'a_b' is not a job name", {"file": None, "line": None, "field": "--job-name", "message": "'a_b' is not a job name"}),
+    ("--set: instance.count: must be >= 1", {"file": "--set", "line": None, "field": "instance.count", "message": "must be >= 1"}),
+])
+def test_json_findings_are_objects(line, expected):
+    from launcher.cli.compile_errors import as_object
+
+    assert as_object(line) == expected

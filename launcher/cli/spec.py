@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import click
 
-from launcher.cli.compile_errors import echo_findings, refuse
+from launcher.cli.compile_errors import as_objects, echo_findings, refuse
 from launcher.cli.options import OUTPUT, SET
 from launcher.errors import DfmError
 
@@ -44,7 +44,8 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
                         "warnings": _warnings(compiled)})
     valid = all(r["valid"] for r in results)
     if output == "json":
-        click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
+        files = [{**r, "errors": as_objects(r["errors"]), "warnings": as_objects(r["warnings"])} for r in results]
+        click.echo(json.dumps({"valid": valid, "files": files}, indent=2))
     else:
         for result in results:
             echo_findings(result["errors"], result["warnings"])
