@@ -74,3 +74,18 @@ def test_it_asks_for_what_is_missing_only_on_a_terminal(clean_env, tmp_path, mon
     text = (tmp_path / "t.yaml").read_text()
     assert (f"role: {ROLE}" in text and "s3://asked-bucket/" in text) == terminal
     assert ("${DFM_ROLE_ARN:-" in text) != terminal
+
+
+def test_shell_completion_as_documented(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from spec_helpers import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COMP_WORDS": "dfm in", "COMP_CWORD": "1", "_DFM_COMPLETE": "bash_complete"}
+    done = subprocess.run([sys.executable, "-m", "launcher.cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "init" in done.stdout.split()[0]
+    env["_DFM_COMPLETE"] = "bash_source"
+    done = subprocess.run([sys.executable, "-m", "launcher.cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert "_dfm_completion()" in done.stdout and "complete -o nosort -F _dfm_completion dfm" in done.stdout
