@@ -179,3 +179,15 @@ def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys
     stubbed_sagemaker.add_client_error("describe_processing_job", "ValidationException", "Could not find requested job")
     code, out, err = run(capsys, "status", "nope")
     assert code == 1 and out == "" and "no training, tuning or processing job named nope" in err
+
+
+def test_status_without_a_job_lists_the_recent_jobs(stubbed_sagemaker, capsys):
+    import datetime
+
+    stubbed_sagemaker.add_response("list_training_jobs", {"TrainingJobSummaries": [
+        {"TrainingJobName": "deepfm-ps-1", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-1",
+         "CreationTime": datetime.datetime(2026, 11, 24), "TrainingJobStatus": "InProgress"}]})
+    code, out, _ = run(capsys, "status", "--kind", "training")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == ["JOB", "KIND", "STATUS", "CREATED", "ENDED"] and row.split()[:3] == ["deepfm-ps-1", "training", "InProgress"]

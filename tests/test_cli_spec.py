@@ -73,8 +73,11 @@ def test_validate_json_output(capsys, tmp_path):
     result = json.loads(out)
     assert code == 2 and result["valid"] is False
     first, second = result["files"]
-    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]
-    assert not second["valid"] and second["errors"][0].startswith(f"{bad}:")
+    assert first["valid"] and first["errors"] == [] and "not in dfm's catalogue" in first["warnings"][0]["message"]
+    assert first["warnings"][0]["field"] == "instance.type"
+    (error,) = second["errors"]
+    assert not second["valid"] and set(error) == {"file", "line", "field", "message"}
+    assert error["file"] == str(bad) and error["field"] == "instance.count" and isinstance(error["line"], int)
 
 
 def test_validate_applies_set_overrides(capsys, tmp_path):
@@ -163,7 +166,9 @@ def test_launch_usage_errors_exit_2_on_one_line(capsys, extra, message):
 
 def test_launch_invalid_spec_json_lists_the_errors(capsys):
     code, out, err = run(capsys, "launch", BAD / "spot_max_wait.yaml", "--dry-run", "--output", "json")
-    assert code == 2 and "spot.max_wait" in json.loads(out)["errors"][0] and err.startswith("error: ")
+    error = json.loads(out)["errors"][0]
+    assert code == 2 and error["field"] == "spot.max_wait" and error["file"].endswith("spot_max_wait.yaml")
+    assert err.startswith("error: ")
 
 
 # --- launch (submit) against moto ------------------------------------------------------------------
@@ -247,3 +252,78 @@ def test_debug_shows_the_unexpected_exceptions_traceback(capsys, monkeypatch):
     monkeypatch.setattr("launcher.compile.rules.check", _crash)
     with pytest.raises(KeyError):
         run(capsys, "--debug", "validate", str(CONFIGS[0]))
+
+
+def test_the_dry_run_leads_with_a_summary_of_what_costs_and_ships(capsys, no_aws_env, no_network, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")  # piped: never wrapped at the terminal's width, whatever it is
+    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--dry-run", "--job-name", JOB)
+    assert code == 0
+    head = out.splitlines()[:15]
+    labels = [line.split(" ")[0] for line in head if line and not line.startswith(" ")]
+    assert labels[:8] == ["Job", "Image", "Hosts", "Channels", "Checkpoints", "Cost", "Upload", "Warnings"]
+    assert f"s3://dfm-example-bucket/deepfm/{JOB}/checkpoints" in out.splitlines()[head.index(
+        next(line for line in head if line.startswith("Checkpoints")))]
+    assert any(line.startswith("Cost") and "$7.34" in line for line in head)
+    assert any(line.startswith("Upload") and "files" in line and "entrypoints" in line for line in head)
+    assert "s3://dfm-example-bucket/deepfm/train/" in out  # whole, on one line
+    assert not any(line != line.rstrip() for line in out.splitlines())
+
+
+def _submit_runner(monkeypatch, terminal: bool):
+    from click.testing import CliRunner
+
+    from launcher.cli import _register, cli
+    from launcher.cli import spec as spec_cli
+    from launcher.sagemaker_backend import attempts
+
+    _register()
+    submitted = []
+    monkeypatch.setattr(attempts, "launch", lambda plan, **_: submitted.append(plan.job_name) or plan.job_name)
+    if terminal:
+        monkeypatch.setattr(spec_cli, "on_terminal", lambda: True)
+    return CliRunner(), cli, submitted
+
+
+@pytest.mark.parametrize("answer, extra, asked, sent", [
+    ("n\n", [], True, False),
+    ("y\n", [], True, True),
+    ("", ["--yes"], False, True),
+])
+def test_launch_on_a_terminal_shows_the_summary_and_asks(no_aws_env, no_network, monkeypatch, answer, extra, asked, sent):
+    runner, cli, submitted = _submit_runner(monkeypatch, terminal=True)
+    result = runner.invoke(cli, ["launch", str(REPO / "configs" / "ps.yaml"), "--job-name", JOB, *extra], input=answer)
+    assert ("Submit this job?" in result.output) == asked
+    assert ("Cost        at most $7.34" in result.output) == asked
+    assert submitted == ([JOB] if sent else [])
+    if not sent:
+        assert result.exception.message == "not submitted" and result.exception.exit_code == 1
+
+
+def test_launch_without_a_terminal_never_asks(no_aws_env, no_network, monkeypatch):
+    runner, cli, submitted = _submit_runner(monkeypatch, terminal=False)
+    result = runner.invoke(cli, ["launch", str(REPO / "configs" / "ps.yaml"), "--job-name", JOB])
+    assert result.exit_code == 0 and "Submit this job?" not in result.output and submitted == [JOB]
+
+
+def test_a_placeholder_role_or_bucket_is_a_warning_naming_the_variable(capsys, monkeypatch):
+    monkeypatch.delenv("DFM_ROLE_ARN", raising=False)
+    monkeypatch.delenv("DFM_BUCKET", raising=False)
+    code, out, err = run(capsys, "validate", REPO / "configs" / "ps.yaml")
+    assert code == 0 and "set DFM_ROLE_ARN" in err and "set DFM_BUCKET" in err
+    monkeypatch.setenv("DFM_ROLE_ARN", "arn:aws:iam::111122223333:role/real")
+    monkeypatch.setenv("DFM_BUCKET", "real-bucket")
+    code, out, err = run(capsys, "validate", REPO / "configs" / "ps.yaml")
+    assert code == 0 and "DFM_ROLE_ARN" not in err and "DFM_BUCKET" not in err
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("my.yaml:7: distribution.horovod.processes_per_host: use at most 4",
+     {"file": "my.yaml", "line": 7, "field": "distribution.horovod.processes_per_host", "message": "use at most 4"}),
+    ("my.yaml: not a mapping", {"file": "my.yaml", "line": None, "field": None, "message": "not a mapping"}),
+    ("--job-name: 'a_b' is not a job name", {"file": None, "line": None, "field": "--job-name", "message": "'a_b' is not a job name"}),
+    ("--set: instance.count: must be >= 1", {"file": "--set", "line": None, "field": "instance.count", "message": "must be >= 1"}),
+])
+def test_json_findings_are_objects(line, expected):
+    from launcher.cli.compile_errors import as_object
+
+    assert as_object(line) == expected

@@ -123,8 +123,8 @@ def _bad_inputs(tmp_path):
     no_label.write_text("3\ta\n4\tb\n")
     return [
         ([tmp_path / "absent.tsv"], "no such file"),
-        ([tmp_path], "is a folder"),
-        ([binary], "binary"),
+        ([tmp_path], "data.tfrecord: not a TFRecord file dfm can read"),  # a folder: its files as TFRecords
+        ([binary], "not a TFRecord file dfm can read"),
         ([packed], "damaged gzip data"),
         ([ragged], "ragged.tsv:10: 2 fields, expected 3"),
         ([text], "no tab or comma"),
@@ -168,3 +168,31 @@ def test_a_column_of_numbers_with_an_inf_is_categorical_with_a_note(tmp_path, ca
     assert "note: spend: categorical, not numeric: 1 sampled values are not finite (e.g. 'inf')" in captured.err
     assert "not finite" in [line for line in captured.out.splitlines() if line.strip().startswith("spend")][0]
     assert "note:" not in _inspect(capsys, path, "--columns", "clicked,spend,visits", "--output", "json")
+
+
+@pytest.fixture(scope="module")
+def synth_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    assert main(["data", "synth", "--out", str(out), "--rows", "300", "--files", "3", "--seed", "4",
+                 "--feature-size", "5000"]) == 0
+    return out, json.loads((out / "meta.json").read_text())
+
+
+def test_a_tfrecord_folder_is_summarized(synth_folder, capsys):
+    out, meta = synth_folder
+    assert main(["data", "inspect", str(out / "train"), "-o", "json", "--feature-size", "5000"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    files = sorted((out / "train").glob("*.tfrecord"))
+    assert summary["files"] == 3 == len(files) and summary["bytes"] == sum(f.stat().st_size for f in files)
+    assert summary["rows"] == 300 and summary["fields"] == ["ids", "label", "values"]
+    assert summary["ids_per_row"] == [meta["field_size"]]
+    assert 0 <= summary["ids"]["min"] <= summary["ids"]["max"] < 5000 and summary["ids"]["out_of_range"] == 0
+    assert summary["label_rate"] == pytest.approx(meta["positive_rate"]) and summary["labels_not_0_or_1"] == 0
+
+
+def test_ids_past_feature_size_are_counted_and_the_text_says_the_fix(synth_folder, capsys):
+    out, _ = synth_folder
+    assert main(["data", "inspect", str(out / "train" / "part-00000.tfrecord"), "--feature-size", "10"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{out / 'train' / 'part-00000.tfrecord'}: 100 rows in 1 files")
+    assert "ids outside 0..9: raise feature_size" in text and "positive" in text

@@ -72,6 +72,7 @@ def test_missing_local_data_is_shown_whole_and_the_exit_code_says_it_cannot_run(
     assert code == 2, err
     assert "Cannot run as it is" in out and f"local data {tmp_path / 'none'} does not exist" in out
     assert "algo-2/worker  (worker)" in out and not (tmp_path / "runs").exists()
+    assert err.splitlines()[0].startswith("error: --local: ") and f"{tmp_path / 'none'} does not exist" in err.splitlines()[0]
 
 
 def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):

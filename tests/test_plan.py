@@ -108,9 +108,9 @@ def test_efs_ps_plan():
 
 def test_default_job_name_is_timestamped_and_valid(tmp_path):
     plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 39}), job_name=None)
-    assert len(plan.job_name) == 63 and re.fullmatch(r"d{39}-\d{4}(-\d\d){5}-\d{3}", plan.job_name)
+    assert len(plan.job_name) == 53 and re.fullmatch(r"d{39}-\d{6}-\d{6}", plan.job_name)
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", plan.job_name)
-    assert job_timestamp(0.25) == "1970-01-01-00-00-00-250"
+    assert job_timestamp(0.25) == "700101-000000"
 
 
 def test_user_script_plan_resolves_paths_from_the_spec_file(tmp_path, monkeypatch):
@@ -409,3 +409,19 @@ def test_an_error_line_names_what_went_wrong_not_the_graph_trace():
     assert error_line("{{function_node f}} assertion failed: [bad row] [x]") == "[bad row] [x]"
     assert error_line("Graph execution error:\n\nsome op failed: reason") == "some op failed: reason"
     assert error_line("plain eager message\nmore") == "plain eager message"
+
+
+def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from launcher.plans.tuning import MAX_TUNING_JOB_NAME, tuning_job_name
+    from launcher.sagemaker_backend import processing
+
+    now = dt.datetime(2026, 11, 27, 1, 2, 3, tzinfo=dt.timezone.utc)
+    spec = SimpleNamespace(name="deepfm", tune=SimpleNamespace(name="t" * 18))
+    stamp = job_timestamp(now.timestamp())
+    assert stamp == "261127-010203"
+    assert tuning_job_name(spec, now.timestamp()) == f"{'t' * 18}-{stamp}"
+    assert len(tuning_job_name(spec, now.timestamp())) == MAX_TUNING_JOB_NAME
+    assert processing.job_name(spec, now) == f"deepfm-prep-{stamp}"

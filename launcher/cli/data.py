@@ -261,11 +261,24 @@ def _earlier_channels(out: Path) -> list[str]:
 @click.option("--columns", default=None, help="Comma-separated column names (default: the header, else col0, col1, ...).")
 @click.option("--header/--no-header", default=None, help="Whether the first line names the columns [default: detect].")
 @click.option("--label", default=None, help="The label column (default: the first 0/1 column).")
-@click.option("--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--feature-size", type=int, default=None, callback=_positive,
+              help="TFRecords: check the ids against this [default: the bundled scripts' feature_size].")
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="json for scripts (TFRecords: text by default).")
 def inspect_command(file: Path, rows: int, columns: str | None, header: bool | None, label: str | None,
-                    output: str) -> None:
-    """Propose a spec's `features:` section from a sample of a TSV or CSV file (plain or gzip)."""
+                    feature_size: int | None, output: str) -> None:
+    """Summarize TFRecord files or folders (rows, fields, ids against feature_size, label rate), or propose a spec's
+    `features:` section from a sample of a TSV or CSV file (plain or gzip)."""
     from launcher.data import inspect as inspect_mod
+    from launcher.data import tfrecord_summary
+
+    if file.exists() and tfrecord_summary.is_tfrecord(file):
+        try:
+            summary = tfrecord_summary.summarize(file, feature_size or bundled_hparams().DEFAULTS["feature_size"])
+        except tfrecord_summary.SummaryError as err:
+            raise DfmError(str(err)) from None
+        click.echo(json.dumps(summary, indent=2) if output == "json" else tfrecord_summary.render(summary))
+        return
 
     names = [name.strip() for name in columns.split(",")] if columns is not None else None
     try:

@@ -78,15 +78,23 @@ STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text,
 
 
 @click.command()
-@click.argument("job_name", metavar="JOB")
+@click.argument("job_name", metavar="[JOB]", required=False)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="A tuning job: draw the objective of its trials into this PNG (as `dfm tune --local` does).")
 @KIND
 @REGION
 @OUTPUT
-def status(job_name: str, kind: str | None, region: str | None, output: str, plot_path: str | None) -> None:
-    """Show a job's state (a tuning job's: trials, the best and its `dfm launch` line). Exits 1 when it failed or was stopped."""
+def status(job_name: str | None, kind: str | None, region: str | None, output: str, plot_path: str | None) -> None:
+    """Show a job's state (a tuning job's: trials, the best and its `dfm launch` line). Exits 1 when it failed or was stopped.
+
+    Without JOB: the recent jobs, as `dfm list` shows them."""
     from launcher.sagemaker_backend.jobs import raise_for_outcome
+
+    if job_name is None:
+        if plot_path:
+            raise DfmError("--plot draws one tuning job's trials: name the job")
+        _list_jobs(None, 20, (kind,) if kind else (), region, output)
+        return
 
     found, summary = _kinds().find(job_name, region, kind)
     if plot_path and found.name != "tuning":
@@ -162,6 +170,10 @@ def stop(job_name: str, kind: str | None, region: str | None, output: str) -> No
 @OUTPUT
 def list_(name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str) -> None:
     """List recent jobs of every kind, newest first."""
+    _list_jobs(name_contains, max_results, kind, region, output)
+
+
+def _list_jobs(name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str) -> None:
     kinds = _kinds()
     jobs = [job for name in (kind or KINDS)
             for job in kinds.KINDS[name].list_jobs(region, name_contains=name_contains, max_results=max_results)]

@@ -7,6 +7,7 @@ import io
 import json
 import shlex
 import shutil
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -87,11 +88,67 @@ def _watch_lines(watch: dict[str, Any]) -> list[str]:
     return lines
 
 
+def console_width() -> int:
+    """The terminal's width; piped or redirected, wide enough that no line is wrapped and no URI split."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else 100_000
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size / 1024:.1f} GB" if size >= 1024 else f"{size:.1f} MB"
+
+
+def _hosts_line(group: dict[str, Any]) -> str:
+    hosts = [f"{host} {', '.join(processes)}" for host, processes in group["hosts"].items()]
+    more = f"; {len(hosts) - 2} more hosts (below)" if len(hosts) > 2 else ""
+    name = "" if group["group"] == "homogeneousCluster" else f" ({group['group']})"
+    return f"{group['instance_count']} x {group['instance_type']}{name}: {'; '.join(hosts[:2])}{more}"
+
+
+def _channel_line(channel: dict[str, Any]) -> str:
+    if channel["kind"] != "s3":
+        return f"{channel['name']} {channel['kind']}:{channel['file_system_id']}:{channel['uri']}"
+    sharded = ", sharded by object" if channel["distribution"] == "ShardedByS3Key" else ""
+    return f"{channel['name']} {channel['uri']} ({channel['input_mode']}{sharded})"
+
+
+def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
+    """What a training job costs and ships, in at most 15 lines: the head of the dry run and of `dfm launch`'s
+    question."""
+    rows = [("Job", document["job_name"] + ("" if sent else " (dry run: nothing was sent)")),
+            ("Image", document["image_uri"])]
+    rows += [("Hosts" if i == 0 else "", _hosts_line(group)) for i, group in enumerate(document["instance_groups"])]
+    channels = [_channel_line(channel) for channel in document["channels"]]
+    if len(channels) > 4:
+        channels = [*channels[:3], f"... and {len(channels) - 3} more (below)"]
+    rows += [("Channels" if i == 0 else "", line) for i, line in enumerate(channels)]
+    checkpoints = (document["request"].get("CheckpointConfig") or {}).get("S3Uri")
+    rows.append(("Checkpoints", checkpoints or "none"))
+    cost = document["cost"]
+    rows.append(("Cost", f"at most ${cost['max_usd']:,.2f} ({cost['max_hours'] + cost['warm_pool_hours']:g} h"
+                         f"{', spot' if cost['spot'] else ''})" if cost.get("max_usd") is not None else "no estimate"))
+    source = document.get("source")
+    if source:
+        biggest = ", ".join(f"{item['path']} {_size(item['bytes'])}" for item in source["biggest"])
+        rows.append(("Upload", f"{source['files']} files, {_size(source['bytes'])} from {source['directory']} "
+                               f"(biggest: {biggest})" + (f"; left out: {len(source['skipped'])}" if source["skipped"] else "")))
+    elif document.get("uploads") == []:
+        rows.append(("Upload", "nothing (the source dir is on S3 already)"))
+    if document.get("warnings"):
+        rows.append(("Warnings", f"{len(document['warnings'])} (the warning: lines on stderr)"))
+    return [f"{label:<12}{value}" for label, value in rows]
+
+
 def render_dry_run(document: dict[str, Any]) -> str:
     out = io.StringIO()
-    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
+    console = Console(file=out, highlight=False, soft_wrap=True, width=console_width())
     estimator = document["estimator"]
-    console.print(f"[bold]Dry run[/bold] {document['job_name']} (nothing was sent)")
+    for line in summary_lines(document):
+        console.print(line, markup=False)
+    console.print("\n[bold]Details[/bold]")
     console.print(f"[bold]Estimator[/bold] {estimator['class']}")
     console.print(_kwargs_table(estimator["kwargs"]))
     console.print("\n[bold]Hosts[/bold] (numbered across the instance groups in this order)")
@@ -106,18 +163,25 @@ def render_dry_run(document: dict[str, Any]) -> str:
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
     for uri in document.get("uploads", []):
         console.print(f"[bold]Uploaded at submit[/bold] {escape(uri)}")
+    for path in document.get("source", {}).get("skipped", []):
+        console.print(f"  left out: {escape(path)}")
     console.print(f"[bold]Cost[/bold] {_cost_line(document['cost'])}")
     for line in _watch_lines(document.get("watch") or {}):
         console.print(line, markup=False)
     console.print("\n[bold]CreateTrainingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
-    return out.getvalue().rstrip("\n")
+    return _trimmed(out.getvalue())
+
+
+def _trimmed(text: str) -> str:
+    """Without the spaces tables pad their last column with."""
+    return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
 
 
 def render_processing_dry_run(document: dict[str, Any]) -> str:
     """The text of `dfm data prepare --dry-run`, from its document alone."""
     out = io.StringIO()
-    console = Console(file=out, highlight=False, soft_wrap=True, width=shutil.get_terminal_size().columns)
+    console = Console(file=out, highlight=False, soft_wrap=True, width=console_width())
     console.print(f"[bold]Dry run[/bold] {document['request']['ProcessingJobName']} (nothing was sent)")
     console.print(f"[bold]Processor[/bold] {document['processor']['class']}")
     write = document["write"]

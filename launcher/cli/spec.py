@@ -8,17 +8,25 @@ the spec is known to be valid.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Callable
 
 import click
 
-from launcher.cli.compile_errors import echo_findings, refuse
+from launcher.cli.compile_errors import as_objects, echo_findings, refuse
 from launcher.cli.options import OUTPUT, SET
 from launcher.errors import DfmError
 
 
 def _echo_err(message: str) -> None:
     click.echo(message, err=True)
+
+
+def _warnings(compiled: Any) -> list[str]:
+    """The rules' warnings, and a placeholder role or bucket still in the spec."""
+    from launcher.cli.placeholders import placeholder_warnings
+
+    return [*compiled.warnings, *(placeholder_warnings(compiled.spec) if compiled.spec is not None else [])]
 
 
 @click.command()
@@ -33,10 +41,11 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
     for path in specs:
         compiled = compile_spec(path, overrides)
         results.append({"path": path, "valid": compiled.ok, "errors": list(compiled.errors),
-                        "warnings": list(compiled.warnings)})
+                        "warnings": _warnings(compiled)})
     valid = all(r["valid"] for r in results)
     if output == "json":
-        click.echo(json.dumps({"valid": valid, "files": results}, indent=2))
+        files = [{**r, "errors": as_objects(r["errors"]), "warnings": as_objects(r["warnings"])} for r in results]
+        click.echo(json.dumps({"valid": valid, "files": files}, indent=2))
     else:
         for result in results:
             echo_findings(result["errors"], result["warnings"])
@@ -81,6 +90,7 @@ def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: fl
 @click.option("--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them).")
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
 @click.option("--show-secrets", is_flag=True, help="Print environment values whose names look secret (*KEY*, *TOKEN*, *PASSWORD*...) instead of ****.")
+@click.option("--yes", "-y", is_flag=True, help="Submit without asking (dfm asks only on a terminal, with text output).")
 def launch(
     spec_path: str,
     dry_run: bool,
@@ -94,6 +104,7 @@ def launch(
     verbose: bool,
     job_name: str | None,
     show_secrets: bool,
+    yes: bool,
 ) -> None:
     """Launch a job spec on SageMaker (or --dry-run it, or run it --local)."""
     from launcher.compile import compile_spec
@@ -103,20 +114,39 @@ def launch(
     if not local and (channels or run_dir or timeout or verbose):
         raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
     compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
+    warnings = _warnings(compiled)
     if not compiled.ok:
-        refuse(compiled.errors, compiled.warnings, output)
+        refuse(compiled.errors, warnings, output)
     plan = compiled.plan
-    if output == "text":
-        echo_findings(warnings=plan.warnings)
 
     if dry_run and local:
-        _local_dry_run(plan, output, show_secrets)
+        _local_dry_run(plan, output, show_secrets, warnings)
     elif dry_run:
-        _dry_run(plan, output, show_secrets)
+        _dry_run(plan, output, show_secrets, warnings)
     elif local:
+        _echo_warnings(warnings, output)
         _run_local(plan, output, verbose)
     else:
-        _submit(plan, wait, output)
+        _submit(plan, wait, output, warnings, ask=not yes and output == "text" and on_terminal())
+
+
+def on_terminal() -> bool:
+    """Someone is there to answer: stdin and stdout are a terminal (never in CI or a pipe)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _echo_warnings(warnings: list[str], output: str) -> None:
+    if output == "text":
+        echo_findings(warnings=warnings)
+
+
+def _training_document(plan: Any, warnings: list[str]) -> dict:
+    """The dry run's document, its warnings the spec's (placeholders too) and the upload's."""
+    from launcher import sagemaker_backend
+
+    document = sagemaker_backend.build(plan).document()
+    document["warnings"] = [*warnings, *(w for w in document["warnings"] if w not in warnings)]
+    return document
 
 
 def show_dry_run(document: dict, render: Callable[[dict], str], output: str, show_secrets: bool) -> None:
@@ -128,18 +158,21 @@ def show_dry_run(document: dict, render: Callable[[dict], str], output: str, sho
     click.echo(json.dumps(document, indent=2, default=str) if output == "json" else render(document))
 
 
-def _dry_run(plan: Any, output: str, show_secrets: bool = False) -> None:
-    from launcher import sagemaker_backend
+def _dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
     from launcher.cli.render import render_dry_run
 
-    show_dry_run(sagemaker_backend.build(plan).document(), render_dry_run, output, show_secrets)
+    document = _training_document(plan, warnings)
+    _echo_warnings(document["warnings"], output)
+    show_dry_run(document, render_dry_run, output, show_secrets)
 
 
-def _local_dry_run(plan: Any, output: str, show_secrets: bool) -> None:
+def _local_dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
     from launcher.local.describe import render_request, request_document
     from launcher.local.request import build_request
 
     request = build_request(plan)
+    # Refusals first, on stderr, before the long listing.
+    echo_findings([f"--local: {problem}" for problem in request.problems], warnings if output == "text" else ())
     show_dry_run(request_document(request), render_request, output, show_secrets)
     if request.problems:  # the run would refuse to start: say so in the exit code too, as validate does
         raise SystemExit(2)
@@ -156,11 +189,18 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     raise SystemExit(code)
 
 
-def _submit(plan: Any, wait: bool, output: str) -> None:
+def _submit(plan: Any, wait: bool, output: str, warnings: list[str], ask: bool) -> None:
     from launcher import sagemaker_backend
-
-    echo = click.echo if output == "text" else _echo_err
+    from launcher.cli.render import summary_lines
     from launcher.sagemaker_backend import attempts
+
+    document = _training_document(plan, warnings)
+    _echo_warnings(document["warnings"], output)
+    if ask:
+        click.echo("\n".join(summary_lines(document, sent=True)))
+        if not click.confirm("Submit this job?", default=False):
+            raise DfmError("not submitted", 1)
+    echo = click.echo if output == "text" else _echo_err
 
     job_name = attempts.launch(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":

@@ -177,11 +177,12 @@ def from_data(cls: type[Value], data: Mapping[str, Any]) -> Value:
 
 
 # ------------------------------------------------------------------------------------------- building
+JOB_TIMESTAMP = "%y%m%d-%H%M%S"  # every job kind's suffix; short enough for tuning's 32-character names
+
+
 def job_timestamp(now: float | None = None) -> str:
-    """`YYYY-MM-DD-HH-MM-SS-mmm` in UTC, the suffix sagemaker.utils.name_from_base appends."""
-    now = time.time() if now is None else now
-    millis = int(round(now * 1000)) % 1000
-    return time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{millis:03d}"
+    """`YYMMDD-HHMMSS` in UTC: the suffix of every job name dfm makes (training, tuning, prepare)."""
+    return time.strftime(JOB_TIMESTAMP, time.gmtime(time.time() if now is None else now))
 
 
 def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.plans.training import Plan
+from launcher.plans.training import Plan, job_timestamp
 from launcher.spec.tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
 # What HyperparameterTuner adds to every trial's static hyperparameters (besides the estimator's own).
 TUNER_HYPERPARAMETERS = ("sagemaker_estimator_class_name", "sagemaker_estimator_module", "_tuning_objective_metric")
-TUNING_SUFFIX = "-%y%m%d-%H%M%S"
-MAX_TUNING_BASE_NAME = MAX_TUNING_JOB_NAME - len(time.strftime(TUNING_SUFFIX, time.gmtime(0)))
+MAX_TUNING_BASE_NAME = MAX_TUNING_JOB_NAME - len("-" + job_timestamp(0))
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ def tuning_base_name(spec: Any) -> str:
 
 
 def tuning_job_name(spec: Any, now: float | None = None) -> str:
-    return tuning_base_name(spec) + time.strftime(TUNING_SUFFIX, time.gmtime(time.time() if now is None else now))
+    return f"{tuning_base_name(spec)}-{job_timestamp(now)}"
 
 
 def grid_size(tune: Any) -> int:

@@ -37,13 +37,16 @@ def upload_source_dir(plan: Plan, hyperparameters: Mapping[str, Any], session) -
 
 @contextlib.contextmanager
 def source_dir_with_files(source_dir: str, files: Mapping[str, str]) -> Iterator[str]:
-    """The folder to pack: the source dir itself, or a temporary copy of it with `files` added."""
-    if not files:
-        yield source_dir
-        return
+    """The folder to pack: a temporary copy of the source dir holding only what `source_files` lets in (the
+    dry run's listing), with `files` added."""
+    from launcher.sagemaker_backend.source_files import list_source
+
     with tempfile.TemporaryDirectory(prefix="dfm-source-") as tmp:
         copy = Path(tmp) / "source"
-        shutil.copytree(source_dir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        copy.mkdir()
+        for relative, _ in list_source(source_dir).files:
+            (copy / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(source_dir) / relative, copy / relative)
         for name, text in files.items():
             (copy / name).write_text(text, encoding="utf-8")
         yield str(copy)

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 from launcher.data import prepare_job
 from launcher.errors import DfmError
+from launcher.plans.training import job_timestamp
 from launcher.sagemaker_backend import aws, logs, request
 from launcher.sagemaker_backend.jobs import _iso, raise_for_outcome
 from launcher.spec import Spec
@@ -56,7 +57,7 @@ class ProcessingPlan:
 
 
 def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
-    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    stamp = job_timestamp(now.timestamp() if now else None)
     return f"{spec.name[:63 - len('-prep-') - len(stamp)]}-prep-{stamp}"
 
 

@@ -30,6 +30,7 @@ from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.plans.training import Channel, Plan
 from launcher.sagemaker_backend import aws
+from launcher.sagemaker_backend.source_files import list_source
 
 ESTIMATOR_CLASS = "sagemaker.tensorflow.TensorFlow"
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
@@ -127,6 +128,11 @@ class TrainingRequest:
         }
         if plan.source_files:  # shipped in the source dir beside the scripts
             document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
+        if self.upload is not None:  # what goes into the tarball, as the submit packs it
+            listing = list_source(self.upload.directory)
+            document["source"] = listing.document()
+            if listing.warning():
+                document["warnings"].append(listing.warning())
         return document
 
 
