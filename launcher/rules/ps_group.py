@@ -21,7 +21,7 @@ def table_rows(spec: Spec, values: Namespace) -> int:
         features = contract.bundled_features()
         try:
             return features.feature_size_of(features.spec_from_dict(spec.features, check=False), vocabulary_sizes={})
-        except (KeyError, TypeError, ValueError):  # an invalid section: check_features reports it
+        except (AttributeError, KeyError, TypeError, ValueError):  # an invalid section: check_features reports it
             return 0
     return values.feature_size
 
