@@ -162,8 +162,8 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
     hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",
-                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress"))
-    ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (one per line and per poll)
+                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress", secondary="Training"))
+    ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (two per poll, one per line)
     monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []
     monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
@@ -171,9 +171,34 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
         attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0)
     assert caught.value.exit_code == 1 and stopped == [plan.job_name]
     # the line seen at 0 s, polls at 10, 20, ...: stopped at the first poll past the timeout
-    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s (stall_timeout 60 s); silent "
-                                    "longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
+    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s in Training (stall_timeout 60 s); "
+                                    "silent longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
                                     "examples_per_sec=1.0; dfm stopped it")
+
+
+def test_a_spot_job_waiting_for_capacity_is_not_stalled(sample_plan, moto_jobs, moto_logs, monkeypatch):
+    """Interrupted, Starting and Downloading again take longer than stall_timeout; only Training counts."""
+    plan = sample_plan({"stall_timeout": 100, "spot": {"max_wait": 7200}})
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    metric = "[dfm] train step={} loss=0.5 auc=0.5 examples_per_sec=1.0"
+    moto_logs(plan.job_name, "algo-1", metric.format(1))
+    phases = ["Training", "Interrupted", "Interrupted", "Starting", "Downloading", "Training", "Completed"]
+
+    def next_phase(**_):  # each DescribeTrainingJob (one per poll) sees the job one phase further
+        phase = phases.pop(0) if len(phases) > 1 else phases[0]
+        moto_jobs.set_state(plan.job_name, "Completed" if phase == "Completed" else "InProgress", secondary=phase)
+        if phase == "Training" and "Interrupted" not in phases:  # resumed from its checkpoint
+            moto_logs(plan.job_name, "algo-1", metric.format(2))
+
+    hook_sessions(monkeypatch, "before-call.sagemaker.DescribeTrainingJob", next_phase)
+    ticks = itertools.count(0, 30)  # 30 s pass at each reading of the watch's clock (two per poll, one per line)
+    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
+    monkeypatch.setattr(jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
+    echoed = []
+    assert attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0) == plan.job_name
+    assert "[dfm] stall watch: waiting while the job is Interrupted; only time in Training counts toward " \
+           "stall_timeout" in echoed
+    assert phases == ["Completed"]
 
 
 def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, capsys):
@@ -181,15 +206,15 @@ def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, caps
     from launcher.sagemaker_backend import kinds, logs
 
     moto_jobs.create("job-s")
-    moto_jobs.set_state("job-s", "InProgress")
+    moto_jobs.set_state("job-s", "InProgress", secondary="Training")
     moto_logs("job-s", "algo-1", "[dfm] train step=5 loss=0.5 auc=0.5 examples_per_sec=1.0")
-    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (one per line and per poll)
+    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (two per poll, one per line)
     monkeypatch.setattr(logs, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []  # moto has no StopTrainingJob: record the call the kind makes
     recording = dataclasses.replace(kinds.TRAINING, stop=lambda name, region: stopped.append(name))
     monkeypatch.setitem(kinds.KINDS, "training", recording)
     assert main(["logs", "job-s", "--follow", "--poll", "0", "--stall-timeout", "30", "--region", REGION]) == 1
-    assert "job job-s stalled: no metric line for 40 s" in capsys.readouterr().err
+    assert "job job-s stalled: no metric line for 60 s in Training" in capsys.readouterr().err
     assert stopped == ["job-s"]
     assert main(["logs", "job-s", "--stall-timeout", "30", "--region", REGION]) == 2
     assert "add --follow" in capsys.readouterr().err
