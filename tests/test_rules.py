@@ -346,3 +346,35 @@ def test_every_bundled_default_passes_the_type_checks(tmp_path):
 def test_example_configs_have_no_errors(config):
     spec = load_spec(config)
     assert rules.errors(rules.check(spec)) == []
+
+
+def test_recovery_types_get_the_instance_type_rules(tmp_path, capsys):
+    """A recovery attempt runs the job on each type of recover.instance_types: bfloat16 on a type without it is
+    refused there, at that type's line, as on the spec's own type."""
+    from spec_helpers import run
+
+    path = write_spec(tmp_path, {"instance": {"type": "ml.c7i.8xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"},
+                                 "recover": {"instance_types": ["ml.c7i.8xlarge", "ml.c6i.8xlarge", "ml.m5.12xlarge"]}})
+    code, _, err = run(capsys, "validate", path)
+    assert code == 2
+    assert (f"{path}:{line_of(path, '- ml.c6i.8xlarge')}: recover.instance_types.1: a recovery attempt on ml.c6i.8xlarge: "
+            "hyperparameters.mixed_precision: ml.c6i.8xlarge has no bfloat16 hardware") in err
+    assert "recover.instance_types.2: a recovery attempt on ml.m5.12xlarge" in err
+    assert "recover.instance_types.0" not in err
+
+
+SAMPLE_TYPES = ("ml.c5.xlarge", "ml.c7i.8xlarge", "ml.m5.large", "ml.g4dn.xlarge", "ml.g5.12xlarge", "ml.p3.8xlarge",
+                "ml.trn1.2xlarge", "ml.m5.unknown")
+
+
+@pytest.mark.parametrize("rule, accepted, refused, expected", CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_every_rule_that_reads_the_instance_type_runs_on_the_recovery_types(tmp_path, rule, accepted, refused, expected):
+    """A rule whose findings change with instance.type alone is one of INSTANCE_TYPE_RULES (check_recover compares
+    the recovery types with it, and the request limits check every type's spelling)."""
+    if rule in (rules.check_recover, rules.check_request_limits, rules.check_job_name):
+        return
+    for changes in (accepted, refused):
+        spec = load_spec(merged(BASE, changes))
+        seen = {tuple((f.field, f.message.replace(t, "<type>")) for f in rule(spec.model_copy(update={
+            "instance": spec.instance.model_copy(update={"type": t})}))) for t in SAMPLE_TYPES}
+        assert len(seen) == 1 or rule in rules.INSTANCE_TYPE_RULES, (rule.__name__, seen)

@@ -26,6 +26,7 @@ from launcher.rules.prepare import check_prepare, check_prepared_layout, prepare
 from launcher.rules.gpu import (check_gpu_memory, check_mixed_precision_on_cpu, check_one_host_ps_gpus,
                                 check_ps_pipe_channels, one_host_ps_gpus)
 from launcher.rules.precision import check_bfloat16_hardware
+from launcher.rules.recovery_types import check_recovery_types
 from launcher.rules.request import (
     check_channels,
     check_hyperparameter_limits,
@@ -196,11 +197,26 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
 )
 
 
+# The rules that read the instance type: they run again for each type of recover.instance_types.
+INSTANCE_TYPE_RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
+    check_processes_per_host,
+    check_instance_known,
+    check_parameter_server,
+    check_ps_group,
+    check_mixed_precision_on_cpu,
+    check_bfloat16_hardware,
+    check_gpu_memory,
+    check_one_host_ps_gpus,
+    check_ps_pipe_channels,
+)
+
+
 def check(spec: Spec, job_name: str | None = None) -> list[Finding]:
-    """Every finding of every rule, errors and warnings, in rule order. The job name checked is `job_name`
-    (--job-name, the full name) when given, else the spec's base name with the timestamp dfm appends."""
+    """Every finding of every rule, errors and warnings, in rule order, then the instance type's rules on each
+    recovery type. The job name checked is `job_name` (--job-name, the full name) when given, else the spec's base
+    name with the timestamp dfm appends."""
     name = check_job_name(spec) if job_name is None else check_job_name_override(job_name)
-    return name + [finding for rule in RULES for finding in rule(spec)]
+    return name + [finding for rule in RULES for finding in rule(spec)] + check_recovery_types(spec, INSTANCE_TYPE_RULES)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
