@@ -43,14 +43,16 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
 
 
-def test_attempt_names_fit_and_lead_back_to_the_first():
-    long = "x" * 39 + "-2026-11-25-14-00-00-000"
-    assert len(long) == 63
+LONG = "x" * 39 + "-2026-11-25-14-00-00-000"  # 63 characters: every attempt's name is cut
+
+
+def test_attempt_names_fit_and_are_numbered():
+    assert len(LONG) == 63
     for attempt in (1, 9, 12):
-        name = recovery.attempt_name(long, attempt)
+        name = recovery.attempt_name(LONG, attempt)
         assert len(name) <= 63 and name.endswith(f"-r{attempt}")
         assert recovery.attempt_number(name) == attempt
-    assert recovery.first_attempt(recovery.attempt_name(JOB, 3)) == JOB == recovery.first_attempt(JOB)
+    assert recovery.attempt_name(JOB, 3) == f"{JOB}-r3" and recovery.attempt_number(JOB) == 0
 
 
 @pytest.mark.parametrize("summary, worth", [
@@ -101,6 +103,38 @@ def test_a_capacity_failure_is_resubmitted_and_resumes_from_the_same_checkpoints
     summary = jobs.describe(f"{JOB}-r1", REGION)
     assert summary["attempts"] == [JOB, f"{JOB}-r1"]
     assert jobs.describe(JOB, REGION)["attempts"] == [JOB, f"{JOB}-r1"]
+
+
+def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs, monkeypatch, capsys):
+    from launcher.cli import main
+
+    plan = sample_plan(RECOVER, job_name=LONG)
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Failed", "Failed", CAPACITY), ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    names = [r["TrainingJobName"] for r in sent]
+    assert code == 0 and names == [LONG, recovery.attempt_name(LONG, 1), recovery.attempt_name(LONG, 2)]
+    assert not names[1].startswith(LONG)  # cut: the names alone do not lead back to the first
+    assert [r.get("Tags", []) for r in sent[1:]] == [[{"Key": recovery.FIRST_ATTEMPT_TAG, "Value": LONG}]] * 2
+    for name in names:
+        assert jobs.describe(name, REGION)["attempts"] == names
+        main(["status", name, "--region", REGION])  # exit 1 for the failed attempts
+        assert f"attempts   {', '.join(names)}" in capsys.readouterr().out
+
+
+def test_attempts_run_the_first_attempts_source_and_share_its_tensorboard(sample_plan, moto_jobs, monkeypatch,
+                                                                         source_dir):
+    plan = sample_plan({**RECOVER, "tensorboard": True})
+    edits = []
+    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",  # the tree changes while the job waits
+                  lambda **_: edits.append((source_dir / "train.py").write_text(f"print({len(edits)})\n")))
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    assert code == 0 and len(sent) == 2 and edits
+    first_source = f'"s3://{BUCKET}/deepfm/{JOB}/source/sourcedir.tar.gz"'
+    assert [r["HyperParameters"]["sagemaker_submit_directory"] for r in sent] == [first_source] * 2
+    uploaded = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert [o["Key"] for o in uploaded if o["Key"].endswith("sourcedir.tar.gz")] == [f"deepfm/{JOB}/source/sourcedir.tar.gz"]
+    assert [r["TensorBoardOutputConfig"]["S3OutputPath"] for r in sent] == [f"s3://{BUCKET}/deepfm/{JOB}/tensorboard"] * 2
 
 
 def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_exit(sample_plan, moto_jobs, monkeypatch):

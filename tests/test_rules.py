@@ -269,6 +269,9 @@ CASES = [
     # operations (recover:, stall_timeout, retry:, mlflow:)
     (rules.check_recover, {"recover": {"instance_types": ["ml.m5.24xlarge"]}},
      {"recover": {"max_restarts": 2}, "checkpoints": False}, ("error", "checkpoints", "resume from its checkpoints")),
+    (rules.check_recover, {"recover": {"max_restarts": 1}, "tags": {f"t{i}": "x" for i in range(49)}},
+     {"recover": {"max_restarts": 1}, "tags": {f"t{i}": "x" for i in range(50)}},
+     ("error", "tags", "keep at most 49")),
     (rules.check_recover, {"recover": {"instance_types": ["ml.c5.9xlarge"]}},
      {"recover": {"instance_types": ["ml.c5.9xlarge", "ml.p3.2xlarge"]}},
      ("error", "recover.instance_types.1", "has 1 GPUs where ml.c5.xlarge has 0")),
