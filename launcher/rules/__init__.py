@@ -3,8 +3,8 @@
 Each rule is a small function `rule(spec) -> list[Finding]`; every message says what is wrong and how to
 fix it. Errors stop `validate` and `launch` (exit 2); warnings are printed and carried into the Plan.
 Neither the SageMaker SDK nor the API rejects most of these mistakes, so dfm must. This module holds the
-rules about the job itself and RULES, the one list of every rule; the image rules are in `rules_images`
-and the request-limit rules in `rules_request`.
+rules about the job itself and RULES, the one list of every rule; the image rules are in `rules.images`
+and the request-limit rules in `rules.request`.
 """
 
 from __future__ import annotations
