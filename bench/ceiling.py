@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.common import alternate, median, seconds
+from bench.common import seconds
 
 FIELDS = 39
 
@@ -96,8 +96,3 @@ def ceiling(gemm_s: float, embedding_s: float, batch: int, embedding_size: int, 
         "ceiling_examples_per_s": batch / (gemm_s + embedding_s),
     }
 
-
-def measure_ceiling(batch: int, embedding_size: int, layers: list[int], vocabulary: int,
-                    repetitions: int, calls: int) -> dict:
-    times = alternate(kernels(batch, embedding_size, layers, vocabulary, calls), repetitions)
-    return ceiling(median(times["gemm"]), median(times["embedding"]), batch, embedding_size, layers)

@@ -126,9 +126,10 @@ def moto_jobs(aws):
                 StoppingCondition={"MaxRuntimeInSeconds": 600})
             return name
 
-        def set_state(self, name: str, status: str, reason: str | None = None) -> None:
+        def set_state(self, name: str, status: str, reason: str | None = None, secondary: str | None = None) -> None:
+            """secondary: SageMaker's SecondaryStatus (default: the status itself)."""
             job = _moto_training_job(name)
-            job.training_job_status = job.secondary_status = status
+            job.training_job_status, job.secondary_status = status, secondary or status
             if reason:
                 job.failure_reason = reason
 

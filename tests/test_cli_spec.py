@@ -67,7 +67,7 @@ def test_validate_reports_every_bad_spec_on_one_line_each(capsys):
 
 
 def test_validate_json_output(capsys, tmp_path):
-    good = write_spec(tmp_path, {"instance": {"type": "ml.c7i-flex.xlarge"}, "framework": {"version": "2.21"}})
+    good = write_spec(tmp_path, {"instance": {"type": "ml.g7e.2xlarge"}, "framework": {"version": "2.21"}})
     bad = write_spec(tmp_path, {"instance": {"count": 0}}, name="bad.yaml")
     code, out, _ = run(capsys, "validate", good, bad, "--output", "json")
     result = json.loads(out)

@@ -43,14 +43,16 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
 
 
-def test_attempt_names_fit_and_lead_back_to_the_first():
-    long = "x" * 39 + "-2026-11-25-14-00-00-000"
-    assert len(long) == 63
+LONG = "x" * 39 + "-2026-11-25-14-00-00-000"  # 63 characters: every attempt's name is cut
+
+
+def test_attempt_names_fit_and_are_numbered():
+    assert len(LONG) == 63
     for attempt in (1, 9, 12):
-        name = recovery.attempt_name(long, attempt)
+        name = recovery.attempt_name(LONG, attempt)
         assert len(name) <= 63 and name.endswith(f"-r{attempt}")
         assert recovery.attempt_number(name) == attempt
-    assert recovery.first_attempt(recovery.attempt_name(JOB, 3)) == JOB == recovery.first_attempt(JOB)
+    assert recovery.attempt_name(JOB, 3) == f"{JOB}-r3" and recovery.attempt_number(JOB) == 0
 
 
 @pytest.mark.parametrize("summary, worth", [
@@ -101,6 +103,38 @@ def test_a_capacity_failure_is_resubmitted_and_resumes_from_the_same_checkpoints
     summary = jobs.describe(f"{JOB}-r1", REGION)
     assert summary["attempts"] == [JOB, f"{JOB}-r1"]
     assert jobs.describe(JOB, REGION)["attempts"] == [JOB, f"{JOB}-r1"]
+
+
+def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs, monkeypatch, capsys):
+    from launcher.cli import main
+
+    plan = sample_plan(RECOVER, job_name=LONG)
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Failed", "Failed", CAPACITY), ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    names = [r["TrainingJobName"] for r in sent]
+    assert code == 0 and names == [LONG, recovery.attempt_name(LONG, 1), recovery.attempt_name(LONG, 2)]
+    assert not names[1].startswith(LONG)  # cut: the names alone do not lead back to the first
+    assert [r.get("Tags", []) for r in sent[1:]] == [[{"Key": recovery.FIRST_ATTEMPT_TAG, "Value": LONG}]] * 2
+    for name in names:
+        assert jobs.describe(name, REGION)["attempts"] == names
+        main(["status", name, "--region", REGION])  # exit 1 for the failed attempts
+        assert f"attempts   {', '.join(names)}" in capsys.readouterr().out
+
+
+def test_attempts_run_the_first_attempts_source_and_share_its_tensorboard(sample_plan, moto_jobs, monkeypatch,
+                                                                         source_dir):
+    plan = sample_plan({**RECOVER, "tensorboard": True})
+    edits = []
+    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",  # the tree changes while the job waits
+                  lambda **_: edits.append((source_dir / "train.py").write_text(f"print({len(edits)})\n")))
+    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
+        ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    assert code == 0 and len(sent) == 2 and edits
+    first_source = f'"s3://{BUCKET}/deepfm/{JOB}/source/sourcedir.tar.gz"'
+    assert [r["HyperParameters"]["sagemaker_submit_directory"] for r in sent] == [first_source] * 2
+    uploaded = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert [o["Key"] for o in uploaded if o["Key"].endswith("sourcedir.tar.gz")] == [f"deepfm/{JOB}/source/sourcedir.tar.gz"]
+    assert [r["TensorBoardOutputConfig"]["S3OutputPath"] for r in sent] == [f"s3://{BUCKET}/deepfm/{JOB}/tensorboard"] * 2
 
 
 def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_exit(sample_plan, moto_jobs, monkeypatch):
@@ -162,8 +196,8 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
     hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",
-                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress"))
-    ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (one per line and per poll)
+                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress", secondary="Training"))
+    ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (two per poll, one per line)
     monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []
     monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
@@ -171,9 +205,34 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
         attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0)
     assert caught.value.exit_code == 1 and stopped == [plan.job_name]
     # the line seen at 0 s, polls at 10, 20, ...: stopped at the first poll past the timeout
-    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s (stall_timeout 60 s); silent "
-                                    "longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
+    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s in Training (stall_timeout 60 s); "
+                                    "silent longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
                                     "examples_per_sec=1.0; dfm stopped it")
+
+
+def test_a_spot_job_waiting_for_capacity_is_not_stalled(sample_plan, moto_jobs, moto_logs, monkeypatch):
+    """Interrupted, Starting and Downloading again take longer than stall_timeout; only Training counts."""
+    plan = sample_plan({"stall_timeout": 100, "spot": {"max_wait": 7200}})
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    metric = "[dfm] train step={} loss=0.5 auc=0.5 examples_per_sec=1.0"
+    moto_logs(plan.job_name, "algo-1", metric.format(1))
+    phases = ["Training", "Interrupted", "Interrupted", "Starting", "Downloading", "Training", "Completed"]
+
+    def next_phase(**_):  # each DescribeTrainingJob (one per poll) sees the job one phase further
+        phase = phases.pop(0) if len(phases) > 1 else phases[0]
+        moto_jobs.set_state(plan.job_name, "Completed" if phase == "Completed" else "InProgress", secondary=phase)
+        if phase == "Training" and "Interrupted" not in phases:  # resumed from its checkpoint
+            moto_logs(plan.job_name, "algo-1", metric.format(2))
+
+    hook_sessions(monkeypatch, "before-call.sagemaker.DescribeTrainingJob", next_phase)
+    ticks = itertools.count(0, 30)  # 30 s pass at each reading of the watch's clock (two per poll, one per line)
+    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
+    monkeypatch.setattr(jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
+    echoed = []
+    assert attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0) == plan.job_name
+    assert "[dfm] stall watch: waiting while the job is Interrupted; only time in Training counts toward " \
+           "stall_timeout" in echoed
+    assert phases == ["Completed"]
 
 
 def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, capsys):
@@ -181,15 +240,15 @@ def test_logs_follow_stops_a_stalled_job(moto_jobs, moto_logs, monkeypatch, caps
     from launcher.sagemaker_backend import kinds, logs
 
     moto_jobs.create("job-s")
-    moto_jobs.set_state("job-s", "InProgress")
+    moto_jobs.set_state("job-s", "InProgress", secondary="Training")
     moto_logs("job-s", "algo-1", "[dfm] train step=5 loss=0.5 auc=0.5 examples_per_sec=1.0")
-    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (one per line and per poll)
+    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (two per poll, one per line)
     monkeypatch.setattr(logs, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []  # moto has no StopTrainingJob: record the call the kind makes
     recording = dataclasses.replace(kinds.TRAINING, stop=lambda name, region: stopped.append(name))
     monkeypatch.setitem(kinds.KINDS, "training", recording)
     assert main(["logs", "job-s", "--follow", "--poll", "0", "--stall-timeout", "30", "--region", REGION]) == 1
-    assert "job job-s stalled: no metric line for 40 s" in capsys.readouterr().err
+    assert "job job-s stalled: no metric line for 60 s in Training" in capsys.readouterr().err
     assert stopped == ["job-s"]
     assert main(["logs", "job-s", "--stall-timeout", "30", "--region", REGION]) == 2
     assert "add --follow" in capsys.readouterr().err

@@ -183,7 +183,7 @@ CASES = [
     (rules.check_processes_per_host, hvd(4), hvd(2), ("warning", "distribution.horovod.processes_per_host", "leaves 2 idle")),
     (rules.check_processes_per_host, {**hvd(4), "instance": {"type": "ml.c5.xlarge"}}, {**hvd(5), "instance": {"type": "ml.c5.xlarge"}},
      ("error", "distribution.horovod.processes_per_host", "has 4 vCPUs")),
-    (rules.check_instance_known, {"instance": {"type": "ml.c5.18xlarge"}}, {"instance": {"type": "ml.c7i-flex.xlarge"}},
+    (rules.check_instance_known, {"instance": {"type": "ml.c5.18xlarge"}}, {"instance": {"type": "ml.g7e.2xlarge"}},
      ("warning", "instance.type", "not in dfm's catalogue: no cost estimate")),
     (rules.check_instance_known, {"instance": {"type": "ml.g6e.12xlarge"}}, {"instance": {"type": "ml.trn1.2xlarge"}},
      ("warning", "instance.type", "TensorFlow images do not use")),
@@ -216,7 +216,10 @@ CASES = [
     (rules.check_bfloat16_hardware, {"instance": {"type": "ml.c7i.24xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
      {"instance": {"type": "ml.c5.18xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
      ("error", "hyperparameters.mixed_precision", "ml.c5.18xlarge has no bfloat16 hardware, where bfloat16 runs slower than "
-                                                  "float32: use an instance type of ml.c7i, ml.g5,")),
+                                                  "float32: use an instance type of ml.c7i, ml.c7i-flex, ml.c8i,")),
+    (rules.check_bfloat16_hardware, {**HOROVOD, "instance": {"type": "ml.p6-b200.48xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
+     {**HOROVOD, "instance": {"type": "ml.p3dn.24xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
+     ("error", "hyperparameters.mixed_precision", "ml.p3dn.24xlarge has no bfloat16")),
     (rules.check_bfloat16_hardware, {**HOROVOD, "instance": {"type": "ml.g5.12xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"}},
      {**HOROVOD, "hyperparameters": {"mixed_precision": "bfloat16"}}, ("error", "hyperparameters.mixed_precision", "ml.p3.8xlarge has no bfloat16")),
     (rules.check_gpu_memory, mirrored(10**8, "gather"), mirrored(3 * 10**8, "gather"),
@@ -272,6 +275,9 @@ CASES = [
     # operations (recover:, stall_timeout, retry:, mlflow:)
     (rules.check_recover, {"recover": {"instance_types": ["ml.m5.24xlarge"]}},
      {"recover": {"max_restarts": 2}, "checkpoints": False}, ("error", "checkpoints", "resume from its checkpoints")),
+    (rules.check_recover, {"recover": {"max_restarts": 1}, "tags": {f"t{i}": "x" for i in range(49)}},
+     {"recover": {"max_restarts": 1}, "tags": {f"t{i}": "x" for i in range(50)}},
+     ("error", "tags", "keep at most 49")),
     (rules.check_recover, {"recover": {"instance_types": ["ml.c5.9xlarge"]}},
      {"recover": {"instance_types": ["ml.c5.9xlarge", "ml.p3.2xlarge"]}},
      ("error", "recover.instance_types.1", "has 1 GPUs where ml.c5.xlarge has 0")),
@@ -349,3 +355,35 @@ def test_every_bundled_default_passes_the_type_checks(tmp_path):
 def test_example_configs_have_no_errors(config):
     spec = load_spec(config)
     assert rules.errors(rules.check(spec)) == []
+
+
+def test_recovery_types_get_the_instance_type_rules(tmp_path, capsys):
+    """A recovery attempt runs the job on each type of recover.instance_types: bfloat16 on a type without it is
+    refused there, at that type's line, as on the spec's own type."""
+    from spec_helpers import run
+
+    path = write_spec(tmp_path, {"instance": {"type": "ml.c7i.8xlarge"}, "hyperparameters": {"mixed_precision": "bfloat16"},
+                                 "recover": {"instance_types": ["ml.c7i.8xlarge", "ml.c6i.8xlarge", "ml.m5.12xlarge"]}})
+    code, _, err = run(capsys, "validate", path)
+    assert code == 2
+    assert (f"{path}:{line_of(path, '- ml.c6i.8xlarge')}: recover.instance_types.1: a recovery attempt on ml.c6i.8xlarge: "
+            "hyperparameters.mixed_precision: ml.c6i.8xlarge has no bfloat16 hardware") in err
+    assert "recover.instance_types.2: a recovery attempt on ml.m5.12xlarge" in err
+    assert "recover.instance_types.0" not in err
+
+
+SAMPLE_TYPES = ("ml.c5.xlarge", "ml.c7i.8xlarge", "ml.m5.large", "ml.g4dn.xlarge", "ml.g5.12xlarge", "ml.p3.8xlarge",
+                "ml.trn1.2xlarge", "ml.m5.unknown")
+
+
+@pytest.mark.parametrize("rule, accepted, refused, expected", CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_every_rule_that_reads_the_instance_type_runs_on_the_recovery_types(tmp_path, rule, accepted, refused, expected):
+    """A rule whose findings change with instance.type alone is one of INSTANCE_TYPE_RULES (check_recover compares
+    the recovery types with it, and the request limits check every type's spelling)."""
+    if rule in (rules.check_recover, rules.check_request_limits, rules.check_job_name):
+        return
+    for changes in (accepted, refused):
+        spec = load_spec(merged(BASE, changes))
+        seen = {tuple((f.field, f.message.replace(t, "<type>")) for f in rule(spec.model_copy(update={
+            "instance": spec.instance.model_copy(update={"type": t})}))) for t in SAMPLE_TYPES}
+        assert len(seen) == 1 or rule in rules.INSTANCE_TYPE_RULES, (rule.__name__, seen)

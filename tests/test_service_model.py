@@ -120,6 +120,33 @@ def test_every_catalogue_instance_is_one_the_api_accepts():
     assert {"p4d", "p4de", "p5", "g4dn", "g5", "g6", "g6e", "r5", "r6i", "c5", "c6i", "c7i", "m5", "m6i", "m7i", "trn1"} <= families
 
 
+def test_every_training_type_of_the_api_is_catalogued():
+    """A botocore that adds a training type fails here until the catalogue has its facts (or says why not)."""
+    known = service_model.enum("TrainingInstanceType")
+    lacking = [name for name in known if name not in catalog.INSTANCES and name.split(".")[1] not in catalog.UNCATALOGUED]
+    assert lacking == []
+    enum_families = {name.split(".")[1] for name in known}
+    assert set(catalog.UNCATALOGUED) <= enum_families and not set(catalog.UNCATALOGUED) & set(catalog.FAMILIES)
+
+
+def test_every_catalogued_fact_has_its_source():
+    for name, info in catalog.INSTANCES.items():
+        kind = catalog.family(name)
+        assert kind is not None and kind.source and kind.processor, name
+        assert info.gpu == (kind.gpu if info.gpus else ""), name
+        assert not info.gpus or info.gpu_memory_gib, name  # every GPU kind has its memory
+        assert (kind.bfloat16 is None) == (catalog.has_bfloat16(name) is None), name
+
+
+@pytest.mark.parametrize("name, bfloat16, gpus", [
+    ("ml.p3dn.24xlarge", False, 8), ("ml.p2.xlarge", False, 1), ("ml.c5n.18xlarge", False, 0), ("ml.t3.medium", False, 0),
+    ("ml.c8i.96xlarge", True, 0), ("ml.r8i-flex.large", True, 0), ("ml.c7i-flex.xlarge", True, 0),
+    ("ml.p5.4xlarge", True, 1), ("ml.p6-b200.48xlarge", True, 8), ("ml.p6e-gb200.36xlarge", None, 0),
+])
+def test_new_families_carry_their_facts(name, bfloat16, gpus):
+    assert catalog.has_bfloat16(name) is bfloat16 and catalog.instance(name).gpus == gpus
+
+
 def test_catalogue_entries_are_consistent():
     for name, info in catalog.INSTANCES.items():
         assert info.vcpus > 0 and info.memory_gib > 0, name

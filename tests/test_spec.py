@@ -272,3 +272,47 @@ def test_a_distribution_word_reads_as_its_mapping_with_the_defaults(word, long):
     short = load_spec({**BASE, "distribution": word})
     assert short.distribution == load_spec({**BASE, "distribution": long}).distribution
     assert short.distribution_kind == word and short.processes_per_host == 1
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"retry": {"max_attempts": True}}, "retry.max_attempts"),
+    ({"instance": {"count": True}}, "instance.count"),
+    ({"max_run": False}, "max_run"),
+    ({"recover": {"backoff_s": True}}, "recover.backoff_s"),
+    ({"stall_timeout": True}, "stall_timeout"),
+    ({"tune": {"objective": "eval:auc", "max_jobs": True, "ranges": {"learning_rate": {"min": 0.001, "max": 0.1}}}},
+     "tune.max_jobs"),
+    ({"tune": {"objective": "eval:auc", "ranges": {"epochs": {"min": True, "max": 3, "type": "integer"}}}},
+     "tune.ranges.epochs"),
+])
+def test_a_boolean_is_no_number(tmp_path, changes, field):
+    """YAML's true is not 1: every integer and number field refuses booleans."""
+    path = write_spec(tmp_path, changes)
+    lines = problems_of(path)
+    assert any(f": {field}" in line and ("True" in line or "False" in line) for line in lines), lines
+
+
+def test_max_attempts_true_exits_2(tmp_path, capsys):
+    from spec_helpers import run
+
+    code, _, err = run(capsys, "validate", write_spec(tmp_path, {"retry": {"max_attempts": True}}))
+    assert code == 2 and "retry.max_attempts: Input should be a valid integer, got True" in err
+
+
+def test_every_spec_model_is_strict():
+    """Strict models take no boolean for a number (nor a number for a string) anywhere in the schema."""
+    from pydantic import BaseModel
+
+    def models(annotation, seen):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in seen:
+                seen.add(annotation)
+                for info in annotation.model_fields.values():
+                    models(info.annotation, seen)
+            return seen
+        for argument in getattr(annotation, "__args__", ()) + tuple(getattr(annotation, "__metadata__", ())):
+            models(argument, seen)
+        return seen
+
+    found = models(Spec, set())
+    assert len(found) > 20 and [m.__name__ for m in found if not m.model_config.get("strict")] == []

@@ -88,6 +88,20 @@ TUNE_CASES = [
     (rules_tune.check_tune_limits, {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(91)}},
      {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(92)}},
      ("error", "hyperparameters", "101 static hyperparameters")),
+    (rules_tune.check_tune_dropped_settings, {**tune(), "tensorboard": False, "retry": {"max_attempts": 1}},
+     {**tune(), "tensorboard": True}, ("warning", "tensorboard", "dfm tune on SageMaker ignores tensorboard")),
+    (rules_tune.check_tune_dropped_settings, {"tensorboard": True, "stall_timeout": 60},  # no tune: section
+     {**tune(), "mlflow": {"tracking_server_arn": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/x"}},
+     ("warning", "mlflow", "no MlflowConfig")),
+    (rules_tune.check_tune_dropped_settings, tune(), {**tune(), "recover": {"max_restarts": 1}},
+     ("warning", "recover", "none is resubmitted")),
+    (rules_tune.check_tune_dropped_settings, tune(), {**tune(), "stall_timeout": 600},
+     ("warning", "stall_timeout", "none is stopped as stalled")),
+    (rules_tune.check_tune_environment, {**tune(), "environment": {f"V{i}": "x" for i in range(48)}},
+     {**tune(), "environment": {f"V{i}": "x" for i in range(49)}},
+     ("error", "environment", "49 variables, but a tuning job's training definition takes at most 48")),
+    (rules_tune.check_tune_environment, {"environment": {f"V{i}": "x" for i in range(50)}},  # dfm launch: up to 100
+     {**tune(), "environment": {f"V{i}": "x" for i in range(50)}}, ("error", "environment", "at most 48")),
 ]
 
 

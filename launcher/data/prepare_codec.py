@@ -277,10 +277,6 @@ def float_feature(values):
     return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
 
 
-def int64_feature(values):
-    return _field(3, _field(1, b"".join(_varint(v) for v in values)))
-
-
 def bytes_feature(values):
     return _field(1, b"".join(_field(1, v) for v in values))
 

@@ -1,8 +1,10 @@
 """Recovery of a job that lost its capacity: which endings are worth a resubmission, the plan of each attempt,
 and the wait before it. Pure: the SageMaker backend and the local runner act on what this decides.
 
-An attempt keeps the first attempt's checkpoint location (so the scripts resume from it) and gets a name derived
-from the first (`<first>-r<N>`, cut to SageMaker's 63 characters), so `dfm status` of any attempt finds the others.
+An attempt keeps the first attempt's checkpoint location (so the scripts resume from it), its uploaded source
+and its TensorBoard prefix, and gets a name derived from the first (`<first>-r<N>`, the first cut so the whole fits
+SageMaker's 63 characters) and the tag FIRST_ATTEMPT_TAG naming the first, by which `dfm status` of any attempt
+finds the others.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from launcher.plans import hosts
 from launcher.plans.training import Plan
 
 MAX_JOB_NAME = 63
+FIRST_ATTEMPT_TAG = "dfm-first-attempt"  # on each resubmission: the first attempt's job name
 _ATTEMPT_SUFFIX = re.compile(r"-r(\d+)$")
 # FailureReason texts of capacity failures (SageMaker: "CapacityError: Unable to provision requested ML compute
 # capacity", "InsufficientCapacityError: ..."): SageMaker does not retry them itself, even with RetryStrategy.
@@ -28,11 +31,6 @@ def attempt_name(first: str, attempt: int) -> str:
         return first
     suffix = f"-r{attempt}"
     return first[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
-
-
-def first_attempt(job_name: str) -> str:
-    """The name the attempts share as their prefix (the first attempt's, possibly cut)."""
-    return _ATTEMPT_SUFFIX.sub("", job_name)
 
 
 def attempt_number(job_name: str) -> int:
@@ -57,9 +55,11 @@ def backoff_seconds(backoff_s: float, attempt: int) -> float:
     return backoff_s * 2 ** (attempt - 1)
 
 
-def attempt_plan(plan: Plan, attempt: int) -> Plan:
-    """The plan of attempt N: the first attempt's checkpoint location, a derived name, and the worker group moved
-    to the recovery list's type for that attempt (its last type once the list runs out)."""
+def attempt_plan(plan: Plan, attempt: int, source_uri: str | None = None) -> Plan:
+    """The plan of attempt N: the first attempt's checkpoint location and TensorBoard prefix, a derived name tagged
+    with the first's, and the worker group moved to the recovery list's type for that attempt (its last type once
+    the list runs out). `source_uri`: the source tarball the first attempt uploaded, which the attempt runs as is
+    (the local tree may have changed since)."""
     if attempt == 0:
         return plan
     name = attempt_name(plan.job_name, attempt)
@@ -71,9 +71,7 @@ def attempt_plan(plan: Plan, attempt: int) -> Plan:
     hyperparameters = dict(plan.hyperparameters)
     if hyperparameters.get("model_dir", "").startswith("s3://"):
         hyperparameters["model_dir"] = conventions.model_dir(plan.output_path, name, distribution="none", bundled=False)
-    tensorboard = plan.operations.tensorboard_s3_uri
-    if tensorboard == f"{plan.output_path}/{plan.job_name}/tensorboard":
-        tensorboard = f"{plan.output_path}/{name}/tensorboard"
+    source = {"source_dir": source_uri, "source_files": {}} if source_uri else {}
     cost = hosts.costs(groups, plan.max_run, plan.warm_pool_seconds, spot=plan.spot_max_wait is not None)
     return dataclasses.replace(plan, job_name=name, instance_groups=groups, hyperparameters=hyperparameters,
-                               cost=cost, operations=dataclasses.replace(plan.operations, tensorboard_s3_uri=tensorboard))
+                               cost=cost, tags={**plan.tags, FIRST_ATTEMPT_TAG: plan.job_name}, **source)

@@ -3,8 +3,8 @@
 Each rule is a small function `rule(spec) -> list[Finding]`; every message says what is wrong and how to
 fix it. Errors stop `validate` and `launch` (exit 2); warnings are printed and carried into the Plan.
 Neither the SageMaker SDK nor the API rejects most of these mistakes, so dfm must. This module holds the
-rules about the job itself and RULES, the one list of every rule; the image rules are in `rules_images`
-and the request-limit rules in `rules_request`.
+rules about the job itself and RULES, the one list of every rule; the image rules are in `rules.images`
+and the request-limit rules in `rules.request`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from launcher.rules.gpu import (check_gpu_memory, check_mixed_precision_on_cpu, 
                                 check_ps_pipe_channels, one_host_ps_gpus)
 from launcher.rules.memory import check_host_memory
 from launcher.rules.precision import check_bfloat16_hardware
+from launcher.rules.recovery_types import check_recovery_types
 from launcher.rules.request import (
     check_channels,
     check_hyperparameter_limits,
@@ -198,11 +199,27 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
 )
 
 
+# The rules that read the instance type: they run again for each type of recover.instance_types.
+INSTANCE_TYPE_RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
+    check_processes_per_host,
+    check_instance_known,
+    check_parameter_server,
+    check_ps_group,
+    check_mixed_precision_on_cpu,
+    check_bfloat16_hardware,
+    check_gpu_memory,
+    check_host_memory,
+    check_one_host_ps_gpus,
+    check_ps_pipe_channels,
+)
+
+
 def check(spec: Spec, job_name: str | None = None) -> list[Finding]:
-    """Every finding of every rule, errors and warnings, in rule order. The job name checked is `job_name`
-    (--job-name, the full name) when given, else the spec's base name with the timestamp dfm appends."""
+    """Every finding of every rule, errors and warnings, in rule order, then the instance type's rules on each
+    recovery type. The job name checked is `job_name` (--job-name, the full name) when given, else the spec's base
+    name with the timestamp dfm appends."""
     name = check_job_name(spec) if job_name is None else check_job_name_override(job_name)
-    return name + [finding for rule in RULES for finding in rule(spec)]
+    return name + [finding for rule in RULES for finding in rule(spec)] + check_recovery_types(spec, INSTANCE_TYPE_RULES)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

@@ -3,8 +3,8 @@
 Under Horovod and MultiWorkerMirrored every GPU holds a whole replica of the model: the embedding tables,
 their optimizer slots, and at its peak the start-up broadcast's copies of the largest table or, when the
 embedding gradients are all-reduced densely, a step's table-sized gradients and their packs.
-The parameter-server layout keeps the tables in host memory instead (rules_ps_group checks that side). Both rules
-read the hyperparameters as the bundled scripts parse them (rules_hparams.script_values).
+The parameter-server layout keeps the tables in host memory instead (rules.ps_group checks that side). Both rules
+read the hyperparameters as the bundled scripts parse them (rules.hparams.script_values).
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The operations rules: recovery needs checkpoints to resume from and instance types the job can move to; the
 stall watchdog needs metric lines to watch. The request limits (retry attempts, MLflow ARN, TensorBoard URI)
-are checked with every other request value in `rules_request`."""
+are checked with every other request value in `rules.request`."""
 
 from __future__ import annotations
 
 from launcher.facts import catalog
 from launcher.facts import contract
+from launcher.facts import service_model
+from launcher.plans import recovery
 from launcher.rules.findings import Finding, error, warning
 from launcher.spec import Spec
 
@@ -17,6 +19,10 @@ def check_recover(spec: Spec) -> list[Finding]:
     if spec.checkpoint_config is None:
         problems.append(error("checkpoints", "recover: resubmits the job to resume from its checkpoints: remove "
                                              "`checkpoints: false` (or drop recover:)"))
+    most_tags = service_model.limit(service_model.shape_at("Tags"), "max")
+    if most_tags is not None and len(spec.tags) >= most_tags:
+        problems.append(error("tags", f"recover: tags each resubmission {recovery.FIRST_ATTEMPT_TAG}: <first job>, and "
+                                      f"a job takes at most {most_tags} tags: keep at most {most_tags - 1}"))
     first = catalog.instance(spec.instance.type)
     for index, instance_type in enumerate(spec.recover.instance_types):
         info = catalog.instance(instance_type)

@@ -327,6 +327,30 @@ def check_tune_checkpoints(spec: Spec) -> list[Finding]:
                                    "do), a trial restores another's; or set checkpoints: false")]
 
 
+def check_tune_dropped_settings(spec: Spec) -> list[Finding]:
+    """A SageMaker tuning job's training definition has no TensorBoardOutputConfig nor MlflowConfig, and dfm
+    watches no trial (recover:, stall_timeout): `dfm tune` would drop these without a word."""
+    if spec.tune is None:
+        return []
+    dropped = {
+        "tensorboard": (spec.tensorboard not in (None, False), "a tuning job's trials have no TensorBoardOutputConfig"),
+        "mlflow": (spec.mlflow is not None, "a tuning job's trials have no MlflowConfig"),
+        "recover": (spec.recover is not None, "dfm watches no trial of a tuning job, so none is resubmitted"),
+        "stall_timeout": (spec.stall_timeout is not None, "dfm watches no trial of a tuning job, so none is stopped as stalled"),
+    }
+    return [warning(field, f"{why}: dfm tune on SageMaker ignores {field} (dfm launch keeps it)")
+            for field, (given, why) in dropped.items() if given]
+
+
+def check_tune_environment(spec: Spec) -> list[Finding]:
+    """The tuning job's training definition takes fewer environment variables than a training job."""
+    most = _limit("HyperParameterTrainingJobEnvironmentMap")
+    if spec.tune is None or most is None or len(spec.environment) <= most:
+        return []
+    return [error("environment", f"{len(spec.environment)} variables, but a tuning job's training definition takes at "
+                                 f"most {most}: keep {most} or fewer for dfm tune")]
+
+
 TUNE_RULES = (check_tune_ranges, check_tune_range_values, check_tune_limits, check_tune_objective,
               check_tune_objective_reported, check_tune_strategy, check_tune_cluster, check_tune_completion, check_tune_checkpoints,
-              check_tune_hyperband_resource)
+              check_tune_hyperband_resource, check_tune_dropped_settings, check_tune_environment)

@@ -1,6 +1,7 @@
 """`dfm launch --wait` on SageMaker: submit, follow the logs with the stall watchdog, and resubmit a job that
 lost its capacity (`recover:`), each attempt resuming from the first one's checkpoints. What to resubmit and
-when is `launcher.plans.recovery`'s decision; this module acts on it."""
+when is `launcher.plans.recovery`'s decision; this module acts on it. Every attempt runs the source the first
+one uploaded."""
 
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, po
                  "(or dfm logs JOB --follow --stall-timeout N)")
         return jobs.submit(request.build(plan), echo=echo, warn=warn)
     options = plan.operations.recovery
-    attempt = 0
+    attempt, source_uri = 0, None
     while True:
-        current = recovery.attempt_plan(plan, attempt)
-        job_name = jobs.submit(request.build(current), echo=echo, warn=warn)
+        current = recovery.attempt_plan(plan, attempt, source_uri)
+        built = request.build(current)
+        if attempt == 0 and built.upload is not None:  # every attempt runs the source this one uploads
+            source_uri = built.upload.uri
+        job_name = jobs.submit(built, echo=echo, warn=warn)
         status = follow(current, job_name, echo, poll_seconds)
         summary = jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
         why = recovery.recoverable(summary)

@@ -133,19 +133,22 @@ def describe(job_name: str, region: str | None) -> dict:
     with aws.aws_errors(f"describing {job_name}", job_name=job_name, region=region):
         description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
     summary = _summary(description, region)
-    others = [name for name in _attempts(sagemaker_client, job_name, region) if name != job_name]
+    others = [name for name in _attempts(sagemaker_client, description, region) if name != job_name]
     if others:  # dfm launch --wait resubmitted it (recover:), or this is a resubmission
         summary["attempts"] = sorted([job_name, *others], key=recovery.attempt_number)
     return summary
 
 
-def _attempts(sagemaker_client, job_name: str, region: str) -> list[str]:
-    """The training jobs that are attempts of the same job: the first one's name, alone or with `-r<N>`."""
-    first = recovery.first_attempt(job_name)
+def _attempts(sagemaker_client, description: dict, region: str) -> list[str]:
+    """The training jobs that are attempts of the same job: the first one, and those tagged with its name."""
+    job_name = description["TrainingJobName"]
     with aws.aws_errors(f"listing the attempts of {job_name}", region=region):
-        pages = sagemaker_client.get_paginator("list_training_jobs").paginate(NameContains=first)
-        names = [job["TrainingJobName"] for page in pages for job in page["TrainingJobSummaries"]]
-    return [name for name in names if recovery.first_attempt(name) == first]
+        tags = sagemaker_client.list_tags(ResourceArn=description["TrainingJobArn"]).get("Tags", [])
+        first = next((tag["Value"] for tag in tags if tag["Key"] == recovery.FIRST_ATTEMPT_TAG), job_name)
+        found = sagemaker_client.get_paginator("search").paginate(Resource="TrainingJob", SearchExpression={
+            "Filters": [{"Name": f"Tags.{recovery.FIRST_ATTEMPT_TAG}", "Operator": "Equals", "Value": first}]})
+        tagged = [result["TrainingJob"]["TrainingJobName"] for page in found for result in page["Results"]]
+    return [first, *tagged] if tagged else []
 
 
 def raise_for_outcome(summary: dict) -> None:

@@ -25,7 +25,8 @@ class LogSource:
     """Where a kind of job writes its logs, and how its state is read while they are followed."""
 
     log_group: str
-    state: Callable[[Any, str], tuple[str, str, bool]]  # (sagemaker client, job) -> (status, progress line, several hosts)
+    # (sagemaker client, job) -> (status, progress line, several hosts, phase the stall watch reads or None)
+    state: Callable[[Any, str], tuple[str, str, bool, str | None]]
 
 
 def _host_of(stream_name: str) -> str:
@@ -80,31 +81,58 @@ class Stalled(Exception):
         return f"job {job_name} stalled: {self}; dfm stopped it"
 
 
+# SageMaker's secondary status while the script runs: the only phase the stall watchdog counts. A spot job that
+# was interrupted waits for capacity (Interrupted, Starting, Downloading...) up to its max_wait, and a RetryStrategy
+# retry starts over: no metric line can come then.
+TRAINING_PHASE = "Training"
+
+
 @dataclass
 class StallWatch:
-    """Seconds since the last metric line, counted from the first line any host wrote (provisioning and the
-    download come before it); the host silent longest is named as the likely culprit."""
+    """Seconds spent in the Training phase since the last metric line, counted from the first line any host wrote
+    (provisioning and the download come before it); the host silent longest is named as the likely culprit. A
+    phase of None (a job kind without phases) always counts."""
 
     timeout_s: float
     clock: Callable[[], float] = time.monotonic
-    last_metric: float | None = None
+    silent_s: float = 0.0
+    started: bool = False  # a host has written a line
+    phase: str | None = None
+    last_reading: float | None = None
     last_line: dict[str, tuple[float, str]] | None = None
 
-    def saw(self, host: str, message: str) -> None:
+    def _counts(self) -> bool:
+        return self.phase is None or self.phase == TRAINING_PHASE
+
+    def _advance(self) -> float:
         now = self.clock()
+        if self.started and self.last_reading is not None and self._counts():
+            self.silent_s += now - self.last_reading
+        self.last_reading = now
+        return now
+
+    def enter(self, phase: str | None) -> str | None:
+        """Note the job's phase; -> the line to show when the watch starts waiting through a phase it does not count."""
+        self._advance()
+        counted, self.phase = self._counts(), phase
+        if self.started and counted and not self._counts():
+            return (f"[dfm] stall watch: waiting while the job is {phase}; only time in {TRAINING_PHASE} counts "
+                    f"toward stall_timeout")
+        return None
+
+    def saw(self, host: str, message: str) -> None:
+        now = self._advance()
         self.last_line = {**(self.last_line or {}), host: (now, message.strip()[:160])}
-        if self.last_metric is None or METRIC_LINE.search(message):
-            self.last_metric = now
+        if not self.started or METRIC_LINE.search(message):
+            self.started, self.silent_s = True, 0.0
 
     def check(self) -> None:
-        if self.last_metric is None:
-            return
-        now = self.clock()
-        if now - self.last_metric <= self.timeout_s:
+        now = self._advance()
+        if not self.started or self.silent_s <= self.timeout_s:
             return
         host, (when, line) = min((self.last_line or {}).items(), key=lambda item: item[1][0])
-        raise Stalled(f"no metric line for {now - self.last_metric:.0f} s (stall_timeout {self.timeout_s:.0f} s); "
-                      f"silent longest: {host}, {now - when:.0f} s since its last line: {line}")
+        raise Stalled(f"no metric line for {self.silent_s:.0f} s in {self.phase or 'the job'} (stall_timeout "
+                      f"{self.timeout_s:.0f} s); silent longest: {host}, {now - when:.0f} s since its last line: {line}")
 
 
 def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
@@ -122,10 +150,11 @@ def _progress_line(description: dict) -> str:
     return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
 
 
-def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool]:
+def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool, str | None]:
     description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
     groups = aws.instance_groups(description.get("ResourceConfig", {}))
-    return description["TrainingJobStatus"], _progress_line(description), sum(g["instance_count"] for g in groups) > 1
+    several = sum(g["instance_count"] for g in groups) > 1
+    return description["TrainingJobStatus"], _progress_line(description), several, description.get("SecondaryStatus")
 
 
 TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
@@ -135,7 +164,7 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
                 poll_seconds: float = 10.0, as_json: bool = False, source: LogSource = TRAINING,
                 stall: StallWatch | None = None) -> str:
     """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status. With a
-    `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout.
+    `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout in Training.
 
     Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
     downloading, training, uploading...): minutes pass before an instance writes its first line.
@@ -147,10 +176,13 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
     was_running, last_progress = False, None
     with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
-            status, progress, multi_host = source.state(sagemaker_client, job_name)
+            status, progress, multi_host, phase = source.state(sagemaker_client, job_name)
             if follow and not as_json and progress != last_progress:
                 echo(progress)
                 last_progress = progress
+            waiting = stall.enter(phase) if stall is not None else None
+            if waiting and not as_json:
+                echo(waiting)
             for event in cursor.new_events():
                 echo(_render_event(event, multi_host, as_json))
                 if stall is not None:

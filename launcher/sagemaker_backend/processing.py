@@ -275,10 +275,10 @@ def list_jobs(region: str | None, name_contains: str | None = None, max_results:
             for job in aws.newest(region, "list_processing_jobs", "ProcessingJobSummaries", name_contains, max_results)]
 
 
-def _state(sagemaker_client, name: str) -> tuple[str, str, bool]:
+def _state(sagemaker_client, name: str) -> tuple[str, str, bool, None]:
     found = sagemaker_client.describe_processing_job(ProcessingJobName=name)
     status, hosts = found["ProcessingJobStatus"], found.get("ProcessingResources", {}).get("ClusterConfig", {})
-    return status, f"-- {status}", hosts.get("InstanceCount", 1) > 1
+    return status, f"-- {status}", hosts.get("InstanceCount", 1) > 1, None
 
 
 LOGS = logs.LogSource(LOG_GROUP, _state)

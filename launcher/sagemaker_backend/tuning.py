@@ -2,8 +2,8 @@
 
 The trial's estimator is the training request's own (`request.offline_estimator`: the same kwargs, the same
 source location, no upload); the tuner then builds the request as `fit()` would (`_prepare_for_tuning`,
-`_TuningJob._get_tuner_args`, `Session._get_tuning_request`), and botocore's model checks it.
-Submit, describe, stop and list of tuning jobs are here too (plain boto3).
+`_TuningJob._get_tuner_args`, `Session._get_tuning_request`), and botocore's model checks it. `submit` uploads the
+source and creates the tuning job; describe, stop and list of tuning jobs are `tuning_jobs`'.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from launcher.spec.value_types import InstanceTypeName, S3OrAuto, _by_shape, _pa
 class Retry(_Strict):
     """SageMaker's own retry of a job that failed with an internal error (RetryStrategy)."""
 
-    max_attempts: int = Field(description="RetryStrategy.MaximumRetryAttempts: SageMaker reruns a job that failed "
-                                          "with an internal server error, up to this many attempts in all")
+    max_attempts: int = Field(description="RetryStrategy.MaximumRetryAttempts: reruns after the first run of a job "
+                                          "that failed with an internal server error; N means up to N+1 runs")
 
 
 class Recover(_Strict):

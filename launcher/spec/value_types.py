@@ -71,4 +71,4 @@ def _by_shape(expected: str) -> Discriminator:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
