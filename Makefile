@@ -14,19 +14,22 @@ RUNTIMES := $(or $(DFM_RUNTIMES),$(HOME)/.cache/dfm/runtimes)
 # The entry-point tests, run again by each runtime's own Python: the bundled scripts on the TF of each image.
 ENTRY_TESTS := tests/test_entry_*.py
 
-test: setup
-	$(PY) -m pytest -q
+# The unit tests first, two at a time (a broken rule fails CI in a minute), then the tests that start TensorFlow
+# processes one at a time (each already keeps both cores busy), then the version matrix.
+test: test-fast
+	$(PY) -m pytest -q -m "slow or horovod"
 	@$(MAKE) --no-print-directory test-matrix
 
-# TF 2.12 + Horovod (Python 3.10): Horovod (MPI and gloo) and Pipe mode must run, not skip.
-# TF 2.21 (Python 3.12, Keras 3): single host, parameter server and multi_worker_mirrored.
+# The entry-point tests marked `runtimes` (their behaviour depends on the TensorFlow version, or on what only some
+# images have), again on each other image family's runtime: TF 2.12 + Horovod (Python 3.10), where Horovod (MPI
+# and gloo) and Pipe mode must run, not skip; TF 2.21 (Python 3.12, Keras 3).
 test-matrix: setup
-	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider $(ENTRY_TESTS)
-	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider $(ENTRY_TESTS)
+	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
+	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
 
-# The unit tests only (no TensorFlow processes): seconds.
+# The unit tests only (no TensorFlow processes), on both cores: a minute or two.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not horovod"
+	$(PY) -m pytest -q -n 2 -m "not slow and not horovod"
 
 # Longer random spec fuzzing, for humans: a new seed each day (make test runs the same derandomized examples every time).
 fuzz: setup

@@ -157,3 +157,18 @@ def moto_logs(aws):
                               logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)])
 
     return put
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that needs what only some runtimes have (Horovod, PipeModeDataset) belongs to the version matrix:
+    it is marked `runtimes` here, so no such test can be left out of `make test-matrix` by a forgotten mark."""
+    import inspect
+
+    for item in items:
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(inspect.unwrap(function)) if function is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if item.get_closest_marker("horovod") or "es.require(" in source:
+            item.add_marker(pytest.mark.runtimes)

@@ -11,6 +11,8 @@ import entry_support  # noqa: F401  (puts the entry points on sys.path)
 tf = pytest.importorskip("tensorflow")
 import deepfm_model as M  # noqa: E402
 
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
+
 RATES = [0.2, 0.1, 0.5, 1 / 3, 0.05, 0.9, 0.9999]  # 0.9999 is 1 in float16 and bfloat16
 
 

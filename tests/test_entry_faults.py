@@ -80,6 +80,7 @@ def bad_data_host(tmp_path, field_size=39):
     return env, load_env(env), sorted((tmp_path / "input/data/train").iterdir())
 
 
+@pytest.mark.runtimes
 def test_bad_records_are_located_by_file_and_record(tmp_path):
     import deepfm_data_errors as de
     import deepfm_hparams as H

@@ -114,6 +114,7 @@ def test_each_bad_spec_names_its_key_and_the_fix(synth_tsv, change, where, words
 
 # ---- parsing and transformation ----
 
+@pytest.mark.runtimes
 def test_text_parsing_reads_every_cell_of_synth_output(synth_tsv):
     files, columns, _ = synth_tsv
     spec = F.spec_from_dict(features_for(columns, max_length=6))
@@ -129,6 +130,7 @@ def test_text_parsing_reads_every_cell_of_synth_output(synth_tsv):
     assert [c.decode() for c in raw[BAG]] == [r[-1] for r in rows]
 
 
+@pytest.mark.runtimes
 def test_each_field_keeps_to_its_id_range_and_missing_takes_slot_zero(synth_tsv):
     files, columns, boundaries = synth_tsv
     spec = F.spec_from_dict(features_for(columns, boundaries, buckets=50, bag_buckets=30, max_length=6))
@@ -189,6 +191,7 @@ def _with_bad_rows(tmp_path, files):
     return path, lines
 
 
+@pytest.mark.runtimes
 def test_skip_drops_bad_rows_and_counts_them(synth_tsv, tmp_path):
     files, columns, _ = synth_tsv
     path, good_lines = _with_bad_rows(tmp_path, files)
@@ -201,6 +204,7 @@ def test_skip_drops_bad_rows_and_counts_them(synth_tsv, tmp_path):
     assert [c.decode() for c in c5] == [line.split("\t")[columns.index("c5")] for line in good_lines]
 
 
+@pytest.mark.runtimes
 def test_fail_stops_naming_the_file_and_the_row(synth_tsv, tmp_path):
     files, columns, _ = synth_tsv
     path, _ = _with_bad_rows(tmp_path, files)
@@ -226,6 +230,7 @@ def _example(row, columns, spec):
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+@pytest.mark.runtimes
 def test_examples_with_raw_features_by_name_give_the_same_inputs_as_text(synth_tsv, tmp_path):
     files, columns, boundaries = synth_tsv
     text = features_for(columns, boundaries, max_length=6)
@@ -246,6 +251,7 @@ def test_examples_with_raw_features_by_name_give_the_same_inputs_as_text(synth_t
     np.testing.assert_allclose(from_examples["values"], from_text["values"], rtol=1e-6)
 
 
+@pytest.mark.runtimes
 def test_slot_pooling_sums_a_fields_slots_and_masks_narrower_fields():
     spec = F.spec_from_dict({"format": "tfrecord", "label": "y", "numeric": {"n": {"embedding_size": 2}},
                              "categorical": {"c": {"hash_buckets": 4}},
@@ -270,6 +276,7 @@ def _scramble(model, seed=5):
         var.assign(tf.random.stateless_normal(var.shape, seed=[seed, i], stddev=0.3))
 
 
+@pytest.mark.runtimes
 def test_raw_serving_in_a_fresh_process_equals_the_training_path(synth_tsv, tmp_path):
     files, columns, boundaries = synth_tsv
     rows = rows_of(files)[:300]

@@ -20,6 +20,8 @@ import deepfm_container as container
 import deepfm_tuning
 import deepfm_worker_input as worker_input
 
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
+
 MPIRUN = shutil.which("mpirun")
 _OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
 HOROVODRUN = str(_OWN_HOROVODRUN) if _OWN_HOROVODRUN.exists() else shutil.which("horovodrun")
@@ -181,6 +183,7 @@ _SPARSE_CHECK = """
 import tensorflow as tf
 import horovod.tensorflow as hvd
 from deepfm_collectives import HorovodCollectives
+
 hvd.init()
 collectives = HorovodCollectives(hvd)
 

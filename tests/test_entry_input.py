@@ -8,6 +8,8 @@ import entry_support as es
 import deepfm_input as I
 
 tf = pytest.importorskip("tensorflow")
+
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
 FIELDS = 2
 
 

@@ -25,6 +25,7 @@ def test_tf_config_matches_the_container_toolkit_layout():
         "task": {"type": "worker", "index": 1}, "environment": "cloud"}
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 def test_two_workers_end_identical_and_only_the_first_exports(tmp_path):
     # Uneven on purpose: host 1 reads 1024 rows (8 batches), host 2 only 512 (4 batches).
@@ -180,6 +181,7 @@ print("sparse ok")
 """
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 def test_embedding_gradients_stay_sparse_through_the_average():
     done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
@@ -265,6 +267,7 @@ print("broadcast ok", rank)
 """
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
     cluster = {"worker": [f"localhost:{es.free_port()}" for _ in range(2)]}
@@ -313,6 +316,7 @@ print("per replica ok")
 """
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 def test_each_local_replica_receives_its_own_batch_and_a_short_last_step_is_not_whole(tmp_path):
     script = tmp_path / "check.py"

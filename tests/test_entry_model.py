@@ -17,6 +17,8 @@ import deepfm_model as M  # noqa: E402
 import deepfm_training as T  # noqa: E402
 import deepfm_variables as V  # noqa: E402
 
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
+
 
 def small_hp(**overrides):
     argv = ["--feature_size", "2000", "--deep_layers", "[64, 32]", "--batch_size", "256",

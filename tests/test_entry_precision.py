@@ -11,6 +11,8 @@ import test_entry_horovod as hvd
 import test_entry_mirrored as mirrored
 import test_entry_ps as ps
 
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
+
 LOGGED = "the MLP computes in {dtype} (mixed_precision={dtype})"
 
 

@@ -87,6 +87,7 @@ def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
     return bases, envs, [train.take(0, rows // 2), train.take(rows // 2, rows)], evaluation
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
     bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 24000, 3000)
@@ -365,6 +366,7 @@ def test_waiting_for_the_chief_ends_when_its_port_closes():
     assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
 
 
+@pytest.mark.runtimes
 @pytest.mark.slow
 @pytest.mark.parametrize("hps", [ss.HPS, ss.every(12)], ids=["every-epoch", "every-12-steps"])
 def test_one_host_exports_the_best_evaluation_and_stops_early(tmp_path, hps):

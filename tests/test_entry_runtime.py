@@ -9,9 +9,12 @@ import pytest
 import entry_support as es
 import deepfm_container
 
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
+
 # Run a script as __main__ with some modules made unfindable, as in an image that does not ship them.
 _WITHOUT = """
 import runpy, sys
+
 for name in sys.argv[1].split(","):
     sys.modules[name] = None  # importlib.util.find_spec -> None, import -> ImportError
 sys.argv = sys.argv[2:]

@@ -2,9 +2,13 @@
 under every runtime, also one without the tensorboard package (the tf-2.21 runtime here); that they are scalars
 to TensorBoard's own reader is checked end to end in test_local_operations."""
 
+import pytest
+
 import entry_support  # noqa: F401  puts entrypoints/ on sys.path
 
 import deepfm_summaries as summaries
+
+pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
 
 
 def scalars(folder):

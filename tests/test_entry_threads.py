@@ -85,6 +85,7 @@ def test_nothing_the_budgets_set_outlives_these_tests():
     assert HOST_ROLES_ENV not in train_ps.os.environ
 
 
+@pytest.mark.runtimes
 def test_tf_data_gets_the_process_share_as_its_private_pool(tmp_path):
     tf = pytest.importorskip("tensorflow")
     import deepfm_input
