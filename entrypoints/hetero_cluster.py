@@ -220,8 +220,34 @@ def free_port():
                 s.bind(("", port))
             except OSError:  # taken
                 continue
+        if not _reserve(port):  # another process on this machine handed it out moments ago
+            continue
         return port
     raise ClusterError(f"no free port from {PORTS_FROM} outside the ephemeral range {low}-{high}")
+
+
+PORT_RESERVATIONS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dfm-ports")
+RESERVED_FOR_S = 120.0  # time enough for the task a port is meant for to bind it
+
+
+def _reserve(port):
+    """Claim `port` machine-wide for RESERVED_FOR_S: a free port is only free until its task binds it, and two
+    processes' walks may meet (concurrent tests, a chief's worker tasks beside the launcher's). A file per port,
+    created exclusively; one older than the reservation is taken over. Where the folder cannot be written the
+    claim is granted (the walk's spread is then the only guard)."""
+    try:
+        os.makedirs(PORT_RESERVATIONS, exist_ok=True)
+        path = os.path.join(PORT_RESERVATIONS, str(port))
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return True
+        except FileExistsError:
+            if time.time() - os.stat(path).st_mtime < RESERVED_FOR_S:
+                return False
+            os.utime(path)  # stale: a later claimant sees it fresh (two taking it over at once is left to bind)
+            return True
+    except OSError:
+        return True
 
 
 # ---- lifecycle ----

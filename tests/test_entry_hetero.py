@@ -190,6 +190,21 @@ def test_free_ports_keep_out_of_a_lower_ephemeral_range_and_are_still_found_when
     assert hc.free_port() in expected
 
 
+def test_a_port_another_process_just_handed_out_is_skipped_until_its_reservation_is_old(tmp_path, monkeypatch):
+    import itertools
+
+    monkeypatch.setattr(hc, "PORT_RESERVATIONS", str(tmp_path / "ports"))
+    monkeypatch.setattr(hc, "_handed_out", itertools.count())
+    first = hc.free_port()
+    monkeypatch.setattr(hc, "_handed_out", itertools.count())  # a walk that meets the first one's
+    second = hc.free_port()
+    assert second != first and {p.name for p in (tmp_path / "ports").iterdir()} == {str(first), str(second)}
+    old = time.time() - hc.RESERVED_FOR_S - 1
+    os.utime(tmp_path / "ports" / str(first), (old, old))
+    monkeypatch.setattr(hc, "_handed_out", itertools.count())
+    assert hc.free_port() == first
+
+
 # ---- real TensorFlow servers on loopback, one process per simulated host ----
 
 class Job:

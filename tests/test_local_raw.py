@@ -105,8 +105,9 @@ def answer_raw(export: Path, sample: Path, count: int = 5) -> list[float]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-one", boundaries=15)  # the section goes as a file
+def test_one_host_trains_raw_rows_near_the_teacher_skipping_bad_ones_and_serves_raw_features(tmp_path, raw_sample):
+    spec = raw_spec(tmp_path, raw_sample, name="raw-one", boundaries=15,  # the section goes as a file
+                    train=with_bad_lines(tmp_path, raw_sample), bad_rows="skip")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     code = run.job_dir(tmp_path / "runs") / "hosts" / "algo-1" / "code"
@@ -114,7 +115,7 @@ def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_p
         json.loads((raw_sample / "meta.json").read_text())["numeric_boundaries"]
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
-    assert "[dfm] bad rows skipped: 0" in run.output
+    assert f"[dfm] bad rows skipped: {3 * 2 * len(BAD_LINES)}" in run.output  # 3 epochs of two files with the bad lines
     (export,) = run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb")
     probabilities = answer_raw(export.parent, raw_sample)
     assert len(probabilities) == 5 and all(0.0 < p < 1.0 for p in probabilities)
@@ -122,15 +123,18 @@ def test_one_host_trains_raw_rows_near_the_teacher_and_serves_raw_features(tmp_p
     assert_no_survivors(run.pids)
 
 
-def test_two_host_parameter_server_trains_raw_rows_near_the_teacher(tmp_path, raw_sample):
+def test_two_host_parameter_server_trains_raw_rows_near_the_teacher_counting_bad_ones_per_worker(tmp_path, raw_sample):
+    """Each host's worker reads one of the two files, each with the bad lines."""
     # Asynchronous updates from two workers: a smaller step than one host uses (0.3 with 4 or 6 epochs missed the margin).
-    spec = raw_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4, "learning_rate": 0.15})
+    spec = raw_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4, "learning_rate": 0.15},
+                    train=with_bad_lines(tmp_path, raw_sample), bad_rows="skip")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
-    assert len(re.findall(r"\[dfm\] bad rows skipped: 0 \(worker \d\)", run.output)) == 2, run.output[-3000:]
+    counts = re.findall(r"\[dfm\] bad rows skipped: (\d+) \(worker (\d)\)", run.output)
+    assert sorted(counts) == [(str(4 * len(BAD_LINES)), "0"), (str(4 * len(BAD_LINES)), "1")], run.output[-3000:]  # 4 epochs
     assert_no_survivors(run.pids)
 
 
@@ -165,36 +169,19 @@ def test_raw_rows_train_under_horovod_on_the_tf_2_12_runtime(tmp_path, raw_sampl
     assert_no_survivors(run.pids)
 
 
-def with_bad_lines(tmp_path: Path, sample: Path) -> Path:
+def with_bad_lines(tmp_path: Path, sample: Path, rows: int | None = None) -> Path:
+    """The sample's train files (their first `rows` lines), each with BAD_LINES in its middle."""
     train = tmp_path / "train-bad"
     train.mkdir()
     for part in sorted((sample / "train").iterdir()):
-        lines = part.read_text().splitlines()[:2000]
-        (train / part.name).write_text("\n".join(lines[:1000] + BAD_LINES + lines[1000:]) + "\n")
+        lines = part.read_text().splitlines()[:rows]
+        middle = len(lines) // 2
+        (train / part.name).write_text("\n".join(lines[:middle] + BAD_LINES + lines[middle:]) + "\n")
     return train
 
 
-def test_bad_rows_skip_counts_them(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-skip", train=with_bad_lines(tmp_path, raw_sample),
-                      hyperparameters={"epochs": 1}, bad_rows="skip")
-    run = WatchedRun("launch", str(spec), "--local")
-    assert run.wait() == 0, run.output[-3000:]
-    assert f"[dfm] bad rows skipped: {2 * len(BAD_LINES)}" in run.output
-
-
-def test_bad_rows_skip_counts_them_per_parameter_server_worker(tmp_path, raw_sample):
-    """Each host's worker reads one of the two files, each with the bad lines."""
-    spec = raw_spec(tmp_path, raw_sample, name="raw-ps-skip", count=2, train=with_bad_lines(tmp_path, raw_sample),
-                      hyperparameters={"epochs": 1}, bad_rows="skip")
-    run = WatchedRun("launch", str(spec), "--local")
-    assert run.wait() == 0, run.output[-3000:]
-    counts = re.findall(r"\[dfm\] bad rows skipped: (\d+) \(worker (\d)\)", run.output)
-    assert sorted(counts) == [(str(len(BAD_LINES)), "0"), (str(len(BAD_LINES)), "1")], run.output[-3000:]
-    assert_no_survivors(run.pids)
-
-
 def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample),
+    spec = raw_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample, rows=2000),
                       hyperparameters={"epochs": 1}, bad_rows="fail")
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 1, run.output[-3000:]
