@@ -117,3 +117,21 @@ def test_every_candidate_refused_is_exit_2_with_the_reasons(tmp_path, no_aws_env
     path = write_spec(tmp_path)
     code, _, err = run(capsys, "probe", path, "--dry-run", "--try", "hyperparameters.mixed_precision=bfloat16")
     assert code == 2 and "refused: candidate 1" in err and "bfloat16" in err and "nothing to probe" in err
+
+
+def test_the_report_prints_the_table_the_set_lines_the_refused_and_draws_the_front(tmp_path):
+    from launcher.cli import probe_report
+
+    probe = build(tmp_path, tries=["instance.count=1,2", "hyperparameters.mixed_precision=false,bfloat16"], rows=360_000)
+    measured = [Measurement(1, "Completed", "j1", examples_per_sec=100.0), Measurement(3, "Completed", "j3", examples_per_sec=250.0)]
+    document = probe_report.report_document(probe, measured, local=True, deadline_h=None, budget_usd=None, folder=tmp_path)
+    document["plot"] = str(probe_report.plot(document, tmp_path / probe_report.PLOT_FILE))
+    text = probe_report.render_report(document)
+
+    assert (tmp_path / probe_report.PLOT_FILE).stat().st_size > 0
+    assert [e["candidate"] for e in document["candidates"]] == [3, 1]  # 2 and 4 (bfloat16 on c5) refused
+    assert [e["candidate"] for e in document["refused"]] == [2, 4]
+    assert "recommended (the cheapest per epoch): candidate 3\n  --set instance.count=2\n  --set hyperparameters.mixed_precision=false" in text
+    assert "refused: candidate 2 (instance.count=1 hyperparameters.mixed_precision=bfloat16):" in text
+    assert "rank layouts on this machine's" in text and f"plot: {tmp_path}" in text
+    assert document["launch"].endswith("--set instance.count=2 --set hyperparameters.mixed_precision=false")

@@ -108,8 +108,7 @@ def _dry_run(probe_plan, local: bool, output: str) -> None:
     if local:
         from launcher.local import probe as local_probe
 
-        document = local_probe.dryrun(probe_plan).document()
-        show_dry_run(document, lambda d: json.dumps(d, indent=2, default=str), "json", False)
+        show_dry_run(local_probe.dryrun(probe_plan).document(), probe_report.render_local_dry_run, output, False)
         return
     from launcher.sagemaker_backend import probes
 

@@ -57,6 +57,15 @@ def render_dry_run(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_local_dry_run(document: dict[str, Any]) -> str:
+    from launcher.local.describe import render_request
+
+    lines = []
+    for run in document["runs"]:
+        lines += [f"-- candidate {run['candidate']}", render_request(run)]
+    return "\n".join([*lines, *refused_lines(document["refused"])])
+
+
 def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
     lines = []
     for entry in refused:
