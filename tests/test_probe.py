@@ -101,13 +101,14 @@ def test_report_ranks_by_cost_per_epoch_marks_the_front_and_recommends(tmp_path)
 
 def test_dry_run_lists_every_request_and_the_cost_ceiling_offline(no_aws_env, no_network, capsys):
     code, out, err = run(capsys, "probe", "configs/ps.yaml", "--dry-run", "--try", "instance.count=1,2",
-                         "--try", "instance.type=ml.c5.9xlarge,ml.c7i.8xlarge", "--output", "json")
+                         "--try", "instance.type=ml.c5.9xlarge,ml.c7i.8xlarge", "--max-steps", "40", "--output", "json")
     assert code == 0, err
     document = json.loads(out)
     requests = document["requests"]
     assert [r["request"]["ResourceConfig"]["InstanceCount"] for r in requests] == [1, 1, 2, 2]
     assert [r["request"]["ResourceConfig"]["InstanceType"] for r in requests] == ["ml.c5.9xlarge", "ml.c7i.8xlarge"] * 2
     assert all({"Key": "dfm:kind", "Value": "probe"} in r["request"]["Tags"] for r in requests)
+    assert {r["request"]["HyperParameters"]["max_steps"] for r in requests} == {"40"}
     assert document["cost_ceiling"]["max_usd"] == pytest.approx(sum(r["cost"]["max_usd"] for r in requests))
     code, out, _ = run(capsys, "probe", "configs/ps.yaml", "--dry-run", "--try", "instance.count=1,2")
     assert code == 0 and "cost ceiling: $" in out
@@ -135,3 +136,13 @@ def test_the_report_prints_the_table_the_set_lines_the_refused_and_draws_the_fro
     assert "refused: candidate 2 (instance.count=1 hyperparameters.mixed_precision=bfloat16):" in text
     assert "rank layouts on this machine's" in text and f"plot: {tmp_path}" in text
     assert document["launch"].endswith("--set instance.count=2 --set hyperparameters.mixed_precision=false")
+
+
+def test_max_steps_changes_the_probes_not_the_recommended_settings():
+    from launcher.cli.probe import plan_probe
+
+    probe = plan_probe("configs/ps.yaml", ("hyperparameters.batch_size=256",), ("instance.count=1,2",), rows=None,
+                       name="deepfm-ps-probe-x", local=False, probe_overrides=("probe.max_steps=40",))
+    assert probe.base_settings == ("hyperparameters.batch_size=256",) and probe.max_steps == 40
+    assert {c.plan.hyperparameters["max_steps"] for c in probe.candidates} == {40}
+    assert {c.plan.hyperparameters["batch_size"] for c in probe.candidates} == {256}

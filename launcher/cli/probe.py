@@ -38,14 +38,15 @@ def rows_from_stats(spec) -> int | None:
 
 
 def plan_probe(spec_path: str, overrides: tuple[str, ...], tries: tuple[str, ...], *, rows: int | None,
-               name: str | None, local: bool):
-    """The probe plan: the spec read with the --set lines, every candidate compiled through the rules."""
+               name: str | None, local: bool, probe_overrides: tuple[str, ...] = ()):
+    """The probe plan: the spec read with the --set lines (and `probe_overrides`, which change the probe: section
+    only), every candidate compiled through the rules."""
     from launcher.compile import compile_spec
     from launcher.plans.probe import build_probe_plan
     from launcher.spec import SpecError, load_spec
 
     try:
-        spec = load_spec(spec_path, overrides)
+        spec = load_spec(spec_path, (*overrides, *probe_overrides))
     except SpecError as err:
         echo_findings(err.lines())
         raise SystemExit(2) from None
@@ -85,9 +86,8 @@ def probe(spec_path: str, tries: tuple[str, ...], dry_run: bool, local: bool, ma
     """Measure candidate setups for a few minutes each and say which one to pay for."""
     if deadline_h is not None and budget_usd is not None:
         raise DfmError("give --deadline (cheapest within it) or --budget (fastest within it), not both")
-    if max_steps is not None:
-        overrides = (*overrides, f"probe.max_steps={max_steps}")
-    probe_plan = plan_probe(spec_path, overrides, tries, rows=rows, name=name, local=local)
+    probe_overrides = (f"probe.max_steps={max_steps}",) if max_steps is not None else ()
+    probe_plan = plan_probe(spec_path, overrides, tries, rows=rows, name=name, local=local, probe_overrides=probe_overrides)
     if not probe_plan.runnable:
         from launcher.cli.probe_report import refused_lines
 
