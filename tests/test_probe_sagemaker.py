@@ -132,3 +132,24 @@ def test_ctrl_c_stops_every_probe_started(probe_request, on_submit, monkeypatch)
 
     assert stopped == submitted == [built.job_name for _, built in probe_request.trainings]
     assert caught.value.measurements == []
+
+
+def test_metrics_it_may_not_read_are_a_warning_not_the_end(probe_request, moto_jobs, moto_logs, monkeypatch):
+    from launcher.errors import DfmError
+
+    built = probe_request.trainings[0][1]
+    moto_jobs.create(built.job_name)
+    for step in (10, 20):
+        moto_logs(built.job_name, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec=400.0")
+
+    def refused(*args):
+        raise DfmError("AccessDenied: cloudwatch:GetMetricData", 1)
+
+    monkeypatch.setattr(probes, "instance_metrics", refused)
+    warned: list[str] = []
+    description = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=built.job_name)
+
+    measured = probes.measure(1, built, description, warn=warned.append)
+
+    assert measured.examples_per_sec == 400.0 and measured.utilization == {}
+    assert warned == ["AccessDenied: cloudwatch:GetMetricData"]

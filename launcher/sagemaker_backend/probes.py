@@ -115,17 +115,28 @@ def instance_metrics(job_name: str, region: str, plan, description: dict) -> dic
     return found
 
 
-def measure(number: int, built: request.TrainingRequest, description: dict) -> Measurement:
+def _or_nothing(read: Callable[[], Any], warn: Echo) -> Any:
+    """What `read` returns, or None with a warning: a probe without its logs or metrics (no permission to read
+    them, say) is still reported."""
+    try:
+        return read()
+    except DfmError as err:
+        warn(err.message)
+        return None
+
+
+def measure(number: int, built: request.TrainingRequest, description: dict, warn: Echo = print) -> Measurement:
     job_name, region = built.job_name, built.region
     status = description["TrainingJobStatus"]
-    per_host = instance_metrics(job_name, region, built.plan, description)
+    per_host = _or_nothing(lambda: instance_metrics(job_name, region, built.plan, description), warn) or {}
+    samples = _or_nothing(lambda: metric_lines(job_name, region), warn) or {}
     metrics = sorted({metric for values in per_host.values() for metric in values})
     utilization = {metric: round(sum(v[metric] for v in per_host.values() if metric in v)
                                  / sum(1 for v in per_host.values() if metric in v), 1) for metric in metrics}
     return Measurement(
         number, status, job_name,
         reason=aws.one_line(description["FailureReason"]) if description.get("FailureReason") else None,
-        examples_per_sec=steady_examples_per_sec(metric_lines(job_name, region)),
+        examples_per_sec=steady_examples_per_sec(samples),
         startup_s=startup_seconds(description), billable_s=description.get("BillableTimeInSeconds"),
         wall_s=_seconds(description.get("TrainingEndTime"), description.get("CreationTime")),
         utilization=utilization, hosts=per_host)
@@ -161,7 +172,7 @@ def execute(probe_request: ProbeRequest, *, echo: Echo = print, warn: Echo = pri
                     echo(f"[dfm probe] candidate {number} ({built.job_name}): {state}")
                     states[number] = state
                 if description["TrainingJobStatus"] in logs.TERMINAL_STATUSES:
-                    measured = measure(number, built, description)
+                    measured = measure(number, built, description, warn)
                     if measured.reason:
                         echo(f"[dfm probe] candidate {number} {measured.status}: {measured.reason}")
                     done.append(measured)
