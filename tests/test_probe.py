@@ -89,8 +89,8 @@ def test_report_ranks_by_cost_per_epoch_marks_the_front_and_recommends(tmp_path)
     table = results.rows(probe, measured)
     assert [e["candidate"] for e in table] == [2, 1, 3]
     one, two = table[1], table[0]
-    assert one["epoch_s"] == 3600 and one["epoch_usd"] == round(price, 2) and one["job_s"] == 3600
-    assert two["epoch_s"] == 1440 and two["epoch_usd"] == round(1440 / 3600 * 2 * price, 2)
+    assert one["epoch_s"] == 3600 and one["epoch_usd"] == round(price, 4) and one["job_s"] == 3600
+    assert two["epoch_s"] == 1440 and two["epoch_usd"] == round(1440 / 3600 * 2 * price, 4)
     assert one["usd_per_million_examples"] == round(price / 3600 / 1000 * 1e6, 4)
     assert "input pipeline" in one["note"] and two["note"] is None
     assert two["pareto"] and not one["pareto"] and table[2]["status"] == "Failed"

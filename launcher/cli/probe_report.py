@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cli.render import _table
-from launcher.cli.tune_report import _text
 from launcher.plans import probe_results
 from launcher.plans.probe import ProbePlan
 
@@ -18,8 +17,19 @@ LOCAL_NOTE = ("local numbers rank layouts on this machine's {cores} cores, not i
               "each candidate's instances at the throughput measured here")
 
 
+def _text(table) -> str:
+    """The table as text, as wide as its eleven columns need (a report is read in a wide terminal or a file)."""
+    from rich.console import Console
+
+    console = Console(width=170, record=True, file=open(os.devnull, "w"))  # noqa: SIM115 (recorded, not shown)
+    console.print(table)
+    return console.export_text().rstrip()
+
+
 def _money(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"${value:,.{digits}f}"
+    if value is None:
+        return "-"
+    return f"${value:,.{max(digits, 4) if 0 < abs(value) < 0.1 else digits}f}"
 
 
 def _duration(seconds: float | None) -> str:
@@ -31,8 +41,8 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def _settings(settings: list[str]) -> str:
-    return " ".join(settings) or "(the spec as it is)"
+def _settings(settings: list[str], sep: str = " ") -> str:
+    return sep.join(settings) or "(the spec as it is)"
 
 
 def set_lines(settings: list[str]) -> str:
@@ -104,7 +114,7 @@ def render_report(document: dict[str, Any]) -> str:
         cost_per = e["epoch_usd"] if document["rows"] else e["usd_per_million_examples"]
         cpu = e["utilization"].get("CPUUtilization")
         job = f"{_duration(e['job_s'])} {_money(e['job_usd'])}" if e["job_s"] is not None else "-"
-        table.add_row(str(e["candidate"]) + ("*" if e.get("pareto") else ""), _settings(e["settings"]), e["instances"],
+        table.add_row(str(e["candidate"]) + ("*" if e.get("pareto") else ""), _settings(e["settings"], "\n"), e["instances"],
                       f"{speed:,.0f}" if speed else "-", f"{cpu:.0f}%" if cpu is not None else "-",
                       _money(e["usd_per_hour"], 3), _money(e["usd_per_million_examples"], 4), _duration(time_per),
                       _money(cost_per), job, e["status"])

@@ -94,9 +94,9 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
             out["usd_per_million_examples"] = _round(price / 3600 / speed * 1e6, 4)
         if probe.rows:
             epoch_s = probe.rows / speed
-            out.update(epoch_s=round(epoch_s), job_s=round(epoch_s * probe.epochs))
+            out.update(epoch_s=round(epoch_s, 1), job_s=round(epoch_s * probe.epochs, 1))
             if price is not None:
-                out.update(epoch_usd=_round(epoch_s / 3600 * price, 2), job_usd=_round(epoch_s * probe.epochs / 3600 * price, 2))
+                out.update(epoch_usd=_round(epoch_s / 3600 * price, 4), job_usd=_round(epoch_s * probe.epochs / 3600 * price, 4))
     cpu = out["utilization"].get("CPUUtilization")
     if cpu is not None and cpu < LOW_CPU_PERCENT:
         out["note"] = (f"CPU {cpu:.0f}% on average: the input pipeline, not the hardware, looks like the limit "
