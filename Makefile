@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-matrix test-fast fuzz demo demo-horovod bench bench-quick bench-deps validate clean
+.PHONY: setup test test-slow test-matrix test-fast fuzz demo demo-horovod bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,11 +14,14 @@ RUNTIMES := $(or $(DFM_RUNTIMES),$(HOME)/.cache/dfm/runtimes)
 # The entry-point tests, run again by each runtime's own Python: the bundled scripts on the TF of each image.
 ENTRY_TESTS := tests/test_entry_*.py
 
-# The unit tests first, two at a time (a broken rule fails CI in a minute), then the tests that start TensorFlow
-# processes one at a time (each already keeps both cores busy), then the version matrix.
+# The unit tests first, on both cores (a broken rule fails CI in a minute); then the tests that start TensorFlow
+# processes and the version matrix side by side: such a test keeps about one core busy on average (start-ups,
+# waits), so two of them and the matrix share the two cores. Each part's output is printed when it ends.
 test: test-fast
-	$(PY) -m pytest -q -m "slow or horovod"
-	@$(MAKE) --no-print-directory test-matrix
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-slow test-matrix
+
+test-slow: setup
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow or horovod"
 
 # The entry-point tests marked `runtimes` (their behaviour depends on the TensorFlow version, or on what only some
 # images have), again on each other image family's runtime: TF 2.12 + Horovod (Python 3.10), where Horovod (MPI

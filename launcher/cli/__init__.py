@@ -29,12 +29,14 @@ def _register() -> None:
     from launcher.cli import init as cli_init
     from launcher.cli import jobs as cli_jobs
     from launcher.cli import prepare as cli_prepare
+    from launcher.cli import probe as cli_probe
     from launcher.cli import spec as cli_spec
     from launcher.cli import tune as cli_tune
     from launcher.cli import data as data_cli
 
     data_cli.data.add_command(cli_prepare.prepare)
-    for command in (*cli_init.COMMANDS, *cli_spec.COMMANDS, *cli_jobs.COMMANDS, *cli_tune.COMMANDS, data_cli.data):
+    for command in (*cli_init.COMMANDS, *cli_spec.COMMANDS, *cli_jobs.COMMANDS, *cli_tune.COMMANDS, *cli_probe.COMMANDS,
+                    data_cli.data):
         cli.add_command(command)
 
 

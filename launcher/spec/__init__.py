@@ -29,6 +29,7 @@ from launcher.facts.conventions import CONTAINER_CHECKPOINT_DIR
 from launcher.spec.errors import schema_problems
 from launcher.spec.operations import Mlflow, Recover, Retry, TensorBoard
 from launcher.spec.prepare import Prepare
+from launcher.spec.probe import Probe
 from launcher.spec.tune import Tune
 from launcher.spec.value_types import (
     ChannelName,
@@ -276,6 +277,7 @@ class Spec(_Strict):
     local: Local = Field(default_factory=Local)
     tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
     prepare: Prepare | None = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")
+    probe: Probe | None = Field(None, description="dfm probe: candidate setups to measure; ignored by dfm launch")
 
     @field_validator("distribution")
     @classmethod
