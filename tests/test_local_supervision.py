@@ -78,7 +78,7 @@ def test_two_host_ps_job_runs_what_the_request_says(tmp_path):
 @pytest.mark.skipif(len(cores.machine_cpus()) < 2, reason="needs 2 cores to give 2 hosts one each")
 def test_each_host_runs_on_cores_of_its_own_and_sm_num_cpus_says_how_many(tmp_path):
     plan = standin_plan(tmp_path, hosts=2, local={"cores_per_host": 1},
-                        hyperparameters={"behave": "sleep", "sleep_s": 300, "on_host": "algo-2"})
+                        hyperparameters={"behave": "sleep", "sleep_s": 300})
     run, thread, outcome, worker = start_in_background(tmp_path, plan, "algo-2")
     try:
         wanted = {h.name: list(h.cpus) for h in run.request.hosts}
