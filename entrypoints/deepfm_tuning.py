@@ -38,6 +38,37 @@ def describe_roles(roles):
     return ", ".join(role if n == 1 else f"{n} {role}s" for role, n in counts.items())
 
 
+# A tf.distribute.Server serves remote calls on its process's inter-op ("Compute") pool, and a handler holds a
+# thread of it while the work it waits for needs another: with one thread the first step never finishes.
+# TensorFlow sizes that pool from the process's CPU affinity, so a server confined to one core would get one.
+SERVER_MIN_INTER_OP_THREADS = 2
+
+
+def server_inter_op_threads(environ=None, cpus=None):
+    """The inter-op pool size to give this process's tf.distribute.Server: 0 (TensorFlow's default: the
+    cores this process may run on, or TF_NUM_INTEROP_THREADS) unless that default is below
+    SERVER_MIN_INTER_OP_THREADS. cpus: how many cores this process may run on (default: its affinity)."""
+    environ = os.environ if environ is None else environ
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        default = int(environ.get("TF_NUM_INTEROP_THREADS") or 0) or cpus
+    except ValueError:
+        default = cpus
+    return SERVER_MIN_INTER_OP_THREADS if default < SERVER_MIN_INTER_OP_THREADS else 0
+
+
+def server_config():
+    """The session config for this process's tf.distribute.Server (None: TensorFlow's defaults)."""
+    threads = server_inter_op_threads()
+    if not threads:
+        return None
+    import tensorflow as tf
+
+    log(f"server inter_op_threads={threads} (TensorFlow's default, from this process's cores, would be fewer)")
+    return tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads)
+
+
 def roles_from_environment(environ=None):
     text = (os.environ if environ is None else environ).get(HOST_ROLES_ENV, "")
     return [role for role in text.split(",") if role] or None

@@ -27,7 +27,7 @@ import ps_gpu_workers as gpu_workers
 from deepfm_container import start_or_exit
 from deepfm_log import log
 from deepfm_tuning import (HOST_ROLES_ENV, configure_tensorflow, per_process_threads, roles_from_environment,
-                           set_thread_environment)
+                           server_config, set_thread_environment)
 
 PROG = "train_ps.py"
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
@@ -138,7 +138,7 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
             f"shard={index}/{num_shards} task={local_rank}/{per_host} "
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(all)')}")
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=task_index,
-                                  protocol="grpc", start=True)
+                                  protocol="grpc", config=server_config(), start=True)
     chief_host, chief_port = cluster["chief"][0].rsplit(":", 1)
     log(f"{task_type} {task_index} serving {server.target}; waiting for the chief at {chief_host}:{chief_port}")
     seen = wait_until_gone(chief_host, chief_port)
@@ -211,7 +211,7 @@ def serve_ps_tasks(hp, env, cluster):
 
     def start_server(task):
         return tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster_spec()), job_name="ps",
-                                    task_index=task.index, protocol="grpc", start=True)
+                                    task_index=task.index, protocol="grpc", config=server_config(), start=True)
 
     return hetero_cluster.serve_until_chief_done(cluster, start_server, log=log)
 

@@ -100,3 +100,13 @@ def test_tf_data_gets_the_process_share_as_its_private_pool(tmp_path):
         deepfm_hparams.parse_hyperparameters([]), "File", str(tmp_path), str(tmp_path), str(tmp_path)), ["train"])
     assert default.options().threading.private_threadpool_size is None  # not budgeted: TensorFlow's own pool
     assert json.loads(json.dumps(vars(hp)["thread_budget"])) == "8 vCPUs / 4 processes on this host"
+
+
+@pytest.mark.parametrize("environ, cpus, threads", [
+    ({}, 1, 2),                                # a server on one core: TensorFlow's default pool would have one thread
+    ({}, 2, 0), ({}, 36, 0),                   # else TensorFlow's default stands
+    ({"TF_NUM_INTEROP_THREADS": "1"}, 8, 2),   # an explicit one-thread pool too
+    ({"TF_NUM_INTEROP_THREADS": "4"}, 1, 0),
+])
+def test_a_servers_inter_op_pool_never_has_a_single_thread(environ, cpus, threads):
+    assert deepfm_tuning.server_inter_op_threads(environ, cpus) == threads

@@ -65,6 +65,22 @@ def test_json_is_the_request_with_secrets_masked_unless_asked(capsys, tmp_path, 
     assert code == 0 and json.loads(out)["processes"][2]["env"]["DB_PASSWORD"] == "hunter2"
 
 
+def test_each_host_shows_its_cores_and_a_time_shared_layout_its_warning(capsys, tmp_path, nothing_starts,
+                                                                          monkeypatch):
+    from launcher.local import cores
+
+    monkeypatch.setattr(cores, "machine_cpus", lambda: (0, 1, 2, 3))
+    code, out, err = dry_run(capsys, tmp_path, "--set", "local.cores_per_host=2")
+    assert code == 0, err
+    algo1, algo2 = (out.split(f"\nhost {h}  ", 1)[1].split("\n")[1] for h in ("algo-1", "algo-2"))
+    assert algo1 == "  cores: 0-1 (SM_NUM_CPUS=2): every process of this host runs on these only"
+    assert algo2.startswith("  cores: 2-3 (SM_NUM_CPUS=2)") and "Warnings" not in out
+    code, out, err = dry_run(capsys, tmp_path, "--set", "local.cores_per_host=3")
+    assert code == 0, err
+    assert "  cores: 0-2 (SM_NUM_CPUS=3)" in out and "  cores: 0-1,3 (SM_NUM_CPUS=3)" in out
+    assert "need 6 cores, this machine has 4: the hosts time-share them" in out.split("\nWarnings\n", 1)[1]
+
+
 def test_missing_local_data_is_shown_whole_and_the_exit_code_says_it_cannot_run(capsys, tmp_path, nothing_starts):
     code = main(["launch", str(PS), "--local", "--dry-run", "--run-dir", str(tmp_path / "runs"),
                  "--channel", f"train={tmp_path / 'none'}", "--channel", f"eval={tmp_path / 'none'}"])

@@ -77,3 +77,16 @@ def test_ps_server_outlives_the_master_and_goes_with_its_launcher(tmp_path):
         except ProcessLookupError:
             pass
         master.close()
+
+
+@pytest.mark.parametrize("cores, env, threads", [(1, "", 2), (2, "", 0), (8, "1", 2), (1, "4", 0)])
+def test_a_ps_server_on_one_core_still_gets_two_inter_op_threads(monkeypatch, cores, env, threads):
+    # its remote calls' handlers hold a thread of that pool while their work needs another
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ps_server", PS_SERVER)
+    ps_server = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ps_server)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", env)
+    assert ps_server.inter_op_threads() == threads

@@ -21,15 +21,16 @@ from launcher.local.runtime import Runtime
 FAKE_RUNTIME = Runtime("/opt/runtimes/tf-2.12/bin/python", "2.12.0", "tf-2.12", False, "TF 2.12.0 (runtime tf-2.12)")
 
 
-def request_for(tmp_path, **options):
-    """(plan, request) for standin_plan(**options) on FAKE_RUNTIME; the PATH has an `mpirun` (never run)."""
+def request_for(tmp_path, cpus=tuple(range(8)), **options):
+    """(plan, request) for standin_plan(**options) on FAKE_RUNTIME, on a machine of `cpus` (default 8 cores);
+    the PATH has an `mpirun` (never run)."""
     plan = standin_plan(tmp_path, **options)
     tools = tmp_path / "bin"
     tools.mkdir(exist_ok=True)
     (tools / "mpirun").write_text("#!/bin/sh\nexit 1\n")
     (tools / "mpirun").chmod(0o755)
     return plan, build_request(in_run_dir(plan, str(tmp_path / "runs")), environ={"PATH": str(tools)},
-                               runtime=FAKE_RUNTIME)
+                               runtime=FAKE_RUNTIME, cpus=cpus)
 
 
 def by_label(request):
@@ -324,3 +325,58 @@ def test_an_unwritable_run_dir_is_one_line_before_any_work(tmp_path):
     (tmp_path / "runs").write_text("a file where the run folder would go")
     with pytest.raises(DfmError, match=r"cannot create the run directory .*: Not a directory; give a writable folder"):
         local_run(plan, tmp_path).run()
+
+
+# ---- each simulated host owns its cores ----
+def host_cpus(request):
+    return {h.name: h.cpus for h in request.hosts}
+
+
+def sm_num_cpus(request):
+    return {p.label: p.env["SM_NUM_CPUS"] for p in request.processes if "SM_NUM_CPUS" in p.env}
+
+
+def test_by_default_the_machines_cores_are_divided_among_the_hosts(tmp_path):
+    _, request = request_for(tmp_path, hosts=2, cpus=(0, 1, 2, 3, 4, 5, 6, 7))
+    assert host_cpus(request) == {"algo-1": (0, 1, 2, 3), "algo-2": (4, 5, 6, 7)}
+    assert request.cores_per_host == 4 and not request.warnings
+    assert sm_num_cpus(request) == {"algo-1/master": "4", "algo-2/worker": "4"}
+    assert json.loads(by_label(request)["algo-2/worker"].env["SM_TRAINING_ENV"])["num_cpus"] == 4
+
+
+def test_cores_per_host_gives_each_host_that_many_cores_of_its_own(tmp_path):
+    _, request = request_for(tmp_path, hosts=3, cpus=(2, 3, 5, 7), local={"cores_per_host": 1})
+    assert host_cpus(request) == {"algo-1": (2,), "algo-2": (3,), "algo-3": (5,)}  # the launcher's own cores only
+    assert set(sm_num_cpus(request).values()) == {"1"} and not request.warnings
+    assert json.loads(json.dumps(request.to_dict()))["hosts"][1]["cpus"] == [3]  # the request carries them
+
+
+def test_hosts_needing_more_cores_than_the_machine_has_time_share_them_with_a_warning(tmp_path):
+    _, request = request_for(tmp_path, hosts=3, cpus=(0, 1, 2, 3), local={"cores_per_host": 2})
+    # round-robin: every host still gets as many cores as its SM_NUM_CPUS says; algo-3 shares algo-1's
+    assert host_cpus(request) == {"algo-1": (0, 1), "algo-2": (2, 3), "algo-3": (0, 1)}
+    assert set(sm_num_cpus(request).values()) == {"2"}
+    assert len(request.warnings) == 1 and "need 6 cores, this machine has 4: the hosts time-share" in request.warnings[0]
+    _, request = request_for(tmp_path / "big", hosts=2, cpus=(0, 1), local={"cores_per_host": 4})
+    assert host_cpus(request) == {"algo-1": (0, 1), "algo-2": (0, 1)} and set(sm_num_cpus(request).values()) == {"4"}
+    assert "need 8 cores, this machine has 2" in request.warnings[0]
+    _, request = request_for(tmp_path / "many", kind="none", hosts=3, cpus=(0, 1))  # the default, 3 hosts on 2 cores
+    assert host_cpus(request) == {"algo-1": (0,), "algo-2": (1,), "algo-3": (0,)} and request.cores_per_host == 1
+    assert any("time-share" in w for w in request.warnings)
+
+
+def test_without_cpu_affinity_the_hosts_are_not_confined(tmp_path):
+    _, request = request_for(tmp_path, hosts=2, cpus=())
+    assert host_cpus(request) == {"algo-1": (), "algo-2": ()} and "not confined" in request.warnings[0]
+
+
+def test_mpi_ranks_move_onto_their_own_hosts_cores(tmp_path):
+    _, request = request_for(tmp_path, kind="horovod", hosts=2, per_host=2, cpus=(0, 1, 2, 3))
+    layout = request.files[str(Path(request.job_dir) / "rank_hosts.json")]
+    assert [h["cpus"] for h in layout["hosts"]] == [[0, 1], [2, 3]]
+    assert {p.host for p in request.started()} == {"algo-1"}  # mpirun starts on the first host's cores
+
+
+def test_cores_per_host_must_be_a_positive_count(tmp_path):
+    with pytest.raises(DfmError, match="cores_per_host"):
+        standin_plan(tmp_path, local={"cores_per_host": 0})

@@ -14,10 +14,11 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from local_plans import assert_no_survivors, local_run, standin_plan
 
-from launcher.local import netns
+from launcher.local import cores, netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -72,6 +73,31 @@ def test_two_host_ps_job_runs_what_the_request_says(tmp_path):
     assert any(line.startswith("[algo-2/worker] [dfm] train step=") for line in lines)
     assert any("final eval:" in line and "auc=0.7" in line for line in lines)
     assert_no_survivors(result.pids)
+
+
+@pytest.mark.skipif(len(cores.machine_cpus()) < 2, reason="needs 2 cores to give 2 hosts one each")
+def test_each_host_runs_on_cores_of_its_own_and_sm_num_cpus_says_how_many(tmp_path):
+    plan = standin_plan(tmp_path, hosts=2, local={"cores_per_host": 1},
+                        hyperparameters={"behave": "sleep", "sleep_s": 300})
+    run, thread, outcome, worker = start_in_background(tmp_path, plan, "algo-2")
+    try:
+        wanted = {h.name: list(h.cpus) for h in run.request.hosts}
+        assert len(wanted["algo-1"]) == len(wanted["algo-2"]) == 1 and wanted["algo-1"] != wanted["algo-2"]
+        report = tmp_path / "runs" / plan.job_name / "hosts" / "algo-1" / "output" / "data" / "report-algo-1.json"
+        while not report.exists() and thread.is_alive():
+            time.sleep(0.2)
+        master = json.loads(report.read_text())
+        for host, report in (("algo-1", master), ("algo-2", worker)):
+            assert report["cpus"] == report["thread_cpus"] == report["child_cpus"] == wanted[host]
+            assert report["num_cpus"] == "1"
+        # the toolkit's ps servers (real TensorFlow servers) run on their host's cores too
+        servers = {c.label: c for c in run.supervisor.children if c.role == "ps"}
+        assert {label: sorted(psutil.Process(c.popen.pid).cpu_affinity()) for label, c in servers.items()} == \
+            {"algo-1/ps": wanted["algo-1"], "algo-2/ps": wanted["algo-2"]}
+    finally:
+        os.kill(worker["pid"], signal.SIGTERM)
+        thread.join(timeout=120)
+    assert_no_survivors(outcome["result"].pids)
 
 
 def test_a_hosts_ps_ends_with_that_hosts_script_as_on_sagemaker(tmp_path):

@@ -8,11 +8,11 @@ host and the same variables are derived from them, with paths pointing into the 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from launcher.local import cores
 from launcher.plans import hosts
 from launcher.facts.conventions import CONTAINER_BASE_DIR
 from launcher.plans.training import Channel, Plan
@@ -154,9 +154,10 @@ def config_files(plan: Plan, tree: HostTree) -> dict[str, Any]:
     }
 
 
-def local_cpu_share(plan: Plan) -> int:
-    """The cores one simulated host may use: this machine's cores split across the hosts, at least one."""
-    return max(1, (os.cpu_count() or 1) // max(1, len(plan_hosts(plan))))
+def host_cores(plan: Plan, available: Sequence[int] | None = None) -> cores.CoreLayout:
+    """Each simulated host's cores (local.cores_per_host) among `available` (default: this machine's)."""
+    return cores.layout(plan_hosts(plan), cores.machine_cpus() if available is None else available,
+                        plan.local.cores_per_host)
 
 
 def _env_value(value: Any) -> str:
@@ -168,8 +169,10 @@ def _env_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None) -> dict[str, str]:
+def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None,
+                  num_cpus: int | None = None) -> dict[str, str]:
     """The variables the toolkit exports for the script on `tree.host`, plus the plan's own environment.
+    `num_cpus`: the host's cores (SM_NUM_CPUS; default: host_cores on this machine).
 
     `current_host` overrides SM_CURRENT_HOST: under MPI the toolkit on the first host exports its own
     environment to every rank (`mpirun -x`), so ranks on other hosts see the first host's name.
@@ -200,7 +203,7 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
         "instance_groups_dict": groups, "distribution_instance_groups": distribution_groups,
         "is_hetero": len(groups) > 1, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
         "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
-        "output_dir": str(tree.output), "num_cpus": local_cpu_share(plan), "num_gpus": 0, "num_neurons": 0,
+        "output_dir": str(tree.output), "num_cpus": num_cpus or host_cores(plan).per_host, "num_gpus": 0, "num_neurons": 0,
         "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"],
         "user_args": host_argv(plan, tree),
         "output_intermediate_dir": str(tree.output / "intermediate"),

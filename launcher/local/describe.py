@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from launcher.local.cores import format_cpus
 from launcher.local.request import LocalRequest
 
 LONG_VALUE = 160  # text cuts longer SM_* values (the toolkit's JSON views of the job) here; the JSON has them whole
@@ -49,6 +50,12 @@ def _channel_line(feed: dict[str, Any]) -> str:
             f"{shown or 'no files'}")
 
 
+def _cores_line(cpus: list[int], per_host: int) -> str:
+    if not cpus:
+        return f"  cores: not confined (no CPU affinity here); SM_NUM_CPUS={per_host}"
+    return f"  cores: {format_cpus(cpus)} (SM_NUM_CPUS={per_host}): every process of this host runs on these only"
+
+
 def render_request(document: dict[str, Any]) -> str:
     """The text of a local dry run, from its document (request_document) alone."""
     processes = document["processes"]
@@ -69,6 +76,7 @@ def render_request(document: dict[str, Any]) -> str:
     for host in document["hosts"]:
         lines += ["", f"host {host['name']}  {host['root']}  (its /opt/ml; code/ from {document['source_dir']}{added}; "
                       f"input/config/{', '.join(host['config_files'])})"]
+        lines.append(_cores_line(host["cpus"], document["cores_per_host"]))
         lines += [_channel_line(feed) for feed in host["channels"]]
         if host["checkpoint_dir"]:
             lines.append(f"  checkpoints: {host['checkpoint_dir']}")

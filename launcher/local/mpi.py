@@ -57,10 +57,13 @@ def script_command(runtime: "Runtime", entry_point: str, argv: list[str]) -> lis
     return [runtime.python, entry_point, *argv]
 
 
-def rank_hosts_layout(processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree"]]) -> dict:
-    """What rank_exec.py reads to place a rank on its host: env, code dir, and the tree standing in for /opt/ml."""
+def rank_hosts_layout(processes_per_host: int,
+                      hosts: list[tuple[Mapping[str, str], "HostTree", tuple[int, ...]]]) -> dict:
+    """What rank_exec.py reads to place a rank on its host: env, code dir, the tree standing in for /opt/ml,
+    and the host's cores (empty: not confined)."""
     return {"processes_per_host": processes_per_host, "container_base": CONTAINER_BASE_DIR,
-            "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base)} for env, tree in hosts]}
+            "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base), "cpus": list(cpus)}
+                      for env, tree, cpus in hosts]}
 
 
 def launcher_command(*, ranks: int, rank_hosts: Path, program: list[str], exported: list[str],

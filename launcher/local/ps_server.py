@@ -15,6 +15,15 @@ import sys
 import time
 
 
+def inter_op_threads(minimum=2):
+    """0 (TensorFlow's default: as many as this process's cores) unless that is below `minimum`: the server
+    serves remote calls on that pool, and a handler holds a thread of it while the work it waits for needs
+    another, so a server on one core (a simulated host of one core) would never finish a step."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    default = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0") or 0) or cores
+    return minimum if default < minimum else 0
+
+
 def wait_for_launcher_to_go(launcher_pid, interval=0.5):
     while os.getppid() == launcher_pid:
         time.sleep(interval)
@@ -33,7 +42,8 @@ def main():
 
     server = tf.distribute.Server(
         tf.train.ClusterSpec(config["cluster"]), job_name="ps", task_index=config["task"]["index"],
-        config=tf.compat.v1.ConfigProto(device_count={"GPU": 0}), start=True)
+        config=tf.compat.v1.ConfigProto(device_count={"GPU": 0}, inter_op_parallelism_threads=inter_op_threads()),
+        start=True)
     print(f"ps server {config['task']['index']} listening on {server.target} (TF {tf.__version__}, {sys.executable})",
           flush=True)
     wait_for_launcher_to_go(launcher_pid)

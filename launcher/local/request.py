@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from launcher.facts import contract
 from launcher.facts import conventions
@@ -24,7 +24,8 @@ from launcher.local import channels as ch
 from launcher.local import cluster, mpi
 from launcher.local import runtime as runtimes
 from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
-                                      plan_hosts, to_host_path)
+                                      host_cores, plan_hosts, to_host_path)
+from launcher.local.cores import CoreLayout
 from launcher.local.runtime import Runtime
 from launcher.plans.training import Plan
 
@@ -60,6 +61,7 @@ class LocalHost:
     config_files: Mapping[str, Any]  # input/config/<name> -> its JSON content
     channels: tuple[ChannelFeed, ...]
     checkpoint_dir: str | None = None  # synced with the run's checkpoint store (checkpoint_s3_uri)
+    cpus: tuple[int, ...] = ()  # the cores every process of this host runs on (empty: not confined)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class LocalRequest:
     stall_timeout_s: float | None = None  # stop the run after this long without a metric line (spec stall_timeout)
     files: Mapping[str, Any] = field(default_factory=dict)  # more files written before the start: path -> JSON
     source_files: Mapping[str, str] = field(default_factory=dict)  # added to every host's code/ (plan.source_files)
+    cores_per_host: int = 1  # each host's SM_NUM_CPUS
     warnings: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # why it cannot run (yet): shown by the dry run, refused by the runner
 
@@ -102,6 +105,9 @@ class LocalRequest:
 
     def process(self, label: str) -> LocalProcess:
         return next(p for p in self.processes if p.label == label)
+
+    def host(self, name: str) -> LocalHost:
+        return next(h for h in self.hosts if h.name == name)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "inherits": INHERITS}
@@ -135,10 +141,11 @@ def log_file(log_dir: Path, label: str) -> str:
     return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
-def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None) -> LocalRequest:
+def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None,
+                  cpus: Sequence[int] | None = None) -> LocalRequest:
     """The local run of `plan` (under its local.run_dir, stopped after local.timeout_s); DfmError for what no run
     of this plan could do. `environ`: the launcher's environment (default os.environ); `runtime`: the Python of
-    the job (default: the image's runtime)."""
+    the job (default: the image's runtime); `cpus`: the cores the hosts share out (default: this machine's)."""
     environ = dict(os.environ if environ is None else environ)
     kind = plan.distribution.kind
     if kind not in SUPPORTED_DISTRIBUTIONS:
@@ -150,11 +157,12 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
     job_dir = root / plan.job_name
     trees = [HostTree(name, job_dir / "hosts" / name) for name in plan_hosts(plan)]
     store = checkpoint_store(plan, root)
-    warnings: list[str] = []
+    owned = host_cores(plan, cpus)
+    warnings: list[str] = [owned.warning] if owned.warning else []
     problems: list[str] = [p for p in [bfloat16_problem(plan, environ)] if p]
     sources = _channel_sources(plan, problems)
-    host_requests = tuple(_host(plan, tree, sources, store, warnings) for tree in trees)
-    processes, master, files = _processes(plan, trees, runtime, environ, job_dir)
+    host_requests = tuple(_host(plan, tree, sources, store, warnings, owned.cpus[tree.host]) for tree in trees)
+    processes, master, files = _processes(plan, trees, runtime, environ, job_dir, owned)
     files = {str(job_dir / PLAN_FILE): plan.to_dict(), **files}
     return LocalRequest(
         job_name=plan.job_name, job_dir=str(job_dir), log_dir=str(job_dir / "logs"), source_dir=plan.source_dir,
@@ -162,7 +170,7 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
         timeout_s=plan.local.timeout_s,
         master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
         stall_timeout_s=plan.operations.stall_timeout_s,
-        source_files=dict(plan.source_files),
+        source_files=dict(plan.source_files), cores_per_host=owned.per_host,
         warnings=tuple(warnings), problems=tuple(problems))
 
 
@@ -199,7 +207,7 @@ def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tup
     return found
 
 
-def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]) -> LocalHost:
+def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str], cpus: tuple[int, ...]) -> LocalHost:
     feeds = []
     group_hosts = hosts.host_names(plan.instance_groups)[hosts.group_of(plan.instance_groups, tree.host).name]
     index, count = group_hosts.index(tree.host), len(group_hosts)  # ShardedByS3Key splits among the group's hosts
@@ -217,7 +225,7 @@ def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]
                                  source and source[0], str(tree.channel_dir(channel.name)),
                                  tuple((key, str(path)) for key, path in files)))
     return LocalHost(tree.host, str(tree.base), config_files(plan, tree), tuple(feeds),
-                     _checkpoint_dir(plan, tree) if store is not None else None)
+                     _checkpoint_dir(plan, tree) if store is not None else None, cpus)
 
 
 def _checkpoint_dir(plan, tree: HostTree) -> str:
@@ -236,28 +244,30 @@ def _base_env(runtime: Runtime, environ: Mapping[str, str]) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}  # lines reach the terminal as they are written
 
 
-def _host_env(plan, tree: HostTree, environ: Mapping[str, str], current_host: str | None = None) -> dict[str, str]:
+def _host_env(plan, tree: HostTree, environ: Mapping[str, str], owned: CoreLayout,
+              current_host: str | None = None) -> dict[str, str]:
     """What the toolkit sets for the script: SM_* and the rest (container_env), and PYTHONPATH, its own sys.path
     with the code dir first (here the host's code dir, then the launcher's PYTHONPATH, if any)."""
-    env = container_env(plan, tree, current_host=current_host)
+    env = container_env(plan, tree, current_host=current_host, num_cpus=owned.per_host)
     env["PYTHONPATH"] = os.pathsep.join([str(tree.code), *filter(None, [environ.get("PYTHONPATH")])])
     return env
 
 
-def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path):
+def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path,
+               owned: CoreLayout):
     """(processes, the master's label, files to write) for the plan's distribution."""
     kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
 
     def script(tree: HostTree, label: str, role: str, tf_config: dict | None = None,
                extra_env: Mapping[str, str] | None = None) -> LocalProcess:
-        env = {**base, **_host_env(plan, tree, environ), **(extra_env or {})}
+        env = {**base, **_host_env(plan, tree, environ, owned), **(extra_env or {})}
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
         return LocalProcess(label, tree.host, role, (runtime.python, plan.entry_point, *host_argv(plan, tree)), env,
                             str(tree.code), log_file(logs, label))
 
     if kind == "horovod":
-        return _mpi_processes(plan, trees, runtime, environ, job_dir)
+        return _mpi_processes(plan, trees, runtime, environ, job_dir, owned)
     if not plan.toolkit_cluster:  # every host runs the script, which builds the cluster itself
         addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}" for a in tasks.container_addresses(plan)}
         extra_env = {contract.bundled_cluster().ADDRESSES_ENV: json.dumps(addresses)}
@@ -283,11 +293,12 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
     return tuple(scripts), scripts[0].label, {}
 
 
-def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path):
+def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path,
+                   owned: CoreLayout):
     """The first host's toolkit runs mpirun, exporting its own environment to every rank; rank_exec.py then
-    gives each rank its host's tree (the rank's host is rank // processes_per_host)."""
+    gives each rank its host's tree and cores (the rank's host is rank // processes_per_host)."""
     per_host, first, logs = plan.distribution.processes_per_host, trees[0], job_dir / "logs"
-    envs = {t.host: _host_env(plan, t, environ, current_host=first.host) for t in trees}
+    envs = {t.host: _host_env(plan, t, environ, owned, current_host=first.host) for t in trees}
     mpirun_env = {**_base_env(runtime, environ), **envs[first.host]}
     rank_hosts = job_dir / "rank_hosts.json"
     # the toolkit exports what it sets for the script (SM_*, PYTHONPATH); PYTHONUNBUFFERED is dfm's own
@@ -304,5 +315,5 @@ def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mappi
         processes.append(LocalProcess(label, tree.host, "rank", tuple(to_host_path(a, tree) for a in program),
                                       {**mpirun_env, **envs[tree.host]}, str(tree.code), log_file(logs, label),
                                       "rank", rank))
-    layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t) for t in trees])
+    layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t, owned.cpus[t.host]) for t in trees])
     return tuple(processes), "mpirun", {str(rank_hosts): layout}

@@ -132,7 +132,8 @@ class LocalRun:
                 logs.update({p.label: p.log_file for p in ranks.values()})
                 rank_labels = (lambda rank: ranks[rank].label if rank in ranks else f"rank{rank}")
             sup.start(process.label, process.supervision, list(process.argv), env={**base, **process.env},
-                      cwd=Path(process.cwd), log_files=logs, rank_labels=rank_labels)
+                      cwd=Path(process.cwd), log_files=logs, rank_labels=rank_labels,
+                      cpus=self.request.host(process.host).cpus)
 
     # ---- supervision ----
     def _on_line(self, label: str, line: str) -> None:

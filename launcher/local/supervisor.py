@@ -17,9 +17,11 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import psutil
+
+from launcher.local.cores import confined
 
 # mpirun --tag-output writes "[jobid,rank]<stdout>:"; horovodrun writes "[rank]<stdout>:".
 _RANK_TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>:\s?")
@@ -62,9 +64,12 @@ class Supervisor:
         self._readers: list[threading.Thread] = []
 
     def start(self, label: str, role: str, cmd: list[str], *, env: dict[str, str], cwd: Path,
-              log_files: dict[str, str], rank_labels: Callable[[int], str] | None = None) -> Child:
-        popen = subprocess.Popen(self.wrap(cmd), env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+              log_files: dict[str, str], rank_labels: Callable[[int], str] | None = None,
+              cpus: Sequence[int] = ()) -> Child:
+        """`cpus`: the cores the process and its descendants run on (empty: wherever the launcher runs)."""
+        with confined(cpus):
+            popen = subprocess.Popen(self.wrap(cmd), env=env, cwd=str(cwd), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         child = Child(label, role, popen, dict(log_files), rank_labels)
         child.log_for(label)  # one log per process, even a silent one
         self.children.append(child)

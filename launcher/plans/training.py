@@ -48,6 +48,7 @@ class LocalOptions:
     run_dir: str = "runs"
     timeout_s: int | None = None
     master_grace_s: float = 60.0
+    cores_per_host: int | None = None  # None: this machine's cores divided among the hosts
 
 
 @dataclass(frozen=True)
@@ -309,6 +310,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         run_dir=os.path.abspath(os.path.expanduser(spec.local.run_dir)),
         timeout_s=spec.local.timeout_s,
         master_grace_s=spec.local.master_grace_s,
+        cores_per_host=spec.local.cores_per_host,
     )
     return Plan(
         job_name=job_name,

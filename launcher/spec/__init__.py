@@ -201,6 +201,10 @@ class Local(_Strict):
     master_grace_s: float = Field(
         60, gt=0, description="fail the run when another host's script is still running this long after the master's ended"
     )
+    cores_per_host: int | None = Field(
+        None, ge=1, description="cores each simulated host owns (its processes run only on them; its SM_NUM_CPUS); "
+        "default: this machine's cores divided among the hosts"
+    )
 
 
 _SCALAR = (bool, int, float, str)

@@ -1,6 +1,7 @@
 """A stand-in entry point for the --local tests: reports what the container gave it, then behaves on demand.
 
-Writes $SM_OUTPUT_DATA_DIR/report-<host>[-rank<r>].json (env, argv, cwd, the files and Pipe bytes it saw),
+Writes $SM_OUTPUT_DATA_DIR/report-<host>[-rank<r>].json (env, argv, cwd, the files and Pipe bytes it saw, its
+SM_NUM_CPUS and the cores it, a thread of it and a child of it may run on),
 prints metric lines, and then finishes, sleeps, or fails as its hyperparameters ask. Stdlib only.
 """
 
@@ -44,7 +45,18 @@ for channel, spec in config.items():
 report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
           "python": sys.executable, "path": os.environ.get("PATH", ""), "pythonpath": os.environ.get("PYTHONPATH", ""),
           "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
-          "files": files, "pipes": pipes}
+          "files": files, "pipes": pipes, "num_cpus": os.environ.get("SM_NUM_CPUS")}
+if hasattr(os, "sched_getaffinity"):  # the cores this process, a thread of it and a child of it may run on
+    import threading
+
+    report["cpus"] = sorted(os.sched_getaffinity(0))
+    seen = []
+    thread = threading.Thread(target=lambda: seen.extend(sorted(os.sched_getaffinity(0))))
+    thread.start()
+    thread.join()
+    report["thread_cpus"] = seen
+    child = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    report["child_cpus"] = json.loads(subprocess.run(child, capture_output=True, text=True, check=True).stdout)
 if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as its "checkpoint"
     counter = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "checkpoints", "count.txt")
     report["resumed_from"] = int(open(counter).read()) if os.path.exists(counter) else 0
