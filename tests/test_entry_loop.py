@@ -113,3 +113,18 @@ def test_a_diverged_loss_stops_the_run_before_any_export(capsys):
         TrainingLoop(hparams("--log_steps", "5", "--export", "true"), container(), trainer, steps, None).run()
     out = capsys.readouterr().out
     assert "error: training diverged at step 5: train loss=nan" in out and "[dfm] exported" not in out
+
+
+def test_a_bad_row_met_while_evaluating_is_its_own_line_wherever_the_loop_meets_it(capsys):
+    import tensorflow as tf
+
+    class BadEval(Steps):
+        def evaluate(self, step):
+            message = "Graph execution error:\nassertion failed: [bad row 3 of eval.csv]"
+            raise tf.errors.InvalidArgumentError(None, None, message)
+
+    trainer = fake_trainer()
+    with pytest.raises(SystemExit) as stop:
+        TrainingLoop(hparams(), container(["train", "eval"]), trainer, BadEval(trainer, batches=4), None).run()
+    assert stop.value.code == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "[dfm] error: [bad row 3 of eval.csv]"
