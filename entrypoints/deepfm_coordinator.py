@@ -1,6 +1,6 @@
-"""The parameter-server loop: the chief drives training with ParameterServerStrategy and a
+"""The parameter-server run: the chief drives deepfm_loop's loop with ParameterServerStrategy and a
 ClusterCoordinator, the embedding tables partitioned across the ps tasks, the steps running on the
-workers; it has the workers evaluate on `eval` (deepfm_ps_eval), checkpoints and exports.
+workers (`CoordinatorSteps`); it has the workers evaluate on `eval` (deepfm_ps_eval).
 
 Under the strategy the dataset function is traced on the chief and runs on each worker: it reads the
 worker's own host files through paths relative to the worker's working directory (its
@@ -9,10 +9,11 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 
 import time
 
-from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir
+from deepfm_data_errors import is_bad_row, stop_on_input_error
 from deepfm_features import BAD_ROWS_KEY
-from deepfm_data_errors import is_bad_row, record_reader, stop_on_bad_data
 from deepfm_log import error_line, log
+from deepfm_loop import Distribution
 from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
 from deepfm_worker_watch import watch_workers
@@ -128,14 +129,11 @@ class WorkerAnswers:
 
 
 def train_with_coordinator(hp, env, cluster):
-    """The chief's run: restore -> schedule steps on the workers -> checkpoint -> evaluate -> export."""
+    """The chief's run: deepfm_loop's, its steps scheduled on the workers (CoordinatorSteps)."""
     compute_dtype = configure_tensorflow(hp, env)  # the dtype of the steps it traces for the workers
     import tensorflow as tf
-    import deepfm_input
-    from deepfm_hparams import crossed, steps_to_boundary
-    from deepfm_selection import ModelSelection
-    from deepfm_sync import evaluates_during_training
-    from deepfm_training import TrainWindow, build_trainer, evaluate
+    from deepfm_loop import TrainingLoop
+    from deepfm_training import build_trainer
     from deepfm_variables import flat_variables
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -156,111 +154,100 @@ def train_with_coordinator(hp, env, cluster):
         f"on {' '.join(shard.device for shard in shards)}")
     keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps,
                               io_device="/job:chief/replica:0/task:0/device:CPU:0")
-    step = keeper.restore_latest()
-
-    channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
-    cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
-
-    def epoch_iterator(skip):  # one pass over each worker's data, `skip` batches on each already trained
-        def dataset_fn():
-            shard = read_worker_shard_file()
-            return deepfm_input.make_dataset(cfg, channels, shard[NUM_SHARDS], shard[SHARD_INDEX], training=True, epochs=1,
-                                             skip_batches=skip)
-
-        return iter(coordinator.create_per_worker_dataset(dataset_fn))
-
-    raw = hp.features != ""
-    answers = WorkerAnswers(strategy, len(cluster["worker"]))
-
-    def bad_data(err):
-        stop_on_bad_data(err, env, [*channels, deepfm_input.EVAL_CHANNEL], record_reader(hp, env))
-
-    def join(coordinator, rejected):
-        join_or_exit(coordinator, rejected, bad_data)
-
-    @tf.function
-    def worker_steps(it, count):
-        # Up to `count` steps in one closure: one chief round trip for all of them. A worker whose data is
-        # used up marks itself done and stops, instead of raising OutOfRangeError, which would cancel the
-        # closures of workers that still have data. The closure returns nothing: a result would be copied
-        # to the chief after every closure (a round trip, and a remote function instantiated per worker
-        # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
-        task = read_worker_shard_file()[TASK]
-        for _ in tf.range(count):
-            batch = it.get_next_as_optional()
-            if not batch.has_value():
-                answers.mark_done(task)
-                break
-            value = batch.get_value()
-            strategy.run(trainer.train_step, args=(value,))
-            if raw:
-                answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
-
-    window = TrainWindow(trainer.train_metrics)
-    selection, eval_step = ModelSelection(hp), tf.function(trainer.eval_step)
-    has_eval = deepfm_input.EVAL_CHANNEL in env.channels
-    during = has_eval and evaluates_during_training(hp, env, ALONE)
-    epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
-    evaluated, stopped, rejected = [], False, []
-
-    spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, len(cluster["worker"]),
-                              join=lambda: join(coordinator, rejected), rejected=rejected) if has_eval and workers_evaluate(env) else None
-
-    def evaluate_now(step):  # on the workers, else the chief alone; its time left out of the window
-        started = time.monotonic()
-        if spread is not None and spread.ready():
-            loss, auc, rows = spread.run(step)
-            log(f"evaluated {rows} rows on {len(spread.holders)} worker(s) in {time.monotonic() - started:.2f} s")
-        else:
-            loss, auc = evaluate(trainer, eval_dataset(hp, env, ALONE), step, step_fn=eval_step)
-            log(f"evaluated on the chief in {time.monotonic() - started:.2f} s")
-        window.leave_out(started)
-        evaluated.append(step)
-        return selection.observe(trainer.model, step, loss, auc)
-
-    def reached(step):
-        return bool(hp.max_steps and step >= hp.max_steps)
-
-    from deepfm_training import Diverged
-
-    try:
-        while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not reached(step):
-            # resume: each worker skips its share of the steps this epoch already trained
-            iterator = epoch_iterator((step - epoch_start) // len(cluster["worker"]))
-            answers.new_epoch()
-            exhausted = False
-            while not (exhausted or stopped or reached(step)):
-                todo = steps_to_boundary(step, hp)
-                for count in closure_sizes(todo, hp.steps_per_closure, len(cluster["worker"])):
-                    coordinator.schedule(worker_steps, args=(iterator, tf.constant(count, tf.int64)))
-                join(coordinator, rejected)
-                previous, step = step, int(trainer.optimizer.iterations.numpy())
-                exhausted = step - previous < todo and answers.all_done()  # some closures found no data
-                if step // hp.log_steps > previous // hp.log_steps:
-                    window.report(step)
-                keeper.maybe_save(step)
-                if during and crossed(previous, step, hp.eval_steps):
-                    stopped = evaluate_now(step)
-            if not exhausted or step == epoch_start:
-                break  # max_steps or early stopping: the epoch stays unfinished; or the data holds no batch
-            epoch, epoch_start = epoch + 1, step
-            trainer.progress.assign([epoch, epoch_start])
-            log(f"training data exhausted on every worker: epoch {epoch}/{hp.epochs} done at step {step}")
-            if during and not hp.eval_steps:
-                stopped = evaluate_now(step)
-        window.report(step)
-        if step == 0:
-            stop_untrained(",".join(channels), "every worker", "each worker's share of it was empty")
-        for task, count in enumerate(answers.bad_rows()) if raw else []:
-            log(f"bad rows skipped: {count} (worker {task})")
-        keeper.maybe_save(step, force=True)
-        if has_eval and (not evaluated or evaluated[-1] != step):
-            evaluate_now(step)
-    except Diverged as err:
-        stop_diverged(err, keeper)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:  # read on the chief itself
-        bad_data(err)
-    if hp.export:
-        export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
+    steps = CoordinatorSteps(hp, env, strategy, coordinator, trainer, len(cluster["worker"]))
+    TrainingLoop(hp, env, trainer, steps, keeper).run()
     watch.stop()
     return 0
+
+
+class CoordinatorSteps(Distribution):
+    """The steps of a parameter-server run: a window's steps scheduled on the workers as closures of up to
+    steps_per_closure steps each (closure_sizes), each worker reading its own shard; its data ends when every
+    worker has used up its pass (WorkerAnswers). Evaluation runs on the workers (deepfm_ps_eval), else on the
+    chief alone."""
+
+    epoch_end_words = "training data exhausted on every worker: "
+
+    def __init__(self, hp, env, strategy, coordinator, trainer, num_workers):
+        import tensorflow as tf
+        import deepfm_input
+
+        self.hp, self.env, self.coordinator, self.trainer = hp, env, coordinator, trainer
+        self.workers = num_workers
+        self.channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
+        self.cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
+        self.answers = answers = WorkerAnswers(strategy, num_workers)
+        self.rejected = []
+        self.eval_step = tf.function(trainer.eval_step)
+        raw = hp.features != ""
+
+        @tf.function
+        def worker_steps(it, count):
+            # Up to `count` steps in one closure: one chief round trip for all of them. A worker whose data is
+            # used up marks itself done and stops, instead of raising OutOfRangeError, which would cancel the
+            # closures of workers that still have data. The closure returns nothing: a result would be copied
+            # to the chief after every closure (a round trip, and a remote function instantiated per worker
+            # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
+            task = read_worker_shard_file()[TASK]
+            for _ in tf.range(count):
+                batch = it.get_next_as_optional()
+                if not batch.has_value():
+                    answers.mark_done(task)
+                    break
+                value = batch.get_value()
+                strategy.run(trainer.train_step, args=(value,))
+                if raw:
+                    answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
+
+        self.worker_steps = worker_steps
+        has_eval = deepfm_input.EVAL_CHANNEL in env.channels
+        self.spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, num_workers, join=self.join,
+                                       rejected=self.rejected) if has_eval and workers_evaluate(env) else None
+
+    def join(self):
+        join_or_exit(self.coordinator, self.rejected,
+                     lambda err: stop_on_input_error(err, self.hp, self.env, self.channels))
+
+    def epoch_input(self, epoch, skip_steps):
+        cfg, channels, skip = self.cfg, self.channels, skip_steps // self.workers  # each worker skips its share
+
+        def dataset_fn():  # one pass over each worker's data
+            import deepfm_input
+
+            shard = read_worker_shard_file()
+            return deepfm_input.make_dataset(cfg, channels, shard[NUM_SHARDS], shard[SHARD_INDEX], training=True,
+                                             epochs=1, skip_batches=skip)
+
+        iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+        self.answers.new_epoch()
+        return iterator
+
+    def run_steps(self, epoch_input, step, todo):
+        import tensorflow as tf
+
+        for count in closure_sizes(todo, self.hp.steps_per_closure, self.workers):
+            self.coordinator.schedule(self.worker_steps, args=(epoch_input, tf.constant(count, tf.int64)))
+        self.join()
+        trained = int(self.trainer.optimizer.iterations.numpy()) - step
+        return trained, trained < todo and self.answers.all_done()  # else a rejected closure: scheduled again
+
+    def evaluate(self, step):  # on the workers, else the chief alone
+        from deepfm_training import evaluate
+
+        started = time.monotonic()
+        if self.spread is not None and self.spread.ready():
+            loss, auc, rows = self.spread.run(step)
+            log(f"evaluated {rows} rows on {len(self.spread.holders)} worker(s) in {time.monotonic() - started:.2f} s")
+        else:
+            loss, auc = evaluate(self.trainer, eval_dataset(self.hp, self.env, ALONE), step, step_fn=self.eval_step)
+            log(f"evaluated on the chief in {time.monotonic() - started:.2f} s")
+        return loss, auc
+
+    def bad_rows(self):
+        return [(f"worker {task}", count) for task, count in enumerate(self.answers.bad_rows())]
+
+    def training_channels(self):
+        return self.channels
+
+    def untrained(self):
+        return "every worker", "each worker's share of it was empty"

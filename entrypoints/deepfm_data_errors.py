@@ -55,3 +55,14 @@ def stop_on_bad_data(err, env, channels, read):
     place = where or f"a file of channel(s) {', '.join(channels)} on another host or in a Pipe channel"
     log(f"error: bad input data in {place}: {error_line(err.message)}")
     raise SystemExit(1) from None
+
+
+def stop_on_input_error(err, hp, env, channels):
+    """End the run on an input error (exit 1): a bad row met under bad_rows: fail is its own line (its assertion
+    names the row); any other names the file and record among `channels` and `eval`."""
+    import deepfm_input as di
+
+    if is_bad_row(err):
+        log(f"error: {error_line(err.message)}")
+        raise SystemExit(1) from None
+    stop_on_bad_data(err, env, [*channels, di.EVAL_CHANNEL], record_reader(hp, env))

@@ -1,5 +1,5 @@
-"""Synchronous data-parallel training: the loop of train_horovod.py, train_mirrored.py and of
-train_ps.py on one host.
+"""Synchronous data-parallel training: the steps (`SyncSteps`) that deepfm_loop drives for train_horovod.py,
+train_mirrored.py and train_ps.py on one host.
 
 Every worker holds a whole model; each step the gradients are averaged across workers, so all copies
 apply the same update and stay identical. How workers talk is a collectives object
@@ -13,16 +13,13 @@ their metric histograms summed, so no worker waits long on another.
 """
 
 import os
-import time
 
 import numpy as np
 
-from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, export_saved_model, stop_diverged, stop_untrained
-from deepfm_data_errors import is_bad_row, record_reader, stop_on_bad_data
-from deepfm_log import error_line, log
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir
+from deepfm_loop import Distribution
 from deepfm_sync_steps import window_runner
-from deepfm_sync_steps import window as steps_window
-from deepfm_worker_input import eval_dataset, train_dataset
+from deepfm_worker_input import eval_dataset, train_dataset, training_input
 
 DUMP_WEIGHTS_ENV = "DFM_DUMP_WEIGHTS"  # test hook: every worker writes its final weights here
 
@@ -63,70 +60,54 @@ def model_state(trainer):
     return list(unique.values())
 
 
-def train(hp, env, trainer, collectives, where, keeper=None, step_fn=None, train_input=None, whole_batches=True,
-          evaluate=None):
-    """Run the synchronous loop, one pass over the data per epoch; -> the global step reached.
-    `step_fn(batch)` defaults to the trainer's train step traced once; `train_input(skip_steps, epoch)`
-    gives the epoch's batches, the first skip_steps steps' left out (default: this worker's train_dataset);
-    `evaluate(step)` runs on every worker every `eval_steps` steps, or after each whole epoch when
-    eval_steps is 0, and ends training when it returns True."""
-    import tensorflow as tf
-    from deepfm_hparams import crossed
-    from deepfm_training import TrainWindow
+class SyncSteps(Distribution):
+    """Every worker steps together: a window of steps runs as one traced loop with the end-of-data check
+    inside it (deepfm_sync_steps), and ends, on every worker alike, at the first step some worker has no batch
+    for. `step_fn(batch)` defaults to the trainer's train step traced once; `train_input(skip_steps, epoch)`
+    gives an epoch's batches, the first skip_steps steps' left out (default: this worker's train_dataset);
+    evaluation is sharded across the workers and their metrics summed."""
 
-    step = int(trainer.optimizer.iterations.numpy())
-    epoch, epoch_start = (int(v) for v in trainer.progress.numpy())
-    step_fn = step_fn or tf.function(trainer.train_step)
-    train_input = train_input or (lambda skip_steps, epoch: train_dataset(
-        hp, env, where, skip_batches=skip_steps, whole_batches=whole_batches, epoch=epoch))
-    window = TrainWindow(trainer.train_metrics, collectives)
-    bad_rows = 0
-    stopped = False
-    while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not (hp.max_steps and step >= hp.max_steps):
-        # resume: skip the batches this epoch already trained on
-        iterator = iter(train_input(step - epoch_start, epoch))
+    def __init__(self, hp, env, trainer, collectives, where, step_fn=None, train_input=None, whole_batches=True,
+                 eval_step_fn=None):
+        import tensorflow as tf
+
+        self.hp, self.env, self.trainer, self.collectives, self.where = hp, env, trainer, collectives, where
+        self.rank, self.workers, self.longest_window = where.rank, where.size, hp.sync_check_steps
+        self.step_fn = step_fn or tf.function(trainer.train_step)
+        self.eval_step_fn = eval_step_fn or tf.function(trainer.eval_step)
+        self.train_input = train_input or (lambda skip_steps, epoch: train_dataset(
+            hp, env, where, skip_batches=skip_steps, whole_batches=whole_batches, epoch=epoch))
+        self.skipped = 0
+
+    def after_restore(self):
+        self.collectives.broadcast(model_state(self.trainer))
+
+    def epoch_input(self, epoch, skip_steps):
         # a runner per epoch: it carries its look-ahead batch from one window to the next of one iterator
-        run_window = window_runner(step_fn, collectives)  # the end-of-data check, in the steps where possible
-        exhausted = False
-        while not hp.max_steps or step < hp.max_steps:
-            todo = steps_window(step, hp)
-            try:
-                trained, bad = run_window(iterator, todo)
-            except tf.errors.InvalidArgumentError as err:
-                if not is_bad_row(err):
-                    raise  # not a row the features refused: the run names the file (run)
-                log(f"error: {error_line(err.message)}")
-                raise SystemExit(1) from None
-            previous, step, bad_rows = step, step + trained, bad_rows + bad
-            if step % hp.log_steps == 0 and trained:
-                window.report(step)
-            if keeper is not None:
-                keeper.maybe_save(step)
-            if evaluate is not None and crossed(previous, step, hp.eval_steps):
-                stopped = evaluate_in(window, evaluate, step)
-            if trained < todo or stopped:
-                exhausted = trained < todo
-                break
-        if not exhausted or step == epoch_start:
-            break  # max_steps or early stopping: the epoch stays unfinished; or the data holds no batch
-        epoch, epoch_start = epoch + 1, step
-        trainer.progress.assign([epoch, epoch_start])
-        if where.rank == 0:
-            log(f"epoch {epoch}/{hp.epochs} done at step {step}")
-        if evaluate is not None and not hp.eval_steps:
-            stopped = evaluate_in(window, evaluate, step)
-    window.report(step)  # the last partial window (prints nothing when it is empty)
-    if hp.features:
-        log(f"bad rows skipped: {bad_rows}")
-    return step
+        return iter(self.train_input(skip_steps, epoch)), window_runner(self.step_fn, self.collectives)
 
+    def run_steps(self, epoch_input, step, todo):
+        iterator, run_window = epoch_input
+        trained, bad = run_window(iterator, todo)
+        self.skipped += bad
+        return trained, trained < todo
 
-def evaluate_in(window, evaluate, step):
-    """evaluate(step), its time left out of the train window. -> whether training stops."""
-    started = time.monotonic()
-    stop = evaluate(step)
-    window.leave_out(started)
-    return stop
+    def evaluate(self, step):  # every worker: its part of eval, summed
+        from deepfm_training import evaluate
+
+        dataset = eval_dataset(self.hp, self.env, self.where)
+        return evaluate(self.trainer, dataset, step, self.collectives, self.eval_step_fn)
+
+    def bad_rows(self):
+        return [(None, self.skipped)]
+
+    def training_channels(self):
+        return training_input(self.hp, self.env, self.where)[0]
+
+    def untrained(self):
+        why = ("the channel holds no rows" if self.where.size == 1 else
+               f"some worker's share holds less than one whole batch ({self.hp.batch_size} rows)")
+        return f"{self.env.current_host} ({self.where})", why
 
 
 def dump_weights(trainer, rank, step, local_copies=None):
@@ -150,67 +131,14 @@ def dump_weights(trainer, rank, step, local_copies=None):
 
 def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, train_input=None,
         whole_batches=True):
-    """Restore (rank 0) -> broadcast -> train, evaluating every eval_steps steps or after each epoch ->
-    final checkpoint -> final evaluation (unless the last one is at this step) -> export (rank 0) of the
-    best evaluation's model (best_of). `train_input(skip_steps, epoch)`: an epoch's batches (train's);
-    whole_batches=False (one process, one replica) also trains on each epoch's last partial batch.
-    -> the step reached."""
-    import tensorflow as tf
-    import deepfm_input as di
-    from deepfm_selection import ModelSelection, stop_together
-    from deepfm_training import evaluate
+    """deepfm_loop's run with these workers' steps: restore (rank 0) -> broadcast -> train, evaluating every
+    eval_steps steps or after each epoch -> final checkpoint and evaluation -> export (rank 0).
+    `train_input(skip_steps, epoch)`: an epoch's batches (SyncSteps'); whole_batches=False (one process, one
+    replica) also trains on each epoch's last partial batch. -> the step reached."""
+    from deepfm_loop import TrainingLoop
 
-    keeper = None
-    if where.rank == 0:
-        keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps)
-        keeper.restore_latest()
-    collectives.broadcast(model_state(trainer))
-    start = int(trainer.optimizer.iterations.numpy())
-    selection = ModelSelection(hp, where.rank)
-    eval_step_fn = eval_step_fn or tf.function(trainer.eval_step)
-    evaluated = []
-
-    def evaluate_now(step):  # every worker: its part of eval, summed; rank 0 decides whether to stop
-        loss, auc = evaluate(trainer, eval_dataset(hp, env, where), step, collectives, eval_step_fn)
-        evaluated.append(step)
-        return stop_together(collectives, selection.observe(trainer.model, step, loss, auc))
-
-    has_eval = di.EVAL_CHANNEL in env.channels
-    during = has_eval and evaluates_during_training(hp, env, where)
-    from deepfm_training import Diverged
-    from deepfm_worker_input import training_input
-
-    try:
-        step = train(hp, env, trainer, collectives, where, keeper, train_step_fn, train_input, whole_batches,
-                     evaluate=evaluate_now if during else None)
-        if where.rank == 0:
-            log(f"trained steps {start}..{step} on {where.size} workers")
-        if step == 0:
-            channels = ",".join(training_input(hp, env, where)[0])
-            why = ("the channel holds no rows" if where.size == 1 else
-                   f"some worker's share holds less than one whole batch ({hp.batch_size} rows)")
-            stop_untrained(channels, f"{env.current_host} ({where})", why)
-        if keeper is not None:
-            keeper.maybe_save(step, force=True)
-        if has_eval and (not evaluated or evaluated[-1] != step):
-            evaluate_now(step)
-    except Diverged as err:
-        stop_diverged(err, keeper)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
-        stop_on_bad_data(err, env, [*training_input(hp, env, where)[0], di.EVAL_CHANNEL], record_reader(hp, env))
+    keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps) if where.rank == 0 else None
+    steps = SyncSteps(hp, env, trainer, collectives, where, train_step_fn, train_input, whole_batches, eval_step_fn)
+    step = TrainingLoop(hp, env, trainer, steps, keeper).run()
     dump_weights(trainer, where.rank, step, getattr(collectives, "local_copies", None))
-    if where.rank == 0 and hp.export:
-        export_saved_model(selection.model_to_export(trainer.model, step), hp, env.model_dir)
     return step
-
-
-def evaluates_during_training(hp, env, where):
-    """Evaluate during training (every eval_steps steps, or after every epoch), unless `eval` arrives in
-    Pipe mode (it is read once, at the end: each reading takes a FIFO of its own). Rank 0 says which."""
-    import deepfm_input as di
-
-    if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
-        if where.rank == 0:
-            log("evaluating once, after training: the eval channel is in Pipe mode")
-        return False
-    return True

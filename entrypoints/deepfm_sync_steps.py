@@ -3,8 +3,8 @@
 Every step a worker takes its next batch if it has one, the workers agree in-graph (a one-number
 collective) whether all have one, and the step trains only if they do.
 A window of such steps (`sync_check_steps`, or fewer up to the next log, checkpoint, evaluation or
-max_steps boundary) runs as one traced loop, and the host waits once per window for its count instead
-of on the check before each step. The loop stops at the first step some worker has no batch for, on every
+max_steps boundary: deepfm_loop chooses it) runs as one traced loop, and the host waits once per window for
+its count instead of on the check before each step. The loop stops at the first step some worker has no batch for, on every
 worker alike, so no worker waits on another and every worker counts the same steps.
 """
 
@@ -80,14 +80,6 @@ def bad_rows_in(value):
     if count is None:
         return tf.constant(0, tf.int64)
     return tf.add_n([tf.cast(c, tf.int64) for c in tf.nest.flatten(count, expand_composites=True)])
-
-
-def window(step, hp):
-    """Steps to dispatch before the host looks: up to sync_check_steps, ending at the next log,
-    checkpoint or evaluation boundary and at max_steps."""
-    from deepfm_hparams import steps_to_boundary
-
-    return min(hp.sync_check_steps, steps_to_boundary(step, hp))
 
 
 def host_checked_steps(step_fn, collectives):

@@ -4,7 +4,8 @@ CPU host, each training a full copy on its own shard, gradients averaged every s
 The six steps a Horovod script takes: hvd.init(); pin the GPU to the local rank; scale the learning
 rate by the number of workers (`scale_lr`); average gradients with hvd.allreduce (IndexedSlices of the
 embedding tables are all-gathered, so sparse updates stay sparse); broadcast rank 0's variables after
-init or restore; checkpoints, metric lines and export on rank 0 only. The loop itself is deepfm_sync.run.
+init or restore; checkpoints, metric lines and export on rank 0 only. The run itself is deepfm_sync.run
+(the one training loop, deepfm_loop, with the synchronous steps).
 
 Horovod's Keras DistributedOptimizer and callbacks are not used: with Keras 3 they silently stop
 averaging; explicit allreduce and broadcast work on every TensorFlow version.

@@ -2,25 +2,26 @@
 
 Roles, from the TF_CONFIG the SageMaker TensorFlow toolkit writes (`master` = first host, `ps` on
 every host at 2223 started by the toolkit itself, `worker` = the other hosts at 2222):
-- master -> renamed chief: runs deepfm_coordinator's loop. It also starts one worker task of its own
-  (a child process at a free port, appended to the cluster) so that the master host's share of the
-  data is trained on too; DFM_PS_CHIEF_WORKER=0 turns that off.
+- master -> renamed chief: runs the training loop with deepfm_coordinator's steps. It also starts one
+  worker task of its own (a child process at a free port, appended to the cluster) so that the master
+  host's share of the data is trained on too; DFM_PS_CHIEF_WORKER=0 turns that off.
 - worker: serves a tf.distribute.Server and exits once the chief's port has gone away.
 On a host with G > 1 GPUs (SM_NUM_GPUS) every worker host, the master's included, runs G worker tasks,
 each pinned to its GPU and reading its own shard (ps_gpu_workers): ParameterServerStrategy must never see
 more than one GPU per worker task.
 - ps (only when a launcher other than the toolkit starts it through this script): same, as a ps.
-Without TF_CONFIG it runs deepfm_sync's loop as a single process (one host), unless the `ps_group`
-hyperparameter names the parameter servers' instance group of a heterogeneous job: then every host
-builds the cluster from resourceconfig.json (hetero_cluster) and runs its own tasks (run_heterogeneous).
+Without TF_CONFIG it runs the training loop with deepfm_sync's steps as a single process (one host), unless
+the `ps_group` hyperparameter names the parameter servers' instance group of a heterogeneous job: then every
+host builds the cluster from resourceconfig.json (hetero_cluster) and runs its own tasks (run_heterogeneous).
+Both cluster layouts are data (the jobs of a host's tasks, a ChiefLayout) for one chief (train_chief).
 """
 
 import json
 import os
 import subprocess
 import sys
-import time
 import traceback
+from dataclasses import dataclass
 
 import hetero_cluster
 import ps_gpu_workers as gpu_workers
@@ -45,12 +46,12 @@ def main(argv):
         return train_single_host(thread_budget(hp, env, ["single process"]), env)
     cluster, task_type, task_index = rename_master(cluster, tf_config["task"])
     per_host = gpu_workers.workers_per_host(env.num_gpus)
-    hp = thread_budget(hp, env, roles_from_environment() or toolkit_host_roles(task_type, per_host))
+    hp = thread_budget(hp, env, roles_from_environment() or host_roles(toolkit_jobs(task_type, per_host)))
     if task_type == "ps":
         return serve_until_chief_done(hp, env, cluster, task_type, task_index)
     if task_type == "worker":
         return serve_worker_tasks(hp, env, cluster, task_index, argv, per_host)
-    return train_chief(hp, env, cluster, argv, per_host)
+    return train_chief(hp, env, toolkit_chief_layout(cluster, per_host), argv)
 
 
 def thread_budget(hp, env, roles):
@@ -62,13 +63,19 @@ def thread_budget(hp, env, roles):
     return hp
 
 
-def toolkit_host_roles(task_type, per_host):
-    """The processes on a host of the toolkit's layout: its ps server (the toolkit's own process), and the
-    chief with its worker tasks (unless DFM_PS_CHIEF_WORKER=0) on the master host, else its worker tasks."""
+def host_roles(jobs):
+    """The processes on a host whose tasks are of `jobs`, in either cluster layout: one ps server for all its
+    ps tasks (the toolkit's own process, or this script's), then the chief and one per worker task."""
+    return (["ps server"] if "ps" in jobs else []) + [job for job in jobs if job != "ps"]
+
+
+def toolkit_jobs(task_type, per_host):
+    """The jobs of a host's tasks in the toolkit's layout: a ps on every host, and the chief with its worker
+    tasks (unless DFM_PS_CHIEF_WORKER=0) on the master host, else its worker tasks."""
     workers = ["worker"] * per_host
     if task_type == "chief":
-        return ["ps server", "chief"] + (workers if chief_runs_worker() else [])
-    return ["ps server"] + workers
+        return ["ps", "chief"] + (workers if chief_runs_worker() else [])
+    return ["ps"] + workers
 
 
 def rename_master(cluster, task):
@@ -146,20 +153,83 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
     exit_now(0 if seen else 1)
 
 
-def train_chief(hp, env, cluster, argv, per_host=1):
+@dataclass(frozen=True)
+class ChiefLayout:
+    """What the chief of a cluster layout starts and waits for: the cluster it trains with, the extra
+    environment of each worker task it starts on its own host (this script again), the other tasks
+    (hetero_cluster.Task), and the worker tasks per host (more than one: the GPUs are theirs)."""
+
+    cluster: dict
+    children: tuple
+    tasks: tuple
+    per_host: int
+
+    def task_at(self, device):
+        """The task a TensorFlow device name names, or None (hetero_cluster.ps_failure_message asks)."""
+        return next((t for t in self.tasks if device == t.device or device.startswith(t.device + "/")), None)
+
+
+def toolkit_chief_layout(cluster, per_host):
+    """The toolkit's layout: one worker per other host, expanded to per_host tasks, and the master host's own
+    worker tasks (unless DFM_PS_CHIEF_WORKER=0)."""
+    cluster = dict(cluster, worker=gpu_workers.expand_workers(cluster.get("worker", []), per_host))
+    children = []
+    if chief_runs_worker():
+        cluster, children = chief_worker_tasks(cluster, per_host)
+    tasks = [hetero_cluster.Task(job, index, address.rsplit(":", 1)[0], address)
+             for job, addresses in cluster.items() if job != "chief" for index, address in enumerate(addresses)]
+    return ChiefLayout(cluster, tuple(children), tuple(tasks), per_host)
+
+
+def chief_worker_tasks(cluster, per_host=1):
+    """The master host's own worker tasks (one per GPU, one on a CPU host) at free ports outside the ephemeral
+    range, appended to `worker`. No other host derives them: the chief hands its cluster to every task when it
+    connects (remote eager contexts). -> (the cluster with them, each one's extra environment)."""
+    chief_host = cluster["chief"][0].rsplit(":", 1)[0]
+    first = len(cluster.get("worker", []))
+    ports = [hetero_cluster.free_port() for _ in range(per_host)]
+    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{port}" for port in ports])
+    children = []
+    for rank in range(per_host):
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": first + rank}}
+        children.append({"TF_CONFIG": json.dumps(tf_config), gpu_workers.LOCAL_WORKER_ENV: str(rank),
+                         **gpu_workers.gpu_environment(rank, per_host)})
+    return cluster, children
+
+
+def hetero_chief_layout(cluster, per_host):
+    """A heterogeneous job's layout (hetero_cluster.HeteroCluster): the chief's host runs worker 0."""
+    workers = [t for t in cluster.local_tasks() if t.job == "worker"]
+    children = [{HETERO_TASK_ENV: w.name, **gpu_workers.gpu_environment(rank, per_host)}
+                for rank, w in enumerate(workers)]
+    return ChiefLayout(cluster.cluster_spec(), tuple(children), tuple(t for t in cluster.tasks if t.job != "chief"),
+                       per_host)
+
+
+def train_chief(hp, env, layout, argv):
+    """The chief of either layout: start its host's worker tasks, wait for every task, run the coordinator's
+    training. A task that never came up or a dead ps ends the run with one line naming it; else its traceback."""
     from deepfm_coordinator import train_with_coordinator
 
     children = []
-    cluster = dict(cluster, worker=gpu_workers.expand_workers(cluster.get("worker", []), per_host))
     try:
-        if chief_runs_worker():
-            cluster, children = start_chief_workers(cluster, argv, per_host)
-        if not cluster.get("worker"):
-            raise RuntimeError("no worker task: with DFM_PS_CHIEF_WORKER=0 a single host cannot train")
-        if per_host > 1:  # the GPUs are the worker tasks'; the chief traces and evaluates on the CPU
+        for extra_env in layout.children:
+            children.append(start_child(argv, extra_env))
+        if not layout.cluster.get("worker"):
+            raise hetero_cluster.ClusterError("no worker task: with DFM_PS_CHIEF_WORKER=0 a single host cannot train")
+        if layout.per_host > 1:  # the GPUs are the worker tasks'; the chief traces and evaluates on the CPU
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        wait_for_tasks(cluster)
-        return train_with_coordinator(hp, env, cluster)
+        hetero_cluster.wait_for_tasks(layout.tasks)
+        return train_with_coordinator(hp, env, layout.cluster)
+    except Exception as err:  # noqa: BLE001
+        missing = isinstance(err, hetero_cluster.ClusterError)
+        message = str(err) if missing else hetero_cluster.ps_failure_message(err, layout)
+        if message is None:
+            raise
+        for child in children:
+            stop_child(child)
+        # Exit before the failed run is torn down: its remote functions' cleanup would log more errors.
+        fail(message, exit_at_once=True)
     finally:
         for child in children:
             stop_child(child)
@@ -178,7 +248,7 @@ def run_heterogeneous(hp, env, argv):
                                                addresses=hetero_cluster.addresses_from_env())
     except hetero_cluster.ClusterError as err:
         return fail(err)
-    hp = thread_budget(hp, env, roles_from_environment() or hetero_host_roles(cluster))
+    hp = thread_budget(hp, env, roles_from_environment() or host_roles([t.job for t in cluster.local_tasks()]))
     mine = {task.name: task for task in cluster.local_tasks()}
     chosen = os.environ.get(HETERO_TASK_ENV)
     task = mine.get(chosen) if chosen else cluster.local_tasks()[0]
@@ -195,14 +265,7 @@ def run_heterogeneous(hp, env, argv):
                                    **gpu_workers.gpu_environment(other.index % per_host, per_host)})
         return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts,
                                       local_rank=rank, per_host=per_host)
-    return train_heterogeneous_chief(hp, env, cluster, argv)
-
-
-def hetero_host_roles(cluster):
-    """The processes on this host of a heterogeneous job: one serving all its ps tasks, the chief, one per
-    worker task."""
-    local = cluster.local_tasks()
-    return (["ps server"] if any(t.job == "ps" for t in local) else []) + [t.job for t in local if t.job != "ps"]
+    return train_chief(hp, env, hetero_chief_layout(cluster, per_host), argv)
 
 
 def serve_ps_tasks(hp, env, cluster):
@@ -216,32 +279,6 @@ def serve_ps_tasks(hp, env, cluster):
     return hetero_cluster.serve_until_chief_done(cluster, start_server, log=log)
 
 
-def train_heterogeneous_chief(hp, env, cluster, argv):
-    from deepfm_coordinator import train_with_coordinator
-
-    per_host = gpu_workers.workers_per_host(env.num_gpus)
-    workers = [t for t in cluster.local_tasks() if t.job == "worker"]
-    children = [start_child(argv, {HETERO_TASK_ENV: w.name, **gpu_workers.gpu_environment(rank, per_host)})
-                for rank, w in enumerate(workers)]
-    if per_host > 1:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        hetero_cluster.wait_for_tasks([t for t in cluster.tasks if t.job != "chief"])
-        return train_with_coordinator(hp, env, cluster.cluster_spec())
-    except Exception as err:  # noqa: BLE001  a missing or dead ps: one line naming it; else its traceback
-        missing = isinstance(err, hetero_cluster.ClusterError)
-        message = str(err) if missing else hetero_cluster.ps_failure_message(err, cluster)
-        if message is None:
-            raise
-        for child in children:
-            stop_child(child)
-        # Exit before the failed run is torn down: its remote functions' cleanup would log more errors.
-        fail(message, exit_at_once=True)
-    finally:
-        for child in children:
-            stop_child(child)
-
-
 def fail(message, exit_at_once=False):
     print(f"[dfm] error: {message}", file=sys.stderr, flush=True)
     if exit_at_once:
@@ -250,22 +287,6 @@ def fail(message, exit_at_once=False):
 
 
 # ---- the processes of a parameter-server cluster ----
-
-def start_chief_workers(cluster, argv, per_host=1):
-    """The master host's own worker tasks (one per GPU, one on a CPU host): child processes at free ports
-    outside the ephemeral range, appended to `worker`. No other host derives them: the chief hands its cluster
-    to every task when it connects (remote eager contexts). -> (the cluster with them, the children)."""
-    chief_host = cluster["chief"][0].rsplit(":", 1)[0]
-    first = len(cluster.get("worker", []))
-    ports = [hetero_cluster.free_port() for _ in range(per_host)]
-    cluster = dict(cluster, worker=list(cluster.get("worker", [])) + [f"{chief_host}:{port}" for port in ports])
-    children = []
-    for rank in range(per_host):
-        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": first + rank}}
-        children.append(start_child(argv, {"TF_CONFIG": json.dumps(tf_config), gpu_workers.LOCAL_WORKER_ENV: str(rank),
-                                           **gpu_workers.gpu_environment(rank, per_host)}))
-    return cluster, children
-
 
 def start_child(argv, extra_env):
     """This script again, as a child process of the chief, with extra_env added to the environment."""
@@ -281,17 +302,6 @@ def stop_child(child):
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
-
-
-def wait_for_tasks(cluster, timeout=600.0):
-    pending = [a for job, addrs in cluster.items() if job != "chief" for a in addrs]
-    deadline = time.monotonic() + timeout
-    while pending and time.monotonic() < deadline:
-        pending = [a for a in pending if not hetero_cluster.port_open(a)]
-        if pending:
-            time.sleep(0.5)
-    if pending:
-        raise RuntimeError(f"cluster tasks never came up: {pending}")
 
 
 def wait_until_gone(host, port, appear_timeout=1800.0, poll=1.0):

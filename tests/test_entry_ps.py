@@ -336,20 +336,36 @@ def test_master_is_renamed_chief_for_the_strategy():
 
 
 
-def test_the_chiefs_own_worker_tasks_listen_at_free_ports_outside_the_ephemeral_range(monkeypatch):
+def test_the_chiefs_own_worker_tasks_listen_at_free_ports_outside_the_ephemeral_range():
     import train_ps
 
     configs = []
-    monkeypatch.setattr(train_ps, "start_child", lambda argv, env: configs.append(json.loads(env["TF_CONFIG"])))
     cluster = {"chief": ["127.0.0.1:2222"], "ps": ["127.0.0.1:2223"], "worker": ["127.0.0.1:2224"]}
     added = []
     for _ in range(2):  # two allocations in one process
-        expanded, _ = train_ps.start_chief_workers(cluster, [], per_host=2)
+        expanded, children = train_ps.chief_worker_tasks(cluster, per_host=2)
+        configs += [json.loads(env["TF_CONFIG"]) for env in children]
         assert [c["cluster"] for c in configs[-2:]] == [expanded] * 2
         assert [c["task"] for c in configs[-2:]] == [{"type": "worker", "index": 1}, {"type": "worker", "index": 2}]
         added += expanded["worker"][1:]
     assert all(a.startswith("127.0.0.1:") for a in added)
     es.assert_free_and_not_ephemeral([int(a.rsplit(":", 1)[1]) for a in added])
+
+
+def test_the_toolkit_layout_is_the_data_the_one_chief_waits_for_and_names_a_dead_ps_by(monkeypatch):
+    import train_ps
+    from hetero_cluster import ps_failure_message
+
+    monkeypatch.setenv(train_ps.CHIEF_WORKER_ENV, "0")
+    cluster = {"chief": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}
+    layout = train_ps.toolkit_chief_layout(cluster, per_host=2)
+    assert layout.cluster["worker"] == ["algo-2:2222", "algo-2:2322"] and layout.children == ()
+    assert [t.describe() for t in layout.tasks] == [
+        "parameter server ps:0 on algo-1 (algo-1:2223)", "parameter server ps:1 on algo-2 (algo-2:2223)",
+        "worker worker:0 on algo-2 (algo-2:2222)", "worker worker:1 on algo-2 (algo-2:2322)"]
+    error = RuntimeError("UnavailableError: failed to connect to remote target /job:ps/replica:0/task:1/device:CPU:0")
+    assert ps_failure_message(error, layout).startswith("parameter server ps:1 on algo-2 (algo-2:2223) is unreachable")
+    assert ps_failure_message(RuntimeError("out of memory"), layout) is None
 
 
 def test_waiting_for_the_chief_ends_when_its_port_closes():

@@ -39,7 +39,7 @@ def test_a_four_gpu_host_splits_its_vcpus_over_its_processes(tmp_path, monkeypat
     container = host(tmp_path, monkeypatch)
     monkeypatch.setenv(train_ps.CHIEF_WORKER_ENV, chief_worker)
     per_host = train_ps.gpu_workers.workers_per_host(container.num_gpus)
-    assert train_ps.toolkit_host_roles(task_type, per_host) == roles
+    assert train_ps.host_roles(train_ps.toolkit_jobs(task_type, per_host)) == roles
     hp = budget(container, roles)
     assert [getattr(hp, knob) for knob in KNOBS] == [share] * 4
     assert train_ps.os.environ["OMP_NUM_THREADS"] == str(share)
@@ -49,10 +49,10 @@ def test_a_four_gpu_host_splits_its_vcpus_over_its_processes(tmp_path, monkeypat
 
 def test_a_cpu_host_and_explicit_values(tmp_path, monkeypatch):
     container = host(tmp_path, monkeypatch, gpus=0)
-    hp = budget(container, train_ps.toolkit_host_roles("chief", 1))  # ps server, chief, its worker
+    hp = budget(container, train_ps.host_roles(train_ps.toolkit_jobs("chief", 1)))  # ps server, chief, its worker
     assert [getattr(hp, knob) for knob in KNOBS] == [2, 2, 2, 2]
     assert hp.thread_budget == "8 vCPUs / 3 processes on this host: ps server, chief, worker"
-    hp = budget(container, train_ps.toolkit_host_roles("worker", 1))
+    hp = budget(container, train_ps.host_roles(train_ps.toolkit_jobs("worker", 1)))
     assert [getattr(hp, knob) for knob in KNOBS] == [4, 4, 4, 4]
     hp = budget(container, ["ps server", "worker"], "--intra_op_threads", "6", "--omp_num_threads", "3",
                 "--data_threads", "5")
@@ -60,6 +60,10 @@ def test_a_cpu_host_and_explicit_values(tmp_path, monkeypatch):
     assert train_ps.os.environ["OMP_NUM_THREADS"] == "3"
     hp = budget(host(tmp_path / "small", monkeypatch, cpus=2, gpus=4), ["ps server", "chief"] + ["worker"] * 4)
     assert [getattr(hp, knob) for knob in KNOBS] == [1, 1, 1, 1]  # never 0 (which would mean all vCPUs)
+
+
+def hetero_roles(cluster):
+    return train_ps.host_roles([task.job for task in cluster.local_tasks()])
 
 
 def test_horovod_ranks_and_heterogeneous_hosts(tmp_path, monkeypatch):
@@ -72,12 +76,12 @@ def test_horovod_ranks_and_heterogeneous_hosts(tmp_path, monkeypatch):
     assert [getattr(hp, knob) for knob in KNOBS] == [2] * 4 and hp.thread_budget.endswith(": 4 Horovod ranks")
     # a ps-group job whose worker hosts have 4 GPUs: the first worker host runs the chief and 4 worker tasks
     cluster = hc.build_cluster(resource_config(SIX_HOSTS, "algo-1"), "ps", workers_per_host=4)
-    roles = train_ps.hetero_host_roles(cluster)
+    roles = hetero_roles(cluster)
     assert roles == ["chief"] + ["worker"] * 4
     assert [getattr(budget(container, roles), knob) for knob in KNOBS] == [1] * 4
     ps_host = hc.build_cluster(resource_config(SIX_HOSTS, "algo-6"), "ps", ps_per_host=2)
-    assert train_ps.hetero_host_roles(ps_host) == ["ps server"]  # its 2 ps tasks are one process
-    assert train_ps.hetero_host_roles(hc.build_cluster(resource_config(SIX_HOSTS, "algo-3"), "ps")) == ["worker"]
+    assert hetero_roles(ps_host) == ["ps server"]  # its 2 ps tasks are one process
+    assert hetero_roles(hc.build_cluster(resource_config(SIX_HOSTS, "algo-3"), "ps")) == ["worker"]
 
 
 def test_nothing_the_budgets_set_outlives_these_tests():

@@ -1,0 +1,181 @@
+"""The training loop of every distribution, in the manner of TF Model Garden's orbit controller: the loop
+drives, a distribution steps.
+
+The loop owns what every run does alike: resume (restore the latest checkpoint, skip the steps the current
+epoch already trained on), epochs, the windows of steps between the hosts' work (a train line every
+`log_steps`, a checkpoint every `checkpoint_steps`, an evaluation every `eval_steps` or after each epoch,
+`max_steps`), model selection and early stopping, the last train line, the bad-row counts, the stops (no
+step trained, divergence, bad input data), the final checkpoint and evaluation, and the export.
+
+A distribution (`Distribution`: deepfm_sync's `SyncSteps`, deepfm_coordinator's `CoordinatorSteps`) says
+only how it builds an epoch's input, how it runs up to N steps of it (how many ran, whether the data
+ended), how it evaluates and what bad rows it counted.
+
+A train line is printed when a window crosses a multiple of `log_steps`: windows end at every log,
+checkpoint and evaluation step and at the end of the data, and a window may train fewer steps than it
+asked for (a parameter-server closure TensorFlow rejected), so a line is due whenever a boundary lies in
+the steps just trained, wherever the window ended.
+"""
+
+import time
+
+from deepfm_checkpoint import export_saved_model, stop_diverged, stop_untrained
+from deepfm_collectives import SingleProcess
+from deepfm_data_errors import stop_on_input_error
+from deepfm_log import log
+
+
+class Distribution:
+    """What a distribution supplies to the loop. The defaults fit a run whose host is alone in its
+    decisions (the parameter-server chief); a synchronous one overrides them with its workers'."""
+
+    rank = 0  # this process's rank: rank 0 prints the run's lines and exports
+    workers = 1  # the processes that train
+    collectives = SingleProcess()  # what sums the train metrics and the stop vote over the workers
+    longest_window = None  # the most steps one window may run (None: up to the next boundary)
+    epoch_end_words = ""  # what the line of a finished epoch says first
+
+    def after_restore(self):
+        """The restored state is on rank 0: share it with the other workers."""
+
+    def epoch_input(self, epoch, skip_steps):
+        """-> the input of `epoch`, without its first `skip_steps` steps (trained before a restart)."""
+        raise NotImplementedError
+
+    def run_steps(self, epoch_input, step, todo):
+        """Run up to `todo` steps of the epoch's input from global step `step`. -> (steps run, data ended)."""
+        raise NotImplementedError
+
+    def evaluate(self, step):
+        """Evaluate the model on `eval`. -> (loss, auc), the same on every worker."""
+        raise NotImplementedError
+
+    def bad_rows(self):
+        """-> [(whose or None, count)] of the rows the raw-feature parser skipped."""
+        return []
+
+    def training_channels(self):
+        """-> the training channels this process reads (named when a run stops on its data)."""
+        raise NotImplementedError
+
+    def untrained(self):
+        """-> (where, why) the run trained no step, for its error line."""
+        raise NotImplementedError
+
+
+def evaluates_during_training(hp, env, rank):
+    """Evaluate during training (every eval_steps steps, or after every epoch), unless `eval` arrives in
+    Pipe mode (it is read once, at the end: each reading takes a FIFO of its own). Rank 0 says which."""
+    import deepfm_input as di
+
+    if env.input_mode(di.EVAL_CHANNEL).lower() == "pipe":
+        if rank == 0:
+            log("evaluating once, after training: the eval channel is in Pipe mode")
+        return False
+    return True
+
+
+class TrainingLoop:
+    """One run of `trainer` with `dist`: `run()` -> the global step reached. `keeper` (a CheckpointKeeper,
+    None on the workers that do not save) restores and saves."""
+
+    def __init__(self, hp, env, trainer, dist, keeper):
+        import deepfm_input as di
+        from deepfm_selection import ModelSelection
+
+        self.hp, self.env, self.trainer, self.dist, self.keeper = hp, env, trainer, dist, keeper
+        self.window = None  # the train line's window, from the start of training
+        self.selection = ModelSelection(hp, dist.rank)
+        self.has_eval = di.EVAL_CHANNEL in env.channels
+        self.during = self.has_eval and evaluates_during_training(hp, env, dist.rank)
+        self.evaluated = []
+
+    def run(self):
+        """Restore -> train -> final checkpoint -> final evaluation (unless the last one is at this step) ->
+        export (rank 0) of the best evaluation's model (best_of)."""
+        import tensorflow as tf
+        from deepfm_training import Diverged
+
+        if self.keeper is not None:
+            self.keeper.restore_latest()
+        self.dist.after_restore()
+        start = self.step()
+        try:
+            step = self.train()
+            self.finish(start, step)
+        except Diverged as err:
+            stop_diverged(err, self.keeper)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+            stop_on_input_error(err, self.hp, self.env, self.dist.training_channels())
+        if self.dist.rank == 0 and self.hp.export:
+            model = self.selection.model_to_export(self.trainer.model, step)
+            export_saved_model(model, self.hp, self.env.model_dir)
+        return step
+
+    def step(self):
+        return int(self.trainer.optimizer.iterations.numpy())
+
+    def train(self):
+        """Epochs of windows until `epochs`, `max_steps` or early stopping. -> the step reached."""
+        from deepfm_hparams import crossed, steps_to_boundary
+        from deepfm_training import TrainWindow
+
+        hp, dist = self.hp, self.dist
+        self.window = TrainWindow(self.trainer.train_metrics, dist.collectives)
+        step = self.step()
+        epoch, epoch_start = (int(v) for v in self.trainer.progress.numpy())
+        stopped = False
+        while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not self.reached(step):
+            epoch_input = dist.epoch_input(epoch, step - epoch_start)  # resume: its trained steps left out
+            ended = False
+            while not (ended or stopped or self.reached(step)):
+                todo = steps_to_boundary(step, hp)
+                if dist.longest_window:
+                    todo = min(todo, dist.longest_window)
+                trained, ended = dist.run_steps(epoch_input, step, todo)
+                previous, step = step, step + trained
+                if crossed(previous, step, hp.log_steps):
+                    self.window.report(step)
+                if self.keeper is not None:
+                    self.keeper.maybe_save(step)
+                if self.during and crossed(previous, step, hp.eval_steps):
+                    stopped = self.evaluate(step)
+            if not ended or step == epoch_start:
+                break  # max_steps or early stopping: the epoch stays unfinished; or the data holds no batch
+            epoch, epoch_start = epoch + 1, step
+            self.trainer.progress.assign([epoch, epoch_start])
+            if dist.rank == 0:
+                log(f"{dist.epoch_end_words}epoch {epoch}/{hp.epochs} done at step {step}")
+            if self.during and not hp.eval_steps:
+                stopped = self.evaluate(step)
+        self.window.report(step)  # the last partial window (prints nothing when it is empty)
+        return step
+
+    def reached(self, step):
+        return bool(self.hp.max_steps and step >= self.hp.max_steps)
+
+    def evaluate(self, step):
+        """An evaluation, its time left out of the train window. -> whether training stops (rank 0 decides
+        for every worker)."""
+        from deepfm_selection import stop_together
+
+        started = time.monotonic()
+        loss, auc = self.dist.evaluate(step)
+        self.evaluated.append(step)
+        stop = stop_together(self.dist.collectives, self.selection.observe(self.trainer.model, step, loss, auc))
+        self.window.leave_out(started)
+        return stop
+
+    def finish(self, start, step):
+        """Bad-row counts; no step trained stops the run; final checkpoint and evaluation."""
+        dist = self.dist
+        for whose, count in dist.bad_rows() if self.hp.features else []:
+            log(f"bad rows skipped: {count}" + (f" ({whose})" if whose else ""))
+        if dist.rank == 0:
+            log(f"trained steps {start}..{step} on {dist.workers} workers")
+        if step == 0:
+            stop_untrained(",".join(dist.training_channels()), *dist.untrained())
+        if self.keeper is not None:
+            self.keeper.maybe_save(step, force=True)
+        if self.has_eval and (not self.evaluated or self.evaluated[-1] != step):
+            self.evaluate(step)

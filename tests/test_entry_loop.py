@@ -1,0 +1,130 @@
+"""The one training loop (deepfm_loop.TrainingLoop) with a distribution faked in-process: windows, train lines,
+epochs, resume, early stopping and the run's stops, whatever the distribution does inside its steps."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+import entry_support as es  # noqa: F401  puts entrypoints/ on sys.path
+import deepfm_hparams
+from deepfm_loop import Distribution, TrainingLoop
+
+
+def hparams(*argv):
+    return deepfm_hparams.parse_hyperparameters(["--export", "false", "--best_of", "last", *argv])
+
+
+def container(channels=("train",)):
+    return SimpleNamespace(channels=list(channels), input_mode=lambda channel: "File", model_dir="unused")
+
+
+def fake_trainer(step=0, progress=(0, 0)):
+    import tensorflow as tf
+    from deepfm_training import StreamingMetrics
+
+    return SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.Variable(step, dtype=tf.int64)),
+                           progress=tf.Variable(list(progress), dtype=tf.int64), model=None,
+                           train_metrics=StreamingMetrics(name="train_metrics"))
+
+
+class Steps(Distribution):
+    """`rows` batches per epoch; a window runs at most `short` steps (a parameter-server closure TensorFlow
+    rejected: fewer steps than asked, the data not ended). Evaluations answer `losses` in turn."""
+
+    def __init__(self, trainer, batches, short=None, losses=()):
+        self.trainer, self.batches, self.short, self.losses = trainer, batches, short, list(losses)
+        self.inputs, self.windows = [], []
+
+    def epoch_input(self, epoch, skip_steps):
+        self.inputs.append((epoch, skip_steps))
+        return [self.batches - skip_steps]  # batches left in this epoch
+
+    def run_steps(self, left, step, todo):
+        import tensorflow as tf
+
+        ran = min(todo, left[0], self.short or todo)
+        left[0] -= ran
+        self.windows.append(todo)
+        for _ in range(ran):
+            self.trainer.optimizer.iterations.assign_add(1)
+            self.trainer.train_metrics.update(tf.constant([1.0]), tf.constant([0.9]), tf.constant([0.1]))
+        return ran, ran < todo and left[0] == 0
+
+    def evaluate(self, step):
+        return self.losses.pop(0), 0.5
+
+    def training_channels(self):
+        return ["train"]
+
+    def untrained(self):
+        return "algo-1", "the channel holds no rows"
+
+
+def train_steps(out):
+    return [int(s) for s in re.findall(r"\[dfm\] train step=(\d+)", out)]
+
+
+def test_train_lines_fall_where_the_steps_cross_log_steps_however_short_the_windows(capsys):
+    trainer = fake_trainer()
+    steps = Steps(trainer, batches=10, short=3)
+    assert TrainingLoop(hparams("--log_steps", "4", "--epochs", "2"), container(), trainer, steps, None).run() == 20
+    out = capsys.readouterr().out
+    assert train_steps(out) == [4, 8, 12, 16, 20]  # 20 ends the data and is the last window's line
+    assert steps.windows[:3] == [4, 1, 4]  # a window ends at the next boundary: 3 run, then the 1 to step 4
+    assert re.findall(r"epoch (\d)/2 done at step (\d+)", out) == [("1", "10"), ("2", "20")]
+    assert "trained steps 0..20 on 1 workers" in out
+
+
+def test_a_resumed_run_skips_what_its_epoch_trained_and_stops_at_max_steps(capsys):
+    trainer = fake_trainer(step=13, progress=(1, 10))  # epoch 1 began at step 10
+    steps = Steps(trainer, batches=10)
+    hp = hparams("--log_steps", "5", "--epochs", "3", "--max_steps", "24")
+    assert TrainingLoop(hp, container(), trainer, steps, None).run() == 24
+    assert steps.inputs == [(1, 3), (2, 0)]
+    assert train_steps(capsys.readouterr().out) == [15, 20, 24]
+    assert [int(v) for v in trainer.progress.numpy()] == [2, 20]  # the unfinished epoch is not counted
+
+
+def test_early_stopping_ends_training_and_the_final_evaluation_is_not_repeated():
+    trainer = fake_trainer()
+    steps = Steps(trainer, batches=4, losses=[0.5, 0.6, 0.7, 0.8])
+    steps.rank = 1  # a worker that keeps no copy of the best model: it follows the collectives' vote
+    hp = hparams("--epochs", "3", "--eval_steps", "2", "--best_of", "eval:loss", "--early_stopping_patience", "2")
+    assert TrainingLoop(hp, container(["train", "eval"]), trainer, steps, None).run() == 6
+    assert steps.losses == [0.8]  # evaluations at 2, 4, 6: the second without a better loss stops at step 6
+
+
+def test_a_run_that_trains_no_step_stops_with_exit_1_naming_the_channel(capsys):
+    trainer = fake_trainer()
+    with pytest.raises(SystemExit) as stop:
+        TrainingLoop(hparams(), container(), trainer, Steps(trainer, batches=0), None).run()
+    assert stop.value.code == 1
+    assert "error: no step trained: the channel holds no rows (channel 'train' on algo-1)" in capsys.readouterr().out
+
+
+def test_a_diverged_loss_stops_the_run_before_any_export(capsys):
+    import tensorflow as tf
+
+    trainer = fake_trainer()
+    steps = Steps(trainer, batches=10)
+    trainer.train_metrics.update(tf.constant([1.0]), tf.constant([0.5]), tf.constant([float("nan")]))
+    with pytest.raises(SystemExit):
+        TrainingLoop(hparams("--log_steps", "5", "--export", "true"), container(), trainer, steps, None).run()
+    out = capsys.readouterr().out
+    assert "error: training diverged at step 5: train loss=nan" in out and "[dfm] exported" not in out
+
+
+def test_a_bad_row_met_while_evaluating_is_its_own_line_wherever_the_loop_meets_it(capsys):
+    import tensorflow as tf
+
+    class BadEval(Steps):
+        def evaluate(self, step):
+            message = "Graph execution error:\nassertion failed: [bad row 3 of eval.csv]"
+            raise tf.errors.InvalidArgumentError(None, None, message)
+
+    trainer = fake_trainer()
+    with pytest.raises(SystemExit) as stop:
+        TrainingLoop(hparams(), container(["train", "eval"]), trainer, BadEval(trainer, batches=4), None).run()
+    assert stop.value.code == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "[dfm] error: [bad row 3 of eval.csv]"
