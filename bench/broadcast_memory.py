@@ -110,15 +110,21 @@ def horovod_python() -> Path | None:
 
 def _run_horovod(python: Path, contender: str, rows: int) -> dict:
     """-> rank 1's measurement (a receiver), after checking both ranks hold rank 0's values exactly."""
-    code = _HOROVOD_CHILD.format(entrypoints=str(REPO / "entrypoints"), rows=rows, columns=COLUMNS,
-                                 contender=contender)
-    done = subprocess.run([str(python.with_name("horovodrun")), "--gloo", "-np", "2", "-H", "localhost:2",
-                           str(python), "-c", code], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    code = _HOROVOD_CHILD.format(entrypoints=str(REPO / "entrypoints"), rows=rows, columns=COLUMNS, contender=contender)
+    done = subprocess.run(
+        [str(python.with_name("horovodrun")), "--gloo", "-np", "2", "-H", "localhost:2", str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+    )
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in done.stdout.splitlines() if "RESULT " in line]
     if done.returncode != 0 or len(results) != 2:
-        raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1] if (done.stderr or done.stdout).strip()
-                           else "no output")
+        raise RuntimeError(
+            (done.stderr or done.stdout).strip().splitlines()[-1]
+            if (done.stderr or done.stdout).strip()
+            else "no output"
+        )
     if not all(r["exact"] for r in results):
         raise RuntimeError(f"Horovod broadcast ({contender}): a rank does not hold rank 0's values")
     return next(r for r in results if r["rank"] == 1)
@@ -126,8 +132,13 @@ def _run_horovod(python: Path, contender: str, rows: int) -> dict:
 
 def _run(contender: str, rows: int) -> dict:
     code = _CHILD.format(entrypoints=str(REPO / "entrypoints"), rows=rows, columns=COLUMNS, contender=contender)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -140,7 +151,8 @@ def measure(quick: bool, context: dict) -> dict:
         "Start-up broadcast memory",
         "the synchronous broadcast's peak stays within 3x the float32 state (was ~7x: one float64 copy of everything)",
         f"`bench/broadcast_memory.py`: MultiWorkerMirrored, 2 logical CPU replicas, a {rows:,} x {COLUMNS} table "
-        "and its slot plus an MLP; growth of the maximum resident set over one broadcast")
+        "and its slot plus an MLP; growth of the maximum resident set over one broadcast",
+    )
     growth = {"before": [], "after": []}
     state = 0
     for _ in range(repetitions):
@@ -149,20 +161,29 @@ def measure(quick: bool, context: dict) -> dict:
             growth[contender].append(measured["peak_growth"])
             state = measured["state"]
     peaks = {name: median(values) for name, values in growth.items()}
-    add_table(result, ["broadcast", "peak growth (MiB)", "x float32 state"],
-              [[name, fmt(peaks[name] / 2**20), fmt(peaks[name] / state, 2) + "x"] for name in ("before", "after")],
-              caption=f"float32 state {fmt(state / 2**20)} MiB; median of {repetitions} runs each")
+    add_table(
+        result,
+        ["broadcast", "peak growth (MiB)", "x float32 state"],
+        [[name, fmt(peaks[name] / 2**20), fmt(peaks[name] / state, 2) + "x"] for name in ("before", "after")],
+        caption=f"float32 state {fmt(state / 2**20)} MiB; median of {repetitions} runs each",
+    )
     result["data"] = {"state_bytes": state, **{f"{k}_bytes": v for k, v in peaks.items()}}
     ratio = peaks["after"] / state
-    verdict(result, "peak <= 3x the state", ratio <= 3, f"after {fmt(ratio, 2)}x, before {fmt(peaks['before'] / state, 2)}x")
+    verdict(
+        result, "peak <= 3x the state", ratio <= 3, f"after {fmt(ratio, 2)}x, before {fmt(peaks['before'] / state, 2)}x"
+    )
     from launcher.rules.gpu import BROADCAST_COPIES
 
     largest = rows * COLUMNS * 4  # the table (its slot is as large): each large variable travels alone
     copies = peaks["after"] / REPLICAS / largest
     result["data"]["after_copies_per_replica"] = copies
-    verdict(result, f"per replica <= the per-GPU memory rule's {BROADCAST_COPIES} copies of the largest variable",
-            copies <= BROADCAST_COPIES, f"{fmt(copies, 2)} copies per replica: a margin of "
-                                        f"{fmt(BROADCAST_COPIES - copies, 2)} copy (launcher/rules/gpu.py)")
+    verdict(
+        result,
+        f"per replica <= the per-GPU memory rule's {BROADCAST_COPIES} copies of the largest variable",
+        copies <= BROADCAST_COPIES,
+        f"{fmt(copies, 2)} copies per replica: a margin of "
+        f"{fmt(BROADCAST_COPIES - copies, 2)} copy (launcher/rules/gpu.py)",
+    )
     _measure_horovod(result, rows, repetitions)
     return result
 
@@ -173,8 +194,7 @@ HOROVOD_GOAL = "Horovod in place: a receiving rank's peak grows by under a quart
 def _measure_horovod(result: dict, rows: int, repetitions: int) -> None:
     python = horovod_python()
     if python is None:
-        verdict(result, HOROVOD_GOAL, None,
-                "not measured: no tf-2.12 runtime with Horovod (make setup)")
+        verdict(result, HOROVOD_GOAL, None, "not measured: no tf-2.12 runtime with Horovod (make setup)")
         return
     growth = {"before": [], "after": []}
     state = 0
@@ -184,13 +204,20 @@ def _measure_horovod(result: dict, rows: int, repetitions: int) -> None:
             growth[contender].append(measured["peak_growth"])
             state = measured["state"]
     peaks = {name: median(values) for name, values in growth.items()}
-    add_table(result, ["Horovod broadcast (rank 1)", "peak growth (MiB)", "x float32 state"],
-              [[name, fmt(peaks[name] / 2**20), fmt(peaks[name] / state, 2) + "x"] for name in ("before", "after")],
-              caption=f"2 ranks, `horovodrun --gloo` in the tf-2.12 runtime; before = hvd.broadcast_variables, "
-                      f"after = in place; float32 state {fmt(state / 2**20)} MiB; median of {repetitions} runs each")
+    add_table(
+        result,
+        ["Horovod broadcast (rank 1)", "peak growth (MiB)", "x float32 state"],
+        [[name, fmt(peaks[name] / 2**20), fmt(peaks[name] / state, 2) + "x"] for name in ("before", "after")],
+        caption=f"2 ranks, `horovodrun --gloo` in the tf-2.12 runtime; before = hvd.broadcast_variables, "
+        f"after = in place; float32 state {fmt(state / 2**20)} MiB; median of {repetitions} runs each",
+    )
     result["data"].update({f"horovod_{k}_bytes": v for k, v in peaks.items()})
     largest = rows * COLUMNS * 4
     copies = {name: peak / largest for name, peak in peaks.items()}
     result["data"]["horovod_after_copies"] = copies["after"]
-    verdict(result, HOROVOD_GOAL, copies["after"] < 0.25,
-            f"after {fmt(copies['after'], 2)} copies of the largest variable, before {fmt(copies['before'], 2)}")
+    verdict(
+        result,
+        HOROVOD_GOAL,
+        copies["after"] < 0.25,
+        f"after {fmt(copies['after'], 2)} copies of the largest variable, before {fmt(copies['before'], 2)}",
+    )

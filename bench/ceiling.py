@@ -29,8 +29,9 @@ def _gemm_step(tf, batch: int, embedding_size: int, layers: list[int], dtype: st
     dims = [FIELDS * embedding_size, *layers, 1]
     rng = np.random.default_rng(0)
     # 1/sqrt(fan-in) keeps values near 1 through the chain: no overflow and no slow denormals.
-    weights = [tf.cast(rng.standard_normal((a, b), dtype=np.float32) / np.sqrt(a), dtype)
-               for a, b in zip(dims[:-1], dims[1:])]
+    weights = [
+        tf.cast(rng.standard_normal((a, b), dtype=np.float32) / np.sqrt(a), dtype) for a, b in zip(dims[:-1], dims[1:])
+    ]
     inputs = tf.cast(rng.standard_normal((batch, dims[0]), dtype=np.float32), dtype)
 
     @tf.function
@@ -53,8 +54,9 @@ def _embedding_step(tf, batch: int, embedding_size: int, vocabulary: int):
     flat_ids = tf.reshape(ids, [-1])
     tables = [tf.Variable(tf.random.normal([vocabulary, width], stddev=0.01)) for width in (embedding_size, 1)]
     accumulators = [tf.Variable(tf.fill([vocabulary, width], 0.1)) for width in (embedding_size, 1)]
-    grad_values = [tf.constant(rng.standard_normal((batch * FIELDS, width), dtype=np.float32))
-                   for width in (embedding_size, 1)]
+    grad_values = [
+        tf.constant(rng.standard_normal((batch * FIELDS, width), dtype=np.float32)) for width in (embedding_size, 1)
+    ]
 
     @tf.function
     def step():
@@ -62,26 +64,36 @@ def _embedding_step(tf, batch: int, embedding_size: int, vocabulary: int):
         for table, accumulator, grad in zip(tables, accumulators, grad_values):
             out.append(tf.gather(table, ids))
             tf.raw_ops.ResourceSparseApplyAdagradV2(
-                var=table.handle, accum=accumulator.handle, lr=0.01, epsilon=1e-7, grad=grad,
-                indices=flat_ids)
+                var=table.handle, accum=accumulator.handle, lr=0.01, epsilon=1e-7, grad=grad, indices=flat_ids
+            )
         return out
 
     return step
 
 
-def kernels(batch: int, embedding_size: int, layers: list[int], vocabulary: int, calls: int,
-            gemm_dtypes: tuple[str, ...] = ("float32",)) -> dict:
+def kernels(
+    batch: int,
+    embedding_size: int,
+    layers: list[int],
+    vocabulary: int,
+    calls: int,
+    gemm_dtypes: tuple[str, ...] = ("float32",),
+) -> dict:
     """name -> callable timing `calls` runs of that kernel and returning seconds per batch: `embedding`, and
     `gemm` (float32) or `gemm_<dtype>` for each of gemm_dtypes."""
     import tensorflow as tf
 
-    steps = {("gemm" if dtype == "float32" else f"gemm_{dtype}"): _gemm_step(tf, batch, embedding_size, layers, dtype)
-             for dtype in gemm_dtypes}
+    steps = {
+        ("gemm" if dtype == "float32" else f"gemm_{dtype}"): _gemm_step(tf, batch, embedding_size, layers, dtype)
+        for dtype in gemm_dtypes
+    }
     steps["embedding"] = _embedding_step(tf, batch, embedding_size, vocabulary)
     for step in steps.values():
         step()  # trace and warm up
-    return {name: (lambda step=step: seconds(lambda: [step() for _ in range(calls)]) / calls)
-            for name, step in steps.items()}
+    return {
+        name: (lambda step=step: seconds(lambda: [step() for _ in range(calls)]) / calls)
+        for name, step in steps.items()
+    }
 
 
 def ceiling(gemm_s: float, embedding_s: float, batch: int, embedding_size: int, layers: list[int]) -> dict:
@@ -92,7 +104,7 @@ def ceiling(gemm_s: float, embedding_s: float, batch: int, embedding_size: int, 
         "mlp_flops_per_example": mlp_flops_per_example(embedding_size, layers),
         "gemm_gflops": flops / gemm_s / 1e9,
         "embedding_gbytes_per_s": embedding_bytes / embedding_s / 1e9,
-        "gemm_s_per_batch": gemm_s, "embedding_s_per_batch": embedding_s,
+        "gemm_s_per_batch": gemm_s,
+        "embedding_s_per_batch": embedding_s,
         "ceiling_examples_per_s": batch / (gemm_s + embedding_s),
     }
-

@@ -23,9 +23,12 @@ def _commands() -> dict[str, list[str]]:
 
 
 def measure(quick: bool, context: dict) -> dict:
-    result = section("CLI latency", f"`dfm --help` and `dfm validate` under {HELP_LIMIT_S} s; "
-                     f"`dfm launch --dry-run` within {DRY_RUN_MARGIN_S} s of a bare `import sagemaker.tensorflow`",
-                     "each command as a subprocess from the repository root, alternating, wall time")
+    result = section(
+        "CLI latency",
+        f"`dfm --help` and `dfm validate` under {HELP_LIMIT_S} s; "
+        f"`dfm launch --dry-run` within {DRY_RUN_MARGIN_S} s of a bare `import sagemaker.tensorflow`",
+        "each command as a subprocess from the repository root, alternating, wall time",
+    )
     repetitions = context.get("repetitions") or (3 if quick else 9)
     commands = _commands()
     failures: dict[str, str] = {}
@@ -39,6 +42,7 @@ def measure(quick: bool, context: dict) -> dict:
                 lines = (done.stderr or done.stdout).strip().splitlines()
                 failures[name] = f"exit {done.returncode}: {lines[-1] if lines else ''}"[:200]
             return elapsed
+
         return run_once
 
     for argv in commands.values():  # warm the page cache so the first contender is not penalised
@@ -59,23 +63,38 @@ def measure(quick: bool, context: dict) -> dict:
             goal = f"< {HELP_LIMIT_S} s"
         status = f"failed ({failures[name]})" if name in failures else "ok"
         rows.append([f"`{name}`", fmt(value, 3), fmt(value / bare, 2), fmt(cpu_medians[name], 3), goal, status])
-    add_table(result, ["command", "median wall s", "x bare import", "median CPU s", "goal (on wall time)", "exit"],
-              rows)
+    add_table(
+        result, ["command", "median wall s", "x bare import", "median CPU s", "goal (on wall time)", "exit"], rows
+    )
 
     for name in ("dfm --help", "dfm validate configs/ps.yaml"):
         met = medians[name] < HELP_LIMIT_S and name not in failures
-        verdict(result, f"{name} < {HELP_LIMIT_S} s", met,
-                f"{fmt(medians[name], 3)} s" + ("" if met else f" (over by {fmt(medians[name] - HELP_LIMIT_S, 3)} s)"
-                                                  if name not in failures else f"; {failures[name]}"))
+        verdict(
+            result,
+            f"{name} < {HELP_LIMIT_S} s",
+            met,
+            f"{fmt(medians[name], 3)} s"
+            + (
+                ""
+                if met
+                else f" (over by {fmt(medians[name] - HELP_LIMIT_S, 3)} s)"
+                if name not in failures
+                else f"; {failures[name]}"
+            ),
+        )
     dry = medians["dfm launch configs/ps.yaml --dry-run"]
     dry_failed = "dfm launch configs/ps.yaml --dry-run" in failures
     met = dry - bare <= DRY_RUN_MARGIN_S and not dry_failed
     dry_cpu = cpu_medians["dfm launch configs/ps.yaml --dry-run"]
-    verdict(result, f"dry run within {DRY_RUN_MARGIN_S} s of the bare import", met,
-            f"{fmt(dry - bare, 3)} s over the bare import in wall time"
-            + ("" if met else f" (over by {fmt(dry - bare - DRY_RUN_MARGIN_S, 3)} s)")
-            + f"; {fmt(dry_cpu - bare_cpu, 3)} s in CPU time"
-            + (f"; {failures['dfm launch configs/ps.yaml --dry-run']}" if dry_failed else ""))
+    verdict(
+        result,
+        f"dry run within {DRY_RUN_MARGIN_S} s of the bare import",
+        met,
+        f"{fmt(dry - bare, 3)} s over the bare import in wall time"
+        + ("" if met else f" (over by {fmt(dry - bare - DRY_RUN_MARGIN_S, 3)} s)")
+        + f"; {fmt(dry_cpu - bare_cpu, 3)} s in CPU time"
+        + (f"; {failures['dfm launch configs/ps.yaml --dry-run']}" if dry_failed else ""),
+    )
     result["notes"] += [
         f"{repetitions} alternating repetitions per command; a first untimed round warms the page cache.",
         "CPU s: user + system time of the command and its children. Wall time well above CPU time means the "

@@ -122,8 +122,18 @@ def machine() -> dict:
     }
 
 
-def versions(packages: tuple[str, ...] = ("dfm", "tensorflow-cpu", "keras", "numpy", "deepctr",
-                                           "sagemaker", "sagemaker-tensorflow", "horovod")) -> dict:
+def versions(
+    packages: tuple[str, ...] = (
+        "dfm",
+        "tensorflow-cpu",
+        "keras",
+        "numpy",
+        "deepctr",
+        "sagemaker",
+        "sagemaker-tensorflow",
+        "horovod",
+    ),
+) -> dict:
     found = {}
     for name in packages:
         try:
@@ -135,8 +145,7 @@ def versions(packages: tuple[str, ...] = ("dfm", "tensorflow-cpu", "keras", "num
 
 def section(title: str, goal: str, command: str) -> dict:
     """An item's result: tables of rows (strings or numbers), notes, and verdicts on its goals."""
-    return {"title": title, "goal": goal, "command": command, "tables": [], "notes": [],
-            "verdicts": [], "data": {}}
+    return {"title": title, "goal": goal, "command": command, "tables": [], "notes": [], "verdicts": [], "data": {}}
 
 
 def add_table(result: dict, headers: list[str], rows: list[list], caption: str = "") -> None:

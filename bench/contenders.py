@@ -32,13 +32,23 @@ def _window(step, iterator, steps: int, batch: int):
             for _ in range(steps):
                 loss = step(iterator)
             return loss.numpy() if hasattr(loss, "numpy") else loss
+
         return steps * batch / seconds(go)
+
     return run
 
 
-def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = "adagrad",
-            dense_updates: bool = False, deep_layers=(400, 400, 400), compute_dtype: str = "float32",
-            regularized: bool = True):
+def bundled(
+    data,
+    batch: int,
+    embedding_size: int,
+    steps: int,
+    optimizer: str = "adagrad",
+    dense_updates: bool = False,
+    deep_layers=(400, 400, 400),
+    compute_dtype: str = "float32",
+    regularized: bool = True,
+):
     """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), regularized (L2_EMBEDDING,
     DROPOUT, L2_DENSE; regularized=False: none of them, to show what the regularization costs), stepped as a one-host run steps it: windows of `sync_check_steps` steps, each window
     one compiled loop with the in-step end-of-data check (deepfm_sync_steps.window_runner).
@@ -54,16 +64,35 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
     from deepfm_sync_steps import window_runner
     from deepfm_training import build_trainer
 
-    hp = parse_hyperparameters([
-        "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),
-        "--deep_layers", ",".join(map(str, deep_layers)), "--batch_size", str(batch),
-        "--optimizer", optimizer, "--l2_reg", str(L2_EMBEDDING if regularized else 0),
-        "--dropout", str(DROPOUT if regularized else 0), "--l2_dense", str(L2_DENSE if regularized else 0)])
-    densify = (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                              for g in grads]) if dense_updates else None
+    hp = parse_hyperparameters(
+        [
+            "--feature_size",
+            str(data.feature_size),
+            "--embedding_size",
+            str(embedding_size),
+            "--deep_layers",
+            ",".join(map(str, deep_layers)),
+            "--batch_size",
+            str(batch),
+            "--optimizer",
+            optimizer,
+            "--l2_reg",
+            str(L2_EMBEDDING if regularized else 0),
+            "--dropout",
+            str(DROPOUT if regularized else 0),
+            "--l2_dense",
+            str(L2_DENSE if regularized else 0),
+        ]
+    )
+    densify = (
+        (lambda grads: [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads])
+        if dense_updates
+        else None
+    )
     trainer = build_trainer(hp, grad_transform=densify, compute_dtype=tf.as_dtype(compute_dtype))
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ({"ids": data.ids, "values": data.values}, data.labels)).batch(batch, drop_remainder=True)
+    dataset = tf.data.Dataset.from_tensor_slices(({"ids": data.ids, "values": data.values}, data.labels)).batch(
+        batch, drop_remainder=True
+    )
     iterator = iter(dataset.cache().repeat())
     run_window = window_runner(tf.function(trainer.train_step), SingleProcess())
     run_window(iterator, hp.sync_check_steps)  # trace
@@ -73,7 +102,9 @@ def bundled(data, batch: int, embedding_size: int, steps: int, optimizer: str = 
             done = 0
             while done < steps:
                 done += run_window(iterator, min(hp.sync_check_steps, steps - done))[0]
+
         return steps * batch / seconds(go)
+
     return run
 
 
@@ -102,17 +133,22 @@ def deepctr(data, batch: int, embedding_size: int, steps: int, deep_layers=(400,
     DeepFM, SparseFeat = import_deepctr()
     local = data.ids - data.ids.min(axis=0)
     vocab = local.max(axis=0) + 1
-    columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=embedding_size)
-               for i in range(FIELDS)]
-    model = DeepFM(columns, columns, dnn_hidden_units=tuple(deep_layers), l2_reg_embedding=L2_EMBEDDING,
-                   l2_reg_dnn=L2_DENSE, dnn_dropout=DROPOUT, task="binary")
+    columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=embedding_size) for i in range(FIELDS)]
+    model = DeepFM(
+        columns,
+        columns,
+        dnn_hidden_units=tuple(deep_layers),
+        l2_reg_embedding=L2_EMBEDDING,
+        l2_reg_dnn=L2_DENSE,
+        dnn_dropout=DROPOUT,
+        task="binary",
+    )
     # DeepCTR 0.9.3 builds on tensorflow.python.keras (TF's legacy copy), so its optimizers come from there.
     from tensorflow.python.keras.optimizer_v2.adagrad import Adagrad
 
     model.compile(optimizer=Adagrad(0.01), loss="binary_crossentropy")
-    features = {f"f{i}": local[:, i:i + 1].astype(np.int32) for i in range(FIELDS)}
-    dataset = tf.data.Dataset.from_tensor_slices((features, data.labels[:, None])) \
-        .batch(batch, drop_remainder=True)
+    features = {f"f{i}": local[:, i : i + 1].astype(np.int32) for i in range(FIELDS)}
+    dataset = tf.data.Dataset.from_tensor_slices((features, data.labels[:, None])).batch(batch, drop_remainder=True)
     iterator = iter(dataset.cache().repeat())
     train_function = model.make_train_function()
 

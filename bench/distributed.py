@@ -38,12 +38,45 @@ def _dfm() -> str:
 
 def _make_data(work: Path, rows: int) -> dict[str, Path]:
     data = work / "data"
-    subprocess.run([_dfm(), "data", "synth", "--out", str(data), "--rows", str(rows), "--files", "8",
-                    "--eval-rows", "8192", "--seed", "3"], check=True, capture_output=True, text=True, cwd=REPO)
+    subprocess.run(
+        [
+            _dfm(),
+            "data",
+            "synth",
+            "--out",
+            str(data),
+            "--rows",
+            str(rows),
+            "--files",
+            "8",
+            "--eval-rows",
+            "8192",
+            "--seed",
+            "3",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     split = work / "split"
-    subprocess.run([_dfm(), "data", "split", *sorted(str(p) for p in (data / "train").iterdir()),
-                    "--out", str(split), "--workers", "4", "--multi-path"],
-                   check=True, capture_output=True, text=True, cwd=REPO)
+    subprocess.run(
+        [
+            _dfm(),
+            "data",
+            "split",
+            *sorted(str(p) for p in (data / "train").iterdir()),
+            "--out",
+            str(split),
+            "--workers",
+            "4",
+            "--multi-path",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     return {"train": data / "train", "eval": data / "eval", "split": split}
 
 
@@ -53,7 +86,7 @@ def distinct_ids_per_batch(train: Path, batch: int) -> float:
     from launcher.data.tfrecord import read_examples
 
     ids = read_examples([sorted(train.iterdir())[0]], DEFAULT_FIELD_SIZE)[1]
-    counts = [len(np.unique(ids[start:start + batch])) for start in range(0, len(ids) - batch + 1, batch)]
+    counts = [len(np.unique(ids[start : start + batch])) for start in range(0, len(ids) - batch + 1, batch)]
     return float(np.mean(counts))
 
 
@@ -104,8 +137,9 @@ def _by_role(samples: list[dict[str, float]]) -> str:
     """Median CPU seconds of each part of a run over its repetitions, the largest first."""
     names = {name for sample in samples for name in sample}
     cpu = {name: median([sample.get(name, 0.0) for sample in samples]) for name in names}
-    return ", ".join(f"{name} {fmt(value, 1)}" for name, value in sorted(cpu.items(), key=lambda kv: -kv[1])
-                     if value >= 0.05)
+    return ", ".join(
+        f"{name} {fmt(value, 1)}" for name, value in sorted(cpu.items(), key=lambda kv: -kv[1]) if value >= 0.05
+    )
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -117,38 +151,63 @@ def measure(quick: bool, context: dict) -> dict:
         "not judged (2 cores bound every run, so a second host or rank adds processes, not cores)",
         f"`dfm launch configs/ps.yaml --local`, `configs/hetero-ps.yaml --local`, `configs/horovod.yaml --local` and "
         f"`configs/mirrored-gpu.yaml --local` on synthetic data, "
-        f"max_steps {steps}; examples/s from the entry points' metric lines; `bench/distributed.py`")
+        f"max_steps {steps}; examples/s from the entry points' metric lines; `bench/distributed.py`",
+    )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-distributed-"))
     try:
         data = _make_data(work, 131_072)
         distinct = distinct_ids_per_batch(data["train"], BATCH)
         split_channels = {name: data["split"] / name for name in ("train", "train-1", "train-2", "train-3")}
-        common = [f"hyperparameters.max_steps={steps}", "hyperparameters.log_steps=25",
-                  "hyperparameters.checkpoint_steps=100000", "hyperparameters.export=false",
-                  "hyperparameters.eval_batches=2", "hyperparameters.epochs=100",
-                  f"hyperparameters.batch_size={BATCH}"]
+        common = [
+            f"hyperparameters.max_steps={steps}",
+            "hyperparameters.log_steps=25",
+            "hyperparameters.checkpoint_steps=100000",
+            "hyperparameters.export=false",
+            "hyperparameters.eval_batches=2",
+            "hyperparameters.epochs=100",
+            f"hyperparameters.batch_size={BATCH}",
+        ]
         files = {"train": data["train"], "eval": data["eval"]}
         pipe_files = {**split_channels, "eval": data["eval"]}
         every_eighth = [f"hyperparameters.eval_steps={steps // 8}", "hyperparameters.eval_batches=0"]
         runs = {
             ("parameter server", "1 host"): ("configs/ps.yaml", ["instance.count=1"], files),
             ("parameter server", "2 hosts"): ("configs/ps.yaml", ["instance.count=2"], files),
-            ("parameter server", OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2",
-                                                                    "hyperparameters.steps_per_closure=1"], files),
-            ("parameter server", ADAM): ("configs/ps.yaml", ["instance.count=2", "hyperparameters.optimizer=adam",
-                                                             "hyperparameters.learning_rate=0.002"], files),
+            ("parameter server", OLD_CLOSURE): (
+                "configs/ps.yaml",
+                ["instance.count=2", "hyperparameters.steps_per_closure=1"],
+                files,
+            ),
+            ("parameter server", ADAM): (
+                "configs/ps.yaml",
+                ["instance.count=2", "hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002"],
+                files,
+            ),
             ("parameter server", EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth], files),
-            ("parameter server", EVAL_CHIEF): ("configs/ps.yaml", ["instance.count=2", *every_eighth,
-                                                                   "environment.DFM_PS_EVAL=chief"], files),
+            ("parameter server", EVAL_CHIEF): (
+                "configs/ps.yaml",
+                ["instance.count=2", *every_eighth, "environment.DFM_PS_EVAL=chief"],
+                files,
+            ),
             ("parameter server", "ps group: 2 workers + 1 ps host"): (
-                "configs/hetero-ps.yaml", ["instance.count=2", "distribution.parameter_server.ps.count=1",
-                                           f"hyperparameters.feature_size={DEFAULT_FEATURE_SIZE}"], files),
-            ("Horovod", "1 rank"): ("configs/horovod.yaml", ["instance.count=1",
-                                                             "distribution.horovod.processes_per_host=1"],
-                                    pipe_files),
-            ("Horovod", "2 ranks"): ("configs/horovod.yaml", ["instance.count=1",
-                                                              "distribution.horovod.processes_per_host=2"],
-                                     pipe_files),
+                "configs/hetero-ps.yaml",
+                [
+                    "instance.count=2",
+                    "distribution.parameter_server.ps.count=1",
+                    f"hyperparameters.feature_size={DEFAULT_FEATURE_SIZE}",
+                ],
+                files,
+            ),
+            ("Horovod", "1 rank"): (
+                "configs/horovod.yaml",
+                ["instance.count=1", "distribution.horovod.processes_per_host=1"],
+                pipe_files,
+            ),
+            ("Horovod", "2 ranks"): (
+                "configs/horovod.yaml",
+                ["instance.count=1", "distribution.horovod.processes_per_host=2"],
+                pipe_files,
+            ),
             (MWMS, "1 host"): ("configs/mirrored-gpu.yaml", ["instance.count=1"], files),
             (MWMS, "2 hosts"): ("configs/mirrored-gpu.yaml", ["instance.count=2"], files),
         }
@@ -185,30 +244,65 @@ def measure(quick: bool, context: dict) -> dict:
         base_key = next(key for key in runs if key[0] == kind)  # each kind's first row: 1 host or rank
         base = median(rates[base_key]) if rates[base_key] else float("nan")
         wall, cpu = median(walls[(kind, size)]), median(cpus[(kind, size)])
-        rows.append([kind, size, fmt(median(values)), fmt(median(values) / base, 2) + "x", fmt(wall, 1),
-                     f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)",
-                     _by_role(roles[(kind, size)]), "ok"])
-    add_table(result, ["distribution", "size", "examples/s (median)", "vs 1", "wall s (incl. start-up)",
-                       "CPU s (share of all cores)", "CPU s by process", "run"], rows)
+        rows.append(
+            [
+                kind,
+                size,
+                fmt(median(values)),
+                fmt(median(values) / base, 2) + "x",
+                fmt(wall, 1),
+                f"{fmt(cpu, 1)} ({fmt(100 * cpu / (wall * (os.cpu_count() or 1)))}%)",
+                _by_role(roles[(kind, size)]),
+                "ok",
+            ]
+        )
+    add_table(
+        result,
+        [
+            "distribution",
+            "size",
+            "examples/s (median)",
+            "vs 1",
+            "wall s (incl. start-up)",
+            "CPU s (share of all cores)",
+            "CPU s by process",
+            "run",
+        ],
+        rows,
+    )
     for kind in ("parameter server", "Horovod", MWMS):
         keys = [key for key in runs if key[0] == kind][:2]  # 1 vs 2 hosts or ranks
         if any(key in failures for key in keys):
-            verdict(result, f"{kind}: 1 vs 2 recorded", None,
-                    "not run: " + "; ".join(f"{k[1]}: {failures[k]}" for k in keys if k in failures))
+            verdict(
+                result,
+                f"{kind}: 1 vs 2 recorded",
+                None,
+                "not run: " + "; ".join(f"{k[1]}: {failures[k]}" for k in keys if k in failures),
+            )
         else:
             one, two = (median(rates[key]) for key in keys)
             if kind == "parameter server":
                 old = median(rates[(kind, OLD_CLOSURE)]) if rates[(kind, OLD_CLOSURE)] else float("nan")
-                verdict(result, f"{kind}: 2 hosts >= {PS_GOAL}x 1 host", two / one >= PS_GOAL,
-                        f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x); one step per closure: "
-                        f"{fmt(old)} ({old / one:.2f}x)")
+                verdict(
+                    result,
+                    f"{kind}: 2 hosts >= {PS_GOAL}x 1 host",
+                    two / one >= PS_GOAL,
+                    f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x); one step per closure: "
+                    f"{fmt(old)} ({old / one:.2f}x)",
+                )
             else:
-                verdict(result, f"{kind}: 1 vs 2 recorded", None, f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x)")
+                verdict(
+                    result, f"{kind}: 1 vs 2 recorded", None, f"{fmt(one)} vs {fmt(two)} examples/s ({two / one:.2f}x)"
+                )
     spread, alone = (("parameter server", size) for size in (EVAL_WORKERS, EVAL_CHIEF))
     if evals[spread] and evals[alone]:
-        verdict(result, "parameter server: evaluation on the workers vs the chief recorded", None,
-                f"7 evaluations took {fmt(median(evals[spread]), 2)} s on the workers, {fmt(median(evals[alone]), 2)} s "
-                f"on the chief; wall {fmt(median(walls[spread]), 1)} vs {fmt(median(walls[alone]), 1)} s")
+        verdict(
+            result,
+            "parameter server: evaluation on the workers vs the chief recorded",
+            None,
+            f"7 evaluations took {fmt(median(evals[spread]), 2)} s on the workers, {fmt(median(evals[alone]), 2)} s "
+            f"on the chief; wall {fmt(median(walls[spread]), 1)} vs {fmt(median(walls[alone]), 1)} s",
+        )
     result["notes"] += [
         "Parameter server: `configs/ps.yaml` (File mode, ShardedByS3Key emulated over 8 files) with "
         "`--set instance.count=1|2`; 2 hosts means a chief, two workers (one of them the chief's own child "
@@ -241,6 +335,8 @@ def measure(quick: bool, context: dict) -> dict:
         "processes that report one.",
         f"Common overrides: {' '.join('--set ' + s for s in common)}; {repetitions} run(s) per size.",
     ]
-    result["data"] = {"examples_per_s": {" / ".join(k): median(v) for k, v in rates.items() if v},
-                      "failures": {" / ".join(k): v for k, v in failures.items()}}
+    result["data"] = {
+        "examples_per_s": {" / ".join(k): median(v) for k, v in rates.items() if v},
+        "failures": {" / ".join(k): v for k, v in failures.items()},
+    }
     return result

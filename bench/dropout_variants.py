@@ -31,10 +31,15 @@ def measure(dtype_name: str = "float32", batch: int = 512, repetitions: int = 7)
         finally:
             deepfm_model.dropout_threshold = exact
 
-    variants = {"bundled": deepfm_model.dropout, "bundled without the tie draw": without_ties,
-                "tf.nn.dropout": lambda x, rate: tf.nn.dropout(x, rate=rate), "none": lambda x, rate: x}
+    variants = {
+        "bundled": deepfm_model.dropout,
+        "bundled without the tie draw": without_ties,
+        "tf.nn.dropout": lambda x, rate: tf.nn.dropout(x, rate=rate),
+        "none": lambda x, rate: x,
+    }
     contenders = {}
     for name, drop in variants.items():
+
         @tf.function
         def calls(drop=drop):
             for _ in range(20):

@@ -22,44 +22,69 @@ def measure(quick: bool, context: dict) -> dict:
         f"step cost follows the batch, not the table: sparse step time at 1M rows <= {SPARSE_GROWTH_LIMIT}x "
         "the 100k one",
         "the bundled DeepFM (embedding 8, MLP 400-400-400) and its Adam, sparse path (lazy: only the batch's "
-        "rows) vs the same optimizer fed dense embedding gradients (every row, every step); `bench/optimizer.py`")
+        "rows) vs the same optimizer fed dense embedding gradients (every row, every step); `bench/optimizer.py`",
+    )
     rows, growth = [], {}
     for batch in batches:
         steps = max(4, (8_192 if quick else 32_768) // batch)
         contenders, distinct = {}, {}
         for vocabulary in VOCABULARIES:
             data = synthetic(batch * 4, vocabulary, seed=9)
-            distinct[vocabulary] = median([len(np.unique(data.ids[i:i + batch]))
-                                           for i in range(0, len(data.ids), batch)])
+            distinct[vocabulary] = median(
+                [len(np.unique(data.ids[i : i + batch])) for i in range(0, len(data.ids), batch)]
+            )
             for dense in (False, True):
-                contenders[(vocabulary, dense)] = bundled(data, batch, 8, steps, optimizer="adam",
-                                                          dense_updates=dense)
+                contenders[(vocabulary, dense)] = bundled(data, batch, 8, steps, optimizer="adam", dense_updates=dense)
         rates = {key: median(values) for key, values in alternate(contenders, repetitions).items()}
         step_ms = {key: 1000 * batch / rate for key, rate in rates.items()}
         for dense in (False, True):
             small, large = step_ms[(VOCABULARIES[0], dense)], step_ms[(VOCABULARIES[1], dense)]
             growth[(batch, dense)] = large / small
-            rows.append([batch, "dense" if dense else "sparse (bundled)", fmt(small, 2), fmt(large, 2),
-                         fmt(large / small, 2) + "x", f"{fmt(distinct[VOCABULARIES[0]])} / {fmt(distinct[VOCABULARIES[1]])}",
-                         f"<= {SPARSE_GROWTH_LIMIT}x" if not dense else "reference (grows with the table)"])
+            rows.append(
+                [
+                    batch,
+                    "dense" if dense else "sparse (bundled)",
+                    fmt(small, 2),
+                    fmt(large, 2),
+                    fmt(large / small, 2) + "x",
+                    f"{fmt(distinct[VOCABULARIES[0]])} / {fmt(distinct[VOCABULARIES[1]])}",
+                    f"<= {SPARSE_GROWTH_LIMIT}x" if not dense else "reference (grows with the table)",
+                ]
+            )
         sparse_small = step_ms[(VOCABULARIES[0], False)]
         result["data"][f"b{batch}"] = {f"{'dense' if d else 'sparse'}_{v}": ms for (v, d), ms in step_ms.items()}
         result["data"][f"b{batch}"]["sparse_us_per_example"] = 1000 * sparse_small / batch
         del contenders
         gc.collect()
-    add_table(result, ["batch", "embedding updates", "step ms, 100k rows", "step ms, 1M rows",
-                       "1M / 100k", "distinct ids per batch (100k / 1M)", "goal"], rows, "Median step time:")
+    add_table(
+        result,
+        [
+            "batch",
+            "embedding updates",
+            "step ms, 100k rows",
+            "step ms, 1M rows",
+            "1M / 100k",
+            "distinct ids per batch (100k / 1M)",
+            "goal",
+        ],
+        rows,
+        "Median step time:",
+    )
     if len(batches) > 1:
         per_example = [result["data"][f"b{b}"]["sparse_us_per_example"] for b in batches]
         result["notes"].append(
-            "Sparse path, 100k rows, microseconds per example: " +
-            ", ".join(f"batch {b}: {fmt(us, 2)}" for b, us in zip(batches, per_example))
-            + " (a step that follows the batch costs about the same per example at every batch size).")
+            "Sparse path, 100k rows, microseconds per example: "
+            + ", ".join(f"batch {b}: {fmt(us, 2)}" for b, us in zip(batches, per_example))
+            + " (a step that follows the batch costs about the same per example at every batch size)."
+        )
     for batch in batches:
         sparse, dense = growth[(batch, False)], growth[(batch, True)]
-        verdict(result, f"batch {batch}: sparse step at 1M rows <= {SPARSE_GROWTH_LIMIT}x the 100k step",
-                sparse <= SPARSE_GROWTH_LIMIT,
-                f"sparse {sparse:.2f}x, dense {dense:.2f}x for 10x the rows")
+        verdict(
+            result,
+            f"batch {batch}: sparse step at 1M rows <= {SPARSE_GROWTH_LIMIT}x the 100k step",
+            sparse <= SPARSE_GROWTH_LIMIT,
+            f"sparse {sparse:.2f}x, dense {dense:.2f}x for 10x the rows",
+        )
     result["notes"] += [
         "Dense contender: the same `Trainer` with a gradient transform that turns each embedding gradient "
         "(`IndexedSlices`) into a dense tensor, so `SparseOptimizer` takes its dense Adam path: m, v and the "

@@ -29,26 +29,84 @@ LR_C = 0.1  # logistic regression's inverse L2 strength (the best of 0.03 / 0.1 
 # (8 categorical fields of 3,000 ids, 80k rows, 55% positives) with half the teacher's logit from a ReLU network
 # over the latent vectors, trained as DeepCTR's examples train (embedding 8, MLP 256-128-64, Adam 1e-3, batch
 # 256, 4 epochs; every other hyperparameter the scripts' default) on one host.
-DEEP8_HPS = {"field_size": 8, "feature_size": 3000, "embedding_size": 8, "deep_layers": "[256,128,64]",
-             "optimizer": "adam", "learning_rate": 0.001, "batch_size": 256}
+DEEP8_HPS = {
+    "field_size": 8,
+    "feature_size": 3000,
+    "embedding_size": 8,
+    "deep_layers": "[256,128,64]",
+    "optimizer": "adam",
+    "learning_rate": 0.001,
+    "batch_size": 256,
+}
 SAMPLES = {
     "demo": ("configs/ps.yaml", ["--rows", "200000", "--files", "8", "--eval-rows", "40000", "--seed", "7"], 4, []),
-    "raw": ("configs/criteo-raw.yaml", ["--format", "criteo-tsv", "--multi-hot", "recent_cats", "--rows", "200000",
-                                        "--eval-rows", "20000", "--files", "4"], 5, []),
-    "deep8": ("configs/ps.yaml", ["--rows", "80000", "--files", "2", "--eval-rows", "20000", "--seed", "11",
-                                  "--field-size", "8", "--numeric-fields", "0", "--feature-size", "3000",
-                                  "--positive-rate", "0.55", "--signal", "2.5", "--deep-share", "0.5"], 4,
-              ["instance.count=1", "distribution=none", *(f"hyperparameters.{k}={v}" for k, v in DEEP8_HPS.items())]),
+    "raw": (
+        "configs/criteo-raw.yaml",
+        [
+            "--format",
+            "criteo-tsv",
+            "--multi-hot",
+            "recent_cats",
+            "--rows",
+            "200000",
+            "--eval-rows",
+            "20000",
+            "--files",
+            "4",
+        ],
+        5,
+        [],
+    ),
+    "deep8": (
+        "configs/ps.yaml",
+        [
+            "--rows",
+            "80000",
+            "--files",
+            "2",
+            "--eval-rows",
+            "20000",
+            "--seed",
+            "11",
+            "--field-size",
+            "8",
+            "--numeric-fields",
+            "0",
+            "--feature-size",
+            "3000",
+            "--positive-rate",
+            "0.55",
+            "--signal",
+            "2.5",
+            "--deep-share",
+            "0.5",
+        ],
+        4,
+        ["instance.count=1", "distribution=none", *(f"hyperparameters.{k}={v}" for k, v in DEEP8_HPS.items())],
+    ),
 }
 OLD_L2_DENSE = ("the same with l2_dense 0.03 (the default before issue 28)", ["hyperparameters.l2_dense=0.03"])
 # Variants of a sample's recipe run beside it (label, --set items): what a changed default bought.
 VARIANTS = {
-    "demo": [("the same with the scripts' default optimizer (lazy Adam 0.002)",
-              ["hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002"]), OLD_L2_DENSE],
-    "raw": [("the same, counts as log1p (dfm data inspect's proposal before powers-of-two buckets)",
-             [f"features.numeric.i{k}={{transform: log1p}}" for k in range(1, 14)]), OLD_L2_DENSE],
-    "deep8": [OLD_L2_DENSE, ("the same with dropout 0 (default 0.2)", ["hyperparameters.dropout=0"]),
-              ("the same with l2_reg 0 (default 1e-5)", ["hyperparameters.l2_reg=0"])],
+    "demo": [
+        (
+            "the same with the scripts' default optimizer (lazy Adam 0.002)",
+            ["hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002"],
+        ),
+        OLD_L2_DENSE,
+    ],
+    "raw": [
+        (
+            "the same, counts as log1p (dfm data inspect's proposal before powers-of-two buckets)",
+            [f"features.numeric.i{k}={{transform: log1p}}" for k in range(1, 14)],
+        ),
+        OLD_L2_DENSE,
+    ],
+    "deep8": [
+        OLD_L2_DENSE,
+        ("the same with dropout 0 (default 0.2)", ["hyperparameters.dropout=0"]),
+        ("the same with l2_reg 0 (default 1e-5)", ["hyperparameters.l2_reg=0"]),
+    ],
 }
 # The recipe in float32, and again in bfloat16 on a CPU that has it (`auto` picks bfloat16 there).
 # bfloat16 needs an instance type with it (dfm validate): locally the type changes nothing else (CPUs are this machine's).
@@ -61,20 +119,30 @@ EPOCHS = max(epochs for _, _, epochs, _ in SAMPLES.values())  # the table's epoc
 # DeepCTR's DeepFM twice: the settings base.yaml had before issue 17 (a 400x3 MLP, no dropout), and dfm's
 # recipe (the scripts' defaults) carried over to DeepCTR's own arguments.
 DEEPCTR = {
-    "DeepCTR DeepFM, MLP 400x3, Adam 1e-3, batch 1024": dict(layers=(400, 400, 400), dropout=0.0, l2_dnn=0.0,
-                                                             lr=1e-3, batch=1024),
-    "DeepCTR DeepFM, dfm's recipe (MLP 64x32, dropout 0.2, Adam 2e-3, batch 512)":
-        dict(layers=(64, 32), dropout=0.2, l2_dnn=0.0, lr=2e-3, batch=512),
+    "DeepCTR DeepFM, MLP 400x3, Adam 1e-3, batch 1024": dict(
+        layers=(400, 400, 400), dropout=0.0, l2_dnn=0.0, lr=1e-3, batch=1024
+    ),
+    "DeepCTR DeepFM, dfm's recipe (MLP 64x32, dropout 0.2, Adam 2e-3, batch 512)": dict(
+        layers=(64, 32), dropout=0.2, l2_dnn=0.0, lr=2e-3, batch=512
+    ),
 }
 # deep8: DeepCTR with the settings its run uses (its own defaults otherwise: no dropout, no L2 on the MLP)
-DEEPCTR_DEEP8 = {"DeepCTR DeepFM, MLP 256x128x64, Adam 1e-3, batch 256":
-                 dict(layers=(256, 128, 64), dropout=0.0, l2_dnn=0.0, lr=1e-3, batch=256)}
+DEEPCTR_DEEP8 = {
+    "DeepCTR DeepFM, MLP 256x128x64, Adam 1e-3, batch 256": dict(
+        layers=(256, 128, 64), dropout=0.0, l2_dnn=0.0, lr=1e-3, batch=256
+    )
+}
 
 
 def _synth(work: Path, name: str) -> Path:
     out = work / name
-    subprocess.run([_dfm(), "data", "synth", "--out", str(out), *SAMPLES[name][1]], check=True,
-                   capture_output=True, text=True, cwd=REPO)
+    subprocess.run(
+        [_dfm(), "data", "synth", "--out", str(out), *SAMPLES[name][1]],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     return out
 
 
@@ -83,8 +151,11 @@ def _indexed(folder: Path, fields: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     import tensorflow as tf
 
     files = sorted(str(p) for p in folder.iterdir() if not p.name.startswith((".", "_")))
-    spec = {"label": tf.io.FixedLenFeature([], tf.float32), "ids": tf.io.FixedLenFeature([fields], tf.int64),
-            "values": tf.io.FixedLenFeature([fields], tf.float32)}
+    spec = {
+        "label": tf.io.FixedLenFeature([], tf.float32),
+        "ids": tf.io.FixedLenFeature([fields], tf.int64),
+        "values": tf.io.FixedLenFeature([fields], tf.float32),
+    }
     parts = [tf.io.parse_example(batch, spec) for batch in tf.data.TFRecordDataset(files).batch(65536)]
     return tuple(np.concatenate([p[k].numpy() for p in parts]) for k in ("ids", "values", "label"))
 
@@ -148,12 +219,20 @@ def deepctr_per_epoch(train_ids, train_y, eval_ids, eval_y, settings: dict, epoc
     low = np.minimum(train_ids.min(axis=0), eval_ids.min(axis=0))
     vocab = np.maximum(train_ids.max(axis=0), eval_ids.max(axis=0)) - low + 1
     columns = [SparseFeat(f"f{i}", vocabulary_size=int(vocab[i]), embedding_dim=8) for i in range(len(vocab))]
-    model = DeepFM(columns, columns, dnn_hidden_units=settings["layers"], l2_reg_embedding=1e-5,
-                   l2_reg_dnn=settings["l2_dnn"], dnn_dropout=settings["dropout"], task="binary", seed=0)
+    model = DeepFM(
+        columns,
+        columns,
+        dnn_hidden_units=settings["layers"],
+        l2_reg_embedding=1e-5,
+        l2_reg_dnn=settings["l2_dnn"],
+        dnn_dropout=settings["dropout"],
+        task="binary",
+        seed=0,
+    )
     model.compile(optimizer=Adam(settings["lr"]), loss="binary_crossentropy")
 
     def inputs(ids):
-        return {f"f{i}": (ids[:, i:i + 1] - low[i]).astype(np.int32) for i in range(len(vocab))}
+        return {f"f{i}": (ids[:, i : i + 1] - low[i]).astype(np.int32) for i in range(len(vocab))}
 
     batch, steps = settings["batch"], len(train_y) // settings["batch"]
     dataset = tf.data.Dataset.from_tensor_slices((inputs(train_ids), train_y[:, None]))
@@ -163,8 +242,12 @@ def deepctr_per_epoch(train_ids, train_y, eval_ids, eval_y, settings: dict, epoc
     for _ in range(epochs):
         for _ in range(steps):
             train_function(iterator)
-        probs = np.concatenate([model({k: v[i:i + 8192] for k, v in eval_in.items()}, training=False).numpy()[:, 0]
-                                for i in range(0, len(eval_y), 8192)])
+        probs = np.concatenate(
+            [
+                model({k: v[i : i + 8192] for k, v in eval_in.items()}, training=False).numpy()[:, 0]
+                for i in range(0, len(eval_y), 8192)
+            ]
+        )
         aucs.append(float(roc_auc_score(eval_y, probs)))
     return aucs
 
@@ -178,16 +261,24 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1900)
 
 
-def dfm_per_epoch(config: str, epochs: int, sample: Path, run_dir: Path,
-                  sets: list[str] = ()) -> tuple[list[float], float, str]:
+def dfm_per_epoch(
+    config: str, epochs: int, sample: Path, run_dir: Path, sets: list[str] = ()
+) -> tuple[list[float], float, str]:
     """`dfm launch <config> --local` for `epochs` epochs on the sample with the config's recipe ->
     (eval AUC after each epoch, the final (exported model's) AUC, failure or '')."""
     from launcher.local.progress import parse_metric_line
 
-    done = _launch(config, [f"hyperparameters.epochs={epochs}", *sets], {"train": sample / "train", "eval": sample / "eval"},
-                   run_dir)
-    evals = [parsed[1] for parsed in map(parse_metric_line, done.stdout.splitlines())
-             if parsed is not None and parsed[0] == "eval"]
+    done = _launch(
+        config,
+        [f"hyperparameters.epochs={epochs}", *sets],
+        {"train": sample / "train", "eval": sample / "eval"},
+        run_dir,
+    )
+    evals = [
+        parsed[1]
+        for parsed in map(parse_metric_line, done.stdout.splitlines())
+        if parsed is not None and parsed[0] == "eval"
+    ]
     if done.returncode != 0 or not evals:
         errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
         return [], float("nan"), f"exit {done.returncode}: {(errors or ['no error line'])[-1][:200]}"
@@ -213,7 +304,8 @@ def measure(quick: bool, context: dict) -> dict:
         "`dfm data synth` as `make demo` and configs/criteo-raw.yaml make the samples, deep8 as SAMPLES in "
         "bench/quality.py; dfm: `dfm launch <config> --local --set hyperparameters.epochs=N` (demo 4, raw 5: the "
         "configs' own; deep8 4, on configs/ps.yaml set to one host and DeepCTR's settings); logistic regression "
-        f"(scikit-learn, C={LR_C}) on one-hot ids; DeepCTR's DeepFM on the same split; `bench/quality.py`")
+        f"(scikit-learn, C={LR_C}) on one-hot ids; DeepCTR's DeepFM on the same split; `bench/quality.py`",
+    )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-quality-"))
     (work / "runs").mkdir()
     from bench.training import cpu_bfloat16
@@ -235,26 +327,48 @@ def measure(quick: bool, context: dict) -> dict:
                 tr_x, vocabulary = _one_hot(_weighted(tr_s, tr_b))
                 ev_x, _ = _one_hot(_weighted(ev_s, ev_b), vocabulary)
                 per_field: list[dict] = [{} for _ in range(39)]
-                tr_ids, ev_ids = (np.asarray([[per_field[f].setdefault(t, len(per_field[f])) for f, t in enumerate(row)]
-                                              for row in rows], np.int64) for rows in (tr_s, ev_s))
+                tr_ids, ev_ids = (
+                    np.asarray(
+                        [[per_field[f].setdefault(t, len(per_field[f])) for f, t in enumerate(row)] for row in rows],
+                        np.int64,
+                    )
+                    for rows in (tr_s, ev_s)
+                )
             lr_auc = logistic_regression(tr_x, tr_y, ev_x, ev_y)
             ours, final, failure = dfm_per_epoch(config, epochs, sample, work / "runs" / name, [*base_sets, FLOAT32])
-            rows.append([name, f"dfm recipe ({config}{', set as above' if base_sets else ''}), `dfm launch --local`, "
-                               "float32", *_epochs(ours), fmt(final, 4) if not failure else f"not run: {failure}"])
+            rows.append(
+                [
+                    name,
+                    f"dfm recipe ({config}{', set as above' if base_sets else ''}), `dfm launch --local`, float32",
+                    *_epochs(ours),
+                    fmt(final, 4) if not failure else f"not run: {failure}",
+                ]
+            )
             bf16 = None
             if bf16_flag:
-                bf16, bf16_final, bf16_failure = dfm_per_epoch(config, epochs, sample, work / "runs" / f"{name}-bf16",
-                                                               [*base_sets, *BFLOAT16])
-                rows.append([name, "the same in bfloat16 (`mixed_precision: bfloat16`)", *_epochs(bf16),
-                             fmt(bf16_final, 4) if not bf16_failure else f"not run: {bf16_failure}"])
+                bf16, bf16_final, bf16_failure = dfm_per_epoch(
+                    config, epochs, sample, work / "runs" / f"{name}-bf16", [*base_sets, *BFLOAT16]
+                )
+                rows.append(
+                    [
+                        name,
+                        "the same in bfloat16 (`mixed_precision: bfloat16`)",
+                        *_epochs(bf16),
+                        fmt(bf16_final, 4) if not bf16_failure else f"not run: {bf16_failure}",
+                    ]
+                )
                 gap = abs(bf16_final - final) if bf16 and ours else float("nan")
-                verdict(result, f"{name}: bfloat16 within {BF16_AUC_GAP} of float32's final eval AUC",
-                        gap <= BF16_AUC_GAP if gap == gap else None,
-                        bf16_failure or failure or f"bfloat16 {bf16_final:.4f}, float32 {final:.4f}: {gap:.4f} apart")
+                verdict(
+                    result,
+                    f"{name}: bfloat16 within {BF16_AUC_GAP} of float32's final eval AUC",
+                    gap <= BF16_AUC_GAP if gap == gap else None,
+                    bf16_failure or failure or f"bfloat16 {bf16_final:.4f}, float32 {final:.4f}: {gap:.4f} apart",
+                )
             variants = {}
             for label, sets in VARIANTS.get(name, []):
-                aucs, best, failed = dfm_per_epoch(config, epochs, sample, work / "runs" / f"{name}-variant",
-                                                   [*base_sets, *sets])
+                aucs, best, failed = dfm_per_epoch(
+                    config, epochs, sample, work / "runs" / f"{name}-variant", [*base_sets, *sets]
+                )
                 rows.append([name, label, *_epochs(aucs), fmt(best, 4) if not failed else f"not run: {failed}"])
                 variants[label] = None if failed else best
             rows.append([name, f"logistic regression, one-hot (C={LR_C})", *_epochs([]), fmt(lr_auc, 4)])
@@ -264,25 +378,52 @@ def measure(quick: bool, context: dict) -> dict:
                     rows.append([name, label, *_epochs(aucs), ""])
                 except Exception as err:  # reported, never replaced by a number
                     rows.append([name, label, *_epochs([]), f"not run: {type(err).__name__}: {err}"[:200]])
-            rows.append([name, f"the planted teacher: a ceiling no model reaches from {meta['rows']:,} rows",
-                         *_epochs([]), fmt(ceiling, 4)])
-            data[name] = {"dfm_per_epoch": ours, "dfm_final": final, "dfm_bfloat16_per_epoch": bf16,
-                          "logistic_regression": lr_auc, "teacher": ceiling, "failure": failure, "variants": variants}
+            rows.append(
+                [
+                    name,
+                    f"the planted teacher: a ceiling no model reaches from {meta['rows']:,} rows",
+                    *_epochs([]),
+                    fmt(ceiling, 4),
+                ]
+            )
+            data[name] = {
+                "dfm_per_epoch": ours,
+                "dfm_final": final,
+                "dfm_bfloat16_per_epoch": bf16,
+                "logistic_regression": lr_auc,
+                "teacher": ceiling,
+                "failure": failure,
+                "variants": variants,
+            }
             met = bool(ours) and final >= lr_auc and final >= ours[0]
-            verdict(result, f"{name}: dfm after {epochs} epochs >= logistic regression and >= its epoch 1",
-                    met if ours else None,
-                    failure or f"dfm final {final:.4f} (epochs {', '.join(f'{a:.4f}' for a in ours)}) vs "
-                               f"logistic regression {lr_auc:.4f}")
+            verdict(
+                result,
+                f"{name}: dfm after {epochs} epochs >= logistic regression and >= its epoch 1",
+                met if ours else None,
+                failure
+                or f"dfm final {final:.4f} (epochs {', '.join(f'{a:.4f}' for a in ours)}) vs "
+                f"logistic regression {lr_auc:.4f}",
+            )
             if name == "deep8" and ours:
                 best_without = max((v for v in variants.values() if v is not None), default=float("nan"))
-                verdict(result, f"deep8: the defaults >= every variant - {DEFAULT_COST}",
-                        bool(variants) and final >= best_without - DEFAULT_COST,
-                        f"defaults {final:.4f}; " + ", ".join(f"{label.split(' (')[0].replace('the same with ', '')} "
-                                                              f"{fmt(v, 4)}" for label, v in variants.items()))
+                verdict(
+                    result,
+                    f"deep8: the defaults >= every variant - {DEFAULT_COST}",
+                    bool(variants) and final >= best_without - DEFAULT_COST,
+                    f"defaults {final:.4f}; "
+                    + ", ".join(
+                        f"{label.split(' (')[0].replace('the same with ', '')} {fmt(v, 4)}"
+                        for label, v in variants.items()
+                    ),
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    add_table(result, ["sample", "model", *[f"epoch {e}" for e in range(1, EPOCHS + 1)], "final (exported) / AUC"], rows,
-              "Eval AUC:")
+    add_table(
+        result,
+        ["sample", "model", *[f"epoch {e}" for e in range(1, EPOCHS + 1)], "final (exported) / AUC"],
+        rows,
+        "Eval AUC:",
+    )
     result["notes"] += [
         "dfm's final AUC is that of the exported model: `best_of: eval:auc` (the default) keeps the model of the "
         "best evaluation, and the run repeats that evaluation's metric line last.",
@@ -291,7 +432,8 @@ def measure(quick: bool, context: dict) -> dict:
         "export compute in float32). The variants run in the default `auto`.",
         f"deep8: `dfm data synth {' '.join(SAMPLES['deep8'][1])}` (half the teacher's logit from a ReLU network over "
         "the latent vectors: the MLP has something to learn that no FM holds), trained with "
-        + ", ".join(f"{k} {v}" for k, v in DEEP8_HPS.items()) + " and the scripts' other defaults, on one host.",
+        + ", ".join(f"{k} {v}" for k, v in DEEP8_HPS.items())
+        + " and the scripts' other defaults, on one host.",
         "Raw sample: logistic regression one-hot encodes each column's value (the multi-hot column's ids "
         "weighted 1/length, its mean); DeepCTR gets one field per single-valued column (the multi-hot column "
         "left out) and each field's values indexed in order of appearance.",

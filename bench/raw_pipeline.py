@@ -14,10 +14,14 @@ BAG = "recent_cats"
 
 
 def _features(columns: list[str], boundaries: list[int]) -> dict:
-    return {"format": "tsv", "label": "clicked", "columns": columns,
-            "numeric": {c: {"transform": "bucketize", "boundaries": boundaries} for c in columns if c[0] == "i"},
-            "categorical": {c: {"hash_buckets": 1 << 20} for c in columns if c[0] == "c" and c != "clicked"},
-            "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1 << 17, "max_length": 20}}}
+    return {
+        "format": "tsv",
+        "label": "clicked",
+        "columns": columns,
+        "numeric": {c: {"transform": "bucketize", "boundaries": boundaries} for c in columns if c[0] == "i"},
+        "categorical": {c: {"hash_buckets": 1 << 20} for c in columns if c[0] == "c" and c != "clicked"},
+        "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1 << 17, "max_length": 20}},
+    }
 
 
 def write_data(folder: Path, rows: int, files: int = 8) -> tuple[list[str], dict]:
@@ -61,9 +65,12 @@ def rates(files: list[str], features: dict, rows: int, repetitions: int) -> dict
 def measure(quick: bool, context: dict) -> dict:
     rows = 65_536 if quick else 262_144
     repetitions = context.get("repetitions") or (3 if quick else 5)
-    result = section("Raw-text pipeline", "parse + hash at least 1.5x the training rate on 2 cores",
-                     f"criteo-tsv synth, {rows:,} rows in 8 files (13 counts, 26 hex categoricals, a bag of up "
-                     "to 20 tokens, 5% blanks), drained in Python; `bench/raw_pipeline.py`")
+    result = section(
+        "Raw-text pipeline",
+        "parse + hash at least 1.5x the training rate on 2 cores",
+        f"criteo-tsv synth, {rows:,} rows in 8 files (13 counts, 26 hex categoricals, a bag of up "
+        "to 20 tokens, 5% blanks), drained in Python; `bench/raw_pipeline.py`",
+    )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-raw-"))
     try:
         files, features = write_data(work / "train", rows)
@@ -71,18 +78,34 @@ def measure(quick: bool, context: dict) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     training = context.get("training", {}).get("best_bundled_examples_per_s")
-    add_table(result, ["bad_rows", "batch", "work", "records/s (median)", "margin over training"],
-              [[policy, batch, work_done, fmt(rate), fmt(rate / training, 1) + "x" if training else "n/a"]
-               for (policy, batch, work_done), rate in measured.items()])
-    judged = min(rate for (policy, _, work_done), rate in measured.items()
-                 if policy == "skip" and work_done == "parse + transform")
+    add_table(
+        result,
+        ["bad_rows", "batch", "work", "records/s (median)", "margin over training"],
+        [
+            [policy, batch, work_done, fmt(rate), fmt(rate / training, 1) + "x" if training else "n/a"]
+            for (policy, batch, work_done), rate in measured.items()
+        ],
+    )
+    judged = min(
+        rate
+        for (policy, _, work_done), rate in measured.items()
+        if policy == "skip" and work_done == "parse + transform"
+    )
     if training:
-        verdict(result, "raw pipeline >= 1.5x training", judged >= 1.5 * training,
-                f"slowest parse + transform (bad_rows: skip): {fmt(judged)} records/s = {fmt(judged / training, 1)}x "
-                f"the fastest training rate ({fmt(training)} examples/s)")
+        verdict(
+            result,
+            "raw pipeline >= 1.5x training",
+            judged >= 1.5 * training,
+            f"slowest parse + transform (bad_rows: skip): {fmt(judged)} records/s = {fmt(judged / training, 1)}x "
+            f"the fastest training rate ({fmt(training)} examples/s)",
+        )
     else:
-        verdict(result, "raw pipeline >= 1.5x training", None,
-                f"slowest parse + transform (bad_rows: skip): {fmt(judged)} records/s; item 1 gave no training rate")
+        verdict(
+            result,
+            "raw pipeline >= 1.5x training",
+            None,
+            f"slowest parse + transform (bad_rows: skip): {fmt(judged)} records/s; item 1 gave no training rate",
+        )
     result["data"] = {"records_per_s": {f"{r} / {b} / {w}": v for (r, b, w), v in measured.items()}}
     return result
 

@@ -28,8 +28,19 @@ def _trainer(extra: list[str]):
     from deepfm_hparams import parse_hyperparameters
     from deepfm_training import build_trainer
 
-    hp = parse_hyperparameters(["--embedding_size", str(EMBEDDING), "--deep_layers", LAYERS,
-                                "--batch_size", str(BATCH), "--optimizer", "adagrad", *extra])
+    hp = parse_hyperparameters(
+        [
+            "--embedding_size",
+            str(EMBEDDING),
+            "--deep_layers",
+            LAYERS,
+            "--batch_size",
+            str(BATCH),
+            "--optimizer",
+            "adagrad",
+            *extra,
+        ]
+    )
     return hp, build_trainer(hp)
 
 
@@ -49,7 +60,9 @@ def _stepper(trainer, dataset, steps: int):
             for _ in range(steps):
                 loss = step(iterator)
             return loss.numpy()
+
         return steps * BATCH / seconds(go)
+
     return window
 
 
@@ -67,8 +80,7 @@ def contenders(files: list[str], features: dict, steps: int) -> dict:
     for _ in cached:  # one full pass fills the cache, so the timed windows read memory only
         pass
     in_memory = cached.repeat()
-    end_to_end = R.raw_dataset(files, spec, BATCH, transform=R.FeatureTransform(spec), drop_remainder=True,
-                               epochs=0)
+    end_to_end = R.raw_dataset(files, spec, BATCH, transform=R.FeatureTransform(spec), drop_remainder=True, epochs=0)
 
     data = synthetic(BATCH * 32, raw_hp.feature_size)
     _, indexed_trainer = _trainer(["--feature_size", str(data.feature_size), "--field_size", str(FIELDS)])
@@ -85,25 +97,38 @@ def measure(quick: bool, context: dict) -> dict:
     rows = 65_536 if quick else 262_144
     steps = 16 if quick else 48
     repetitions = context.get("repetitions") or (3 if quick else 5)
-    result = section("Training on raw features", "recorded: the raw-feature step against the pre-indexed one",
-                     f"bundled Trainer.train_step, batch {BATCH}, embedding {EMBEDDING}, MLP {LAYERS}, Adagrad; "
-                     f"criteo-tsv synth ({rows:,} rows, 8 files); {steps} steps per timed window; "
-                     "`bench/raw_training.py`")
+    result = section(
+        "Training on raw features",
+        "recorded: the raw-feature step against the pre-indexed one",
+        f"bundled Trainer.train_step, batch {BATCH}, embedding {EMBEDDING}, MLP {LAYERS}, Adagrad; "
+        f"criteo-tsv synth ({rows:,} rows, 8 files); {steps} steps per timed window; "
+        "`bench/raw_training.py`",
+    )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-raw-training-"))
     try:
         files, features = write_data(work / "train", rows)
-        rates = {name: median(values) for name, values in
-                 alternate(contenders(files, features, steps), repetitions).items()}
+        rates = {
+            name: median(values) for name, values in alternate(contenders(files, features, steps), repetitions).items()
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = rates["pre-indexed (39 fields)"]
-    add_table(result, ["input", "examples/s (median)", "vs pre-indexed"],
-              [[name, fmt(rate), fmt(rate / base, 2) + "x"] for name, rate in rates.items()])
+    add_table(
+        result,
+        ["input", "examples/s (median)", "vs pre-indexed"],
+        [[name, fmt(rate), fmt(rate / base, 2) + "x"] for name, rate in rates.items()],
+    )
     step_only, whole = (rates[k] for k in list(rates)[1:])
-    verdict(result, "raw-feature step vs pre-indexed", None,
-            f"step only {fmt(step_only / base, 2)}x, end to end {fmt(whole / base, 2)}x the pre-indexed step")
-    result["notes"].append("The raw step is wider (59 slots, a segment sum pooling the bag's 20 slots); end to "
-                           "end adds parsing and hashing on the same 2 cores.")
+    verdict(
+        result,
+        "raw-feature step vs pre-indexed",
+        None,
+        f"step only {fmt(step_only / base, 2)}x, end to end {fmt(whole / base, 2)}x the pre-indexed step",
+    )
+    result["notes"].append(
+        "The raw step is wider (59 slots, a segment sum pooling the bag's 20 slots); end to "
+        "end adds parsing and hashing on the same 2 cores."
+    )
     result["data"] = {"examples_per_s": rates}
     return result
 

@@ -16,9 +16,13 @@ def _mark(met) -> str:
 def render(info: dict, results: list[dict]) -> str:
     mode = "`make bench-quick` (small sizes, few repetitions)" if info["quick"] else "`make bench`"
     if info.get("only") or info.get("repetitions"):  # the command that reruns exactly this report
-        mode = ("`.venv/bin/python -m bench.run" + (" --quick" if info["quick"] else "")
-                + (f" --repetitions {info['repetitions']}" if info.get("repetitions") else "")
-                + (f" --only {','.join(info['only'])}" if info.get("only") else "") + "`")
+        mode = (
+            "`.venv/bin/python -m bench.run"
+            + (" --quick" if info["quick"] else "")
+            + (f" --repetitions {info['repetitions']}" if info.get("repetitions") else "")
+            + (f" --only {','.join(info['only'])}" if info.get("only") else "")
+            + "`"
+        )
     m = info["machine"]
     out = [
         "# dfm benchmarks",
@@ -31,11 +35,17 @@ def render(info: dict, results: list[dict]) -> str:
         "",
         "## Machine and versions",
         "",
-        *_table(["what", "value"], [
-            ["CPU", f"{m['nproc']} x {m['cpu']}"], ["memory", f"{m['memory_gib']} GiB"],
-            ["load (1 min) at start", m["load_1min_at_start"]], ["OS", m["os"]], ["Python", m["python"]],
-            *[[name, version] for name, version in info["versions"].items()],
-        ]),
+        *_table(
+            ["what", "value"],
+            [
+                ["CPU", f"{m['nproc']} x {m['cpu']}"],
+                ["memory", f"{m['memory_gib']} GiB"],
+                ["load (1 min) at start", m["load_1min_at_start"]],
+                ["OS", m["os"]],
+                ["Python", m["python"]],
+                *[[name, version] for name, version in info["versions"].items()],
+            ],
+        ),
         "",
         "## Goals at a glance",
         "",
@@ -53,16 +63,25 @@ def render(info: dict, results: list[dict]) -> str:
         if "not_run" in result:
             out += [f"Not run: {result['not_run']}", ""]
             continue
-        out += [f"- Goal: {result['goal']}", f"- How: {result['command']}",
-                f"- Took {result['elapsed_s']} s; load average (1 min) when it ended: {result.get('load_after', 'n/a')} "
-                f"on {m['nproc']} cores", ""]
+        out += [
+            f"- Goal: {result['goal']}",
+            f"- How: {result['command']}",
+            f"- Took {result['elapsed_s']} s; load average (1 min) when it ended: {result.get('load_after', 'n/a')} "
+            f"on {m['nproc']} cores",
+            "",
+        ]
         for table in result["tables"]:
             if table["caption"]:
                 out += [table["caption"], ""]
             out += _table(table["headers"], table["rows"]) + [""]
         out += [f"- {note}" for note in result["notes"]]
 
-    out += ["", "## GPU: not measured by `make bench` (it measures the CPU path)", "",
-            "`make bench` runs every item on CPU, whatever the machine. A GPU figure (Horovod with mixed "
-            "precision on one GPU: examples/s, naming the GPU) would have to be measured separately.", ""]
+    out += [
+        "",
+        "## GPU: not measured by `make bench` (it measures the CPU path)",
+        "",
+        "`make bench` runs every item on CPU, whatever the machine. A GPU figure (Horovod with mixed "
+        "precision on one GPU: examples/s, naming the GPU) would have to be measured separately.",
+        "",
+    ]
     return "\n".join(out)

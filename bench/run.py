@@ -42,15 +42,28 @@ def run_item(name: str, quick: bool, context: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"dfm-bench-{name}-") as tmp:
         result_path, context_path = Path(tmp, "result.json"), Path(tmp, "context.json")
         context_path.write_text(json.dumps(context))
-        argv = [sys.executable, "-m", "bench.run", "--item", name, "--result", str(result_path),
-                "--context", str(context_path)] + (["--quick"] if quick else [])
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--item",
+            name,
+            "--result",
+            str(result_path),
+            "--context",
+            str(context_path),
+        ] + (["--quick"] if quick else [])
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
         start = time.perf_counter()
         try:
-            done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
-                                  timeout=quick_limit if quick else full_limit)
-            reason = None if done.returncode == 0 and result_path.exists() else \
-                f"exit {done.returncode}: " + _last_line(done.stderr or done.stdout)
+            done = subprocess.run(
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=quick_limit if quick else full_limit
+            )
+            reason = (
+                None
+                if done.returncode == 0 and result_path.exists()
+                else f"exit {done.returncode}: " + _last_line(done.stderr or done.stdout)
+            )
         except subprocess.TimeoutExpired:
             reason = f"took longer than {quick_limit if quick else full_limit} s"
         elapsed = time.perf_counter() - start
@@ -84,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (minutes)")
     parser.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
-    parser.add_argument("--repetitions", type=int, default=0,
-                        help="override every item's number of alternating repetitions")
+    parser.add_argument(
+        "--repetitions", type=int, default=0, help="override every item's number of alternating repetitions"
+    )
     parser.add_argument("--only", default="", help="comma-separated items: " + ",".join(ITEMS))
     parser.add_argument("--item", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -99,9 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown items: {', '.join(sorted(unknown))}")
     started = dt.datetime.now(dt.timezone.utc)
-    info = {"machine": machine(), "versions": versions(), "quick": args.quick,
-            "started": started.strftime("%Y-%m-%d %H:%M UTC"), "only": names if args.only else [],
-            "repetitions": max(args.repetitions, 0)}
+    info = {
+        "machine": machine(),
+        "versions": versions(),
+        "quick": args.quick,
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "only": names if args.only else [],
+        "repetitions": max(args.repetitions, 0),
+    }
     context: dict = {"repetitions": args.repetitions} if args.repetitions > 0 else {}
     results = []
     for name in names:

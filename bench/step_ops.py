@@ -14,8 +14,15 @@ from bench.common import use_entrypoints
 from bench.contenders import DROPOUT, L2_DENSE, L2_EMBEDDING
 
 
-def op_time_by_type(data, batch: int, embedding_size: int, compute_dtype: str = "float32", steps: int = 5,
-                    deep_layers=(400, 400, 400), threads: int = 2) -> list[tuple[str, float, float]]:
+def op_time_by_type(
+    data,
+    batch: int,
+    embedding_size: int,
+    compute_dtype: str = "float32",
+    steps: int = 5,
+    deep_layers=(400, 400, 400),
+    threads: int = 2,
+) -> list[tuple[str, float, float]]:
     """-> [(op type, ms per step, share of the step's op time)], largest first."""
     import tensorflow as tf
 
@@ -25,10 +32,26 @@ def op_time_by_type(data, batch: int, embedding_size: int, compute_dtype: str = 
 
     graph = tf.Graph()
     with graph.as_default():
-        hp = parse_hyperparameters([
-            "--feature_size", str(data.feature_size), "--embedding_size", str(embedding_size),
-            "--deep_layers", ",".join(map(str, deep_layers)), "--batch_size", str(batch), "--optimizer", "adagrad",
-            "--l2_reg", str(L2_EMBEDDING), "--dropout", str(DROPOUT), "--l2_dense", str(L2_DENSE)])
+        hp = parse_hyperparameters(
+            [
+                "--feature_size",
+                str(data.feature_size),
+                "--embedding_size",
+                str(embedding_size),
+                "--deep_layers",
+                ",".join(map(str, deep_layers)),
+                "--batch_size",
+                str(batch),
+                "--optimizer",
+                "adagrad",
+                "--l2_reg",
+                str(L2_EMBEDDING),
+                "--dropout",
+                str(DROPOUT),
+                "--l2_dense",
+                str(L2_DENSE),
+            ]
+        )
         trainer = build_trainer(hp, compute_dtype=tf.as_dtype(compute_dtype))
         dataset = tf.data.Dataset.from_tensor_slices(({"ids": data.ids, "values": data.values}, data.labels))
         batches = tf.compat.v1.data.make_one_shot_iterator(dataset.batch(batch, drop_remainder=True).cache().repeat())

@@ -34,10 +34,16 @@ def _op_table(result: dict, data, config: str, precision: str, top: int = 10) ->
     ops = op_time_by_type(data, batch, k, precision)
     rest = ops[top:]
     rows = [[kind, fmt(ms, 2), f"{100 * share:.1f}%"] for kind, ms, share in ops[:top]]
-    rows.append([f"{len(rest)} other op types", fmt(sum(r[1] for r in rest), 2), f"{100 * sum(r[2] for r in rest):.1f}%"])
-    add_table(result, ["op type", "op ms per step", "share of op time"], rows,
-              f"{precision} at {config} (short of its ceiling goal): op time by op type, from a traced step "
-              "(2 threads, so op time adds up to more than the step's wall time):")
+    rows.append(
+        [f"{len(rest)} other op types", fmt(sum(r[1] for r in rest), 2), f"{100 * sum(r[2] for r in rest):.1f}%"]
+    )
+    add_table(
+        result,
+        ["op type", "op ms per step", "share of op time"],
+        rows,
+        f"{precision} at {config} (short of its ceiling goal): op time by op type, from a traced step "
+        "(2 threads, so op time adds up to more than the step's wall time):",
+    )
 
 
 def measure(quick: bool, context: dict) -> dict:
@@ -51,7 +57,8 @@ def measure(quick: bool, context: dict) -> dict:
         f"{BF16_SPEEDUP_GOAL}x float32 at batch 4096 (bundled vs DeepCTR recorded beside them)",
         "training steps as a one-host run takes them (windows of sync_check_steps=16 steps per compiled call) on in-memory synthetic data (39 fields, MLP 400-400-400, Adagrad "
         f"lr 0.01, regularized: dropout 0.2, L2 on looked-up embedding rows and MLP kernels), "
-        f"{examples_per_window:,} examples per timed window, float32 and `mixed_precision: bfloat16`; `bench/training.py`")
+        f"{examples_per_window:,} examples per timed window, float32 and `mixed_precision: bfloat16`; `bench/training.py`",
+    )
     data = synthetic(4096 * (4 if quick else 8), FEATURE_SIZE)
     rows, detail_rows, per_config = [], [], {}
     deepctr_error = None
@@ -61,8 +68,9 @@ def measure(quick: bool, context: dict) -> dict:
         for precision in precisions:
             suffix = "" if precision == "float32" else f"_{precision}"
             contenders["bundled" + suffix] = bundled(data, batch, k, steps, compute_dtype=precision)
-            contenders["unregularized" + suffix] = bundled(data, batch, k, steps, compute_dtype=precision,
-                                                           regularized=False)
+            contenders["unregularized" + suffix] = bundled(
+                data, batch, k, steps, compute_dtype=precision, regularized=False
+            )
         try:
             contenders["deepctr"] = deepctr(data, batch, k, steps)
         except Exception as err:  # reported, never replaced by a number
@@ -79,46 +87,110 @@ def measure(quick: bool, context: dict) -> dict:
             step_ms = 1000 * batch / ours
             plain_ms = 1000 * batch / times["unregularized" + suffix]
             kernel_ms = 1000 * (model["gemm_s_per_batch"] + model["embedding_s_per_batch"])
-            detail_rows.append([k, batch, precision, fmt(model["mlp_flops_per_example"] / 1e6, 2),
-                                fmt(model["gemm_gflops"], 1), fmt(1000 * model["gemm_s_per_batch"], 2),
-                                fmt(model["embedding_gbytes_per_s"], 2), fmt(1000 * model["embedding_s_per_batch"], 2),
-                                fmt(step_ms, 2), f"{fmt(step_ms - kernel_ms, 2)} ({fmt(100 * (1 - kernel_ms / step_ms))}%)",
-                                fmt(plain_ms, 2), fmt(kernel_ms / plain_ms, 2)])
+            detail_rows.append(
+                [
+                    k,
+                    batch,
+                    precision,
+                    fmt(model["mlp_flops_per_example"] / 1e6, 2),
+                    fmt(model["gemm_gflops"], 1),
+                    fmt(1000 * model["gemm_s_per_batch"], 2),
+                    fmt(model["embedding_gbytes_per_s"], 2),
+                    fmt(1000 * model["embedding_s_per_batch"], 2),
+                    fmt(step_ms, 2),
+                    f"{fmt(step_ms - kernel_ms, 2)} ({fmt(100 * (1 - kernel_ms / step_ms))}%)",
+                    fmt(plain_ms, 2),
+                    fmt(kernel_ms / plain_ms, 2),
+                ]
+            )
         c = per_config[name]
-        bf16 = [fmt(c.get("bundled_bfloat16", float("nan"))), fmt(c.get("ceiling_bfloat16", float("nan"))),
-                fmt(c.get("bundled_bfloat16", float("nan")) / c.get("ceiling_bfloat16", float("nan")), 2),
-                fmt(c.get("bundled_bfloat16", float("nan")) / c["bundled"], 2)]
-        rows.append([k, batch, fmt(c["bundled"]), fmt(c["ceiling"]), fmt(c["bundled"] / c["ceiling"], 2), *bf16,
-                     fmt(c["deepctr"]), fmt(c["bundled"] / c["deepctr"], 2)])
+        bf16 = [
+            fmt(c.get("bundled_bfloat16", float("nan"))),
+            fmt(c.get("ceiling_bfloat16", float("nan"))),
+            fmt(c.get("bundled_bfloat16", float("nan")) / c.get("ceiling_bfloat16", float("nan")), 2),
+            fmt(c.get("bundled_bfloat16", float("nan")) / c["bundled"], 2),
+        ]
+        rows.append(
+            [
+                k,
+                batch,
+                fmt(c["bundled"]),
+                fmt(c["ceiling"]),
+                fmt(c["bundled"] / c["ceiling"], 2),
+                *bf16,
+                fmt(c["deepctr"]),
+                fmt(c["bundled"] / c["deepctr"], 2),
+            ]
+        )
         del contenders
         gc.collect()
 
-    add_table(result, ["embedding", "batch", "float32 ex/s", "float32 ceiling ex/s", f"float32 / ceiling (goal >= {CEILING_GOAL})",
-                       "bfloat16 ex/s", "bfloat16 ceiling ex/s", f"bfloat16 / its ceiling (goal >= {CEILING_GOAL})",
-                       f"bfloat16 / float32 (goal >= {BF16_SPEEDUP_GOAL} at batch 4096)", "DeepCTR ex/s",
-                       "float32 / DeepCTR (recorded)"],
-              rows, "Medians of examples/s:")
-    add_table(result, ["embedding", "batch", "precision", "MLP MFLOP/example (fwd+bwd)", "GEMM GFLOP/s", "GEMM ms/batch",
-                       "embedding GB/s", "embedding ms/batch", "bundled step ms", "rest of step ms (share)",
-                       "unregularized step ms", "unregularized / ceiling"],
-              detail_rows, "The ceiling model, measured in the same run, and where the bundled step's time goes:")
+    add_table(
+        result,
+        [
+            "embedding",
+            "batch",
+            "float32 ex/s",
+            "float32 ceiling ex/s",
+            f"float32 / ceiling (goal >= {CEILING_GOAL})",
+            "bfloat16 ex/s",
+            "bfloat16 ceiling ex/s",
+            f"bfloat16 / its ceiling (goal >= {CEILING_GOAL})",
+            f"bfloat16 / float32 (goal >= {BF16_SPEEDUP_GOAL} at batch 4096)",
+            "DeepCTR ex/s",
+            "float32 / DeepCTR (recorded)",
+        ],
+        rows,
+        "Medians of examples/s:",
+    )
+    add_table(
+        result,
+        [
+            "embedding",
+            "batch",
+            "precision",
+            "MLP MFLOP/example (fwd+bwd)",
+            "GEMM GFLOP/s",
+            "GEMM ms/batch",
+            "embedding GB/s",
+            "embedding ms/batch",
+            "bundled step ms",
+            "rest of step ms (share)",
+            "unregularized step ms",
+            "unregularized / ceiling",
+        ],
+        detail_rows,
+        "The ceiling model, measured in the same run, and where the bundled step's time goes:",
+    )
 
     for precision in precisions:
         suffix = "" if precision == "float32" else f"_{precision}"
         ratios = {n: c["bundled" + suffix] / c["ceiling" + suffix] for n, c in per_config.items()}
         worst = min(ratios, key=ratios.get)
-        verdict(result, f"{precision} step >= {CEILING_GOAL:.0%} of its ceiling", ratios[worst] >= CEILING_GOAL,
-                ", ".join(f"{n} {r:.2f}" for n, r in ratios.items())
-                + ("" if ratios[worst] >= CEILING_GOAL else f"; worst {worst} short by {CEILING_GOAL - ratios[worst]:.2f}"))
+        verdict(
+            result,
+            f"{precision} step >= {CEILING_GOAL:.0%} of its ceiling",
+            ratios[worst] >= CEILING_GOAL,
+            ", ".join(f"{n} {r:.2f}" for n, r in ratios.items())
+            + ("" if ratios[worst] >= CEILING_GOAL else f"; worst {worst} short by {CEILING_GOAL - ratios[worst]:.2f}"),
+        )
         if ratios[worst] < CEILING_GOAL:
             _op_table(result, data, worst, precision)
     if flag:
         speedups = {n: c["bundled_bfloat16"] / c["bundled"] for n, c in per_config.items() if n.endswith("/b4096")}
-        verdict(result, f"bfloat16 >= {BF16_SPEEDUP_GOAL}x float32 at batch 4096",
-                min(speedups.values()) >= BF16_SPEEDUP_GOAL, ", ".join(f"{n} {r:.2f}x" for n, r in speedups.items()))
+        verdict(
+            result,
+            f"bfloat16 >= {BF16_SPEEDUP_GOAL}x float32 at batch 4096",
+            min(speedups.values()) >= BF16_SPEEDUP_GOAL,
+            ", ".join(f"{n} {r:.2f}x" for n, r in speedups.items()),
+        )
     else:
-        verdict(result, f"bfloat16 >= {BF16_SPEEDUP_GOAL}x float32 at batch 4096", None,
-                "not run: this CPU has no bfloat16 instructions (avx512_bf16 or amx_bf16)")
+        verdict(
+            result,
+            f"bfloat16 >= {BF16_SPEEDUP_GOAL}x float32 at batch 4096",
+            None,
+            "not run: this CPU has no bfloat16 instructions (avx512_bf16 or amx_bf16)",
+        )
 
     result["notes"] += [
         "Ceiling model: seconds per example = MLP GEMM time + embedding time, each measured here on the model's "
@@ -176,15 +248,22 @@ def measure(quick: bool, context: dict) -> dict:
         "kernel in each precision, the embedding kernel) per configuration; the ceilings therefore see the same "
         "machine load as the models.",
     ]
-    above = [f"{n} {p}" for n, c in per_config.items() for p in precisions
-             if c["bundled" + ("" if p == "float32" else f"_{p}")] > c["ceiling" + ("" if p == "float32" else f"_{p}")]]
+    above = [
+        f"{n} {p}"
+        for n, c in per_config.items()
+        for p in precisions
+        if c["bundled" + ("" if p == "float32" else f"_{p}")] > c["ceiling" + ("" if p == "float32" else f"_{p}")]
+    ]
     if above:
         result["notes"].append(
             f"Bundled above its own ceiling ({', '.join(above)}): impossible on a quiet machine, since its step "
             "contains those kernels; here the kernels' repetitions met bursts of other load. Treat that "
-            "configuration's ceiling ratio as noise and rerun (`make bench`, more repetitions) on a quieter machine.")
+            "configuration's ceiling ratio as noise and rerun (`make bench`, more repetitions) on a quieter machine."
+        )
     if deepctr_error:
         result["notes"].append(f"DeepCTR not run: {deepctr_error}")
-    result["data"] = {"per_config": per_config,
-                      "best_bundled_examples_per_s": max(c["bundled"] for c in per_config.values())}
+    result["data"] = {
+        "per_config": per_config,
+        "best_bundled_examples_per_s": max(c["bundled"] for c in per_config.values()),
+    }
     return result

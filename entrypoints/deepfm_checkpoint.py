@@ -72,7 +72,9 @@ class CheckpointKeeper:
         from deepfm_training import check_finite
         from deepfm_variables import flat_variables
 
-        check_finite(flat_variables(self.model.all_variables), step)  # a diverged model must not replace the last good checkpoint
+        check_finite(
+            flat_variables(self.model.all_variables), step
+        )  # a diverged model must not replace the last good checkpoint
         path = self.manager.save(checkpoint_number=step, options=self.options)
         self.last_saved = step
         log(f"checkpoint step={step} {path}")
@@ -137,8 +139,12 @@ def export_saved_model(model, hp, model_dir, version=None):
             super().__init__()
             self.deepfm = deepfm
 
-        @tf.function(input_signature=[tf.TensorSpec([None, hp.field_size], tf.int64, name="feat_ids"),
-                                      tf.TensorSpec([None, hp.field_size], tf.float32, name="feat_vals")])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, hp.field_size], tf.int64, name="feat_ids"),
+                tf.TensorSpec([None, hp.field_size], tf.float32, name="feat_vals"),
+            ]
+        )
         def serve(self, feat_ids, feat_vals):
             return {"probabilities": self.deepfm.predict(feat_ids, feat_vals)}
 

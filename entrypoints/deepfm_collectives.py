@@ -68,12 +68,12 @@ class HorovodCollectives:
 
     def average_gradients(self, grads):
         hvd = self.hvd
-        return [None if g is None else hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}")
-                for i, g in enumerate(grads)]
+        return [None if g is None else hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}") for i, g in enumerate(grads)]
 
     def all_have(self, flag):
-        have = self.hvd.allreduce(self.tf.constant([1 if flag else 0], self.tf.int32), op=self.hvd.Min,
-                                  name="all_have_batch")
+        have = self.hvd.allreduce(
+            self.tf.constant([1 if flag else 0], self.tf.int32), op=self.hvd.Min, name="all_have_batch"
+        )
         return int(have.numpy()[0]) == 1
 
     def all_have_tensor(self, flag):
@@ -117,8 +117,7 @@ class MirroredCollectives:
 
     def average_gradients(self, grads):
         present = [g for g in grads if g is not None]
-        averaged = iter(self.tf.distribute.get_replica_context().all_reduce(self.tf.distribute.ReduceOp.MEAN,
-                                                                            present))
+        averaged = iter(self.tf.distribute.get_replica_context().all_reduce(self.tf.distribute.ReduceOp.MEAN, present))
         return [None if g is None else next(averaged) for g in grads]
 
     def local_copies(self, variable):

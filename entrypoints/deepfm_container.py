@@ -56,8 +56,9 @@ def load_env(environ=None):
     """Read SAGEMAKER_BASE_DIR, SM_* and inputdataconfig.json the way the container provides them."""
     env = os.environ if environ is None else environ
     base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")
-    config_path = os.path.join(env.get("SM_INPUT_CONFIG_DIR", os.path.join(base, "input", "config")),
-                               "inputdataconfig.json")
+    config_path = os.path.join(
+        env.get("SM_INPUT_CONFIG_DIR", os.path.join(base, "input", "config")), "inputdataconfig.json"
+    )
     input_config = {}
     if os.path.exists(config_path):
         with open(config_path) as f:
@@ -71,11 +72,17 @@ def load_env(environ=None):
     current = env.get("SM_CURRENT_HOST", hosts[0])
     channels = json.loads(env["SM_CHANNELS"]) if "SM_CHANNELS" in env else sorted(input_config)
     return ContainerEnv(
-        base_dir=base, hosts=hosts, current_host=current, channels=sorted(channels),
+        base_dir=base,
+        hosts=hosts,
+        current_host=current,
+        channels=sorted(channels),
         model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
-        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1), input_data_config=input_config,
-        num_gpus=int(env.get("SM_NUM_GPUS") or 0), job_name=env.get("TRAINING_JOB_NAME", ""),
-        tuning_trial="_tuning_objective_metric" in hyperparameters)
+        num_cpus=int(env.get("SM_NUM_CPUS") or os.cpu_count() or 1),
+        input_data_config=input_config,
+        num_gpus=int(env.get("SM_NUM_GPUS") or 0),
+        job_name=env.get("TRAINING_JOB_NAME", ""),
+        tuning_trial="_tuning_objective_metric" in hyperparameters,
+    )
 
 
 def resolve_s3_shard(hp, env, channels):
@@ -100,9 +107,11 @@ def pipe_mode_problem(env, find_spec=importlib.util.find_spec):
     piped = [c for c in env.channels if env.input_mode(c).lower() == "pipe"]
     if not piped or find_spec(PIPE_MODE_PACKAGE) is not None:
         return None
-    return (f"channel(s) {', '.join(piped)} stream in Pipe mode, but this TensorFlow has no PipeModeDataset "
-            "(package sagemaker-tensorflow, in SageMaker's TensorFlow images up to 2.14): use input mode "
-            "File or FastFile, or an image of TensorFlow 2.14 or older")
+    return (
+        f"channel(s) {', '.join(piped)} stream in Pipe mode, but this TensorFlow has no PipeModeDataset "
+        "(package sagemaker-tensorflow, in SageMaker's TensorFlow images up to 2.14): use input mode "
+        "File or FastFile, or an image of TensorFlow 2.14 or older"
+    )
 
 
 def start_or_exit(argv, prog, image_problem=None):

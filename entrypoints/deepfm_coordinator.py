@@ -25,8 +25,12 @@ from ps_gpu_workers import in_worker_replicas_problem
 # lines: errors that join() raises next (the caller reports them once: a line of its own, or the
 # traceback), errors it says it ignores, and errors naming a ps (retried while transient; when not,
 # join() raises them and the chief names the ps in one line).
-REPORTED_ELSEWHERE = ("encountered the following error when processing closure",
-                      "Start cancelling closures due to error", "derived error is ignored", "/job:ps/")
+REPORTED_ELSEWHERE = (
+    "encountered the following error when processing closure",
+    "Start cancelling closures due to error",
+    "derived error is ignored",
+    "/job:ps/",
+)
 
 
 class _ReportedElsewhere:
@@ -69,16 +73,17 @@ def join_or_exit(coordinator, rejected=None, on_bad_data=None):
         if rejected is None or REJECTED_REQUEST not in err.message or len(rejected) >= MAX_REJECTED:
             raise
         rejected.append(err.message)
-        log(f"a closure's request was rejected by its task ({REJECTED_REQUEST}, a TensorFlow race); "
-            f"scheduling again ({len(rejected)}/{MAX_REJECTED})")
+        log(
+            f"a closure's request was rejected by its task ({REJECTED_REQUEST}, a TensorFlow race); "
+            f"scheduling again ({len(rejected)}/{MAX_REJECTED})"
+        )
 
 
 def embedding_partitioner(hp, num_ps):
     """Split only the two embedding tables (rows = feature_size) across the ps tasks."""
     import tensorflow as tf
 
-    by_size = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 << 10,
-                                                                          max_shards=num_ps)
+    by_size = tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 << 10, max_shards=num_ps)
 
     def partition(shape, dtype):
         if shape.rank and shape[0] == hp.feature_size:
@@ -137,9 +142,11 @@ def train_with_coordinator(hp, env, cluster):
     from deepfm_variables import flat_variables
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     strategy = tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=embedding_partitioner(hp, len(cluster["ps"])))
+        resolver, variable_partitioner=embedding_partitioner(hp, len(cluster["ps"]))
+    )
     problem = in_worker_replicas_problem(strategy.num_replicas_in_sync)
     if problem:
         log(f"error: {problem}")
@@ -149,11 +156,14 @@ def train_with_coordinator(hp, env, cluster):
     report_closure_errors_once()
     trainer = build_trainer(hp, strategy=strategy, compute_dtype=compute_dtype)
     shards = flat_variables([trainer.model.embeddings])
-    log(f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps, "
+    log(
+        f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps, "
         f"replicas_in_sync={strategy.num_replicas_in_sync} per worker task; embeddings in {len(shards)} shard(s) "
-        f"on {' '.join(shard.device for shard in shards)}")
-    keeper = CheckpointKeeper(trainer, checkpoint_dir(hp, env), hp.checkpoint_steps,
-                              io_device="/job:chief/replica:0/task:0/device:CPU:0")
+        f"on {' '.join(shard.device for shard in shards)}"
+    )
+    keeper = CheckpointKeeper(
+        trainer, checkpoint_dir(hp, env), hp.checkpoint_steps, io_device="/job:chief/replica:0/task:0/device:CPU:0"
+    )
     steps = CoordinatorSteps(hp, env, strategy, coordinator, trainer, len(cluster["worker"]))
     TrainingLoop(hp, env, trainer, steps, keeper).run()
     watch.stop()
@@ -201,12 +211,18 @@ class CoordinatorSteps(Distribution):
 
         self.worker_steps = worker_steps
         has_eval = deepfm_input.EVAL_CHANNEL in env.channels
-        self.spread = WorkerEvaluation(hp, env, strategy, coordinator, trainer, num_workers, join=self.join,
-                                       rejected=self.rejected) if has_eval and workers_evaluate(env) else None
+        self.spread = (
+            WorkerEvaluation(
+                hp, env, strategy, coordinator, trainer, num_workers, join=self.join, rejected=self.rejected
+            )
+            if has_eval and workers_evaluate(env)
+            else None
+        )
 
     def join(self):
-        join_or_exit(self.coordinator, self.rejected,
-                     lambda err: stop_on_input_error(err, self.hp, self.env, self.channels))
+        join_or_exit(
+            self.coordinator, self.rejected, lambda err: stop_on_input_error(err, self.hp, self.env, self.channels)
+        )
 
     def epoch_input(self, epoch, skip_steps):
         cfg, channels, skip = self.cfg, self.channels, skip_steps // self.workers  # each worker skips its share
@@ -215,8 +231,9 @@ class CoordinatorSteps(Distribution):
             import deepfm_input
 
             shard = read_worker_shard_file()
-            return deepfm_input.make_dataset(cfg, channels, shard[NUM_SHARDS], shard[SHARD_INDEX], training=True,
-                                             epochs=1, skip_batches=skip)
+            return deepfm_input.make_dataset(
+                cfg, channels, shard[NUM_SHARDS], shard[SHARD_INDEX], training=True, epochs=1, skip_batches=skip
+            )
 
         iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
         self.answers.new_epoch()

@@ -97,8 +97,12 @@ def _is_int(value):
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
         and abs(value) != float("inf")
+    )
 
 
 def _check_size(problems, path, value, low, high, what):
@@ -152,8 +156,7 @@ def validate(features):
     if not problems:
         size = feature_size_of(spec_from_dict(features, check=False), vocabulary_sizes=_ZERO)
         if size > MAX_FEATURE_SIZE:
-            problems.append(((), f"the fields need {size:,} ids, more than {MAX_FEATURE_SIZE:,}; "
-                                 "lower hash_buckets"))
+            problems.append(((), f"the fields need {size:,} ids, more than {MAX_FEATURE_SIZE:,}; lower hash_buckets"))
     return problems
 
 
@@ -167,10 +170,18 @@ def _check_field(problems, section, path, entry):
             problems.append((path + ("transform",), f"must be one of {', '.join(TRANSFORMS)}, got {transform!r}"))
         bounds = entry.get("boundaries")
         if transform == "bucketize":
-            if not isinstance(bounds, list) or not bounds or len(bounds) > MAX_BOUNDARIES \
-                    or not all(_is_number(b) for b in bounds):
-                problems.append((path + ("boundaries",), "bucketize needs a list of 1 to "
-                                 f"{MAX_BOUNDARIES} numbers, e.g. [1, 3, 7, 15]"))
+            if (
+                not isinstance(bounds, list)
+                or not bounds
+                or len(bounds) > MAX_BOUNDARIES
+                or not all(_is_number(b) for b in bounds)
+            ):
+                problems.append(
+                    (
+                        path + ("boundaries",),
+                        f"bucketize needs a list of 1 to {MAX_BOUNDARIES} numbers, e.g. [1, 3, 7, 15]",
+                    )
+                )
             elif any(a >= b for a, b in zip(bounds, bounds[1:])):
                 problems.append((path + ("boundaries",), "must increase strictly"))
         elif bounds is not None:
@@ -180,18 +191,17 @@ def _check_field(problems, section, path, entry):
         if ("hash_buckets" in entry) == ("vocabulary" in entry):
             problems.append((path, "give either hash_buckets: N or vocabulary: a file of one token per line"))
         elif "hash_buckets" in entry:
-            _check_size(problems, path + ("hash_buckets",), entry["hash_buckets"], 1, MAX_HASH_BUCKETS,
-                        "hash_buckets")
+            _check_size(problems, path + ("hash_buckets",), entry["hash_buckets"], 1, MAX_HASH_BUCKETS, "hash_buckets")
         elif not isinstance(entry["vocabulary"], str) or not entry["vocabulary"]:
             problems.append((path + ("vocabulary",), "must be the path of a file with one token per line"))
     else:
         _check_keys(problems, path, entry, ("separator", "hash_buckets", "max_length", "pooling", "embedding_size"))
         separator = entry.get("separator")
         if not isinstance(separator, str) or len(separator) != 1 or separator in "\t\n\r":
-            problems.append((path + ("separator",), f"must be one character other than tab or newline, "
-                             f"e.g. '|', got {separator!r}"))
-        _check_size(problems, path + ("hash_buckets",), entry.get("hash_buckets"), 1, MAX_HASH_BUCKETS,
-                    "hash_buckets")
+            problems.append(
+                (path + ("separator",), f"must be one character other than tab or newline, e.g. '|', got {separator!r}")
+            )
+        _check_size(problems, path + ("hash_buckets",), entry.get("hash_buckets"), 1, MAX_HASH_BUCKETS, "hash_buckets")
         _check_size(problems, path + ("max_length",), entry.get("max_length"), 1, MAX_LENGTH, "max_length")
         if entry.get("pooling", "mean") not in POOLINGS:
             problems.append((path + ("pooling",), f"must be mean or sum, got {entry.get('pooling')!r}"))
@@ -205,10 +215,15 @@ def _check_columns(problems, features, fmt, label, names):
         return
     if fmt not in TEXT_FORMATS:
         return
-    if not isinstance(columns, list) or not columns or len(columns) > MAX_COLUMNS \
-            or not all(isinstance(c, str) and NAME.match(c) for c in columns):
-        problems.append((("columns",), f"{fmt} needs the column names in file order (letters, digits, _), "
-                                       "e.g. [clicked, i1, c1]"))
+    if (
+        not isinstance(columns, list)
+        or not columns
+        or len(columns) > MAX_COLUMNS
+        or not all(isinstance(c, str) and NAME.match(c) for c in columns)
+    ):
+        problems.append(
+            (("columns",), f"{fmt} needs the column names in file order (letters, digits, _), e.g. [clicked, i1, c1]")
+        )
         return
     seen = set()
     for column in columns:
@@ -232,15 +247,29 @@ def spec_from_dict(features, check=True):
         if problems:
             raise SpecError(problems)
     size = lambda entry: int(entry.get("embedding_size", 0))  # noqa: E731
-    numeric = tuple(NumericField(n, (e or {}).get("transform", "log1p"), tuple((e or {}).get("boundaries") or ()),
-                                 size(e or {})) for n, e in (features.get("numeric") or {}).items())
-    categorical = tuple(CategoricalField(n, int(e.get("hash_buckets", 0)), e.get("vocabulary", ""), size(e))
-                        for n, e in (features.get("categorical") or {}).items())
-    multi_hot = tuple(MultiHotField(n, e["separator"], int(e["hash_buckets"]), int(e["max_length"]),
-                                    e.get("pooling", "mean"), size(e))
-                      for n, e in (features.get("multi_hot") or {}).items())
-    return FeatureSpec(features["format"], features["label"], tuple(features.get("columns") or ()), numeric,
-                       categorical, multi_hot, features.get("bad_rows", "skip"))
+    numeric = tuple(
+        NumericField(n, (e or {}).get("transform", "log1p"), tuple((e or {}).get("boundaries") or ()), size(e or {}))
+        for n, e in (features.get("numeric") or {}).items()
+    )
+    categorical = tuple(
+        CategoricalField(n, int(e.get("hash_buckets", 0)), e.get("vocabulary", ""), size(e))
+        for n, e in (features.get("categorical") or {}).items()
+    )
+    multi_hot = tuple(
+        MultiHotField(
+            n, e["separator"], int(e["hash_buckets"]), int(e["max_length"]), e.get("pooling", "mean"), size(e)
+        )
+        for n, e in (features.get("multi_hot") or {}).items()
+    )
+    return FeatureSpec(
+        features["format"],
+        features["label"],
+        tuple(features.get("columns") or ()),
+        numeric,
+        categorical,
+        multi_hot,
+        features.get("bad_rows", "skip"),
+    )
 
 
 @dataclass(frozen=True)
@@ -278,8 +307,10 @@ class Layout:
         sizes = [f.spec.embedding_size or default for f in self.fields]
         too_wide = [f.spec.name for f, k in zip(self.fields, sizes) if k > default]
         if too_wide:
-            raise ValueError(f"fields {too_wide} ask for embeddings wider than the model's embedding_size "
-                             f"{default}; raise embedding_size to the widest field's")
+            raise ValueError(
+                f"fields {too_wide} ask for embeddings wider than the model's embedding_size "
+                f"{default}; raise embedding_size to the widest field's"
+            )
         return sizes
 
 

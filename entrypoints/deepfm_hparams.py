@@ -88,7 +88,7 @@ SPARSE_ONLY = {
     # |linear| <= l1 (every row no batch has touched yet) becomes zeros, so a dense gradient wipes the table's
     # initial values on the first step (tests/test_entry_model.py shows it)
     "ftrl": "dense would zero every row outside the batch (TF's FTRL sets a row with a zero gradient and |linear| "
-            "<= l1 to 0: the whole untouched table on the first step)",
+    "<= l1 to 0: the whole untouched table on the first step)",
 }
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
@@ -129,7 +129,7 @@ def crossed(previous, step, every):
 
 
 def parse_bool(text):
-    """"True/true/1/yes" -> True, "False/false/0/no" -> False; anything else is an error."""
+    """ "True/true/1/yes" -> True, "False/false/0/no" -> False; anything else is an error."""
     if isinstance(text, bool):
         return text
     word = str(text).strip().strip("\"'").lower()
@@ -215,8 +215,9 @@ class HyperparameterError(ValueError):
 def build_parser(prog="train"):
     parser = _Parser(prog=prog, allow_abbrev=False, add_help=True)
     for name, default in DEFAULTS.items():
-        parser.add_argument(f"--{name}", dest=name, type=_converter(name, default), default=default,
-                            metavar=name.upper())
+        parser.add_argument(
+            f"--{name}", dest=name, type=_converter(name, default), default=default, metavar=name.upper()
+        )
     return parser
 
 
@@ -275,14 +276,27 @@ def value_problems(args):
         if problem:
             problems.append((name, problem))
     if args.early_stopping_patience and args.best_of == "last":
-        problems.append(("early_stopping_patience", "follows the best_of metric: set best_of to eval:auc or "
-                                                    "eval:loss, or the patience to 0"))
+        problems.append(
+            (
+                "early_stopping_patience",
+                "follows the best_of metric: set best_of to eval:auc or eval:loss, or the patience to 0",
+            )
+        )
     if args.sparse_allreduce == "dense" and args.optimizer in SPARSE_ONLY:
-        problems.append(("sparse_allreduce", f"{SPARSE_ONLY[args.optimizer]}: use gather or auto with "
-                                             f"{args.optimizer}, or adagrad or sgd"))
+        problems.append(
+            (
+                "sparse_allreduce",
+                f"{SPARSE_ONLY[args.optimizer]}: use gather or auto with {args.optimizer}, or adagrad or sgd",
+            )
+        )
     if args.epochs == 0 and args.max_steps == 0:
-        problems.append(("epochs", "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
-                                   "never end; give epochs >= 1 or max_steps > 0"))
+        problems.append(
+            (
+                "epochs",
+                "0 repeats the data until max_steps, and max_steps is 0 (no limit): the job would "
+                "never end; give epochs >= 1 or max_steps > 0",
+            )
+        )
     return problems
 
 
@@ -315,7 +329,7 @@ def features_json(value):
     for a SageMaker hyperparameter value)."""
     if not value.startswith(FEATURES_FILE_PREFIX):
         return value
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), value[len(FEATURES_FILE_PREFIX):])
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), value[len(FEATURES_FILE_PREFIX) :])
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()

@@ -39,8 +39,10 @@ def training_channels(channels, workers_per_host, local_rank):
         return [indexed[0][1]]
     mine = [name for index, name in indexed if index % workers_per_host == local_rank]
     if not mine:
-        raise ValueError(f"local worker {local_rank} of {workers_per_host} has no channel among "
-                         f"{[name for _, name in indexed]}: give at least one channel per worker")
+        raise ValueError(
+            f"local worker {local_rank} of {workers_per_host} has no channel among "
+            f"{[name for _, name in indexed]}: give at least one channel per worker"
+        )
     return mine
 
 
@@ -70,11 +72,20 @@ class InputConfig:
 
 def config_from_hparams(hp, input_mode, data_dir, config_dir, pipe_state_dir):
     """InputConfig from parsed hyperparameters."""
-    return InputConfig(field_size=hp.field_size, batch_size=hp.batch_size,
-                       data_format=hp.data_format, shuffle_buffer=hp.shuffle_buffer, prefetch=hp.prefetch,
-                       cache=hp.cache, input_mode=input_mode, data_dir=data_dir, config_dir=config_dir,
-                       pipe_state_dir=pipe_state_dir, feature_spec=getattr(hp, "feature_spec", None),
-                       data_threads=getattr(hp, "data_threads", 0))
+    return InputConfig(
+        field_size=hp.field_size,
+        batch_size=hp.batch_size,
+        data_format=hp.data_format,
+        shuffle_buffer=hp.shuffle_buffer,
+        prefetch=hp.prefetch,
+        cache=hp.cache,
+        input_mode=input_mode,
+        data_dir=data_dir,
+        config_dir=config_dir,
+        pipe_state_dir=pipe_state_dir,
+        feature_spec=getattr(hp, "feature_spec", None),
+        data_threads=getattr(hp, "data_threads", 0),
+    )
 
 
 def list_files(channel_dirs):
@@ -108,9 +119,16 @@ def _pipe_records(channels, cfg, num_shards, index):
     from sagemaker_tensorflow import PipeModeDataset  # only in Pipe mode: the op library is heavy
 
     record_format = "TextLine" if cfg.text_records else "TFRecord"
-    streams = [PipeModeDataset(channel, record_format=record_format, pipe_dir=cfg.data_dir,
-                               state_dir=cfg.pipe_state_dir, config_dir=cfg.config_dir)
-               for channel in channels]
+    streams = [
+        PipeModeDataset(
+            channel,
+            record_format=record_format,
+            pipe_dir=cfg.data_dir,
+            state_dir=cfg.pipe_state_dir,
+            config_dir=cfg.config_dir,
+        )
+        for channel in channels
+    ]
     records = streams[0]
     for more in streams[1:]:
         records = records.concatenate(more)
@@ -120,11 +138,14 @@ def _pipe_records(channels, cfg, num_shards, index):
 
 
 def parse_tfrecord_batch(serialized, field_size):
-    features = tf.io.parse_example(serialized, {
-        "label": tf.io.FixedLenFeature([], tf.float32),
-        "ids": tf.io.FixedLenFeature([field_size], tf.int64),
-        "values": tf.io.FixedLenFeature([field_size], tf.float32),
-    })
+    features = tf.io.parse_example(
+        serialized,
+        {
+            "label": tf.io.FixedLenFeature([], tf.float32),
+            "ids": tf.io.FixedLenFeature([field_size], tf.int64),
+            "values": tf.io.FixedLenFeature([field_size], tf.float32),
+        },
+    )
     return {"ids": features["ids"], "values": features["values"]}, features["label"]
 
 
@@ -136,8 +157,7 @@ def parse_libsvm_batch(lines, field_size):
     pairs = tf.reshape(tf.strings.split(tf.reshape(tokens[:, 1:], [-1]), ":").flat_values, [-1, 2])
     ids = tf.strings.to_number(pairs[:, 0], tf.int64)
     values = tf.strings.to_number(pairs[:, 1], tf.float32)
-    return ({"ids": tf.reshape(ids, [-1, field_size]), "values": tf.reshape(values, [-1, field_size])},
-            labels)
+    return ({"ids": tf.reshape(ids, [-1, field_size]), "values": tf.reshape(values, [-1, field_size])}, labels)
 
 
 def batch_parser(cfg):
@@ -151,8 +171,9 @@ def batch_parser(cfg):
     return lambda raw: parse(raw, cfg.field_size)
 
 
-def make_dataset(cfg, channels, num_shards=1, index=0, training=True, epochs=1, skip_batches=0,
-                 drop_remainder=False, seed=None):
+def make_dataset(
+    cfg, channels, num_shards=1, index=0, training=True, epochs=1, skip_batches=0, drop_remainder=False, seed=None
+):
     """Batches of ({"ids", "values"}, label) for the given channels (by name) of one worker.
 
     Order: records -> shard -> (cache) -> shuffle -> batch -> parse on the batch -> repeat -> skip

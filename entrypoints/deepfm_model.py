@@ -24,7 +24,7 @@ def dropout_threshold(rate, dtype):
     `dtype`), that is when k < T for k = u * 2**bits; written with k's top byte h and its other low_bits
     bits l: drop when h < high, or h == high and l < low."""
     bits = _UNIFORM_BITS[tf.as_dtype(dtype)]
-    scaled = Fraction(float(np.array(rate, tf.as_dtype(dtype).as_numpy_dtype))) * 2 ** bits
+    scaled = Fraction(float(np.array(rate, tf.as_dtype(dtype).as_numpy_dtype))) * 2**bits
     threshold = -(-scaled.numerator // scaled.denominator)  # the count of k below the rate
     shift = max(bits, 8) - 8
     threshold <<= max(8 - bits, 0)  # fewer than 8 bits: k is h's top bits
@@ -48,8 +48,7 @@ def dropout(x, rate):
     keep = top >= high
     if low:
         ties = tf.where(tf.equal(top, high))
-        rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2 ** low_bits,
-                                           dtype=tf.int64)
+        rest = tf.random.stateless_uniform([tf.shape(ties)[0]], seeds[1], minval=0, maxval=2**low_bits, dtype=tf.int64)
         keep = tf.tensor_scatter_nd_update(keep, ties, rest >= low)
     keep = tf.reshape(keep, tf.shape(x))
     if x.dtype == tf.float32:
@@ -62,6 +61,7 @@ def dropout(x, rate):
 def spread(rows, places):
     """rows[places]; its gradient sums the places of each row into a dense [rows, ...] tensor (tf.gather's own
     is IndexedSlices over `places`, which the embedding lookup's partitioned stitch would densify anyway)."""
+
     def gradient(upstream):
         return tf.math.unsorted_segment_sum(upstream, places, tf.shape(rows)[0]), None
 
@@ -71,9 +71,23 @@ def spread(rows, places):
 class DeepFM(tf.Module):
     """first-order weights + FM second-order term + MLP over the field embeddings -> logit."""
 
-    def __init__(self, field_size, feature_size, embedding_size, deep_layers, dropout=0.0,
-                 batch_norm=False, l2_reg=0.0, compute_dtype=tf.float32, seed=0, pooling=None, l2_dense=0.0,
-                 byte_dropout=True, distinct_lookup=True, name="deepfm"):
+    def __init__(
+        self,
+        field_size,
+        feature_size,
+        embedding_size,
+        deep_layers,
+        dropout=0.0,
+        batch_norm=False,
+        l2_reg=0.0,
+        compute_dtype=tf.float32,
+        seed=0,
+        pooling=None,
+        l2_dense=0.0,
+        byte_dropout=True,
+        distinct_lookup=True,
+        name="deepfm",
+    ):
         """pooling: None (one input slot per field) or a callable [B, S, K] -> [B, F, K] (raw features'
         SlotPooling: a multi-hot field's slots summed into one field embedding).
         l2_reg: L2 on the embedding and first-order rows a batch looks up, per example: only those rows get
@@ -101,12 +115,14 @@ class DeepFM(tf.Module):
             self.kernels.append(tf.Variable(self._normal([width, units], scale), name=f"kernel_{i}"))
             self.biases.append(tf.Variable(tf.zeros([units]), name=f"bias_{i}"))
             if batch_norm and i < len(deep_layers):
-                self.bn_params.append({
-                    "gamma": tf.Variable(tf.ones([units]), name=f"bn_gamma_{i}"),
-                    "beta": tf.Variable(tf.zeros([units]), name=f"bn_beta_{i}"),
-                    "mean": tf.Variable(tf.zeros([units]), trainable=False, name=f"bn_mean_{i}"),
-                    "var": tf.Variable(tf.ones([units]), trainable=False, name=f"bn_var_{i}"),
-                })
+                self.bn_params.append(
+                    {
+                        "gamma": tf.Variable(tf.ones([units]), name=f"bn_gamma_{i}"),
+                        "beta": tf.Variable(tf.zeros([units]), name=f"bn_beta_{i}"),
+                        "mean": tf.Variable(tf.zeros([units]), trainable=False, name=f"bn_mean_{i}"),
+                        "var": tf.Variable(tf.ones([units]), trainable=False, name=f"bn_var_{i}"),
+                    }
+                )
             width = units
 
     def _normal(self, shape, stddev):
@@ -174,11 +190,18 @@ class DeepFM(tf.Module):
     def _bad_id(self, ids, good):
         first = tf.argmin(tf.reshape(tf.cast(good, tf.int32), [-1]))
         width = tf.cast(tf.shape(ids)[1], first.dtype)
-        problem = tf.strings.join([
-            "bad row: id ", tf.strings.as_string(tf.reshape(ids, [-1])[first]), " (row ",
-            tf.strings.as_string(first // width), " of the batch, field slot ", tf.strings.as_string(first % width),
-            f") is outside 0..{self.feature_size - 1}: feature_size ({self.feature_size}) must exceed every id in "
-            "the data; set it to the largest id + 1, or index the data for this model"])
+        problem = tf.strings.join(
+            [
+                "bad row: id ",
+                tf.strings.as_string(tf.reshape(ids, [-1])[first]),
+                " (row ",
+                tf.strings.as_string(first // width),
+                " of the batch, field slot ",
+                tf.strings.as_string(first % width),
+                f") is outside 0..{self.feature_size - 1}: feature_size ({self.feature_size}) must exceed every id in "
+                "the data; set it to the largest id + 1, or index the data for this model",
+            ]
+        )
         with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [problem], summarize=1)]):
             return tf.constant(False)
 
@@ -231,17 +254,29 @@ def build_model(hp, compute_dtype=tf.float32):
 
         layout = F.build_layout(spec)
         pooling = SlotPooling(layout, hp.embedding_size)
-    return DeepFM(hp.field_size, hp.feature_size, hp.embedding_size, hp.deep_layers, hp.dropout,
-                  hp.batch_norm, hp.l2_reg, compute_dtype=compute_dtype, pooling=pooling, l2_dense=hp.l2_dense,
-                  byte_dropout=not steps_run_on_gpus(), distinct_lookup=not under_mirrored_strategy())
+    return DeepFM(
+        hp.field_size,
+        hp.feature_size,
+        hp.embedding_size,
+        hp.deep_layers,
+        hp.dropout,
+        hp.batch_norm,
+        hp.l2_reg,
+        compute_dtype=compute_dtype,
+        pooling=pooling,
+        l2_dense=hp.l2_dense,
+        byte_dropout=not steps_run_on_gpus(),
+        distinct_lookup=not under_mirrored_strategy(),
+    )
 
 
 def under_mirrored_strategy():
     """Whether the model is built for a (MultiWorker)MirroredStrategy: TF's collectives there all-gather the
     replicas' IndexedSlices gradients only when every replica has as many rows (unequal ones abort the step
     with a shape mismatch, on TF 2.14 and 2.21), so a table's gradient keeps a row per place in the batch."""
-    return isinstance(tf.distribute.get_strategy(), (tf.distribute.MirroredStrategy,
-                                                     tf.distribute.MultiWorkerMirroredStrategy))
+    return isinstance(
+        tf.distribute.get_strategy(), (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    )
 
 
 def steps_run_on_gpus():

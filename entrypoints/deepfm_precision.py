@@ -40,4 +40,7 @@ def choose(mode, steps_on_gpus, cpu_flag):
         return "float16", "mixed_precision=auto and the steps run on GPUs"
     if cpu_flag:
         return "bfloat16", f"mixed_precision=auto and the CPU has bfloat16 instructions ({cpu_flag})"
-    return "float32", f"mixed_precision=auto, no GPU and the CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)})"
+    return (
+        "float32",
+        f"mixed_precision=auto, no GPU and the CPU has no bfloat16 instructions ({' or '.join(BFLOAT16_FLAGS)})",
+    )

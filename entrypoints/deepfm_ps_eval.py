@@ -19,8 +19,10 @@ def workers_evaluate(env):
     the chief after training) nor with DFM_PS_EVAL=chief."""
     import deepfm_input
 
-    return (env.input_mode(deepfm_input.EVAL_CHANNEL).lower() != "pipe"
-            and os.environ.get(EVAL_ON_ENV, "workers").lower() != "chief")
+    return (
+        env.input_mode(deepfm_input.EVAL_CHANNEL).lower() != "pipe"
+        and os.environ.get(EVAL_ON_ENV, "workers").lower() != "chief"
+    )
 
 
 class WorkerEvaluation:
@@ -42,8 +44,9 @@ class WorkerEvaluation:
         self.hp, self.coordinator, self.trainer, self.num_workers = hp, coordinator, trainer, num_workers
         self.join, self.rejected = join, rejected
         self.s3_sharded = resolve_s3_shard(hp, env, [deepfm_input.EVAL_CHANNEL])
-        self.cfg = deepfm_input.config_from_hparams(hp, env.input_mode(deepfm_input.EVAL_CHANNEL), "input/data",
-                                                    env.config_dir, "pipe_state")
+        self.cfg = deepfm_input.config_from_hparams(
+            hp, env.input_mode(deepfm_input.EVAL_CHANNEL), "input/data", env.config_dir, "pipe_state"
+        )
         with strategy.scope():
             self.answered = tf.Variable(tf.zeros([num_workers], tf.int64), trainable=False, name="dfm_eval_answered")
         self.holders, self.dataset, self.iterator = None, None, None
@@ -96,8 +99,10 @@ class WorkerEvaluation:
             self.holders = [task for task, answer in enumerate(self.answered.numpy()) if answer == 2]
             if self.holders:
                 self.dataset = self.coordinator.create_per_worker_dataset(self._dataset_fn())
-                log(f"evaluation on the workers: task(s) {' '.join(map(str, self.holders))} of {self.num_workers} "
-                    f"hold `eval` ({'S3-sharded: each its host' if self.s3_sharded else 'split among them'})")
+                log(
+                    f"evaluation on the workers: task(s) {' '.join(map(str, self.holders))} of {self.num_workers} "
+                    f"hold `eval` ({'S3-sharded: each its host' if self.s3_sharded else 'split among them'})"
+                )
         return bool(self.holders)
 
     def _dataset_fn(self):

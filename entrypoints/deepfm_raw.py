@@ -21,11 +21,23 @@ NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 # ---- parsing ----
 
+
 def _text_problem(spec, files):
-    return tf.strings.join([f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count "
-                            "or a non-numeric label/number) in ", files, ": "]) if files is not None else \
-        tf.constant(f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count or a "
-                    "non-numeric label/number): ")
+    return (
+        tf.strings.join(
+            [
+                f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count "
+                "or a non-numeric label/number) in ",
+                files,
+                ": ",
+            ]
+        )
+        if files is not None
+        else tf.constant(
+            f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count or a "
+            "non-numeric label/number): "
+        )
+    )
 
 
 def parse_text_batch(lines, spec, files=None):
@@ -53,8 +65,11 @@ def parse_text_batch(lines, spec, files=None):
     if spec.bad_rows == "fail":
         first_bad = tf.argmin(tf.cast(good, tf.int32))
         where = tf.gather(files, first_bad) if files is not None else None
-        checks = [tf.debugging.Assert(tf.reduce_all(good), [_text_problem(spec, where),
-                                                            tf.gather(lines, first_bad)], summarize=1)]
+        checks = [
+            tf.debugging.Assert(
+                tf.reduce_all(good), [_text_problem(spec, where), tf.gather(lines, first_bad)], summarize=1
+            )
+        ]
         bad, keep = tf.constant(0, tf.int64), None
     else:
         bad, keep, checks = tf.reduce_sum(tf.cast(~good, tf.int64)), good, []
@@ -96,6 +111,7 @@ def parse_example_batch(serialized, spec):
 def batch_parser(spec, transform=None):
     """records[B] (lines or serialized Examples; or a (lines, files) pair) -> (features, labels), for
     Dataset.map after batch. features: transform(raw) (or raw) plus F.BAD_ROWS_KEY."""
+
     def parse(records, files=None):
         if spec.format == "tfrecord":
             raw, labels, bad = parse_example_batch(records, spec)
@@ -104,17 +120,18 @@ def batch_parser(spec, transform=None):
         features = dict(transform(raw)) if transform is not None else dict(raw)
         features[F.BAD_ROWS_KEY] = bad
         return features, labels
+
     return parse
 
 
 def named_lines(files):
     """Lines of each file paired with the file's name (for bad-row errors), file by file."""
     return tf.data.Dataset.from_tensor_slices(files).flat_map(
-        lambda name: tf.data.Dataset.zip((tf.data.TextLineDataset(name), tf.data.Dataset.from_tensors(name).repeat())))
+        lambda name: tf.data.Dataset.zip((tf.data.TextLineDataset(name), tf.data.Dataset.from_tensors(name).repeat()))
+    )
 
 
-def raw_dataset(files, spec, batch_size, transform=None, shuffle_buffer=0, seed=None, epochs=1,
-                drop_remainder=False):
+def raw_dataset(files, spec, batch_size, transform=None, shuffle_buffer=0, seed=None, epochs=1, drop_remainder=False):
     """Batches of (features, labels) from raw files: records -> shuffle -> batch -> parse (+ transform).
     files: paths (list or string tensor). epochs <= 0 repeats forever. The bad rows each batch dropped
     are features[F.BAD_ROWS_KEY]; sum them for the worker's total. With bad_rows: fail, each line travels
@@ -135,6 +152,7 @@ def raw_dataset(files, spec, batch_size, transform=None, shuffle_buffer=0, seed=
 
 
 # ---- transformation ----
+
 
 def _signed_log1p(x):
     return tf.sign(x) * tf.math.log1p(tf.abs(x))
@@ -166,8 +184,14 @@ class FeatureTransform(tf.Module):
             field = slots.spec
             if isinstance(field, F.CategoricalField) and field.vocabulary:
                 known = slots.size - 2
-                init = tf.lookup.TextFileInitializer(field.vocabulary, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
-                                                     tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, vocab_size=known)
+                init = tf.lookup.TextFileInitializer(
+                    field.vocabulary,
+                    tf.string,
+                    tf.lookup.TextFileIndex.WHOLE_LINE,
+                    tf.int64,
+                    tf.lookup.TextFileIndex.LINE_NUMBER,
+                    vocab_size=known,
+                )
                 self.tables[field.name] = tf.lookup.StaticHashTable(init, default_value=known)
         self._groups = list(groups.values())
         grouped_slots = [s.first_slot + k for members in self._groups for s in members for k in range(s.slots)]
@@ -195,8 +219,9 @@ class FeatureTransform(tf.Module):
             missing = tf.math.is_nan(x)
             x = tf.where(missing, tf.zeros_like(x), x)
             if field.transform == "bucketize":
-                bucket = tf.cast(tf.raw_ops.Bucketize(input=x, boundaries=[float(b) for b in field.boundaries]),
-                                 tf.int64)
+                bucket = tf.cast(
+                    tf.raw_ops.Bucketize(input=x, boundaries=[float(b) for b in field.boundaries]), tf.int64
+                )
                 local, value = tf.where(missing, tf.zeros_like(bucket), 1 + bucket), tf.ones_like(x)
             else:
                 local = tf.cast(~missing, tf.int64)
@@ -213,9 +238,10 @@ class FeatureTransform(tf.Module):
     @staticmethod
     def _bag(field, offset, column):
         tokens = tf.strings.split(column, sep=field.separator)
-        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(tokens, ""))[:, :field.max_length]
-        hashed = tokens.with_flat_values(offset + 1 + tf.strings.to_hash_bucket_fast(tokens.flat_values,
-                                                                                    field.hash_buckets))
+        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(tokens, ""))[:, : field.max_length]
+        hashed = tokens.with_flat_values(
+            offset + 1 + tf.strings.to_hash_bucket_fast(tokens.flat_values, field.hash_buckets)
+        )
         lengths = tokens.row_lengths()
         ids = hashed.to_tensor(default_value=offset, shape=[None, field.max_length])
         present = tf.cast(tf.sequence_mask(lengths, field.max_length), tf.float32)
@@ -227,6 +253,7 @@ class FeatureTransform(tf.Module):
 
 # ---- the model's side ----
 
+
 class SlotPooling:
     """Sums each field's slots: scaled embeddings [B, S, K] -> one per field [B, F, K], each field
     masked to its own embedding width (the first k of the model's K dimensions; the rest are zero)."""
@@ -236,8 +263,9 @@ class SlotPooling:
         self.slot_fields = tf.constant(layout.slot_fields, tf.int32)
         self.identity = layout.slot_count == layout.field_size
         sizes = layout.embedding_sizes(embedding_size)
-        self.mask = None if min(sizes) == embedding_size else \
-            tf.sequence_mask(sizes, embedding_size, dtype=tf.float32)[None]
+        self.mask = (
+            None if min(sizes) == embedding_size else tf.sequence_mask(sizes, embedding_size, dtype=tf.float32)[None]
+        )
 
     def __call__(self, scaled):
         pooled = scaled
@@ -250,6 +278,7 @@ class SlotPooling:
 
 
 # ---- serving ----
+
 
 def raw_signature(spec):
     """The raw serving inputs: one [None] tensor per feature, by name."""
@@ -270,9 +299,13 @@ class RawServing(tf.Module):
         self.transform = FeatureTransform(spec, layout)
         slots = self.transform.layout.slot_count
         self.raw = tf.function(self._raw, input_signature=[raw_signature(spec)])
-        self.indexed = tf.function(self._indexed, input_signature=[
-            tf.TensorSpec([None, slots], tf.int64, name="feat_ids"),
-            tf.TensorSpec([None, slots], tf.float32, name="feat_vals")])
+        self.indexed = tf.function(
+            self._indexed,
+            input_signature=[
+                tf.TensorSpec([None, slots], tf.int64, name="feat_ids"),
+                tf.TensorSpec([None, slots], tf.float32, name="feat_vals"),
+            ],
+        )
 
     def _raw(self, features):
         inputs = self.transform(features)

@@ -50,8 +50,10 @@ class ModelSelection:
         self.stale += 1
         if self.patience and self.stale >= self.patience:
             if self.rank == 0:
-                log(f"early stopping at step {step}: {self.stale} evaluation(s) without a better "
-                    f"{self.hp.best_of} than {self.best[0]:.6f} (step {self.best[1]})")
+                log(
+                    f"early stopping at step {step}: {self.stale} evaluation(s) without a better "
+                    f"{self.hp.best_of} than {self.best[0]:.6f} (step {self.best[1]})"
+                )
             return True
         return False
 

@@ -28,8 +28,15 @@ def sparse_allreduce(hp, collectives):
     """dense | gather: how this run averages the embedding gradients (deepfm_hparams.resolve_sparse_allreduce)."""
     from deepfm_hparams import resolve_sparse_allreduce
 
-    return resolve_sparse_allreduce(hp.sparse_allreduce, hp.feature_size, hp.embedding_size, hp.batch_size,
-                                    hp.field_size, collectives.replicas, hp.optimizer)
+    return resolve_sparse_allreduce(
+        hp.sparse_allreduce,
+        hp.feature_size,
+        hp.embedding_size,
+        hp.batch_size,
+        hp.field_size,
+        collectives.replicas,
+        hp.optimizer,
+    )
 
 
 def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
@@ -42,12 +49,19 @@ def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
 
     learning_rate = hp.learning_rate * (collectives.replicas if hp.scale_lr else 1)
     if sparse_allreduce(hp, collectives) == "dense":
+
         def average(grads):
             return collectives.average_gradients(sparse_as_dense(grads))
     else:
         average = collectives.average_gradients
-    trainer = build_trainer(hp, strategy, compute_dtype=compute_dtype, learning_rate=learning_rate,
-                            grad_transform=average, process_metrics=strategy is not None)
+    trainer = build_trainer(
+        hp,
+        strategy,
+        compute_dtype=compute_dtype,
+        learning_rate=learning_rate,
+        grad_transform=average,
+        process_metrics=strategy is not None,
+    )
     return trainer, learning_rate
 
 
@@ -67,16 +81,29 @@ class SyncSteps(Distribution):
     gives an epoch's batches, the first skip_steps steps' left out (default: this worker's train_dataset);
     evaluation is sharded across the workers and their metrics summed."""
 
-    def __init__(self, hp, env, trainer, collectives, where, step_fn=None, train_input=None, whole_batches=True,
-                 eval_step_fn=None):
+    def __init__(
+        self,
+        hp,
+        env,
+        trainer,
+        collectives,
+        where,
+        step_fn=None,
+        train_input=None,
+        whole_batches=True,
+        eval_step_fn=None,
+    ):
         import tensorflow as tf
 
         self.hp, self.env, self.trainer, self.collectives, self.where = hp, env, trainer, collectives, where
         self.rank, self.workers, self.longest_window = where.rank, where.size, hp.sync_check_steps
         self.step_fn = step_fn or tf.function(trainer.train_step)
         self.eval_step_fn = eval_step_fn or tf.function(trainer.eval_step)
-        self.train_input = train_input or (lambda skip_steps, epoch: train_dataset(
-            hp, env, where, skip_batches=skip_steps, whole_batches=whole_batches, epoch=epoch))
+        self.train_input = train_input or (
+            lambda skip_steps, epoch: train_dataset(
+                hp, env, where, skip_batches=skip_steps, whole_batches=whole_batches, epoch=epoch
+            )
+        )
         self.skipped = 0
 
     def after_restore(self):
@@ -105,8 +132,11 @@ class SyncSteps(Distribution):
         return training_input(self.hp, self.env, self.where)[0]
 
     def untrained(self):
-        why = ("the channel holds no rows" if self.where.size == 1 else
-               f"some worker's share holds less than one whole batch ({self.hp.batch_size} rows)")
+        why = (
+            "the channel holds no rows"
+            if self.where.size == 1
+            else f"some worker's share holds less than one whole batch ({self.hp.batch_size} rows)"
+        )
         return f"{self.env.current_host} ({self.where})", why
 
 
@@ -129,8 +159,9 @@ def dump_weights(trainer, rank, step, local_copies=None):
     return path
 
 
-def run(hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, train_input=None,
-        whole_batches=True):
+def run(
+    hp, env, trainer, collectives, where, train_step_fn=None, eval_step_fn=None, train_input=None, whole_batches=True
+):
     """deepfm_loop's run with these workers' steps: restore (rank 0) -> broadcast -> train, evaluating every
     eval_steps steps or after each epoch -> final checkpoint and evaluation -> export (rank 0).
     `train_input(skip_steps, epoch)`: an epoch's batches (SyncSteps'); whole_batches=False (one process, one

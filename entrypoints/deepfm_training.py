@@ -35,8 +35,18 @@ class SparseOptimizer(tf.Module):
 
     KINDS = ("adam", "adagrad", "ftrl", "sgd")
 
-    def __init__(self, kind, learning_rate, beta1=0.9, beta2=0.999, epsilon=1e-7,
-                 initial_accumulator=0.1, l1=0.0, l2=0.0, name="optimizer"):
+    def __init__(
+        self,
+        kind,
+        learning_rate,
+        beta1=0.9,
+        beta2=0.999,
+        epsilon=1e-7,
+        initial_accumulator=0.1,
+        l1=0.0,
+        l2=0.0,
+        name="optimizer",
+    ):
         super().__init__(name=name)
         if kind not in self.KINDS:
             raise ValueError(f"optimizer {kind!r} not one of {self.KINDS}")
@@ -56,8 +66,9 @@ class SparseOptimizer(tf.Module):
             with extended.colocate_vars_with(var):
                 for slot in names:
                     start = self.initial_accumulator if slot == "accum" else 0.0
-                    slots[slot] = tf.Variable(tf.fill(var.shape, start), trainable=False,
-                                              name=f"{var.name.split(':')[0]}/{slot}")
+                    slots[slot] = tf.Variable(
+                        tf.fill(var.shape, start), trainable=False, name=f"{var.name.split(':')[0]}/{slot}"
+                    )
             self.slots.append(slots)
         self._variables = list(variables)
 
@@ -79,12 +90,22 @@ class SparseOptimizer(tf.Module):
         if self.kind == "sgd":
             scatter_sub(var, indices, lr * rows)
         elif self.kind == "adagrad":
-            tf.raw_ops.ResourceSparseApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
-                                                     epsilon=self.epsilon, grad=rows, indices=indices)
+            tf.raw_ops.ResourceSparseApplyAdagradV2(
+                var=var.handle, accum=slots["accum"].handle, lr=lr, epsilon=self.epsilon, grad=rows, indices=indices
+            )
         elif self.kind == "ftrl":
             tf.raw_ops.ResourceSparseApplyFtrlV2(
-                var=var.handle, accum=slots["accum"].handle, linear=slots["linear"].handle, grad=rows,
-                indices=indices, lr=lr, l1=self.l1, l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
+                var=var.handle,
+                accum=slots["accum"].handle,
+                linear=slots["linear"].handle,
+                grad=rows,
+                indices=indices,
+                lr=lr,
+                l1=self.l1,
+                l2=self.l2,
+                l2_shrinkage=0.0,
+                lr_power=-0.5,
+            )
         else:
             # Lazy Adam has no fused op: its moment math is placed where the table lives, so that under
             # parameter servers only the rows cross to the ps, not the moments there and back.
@@ -99,16 +120,34 @@ class SparseOptimizer(tf.Module):
         if self.kind == "sgd":
             assign_sub(var, lr * grad)
         elif self.kind == "adagrad":
-            tf.raw_ops.ResourceApplyAdagradV2(var=var.handle, accum=slots["accum"].handle, lr=lr,
-                                              epsilon=self.epsilon, grad=grad)
+            tf.raw_ops.ResourceApplyAdagradV2(
+                var=var.handle, accum=slots["accum"].handle, lr=lr, epsilon=self.epsilon, grad=grad
+            )
         elif self.kind == "ftrl":
-            tf.raw_ops.ResourceApplyFtrlV2(var=var.handle, accum=slots["accum"].handle,
-                                           linear=slots["linear"].handle, grad=grad, lr=lr, l1=self.l1,
-                                           l2=self.l2, l2_shrinkage=0.0, lr_power=-0.5)
+            tf.raw_ops.ResourceApplyFtrlV2(
+                var=var.handle,
+                accum=slots["accum"].handle,
+                linear=slots["linear"].handle,
+                grad=grad,
+                lr=lr,
+                l1=self.l1,
+                l2=self.l2,
+                l2_shrinkage=0.0,
+                lr_power=-0.5,
+            )
         else:  # fused, on the variable's device: under parameter servers only the gradient crosses
-            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=slots["m"].handle, v=slots["v"].handle,
-                                         beta1_power=tf.pow(self.beta1, step), beta2_power=tf.pow(self.beta2, step),
-                                         lr=lr, beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon, grad=grad)
+            tf.raw_ops.ResourceApplyAdam(
+                var=var.handle,
+                m=slots["m"].handle,
+                v=slots["v"].handle,
+                beta1_power=tf.pow(self.beta1, step),
+                beta2_power=tf.pow(self.beta2, step),
+                lr=lr,
+                beta1=self.beta1,
+                beta2=self.beta2,
+                epsilon=self.epsilon,
+                grad=grad,
+            )
 
     def _adam_lr(self, lr, step):
         return lr * tf.sqrt(1 - tf.pow(self.beta2, step)) / (1 - tf.pow(self.beta1, step))
@@ -160,7 +199,7 @@ class LossScale(tf.Module):
     """Dynamic loss scaling for float16 compute: halve on overflow (and skip), double after
     `period` finite steps."""
 
-    def __init__(self, initial=2.0 ** 15, period=2000, name="loss_scale"):
+    def __init__(self, initial=2.0**15, period=2000, name="loss_scale"):
         super().__init__(name=name)
         self.scale = tf.Variable(initial, trainable=False, name="scale")
         self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
@@ -176,8 +215,9 @@ class LossScale(tf.Module):
             values = g.values if isinstance(g, tf.IndexedSlices) else g
             finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(values)))
             values = values / self.scale
-            out.append(tf.IndexedSlices(values, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
-                       else values)
+            out.append(
+                tf.IndexedSlices(values, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices) else values
+            )
         return out, finite
 
     def update(self, finite):
@@ -196,8 +236,7 @@ class Trainer:
     ClusterCoordinator.schedule). grad_transform averages gradients over the workers
     (a collectives object's average_gradients)."""
 
-    def __init__(self, model, optimizer, train_metrics, eval_metrics=None, loss_scale=None,
-                 grad_transform=None):
+    def __init__(self, model, optimizer, train_metrics, eval_metrics=None, loss_scale=None, grad_transform=None):
         self.model, self.optimizer, self.loss_scale = model, optimizer, loss_scale
         self.train_metrics, self.eval_metrics = train_metrics, eval_metrics
         self.grad_transform = grad_transform
@@ -237,15 +276,17 @@ class Trainer:
         return tf.reduce_mean(losses)
 
 
-def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=None, grad_transform=None,
-                  process_metrics=False):
+def build_trainer(
+    hp, strategy=None, compute_dtype=tf.float32, learning_rate=None, grad_transform=None, process_metrics=False
+):
     """Model + optimizer + metrics created in the strategy's scope (tables partitioned under PS).
 
     process_metrics: metrics as plain variables of this process, outside the scope, that every local
     replica adds into (in the scope of a mirrored strategy each replica would count into its own copy)."""
     scope = strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope()
-    metrics = [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")] \
-        if process_metrics else None
+    metrics = (
+        [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")] if process_metrics else None
+    )
     with scope:
         model = build_model(hp, compute_dtype)
         optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
@@ -256,6 +297,7 @@ def build_trainer(hp, strategy=None, compute_dtype=tf.float32, learning_rate=Non
 
 
 # ---- metric lines: a training window, an evaluation ----
+
 
 def summed_result(metrics, collectives=None):
     """(mean loss, AUC, examples) of a StreamingMetrics summed over the workers (one collective), then

@@ -76,8 +76,10 @@ def roles_from_environment(environ=None):
 
 def set_thread_environment(hp, env):
     """KMP_AFFINITY / OMP_NUM_THREADS / KMP_SETTINGS: call before TensorFlow is imported. -> what was set."""
-    values = {"OMP_NUM_THREADS": str(hp.omp_num_threads or env.num_cpus),
-              "KMP_SETTINGS": "1" if hp.kmp_settings else "0"}
+    values = {
+        "OMP_NUM_THREADS": str(hp.omp_num_threads or env.num_cpus),
+        "KMP_SETTINGS": "1" if hp.kmp_settings else "0",
+    }
     if hp.kmp_affinity:  # empty: leave the OpenMP default
         values["KMP_AFFINITY"] = hp.kmp_affinity
     os.environ.update(values)
@@ -116,9 +118,11 @@ def configure_tensorflow(hp, env):
     dtype, why = choose(hp.mixed_precision, steps_run_on_gpus(), cpu_bfloat16_flag())
     log(f"tensorflow {tf.__version__} gpus={len(gpus)} vcpus={env.num_cpus}")
     log(f"precision: the MLP computes in {dtype} ({why}); variables, tables and optimizer slots stay float32")
-    log(f"tuning intra_op_threads={intra} inter_op_threads={inter} data_threads={hp.data_threads or 'default'} "
+    log(
+        f"tuning intra_op_threads={intra} inter_op_threads={inter} data_threads={hp.data_threads or 'default'} "
         f"KMP_AFFINITY={os.environ.get('KMP_AFFINITY', '')} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} "
         f"KMP_SETTINGS={os.environ.get('KMP_SETTINGS')} mixed_precision={'off' if dtype == 'float32' else dtype} "
         f"shuffle_buffer={hp.shuffle_buffer} prefetch={hp.prefetch} cache={hp.cache}"
-        + (f" ({budget})" if budget else ""))
+        + (f" ({budget})" if budget else "")
+    )
     return tf.as_dtype(dtype)

@@ -25,8 +25,10 @@ class Placement:
         self.host_index, self.local_rank = divmod(rank, self.workers_per_host)
 
     def __repr__(self):
-        return (f"rank={self.rank}/{self.size} host={self.host_index}/{self.num_hosts} "
-                f"local_rank={self.local_rank}/{self.workers_per_host}")
+        return (
+            f"rank={self.rank}/{self.size} host={self.host_index}/{self.num_hosts} "
+            f"local_rank={self.local_rank}/{self.workers_per_host}"
+        )
 
 
 ALONE = Placement(0, 1, 1)  # one worker on one host: reads everything
@@ -40,11 +42,14 @@ def training_input(hp, env, where):
     multi_path = di.is_multi_path(env.channels)
     mode = input_mode(env, channels)
     if mode.lower() == "pipe" and not multi_path and where.workers_per_host > 1:
-        raise ValueError(f"Pipe mode with {where.workers_per_host} workers per host needs one training channel "
-                         "per worker (train, train-1, ...): a FIFO can be read by one process only")
+        raise ValueError(
+            f"Pipe mode with {where.workers_per_host} workers per host needs one training channel "
+            "per worker (train, train-1, ...): a FIFO can be read by one process only"
+        )
     s3_shard = resolve_s3_shard(hp, env, channels)
-    shards = di.shard_for(where.num_hosts, where.host_index, where.workers_per_host, where.local_rank,
-                          multi_path, s3_shard)
+    shards = di.shard_for(
+        where.num_hosts, where.host_index, where.workers_per_host, where.local_rank, multi_path, s3_shard
+    )
     return channels, mode, multi_path, s3_shard, shards
 
 
@@ -52,8 +57,9 @@ def input_config(hp, env, mode, rank):
     import deepfm_input as di
 
     # PipeModeDataset counts epochs per channel in its state dir; one dir per rank keeps them apart.
-    return di.config_from_hparams(hp, mode, env.data_dir, env.config_dir,
-                                  os.path.join(env.pipe_state_dir, f"rank-{rank}"))
+    return di.config_from_hparams(
+        hp, mode, env.data_dir, env.config_dir, os.path.join(env.pipe_state_dir, f"rank-{rank}")
+    )
 
 
 def train_dataset(hp, env, where, skip_batches=0, whole_batches=True, epoch=None):
@@ -64,11 +70,20 @@ def train_dataset(hp, env, where, skip_batches=0, whole_batches=True, epoch=None
     import deepfm_input as di
 
     channels, mode, multi_path, s3_shard, shards = training_input(hp, env, where)
-    log(f"{where} channels={','.join(channels)} mode={mode} multi_path={multi_path} s3_shard={s3_shard} "
-        f"shard={shards[1]}/{shards[0]}")
-    return di.make_dataset(input_config(hp, env, mode, where.rank), channels, *shards, training=True,
-                           epochs=hp.epochs if epoch is None else 1, skip_batches=skip_batches,
-                           drop_remainder=whole_batches, seed=where.rank + 7919 * (epoch or 0))
+    log(
+        f"{where} channels={','.join(channels)} mode={mode} multi_path={multi_path} s3_shard={s3_shard} "
+        f"shard={shards[1]}/{shards[0]}"
+    )
+    return di.make_dataset(
+        input_config(hp, env, mode, where.rank),
+        channels,
+        *shards,
+        training=True,
+        epochs=hp.epochs if epoch is None else 1,
+        skip_batches=skip_batches,
+        drop_remainder=whole_batches,
+        seed=where.rank + 7919 * (epoch or 0),
+    )
 
 
 def eval_dataset(hp, env, where):
@@ -82,8 +97,9 @@ def eval_dataset(hp, env, where):
         shards = (1, 0)
     else:
         s3_shard = resolve_s3_shard(hp, env, [di.EVAL_CHANNEL])
-        shards = di.shard_for(where.num_hosts, where.host_index, where.workers_per_host, where.local_rank,
-                              False, s3_shard)
+        shards = di.shard_for(
+            where.num_hosts, where.host_index, where.workers_per_host, where.local_rank, False, s3_shard
+        )
     dataset = di.make_dataset(input_config(hp, env, mode, where.rank), [di.EVAL_CHANNEL], *shards, training=False)
     if hp.eval_batches:
         dataset = dataset.take(math.ceil(hp.eval_batches / where.size))

@@ -38,6 +38,7 @@ def read_worker_shard_file():
     file is read only on the worker that runs the function."""
     import tensorflow as tf
 
-    fields = tf.io.decode_csv(tf.strings.strip(tf.io.read_file(SHARD_FILE)),
-                              [tf.constant(0, tf.int64)] * len(FIELDS), field_delim=" ")
+    fields = tf.io.decode_csv(
+        tf.strings.strip(tf.io.read_file(SHARD_FILE)), [tf.constant(0, tf.int64)] * len(FIELDS), field_delim=" "
+    )
     return tf.stack(fields)

@@ -26,9 +26,11 @@ def wait_s(environ=None):
 
 
 def lost_worker_message(index, address, seconds):
-    return (f"error: worker task {index} ({address}) has been unreachable for {seconds:.0f} s: it has died, and "
-            "TensorFlow's ClusterCoordinator would wait up to an hour for it to come back; stopping the chief "
-            f"(${WAIT_ENV} sets this wait)")
+    return (
+        f"error: worker task {index} ({address}) has been unreachable for {seconds:.0f} s: it has died, and "
+        "TensorFlow's ClusterCoordinator would wait up to an hour for it to come back; stopping the chief "
+        f"(${WAIT_ENV} sets this wait)"
+    )
 
 
 def _exit(message):

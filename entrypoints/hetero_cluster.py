@@ -89,8 +89,7 @@ class HeteroCluster:
         return [t for t in self.tasks if t.host == self.current_host]
 
     def tf_config(self, task):
-        return {"cluster": self.cluster_spec(), "task": {"type": task.job, "index": task.index},
-                "environment": "cloud"}
+        return {"cluster": self.cluster_spec(), "task": {"type": task.job, "index": task.index}, "environment": "cloud"}
 
     def data_shard(self, host=None):
         """(num_shards, index) of a worker host's training data: the worker group only, in its order."""
@@ -108,6 +107,7 @@ class HeteroCluster:
 
 
 # ---- reading the resource config ----
+
 
 def resource_config_path(environ=None):
     env = os.environ if environ is None else environ
@@ -145,8 +145,15 @@ def _groups(resource_config):
     return groups
 
 
-def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, addresses=None,
-                  ports=(CHIEF_PORT, WORKER_PORT, PS_PORT), workers_per_host=1):
+def build_cluster(
+    resource_config,
+    ps_group,
+    worker_group=None,
+    ps_per_host=1,
+    addresses=None,
+    ports=(CHIEF_PORT, WORKER_PORT, PS_PORT),
+    workers_per_host=1,
+):
     """resourceconfig.json (as a dict) + the ps group's name -> HeteroCluster.
 
     worker_group: the group that trains; may be omitted when the job has exactly two groups.
@@ -155,17 +162,20 @@ def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, a
     groups = _groups(resource_config)
     names = ", ".join(sorted(groups)) or "none"
     if ps_group not in groups:
-        raise ClusterError(f"resourceconfig.json has no instance group {ps_group!r} for the parameter servers "
-                           f"(groups: {names})")
+        raise ClusterError(
+            f"resourceconfig.json has no instance group {ps_group!r} for the parameter servers (groups: {names})"
+        )
     if worker_group is None:
         others = [g for g in groups if g != ps_group]
         if len(others) != 1:
-            raise ClusterError(f"cannot tell the worker group: name it (groups besides {ps_group!r}: "
-                               f"{', '.join(others) or 'none'})")
+            raise ClusterError(
+                f"cannot tell the worker group: name it (groups besides {ps_group!r}: {', '.join(others) or 'none'})"
+            )
         worker_group = others[0]
     if worker_group not in groups:
-        raise ClusterError(f"resourceconfig.json has no instance group {worker_group!r} for the workers "
-                           f"(groups: {names})")
+        raise ClusterError(
+            f"resourceconfig.json has no instance group {worker_group!r} for the workers (groups: {names})"
+        )
     if worker_group == ps_group:
         raise ClusterError(f"the ps and worker groups must differ (both {ps_group!r})")
     if int(ps_per_host) < 1:
@@ -186,10 +196,16 @@ def build_cluster(resource_config, ps_group, worker_group=None, ps_per_host=1, a
 
     tasks = [task("chief", 0, worker_hosts[0], chief_port)]
     per_host = int(workers_per_host)
-    tasks += [task("worker", i * per_host + k, host, worker_port + PORT_STRIDE * k)
-              for i, host in enumerate(worker_hosts) for k in range(per_host)]
-    tasks += [task("ps", i * ps_per_host + k, host, ps_port + k)
-              for i, host in enumerate(ps_hosts) for k in range(int(ps_per_host))]
+    tasks += [
+        task("worker", i * per_host + k, host, worker_port + PORT_STRIDE * k)
+        for i, host in enumerate(worker_hosts)
+        for k in range(per_host)
+    ]
+    tasks += [
+        task("ps", i * ps_per_host + k, host, ps_port + k)
+        for i, host in enumerate(ps_hosts)
+        for k in range(int(ps_per_host))
+    ]
     return HeteroCluster(tuple(tasks), current, worker_group, ps_group, tuple(worker_hosts), tuple(ps_hosts))
 
 
@@ -252,6 +268,7 @@ def _reserve(port):
 
 # ---- lifecycle ----
 
+
 def port_open(address, timeout=1.0):
     host, port = address.rsplit(":", 1)
     try:
@@ -272,8 +289,10 @@ def wait_for_tasks(tasks, timeout=600.0, poll=0.5, probe=port_open):
         if not pending:
             return
         if time.monotonic() >= deadline:
-            raise ClusterError(f"{'; '.join(t.describe() for t in pending)} never came up within {timeout:g} s: "
-                               "check that its host is in the job and its script started (its log says why not)")
+            raise ClusterError(
+                f"{'; '.join(t.describe() for t in pending)} never came up within {timeout:g} s: "
+                "check that its host is in the job and its script started (its log says why not)"
+            )
         time.sleep(poll)
 
 
@@ -303,8 +322,10 @@ def serve_until_chief_done(cluster, start_server, log=print, appear_timeout=1800
     if not mine:
         raise ClusterError(f"{cluster.current_host} runs no parameter server")
     servers = [start_server(task) for task in mine]
-    log(f"serving {', '.join(t.name for t in mine)} on {cluster.current_host}; "
-        f"waiting for the chief at {cluster.chief.address}")
+    log(
+        f"serving {', '.join(t.name for t in mine)} on {cluster.current_host}; "
+        f"waiting for the chief at {cluster.chief.address}"
+    )
     seen = wait_until_chief_done(cluster, appear_timeout=appear_timeout, poll=poll)
     log(f"chief {'finished' if seen else 'never appeared'}: {', '.join(t.name for t in mine)} exiting")
     servers.clear()  # kept referenced while waiting: a collected Server stops serving
@@ -332,5 +353,7 @@ def ps_failure_message(error, cluster):
     if not tasks:
         return None
     kind = type(error).__name__ if isinstance(error, BaseException) else "error"
-    return (f"{'; '.join(t.describe() for t in tasks)} is unreachable ({kind}): its process died or its host "
-            "is gone; the embeddings it held are lost, so the job stops (resume from the last checkpoint)")
+    return (
+        f"{'; '.join(t.describe() for t in tasks)} is unreachable ({kind}): its process died or its host "
+        "is gone; the embeddings it held are lost, so the job stops (resume from the last checkpoint)"
+    )

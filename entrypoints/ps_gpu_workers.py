@@ -79,7 +79,9 @@ def in_worker_replicas_problem(num_replicas):
     """Why a strategy with more than one replica per worker must not train, or None."""
     if num_replicas <= 1:
         return None
-    return (f"ParameterServerStrategy sees {num_replicas} GPUs on each worker task, so it would run every "
-            f"batch as {num_replicas} replicas (each applying the same batch, the step counter advancing "
-            f"{num_replicas} per batch, metrics written per replica): run one worker task per GPU, each with "
-            "CUDA_VISIBLE_DEVICES set to its GPU (deepfm-ps does this when SM_NUM_GPUS > 1)")
+    return (
+        f"ParameterServerStrategy sees {num_replicas} GPUs on each worker task, so it would run every "
+        f"batch as {num_replicas} replicas (each applying the same batch, the step counter advancing "
+        f"{num_replicas} per batch, metrics written per replica): run one worker task per GPU, each with "
+        "CUDA_VISIBLE_DEVICES set to its GPU (deepfm-ps does this when SM_NUM_GPUS > 1)"
+    )

@@ -35,8 +35,10 @@ def _launcher_size(environ):
 
 def horovod_problem():
     if importlib.util.find_spec("horovod") is None:
-        return ("this TensorFlow has no Horovod (SageMaker's TensorFlow images ship it up to 2.12): use a "
-                "TF 2.12 image, or distribution multi_worker_mirrored (train_mirrored.py)")
+        return (
+            "this TensorFlow has no Horovod (SageMaker's TensorFlow images ship it up to 2.12): use a "
+            "TF 2.12 image, or distribution multi_worker_mirrored (train_mirrored.py)"
+        )
     return None
 
 
@@ -56,10 +58,12 @@ def main(argv):
     collectives = HorovodCollectives(hvd)
     trainer, learning_rate = deepfm_sync.build_sync_trainer(hp, collectives, compute_dtype)  # 3 and 4
     if where.rank == 0:
-        log(f"horovod size={hvd.size()} hosts={env.num_hosts} local_size={hvd.local_size()} "
+        log(
+            f"horovod size={hvd.size()} hosts={env.num_hosts} local_size={hvd.local_size()} "
             f"learning_rate={learning_rate:g} (scale_lr={hp.scale_lr}) "
             f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
-            f"hyperparameters={json.dumps(vars(hp), sort_keys=True, default=str)}")
+            f"hyperparameters={json.dumps(vars(hp), sort_keys=True, default=str)}"
+        )
     deepfm_sync.run(hp, env, trainer, collectives, where)  # 5 (broadcast) and 6 (rank 0 saves) inside
     return 0
 

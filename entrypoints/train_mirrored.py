@@ -35,8 +35,11 @@ MWMS_PORT = 8890  # the port sagemaker-tensorflow-training gives every worker
 
 
 def tf_config_from_hosts(hosts, current_host, port=MWMS_PORT):
-    return {"cluster": {"worker": [f"{host}:{port}" for host in hosts]},
-            "task": {"type": "worker", "index": hosts.index(current_host)}, "environment": "cloud"}
+    return {
+        "cluster": {"worker": [f"{host}:{port}" for host in hosts]},
+        "task": {"type": "worker", "index": hosts.index(current_host)},
+        "environment": "cloud",
+    }
 
 
 def replica_input(hp, env, strategy, where, local_replicas, num_gpus):
@@ -50,8 +53,11 @@ def replica_input(hp, env, strategy, where, local_replicas, num_gpus):
         return None
 
     def train_input(skip_steps, epoch):
-        return per_replica(strategy, lambda: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas,
-                                                           epoch=epoch), hp.batch_size)
+        return per_replica(
+            strategy,
+            lambda: train_dataset(hp, env, where, skip_batches=skip_steps * local_replicas, epoch=epoch),
+            hp.batch_size,
+        )
 
     return train_input
 
@@ -62,8 +68,9 @@ def per_replica(strategy, dataset_fn, batch_size):
     (endless), so each step is a plain get_next from the replicas' own prefetch buffers."""
     import tensorflow as tf
 
-    options = tf.distribute.InputOptions(experimental_fetch_to_device=True,
-                                         experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER)
+    options = tf.distribute.InputOptions(
+        experimental_fetch_to_device=True, experimental_replication_mode=tf.distribute.InputReplicationMode.PER_WORKER
+    )
     return strategy.distribute_datasets_from_function(lambda _: endless(dataset_fn(), batch_size), options)
 
 
@@ -78,11 +85,13 @@ def endless(dataset, batch_size):
     def whole(*batch):
         def rows(t):
             return tf.ensure_shape(t, [batch_size] + t.shape[1:].as_list()) if t.shape.rank else t
+
         return tf.nest.map_structure(rows, batch), True
 
     real = dataset.map(whole)
-    filler = tf.nest.map_structure(lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
-                                   real.element_spec[0])
+    filler = tf.nest.map_structure(
+        lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype), real.element_spec[0]
+    )
     return real.concatenate(tf.data.Dataset.from_tensors((filler, False)).repeat())
 
 
@@ -106,7 +115,8 @@ def main(argv):
     compute_dtype = configure_tensorflow(hp, env)  # thread pools, GPU memory growth: before the strategy
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     strategy = tf.distribute.MultiWorkerMirroredStrategy(  # before any other TensorFlow op
-        communication_options=communication_options(tf, num_gpus))
+        communication_options=communication_options(tf, num_gpus)
+    )
     resolver = strategy.cluster_resolver
     rank = resolver.task_id if resolver is not None and resolver.task_type else 0
     collectives = MirroredCollectives(strategy, rank)
@@ -114,15 +124,24 @@ def main(argv):
     where = Placement(rank, collectives.size, collectives.size)
     trainer, learning_rate = deepfm_sync.build_sync_trainer(hp, collectives, compute_dtype, strategy)
     if rank == 0:
-        log(f"multi_worker_mirrored workers={collectives.size} local_replicas={collectives.local_replicas} "
+        log(
+            f"multi_worker_mirrored workers={collectives.size} local_replicas={collectives.local_replicas} "
             f"replicas={collectives.replicas} per_replica_batch={hp.batch_size} "
             f"global_batch={hp.batch_size * collectives.replicas} learning_rate={learning_rate:g} "
             f"(scale_lr={hp.scale_lr}) devices={','.join(strategy.extended.worker_devices)} "
             f"communication={communication_implementation(num_gpus)} "
             f"sparse_allreduce={deepfm_sync.sparse_allreduce(hp, collectives)} "
-            f"TF_CONFIG={os.environ.get('TF_CONFIG', '')}")
-    deepfm_sync.run(hp, env, trainer, collectives, where, train_step_fn=replica_train_step(trainer, strategy),
-                    train_input=replica_input(hp, env, strategy, where, collectives.local_replicas, num_gpus))
+            f"TF_CONFIG={os.environ.get('TF_CONFIG', '')}"
+        )
+    deepfm_sync.run(
+        hp,
+        env,
+        trainer,
+        collectives,
+        where,
+        train_step_fn=replica_train_step(trainer, strategy),
+        train_input=replica_input(hp, env, strategy, where, collectives.local_replicas, num_gpus),
+    )
     return 0
 
 

@@ -27,8 +27,14 @@ import hetero_cluster
 import ps_gpu_workers as gpu_workers
 from deepfm_container import start_or_exit
 from deepfm_log import log
-from deepfm_tuning import (HOST_ROLES_ENV, configure_tensorflow, per_process_threads, roles_from_environment,
-                           server_config, set_thread_environment)
+from deepfm_tuning import (
+    HOST_ROLES_ENV,
+    configure_tensorflow,
+    per_process_threads,
+    roles_from_environment,
+    server_config,
+    set_thread_environment,
+)
 
 PROG = "train_ps.py"
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
@@ -136,16 +142,25 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
 
         hosts = list(data_hosts) if data_hosts is not None else training_hosts(env)
         workdir = gpu_workers.task_workdir(env.base_dir, local_rank, per_host)
-        channels, mode, (num_shards, index) = write_worker_shard(hp, env, hosts, task_index, local_rank, per_host,
-                                                                 workdir)
+        channels, mode, (num_shards, index) = write_worker_shard(
+            hp, env, hosts, task_index, local_rank, per_host, workdir
+        )
         if mode.lower() == "pipe":
             import sagemaker_tensorflow  # noqa: F401  registers the PipeModeDataset op in this server
         os.chdir(workdir)  # the chief's dataset function uses paths relative to this
-        log(f"worker {task_index} on {env.current_host}: channels={channels} mode={mode} "
+        log(
+            f"worker {task_index} on {env.current_host}: channels={channels} mode={mode} "
             f"shard={index}/{num_shards} task={local_rank}/{per_host} "
-            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(all)')}")
-    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=task_type, task_index=task_index,
-                                  protocol="grpc", config=server_config(), start=True)
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(all)')}"
+        )
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(cluster),
+        job_name=task_type,
+        task_index=task_index,
+        protocol="grpc",
+        config=server_config(),
+        start=True,
+    )
     chief_host, chief_port = cluster["chief"][0].rsplit(":", 1)
     log(f"{task_type} {task_index} serving {server.target}; waiting for the chief at {chief_host}:{chief_port}")
     seen = wait_until_gone(chief_host, chief_port)
@@ -176,8 +191,12 @@ def toolkit_chief_layout(cluster, per_host):
     children = []
     if chief_runs_worker():
         cluster, children = chief_worker_tasks(cluster, per_host)
-    tasks = [hetero_cluster.Task(job, index, address.rsplit(":", 1)[0], address)
-             for job, addresses in cluster.items() if job != "chief" for index, address in enumerate(addresses)]
+    tasks = [
+        hetero_cluster.Task(job, index, address.rsplit(":", 1)[0], address)
+        for job, addresses in cluster.items()
+        if job != "chief"
+        for index, address in enumerate(addresses)
+    ]
     return ChiefLayout(cluster, tuple(children), tuple(tasks), per_host)
 
 
@@ -192,18 +211,25 @@ def chief_worker_tasks(cluster, per_host=1):
     children = []
     for rank in range(per_host):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": first + rank}}
-        children.append({"TF_CONFIG": json.dumps(tf_config), gpu_workers.LOCAL_WORKER_ENV: str(rank),
-                         **gpu_workers.gpu_environment(rank, per_host)})
+        children.append(
+            {
+                "TF_CONFIG": json.dumps(tf_config),
+                gpu_workers.LOCAL_WORKER_ENV: str(rank),
+                **gpu_workers.gpu_environment(rank, per_host),
+            }
+        )
     return cluster, children
 
 
 def hetero_chief_layout(cluster, per_host):
     """A heterogeneous job's layout (hetero_cluster.HeteroCluster): the chief's host runs worker 0."""
     workers = [t for t in cluster.local_tasks() if t.job == "worker"]
-    children = [{HETERO_TASK_ENV: w.name, **gpu_workers.gpu_environment(rank, per_host)}
-                for rank, w in enumerate(workers)]
-    return ChiefLayout(cluster.cluster_spec(), tuple(children), tuple(t for t in cluster.tasks if t.job != "chief"),
-                       per_host)
+    children = [
+        {HETERO_TASK_ENV: w.name, **gpu_workers.gpu_environment(rank, per_host)} for rank, w in enumerate(workers)
+    ]
+    return ChiefLayout(
+        cluster.cluster_spec(), tuple(children), tuple(t for t in cluster.tasks if t.job != "chief"), per_host
+    )
 
 
 def train_chief(hp, env, layout, argv):
@@ -237,15 +263,20 @@ def train_chief(hp, env, layout, argv):
 
 # ---- a heterogeneous job: ps and workers in their own instance groups ----
 
+
 def run_heterogeneous(hp, env, argv):
     """This host's tasks of the cluster in resourceconfig.json: a ps host serves its ps tasks; the
     first worker host runs the chief and (as a child process) worker 0; every other worker host serves
     its worker. A worker's data shard is its host's position in the worker group."""
     per_host = gpu_workers.workers_per_host(env.num_gpus)  # a ps host's own count: its view of the workers
-    try:                                                    # is unused (the chief's cluster reaches every task)
-        cluster = hetero_cluster.build_cluster(hetero_cluster.read_resource_config(), hp.ps_group,
-                                               ps_per_host=hp.ps_per_host, workers_per_host=per_host,
-                                               addresses=hetero_cluster.addresses_from_env())
+    try:  # is unused (the chief's cluster reaches every task)
+        cluster = hetero_cluster.build_cluster(
+            hetero_cluster.read_resource_config(),
+            hp.ps_group,
+            ps_per_host=hp.ps_per_host,
+            workers_per_host=per_host,
+            addresses=hetero_cluster.addresses_from_env(),
+        )
     except hetero_cluster.ClusterError as err:
         return fail(err)
     hp = thread_budget(hp, env, roles_from_environment() or host_roles([t.job for t in cluster.local_tasks()]))
@@ -261,10 +292,19 @@ def run_heterogeneous(hp, env, argv):
         if not chosen:  # this host's other worker tasks, one per GPU
             os.environ.update(gpu_workers.gpu_environment(rank, per_host))
             for other in [t for t in mine.values() if t.job == "worker" and t is not task]:
-                start_child(argv, {HETERO_TASK_ENV: other.name,
-                                   **gpu_workers.gpu_environment(other.index % per_host, per_host)})
-        return serve_until_chief_done(hp, env, cluster.cluster_spec(), "worker", task.index, cluster.worker_hosts,
-                                      local_rank=rank, per_host=per_host)
+                start_child(
+                    argv, {HETERO_TASK_ENV: other.name, **gpu_workers.gpu_environment(other.index % per_host, per_host)}
+                )
+        return serve_until_chief_done(
+            hp,
+            env,
+            cluster.cluster_spec(),
+            "worker",
+            task.index,
+            cluster.worker_hosts,
+            local_rank=rank,
+            per_host=per_host,
+        )
     return train_chief(hp, env, hetero_chief_layout(cluster, per_host), argv)
 
 
@@ -273,8 +313,14 @@ def serve_ps_tasks(hp, env, cluster):
     import tensorflow as tf
 
     def start_server(task):
-        return tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster_spec()), job_name="ps",
-                                    task_index=task.index, protocol="grpc", config=server_config(), start=True)
+        return tf.distribute.Server(
+            tf.train.ClusterSpec(cluster.cluster_spec()),
+            job_name="ps",
+            task_index=task.index,
+            protocol="grpc",
+            config=server_config(),
+            start=True,
+        )
 
     return hetero_cluster.serve_until_chief_done(cluster, start_server, log=log)
 
@@ -287,6 +333,7 @@ def fail(message, exit_at_once=False):
 
 
 # ---- the processes of a parameter-server cluster ----
+
 
 def start_child(argv, extra_env):
     """This script again, as a child process of the chief, with extra_env added to the environment."""

@@ -32,8 +32,13 @@ class Compiled:
         return self.plan.warnings if self.plan is not None else self.refused_warnings
 
 
-def compile_spec(source: str | Mapping[str, Any], overrides: Iterable[str] = (), job_name: str | None = None, *,
-                 env: dict[str, str] | None = None) -> Compiled:
+def compile_spec(
+    source: str | Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    job_name: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Compiled:
     """Spec file (or spec data) + `--set` overrides + job name -> plan, or the errors that stop it, with the
     warnings. `env` replaces os.environ for `${VAR}` substitution (tests).
     """
@@ -53,8 +58,13 @@ def compile_trial(spec: Any, values: Mapping[str, Any], job_name: str, run_dir: 
     """A tuning trial's plan: the spec with the trial's hyperparameters (and no tune: section: a trial is a training
     job), checked by the same rules as `dfm validate` (a value they refuse fails the trial with their message,
     exit 2), run under `run_dir`."""
-    trial = spec.model_copy(update={"hyperparameters": {**spec.hyperparameters, **values}, "tune": None,
-                                    "local": spec.local.model_copy(update={"run_dir": run_dir})})
+    trial = spec.model_copy(
+        update={
+            "hyperparameters": {**spec.hyperparameters, **values},
+            "tune": None,
+            "local": spec.local.model_copy(update={"run_dir": run_dir}),
+        }
+    )
     findings = rules.check(trial, job_name)
     refused = [finding.render(trial) for finding in rules.errors(findings)]
     if refused:

@@ -13,10 +13,21 @@ import pytest
 REGION = "us-east-1"
 BUCKET = "dfm-test-bucket"
 ROLE = "arn:aws:iam::123456789012:role/dfm-training"
-AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
-           "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ROLE_ARN",
-           "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-           "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+AWS_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
 
 
 @pytest.fixture
@@ -116,14 +127,19 @@ def moto_jobs(aws):
 
         def create(self, name: str, instance_count: int = 1, groups: list[dict] | None = None) -> str:
             """groups: ResourceConfig.InstanceGroups (a heterogeneous job) instead of instance_count."""
-            resources = {"InstanceGroups": groups} if groups else {"InstanceType": "ml.c5.xlarge",
-                                                                   "InstanceCount": instance_count}
+            resources = (
+                {"InstanceGroups": groups}
+                if groups
+                else {"InstanceType": "ml.c5.xlarge", "InstanceCount": instance_count}
+            )
             self.client.create_training_job(
-                TrainingJobName=name, RoleArn=ROLE,
+                TrainingJobName=name,
+                RoleArn=ROLE,
                 AlgorithmSpecification={"TrainingImage": "img:1", "TrainingInputMode": "File"},
                 OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/out/"},
                 ResourceConfig={**resources, "VolumeSizeInGB": 10},
-                StoppingCondition={"MaxRuntimeInSeconds": 600})
+                StoppingCondition={"MaxRuntimeInSeconds": 600},
+            )
             return name
 
         def set_state(self, name: str, status: str, reason: str | None = None, secondary: str | None = None) -> None:
@@ -153,8 +169,11 @@ def moto_logs(aws):
             client.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream)
             streams.add(stream)
         now = timestamp or int(time.time() * 1000)
-        client.put_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream,
-                              logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)])
+        client.put_log_events(
+            logGroupName="/aws/sagemaker/TrainingJobs",
+            logStreamName=stream,
+            logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)],
+        )
 
     return put
 

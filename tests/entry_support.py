@@ -33,10 +33,16 @@ from launcher.local.cluster import free_port  # noqa: E402,F401
 
 # What some tests need beyond TensorFlow: the module that provides it, and the runtimes that have it.
 FEATURES = {
-    "horovod": ("horovod", "Horovod is in SageMaker's TensorFlow images up to 2.12: the tf-2.12 runtime "
-                           "(~/.cache/dfm/runtimes/tf-2.12, made by make setup) runs this test"),
-    "pipe": ("sagemaker_tensorflow", "PipeModeDataset (sagemaker-tensorflow) is in SageMaker's TensorFlow images "
-                                     "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test"),
+    "horovod": (
+        "horovod",
+        "Horovod is in SageMaker's TensorFlow images up to 2.12: the tf-2.12 runtime "
+        "(~/.cache/dfm/runtimes/tf-2.12, made by make setup) runs this test",
+    ),
+    "pipe": (
+        "sagemaker_tensorflow",
+        "PipeModeDataset (sagemaker-tensorflow) is in SageMaker's TensorFlow images "
+        "up to 2.14: the tf-2.12 runtime and the project venv (TF 2.14) run this test",
+    ),
 }
 EXPECT_ENV = "DFM_EXPECT"  # e.g. "horovod,pipe": in this runtime those tests must run, not skip
 
@@ -97,8 +103,16 @@ def assert_free_and_not_ephemeral(ports):
             s.bind(("", port))
 
 
-def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperparameters=None,
-                   input_mode="File", s3_sharded=(), num_cpus=2):
+def make_container(
+    base,
+    channels,
+    hosts=("algo-1",),
+    current_host=None,
+    hyperparameters=None,
+    input_mode="File",
+    s3_sharded=(),
+    num_cpus=2,
+):
     """Lay out <base> like /opt/ml and return the environment a script sees there.
 
     channels: channel names; each gets input/data/<name>/ (File) and an inputdataconfig entry.
@@ -112,8 +126,11 @@ def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperpa
         (base / sub).mkdir(parents=True, exist_ok=True)
     input_config = {}
     for name in channels:
-        input_config[name] = {"TrainingInputMode": input_mode, "RecordWrapperType": "None",
-                              "S3DistributionType": "ShardedByS3Key" if name in s3_sharded else "FullyReplicated"}
+        input_config[name] = {
+            "TrainingInputMode": input_mode,
+            "RecordWrapperType": "None",
+            "S3DistributionType": "ShardedByS3Key" if name in s3_sharded else "FullyReplicated",
+        }
         if input_mode != "Pipe":
             (base / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
     hps = dict(hyperparameters or {})
@@ -123,14 +140,24 @@ def make_container(base, channels, hosts=("algo-1",), current_host=None, hyperpa
     for script in ENTRYPOINTS.glob("*.py"):
         shutil.copy(script, base / "code" / script.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM_") and k != "TF_CONFIG"}
-    env.update({
-        "SAGEMAKER_BASE_DIR": str(base), "SM_HOSTS": json.dumps(hosts), "SM_CURRENT_HOST": current_host,
-        "SM_CHANNELS": json.dumps(sorted(channels)), "SM_HPS": json.dumps(hps),
-        "SM_MODEL_DIR": str(base / "model"), "SM_OUTPUT_DATA_DIR": str(base / "output" / "data"),
-        "SM_NUM_CPUS": str(num_cpus), "SM_NUM_GPUS": "0", "SM_INPUT_DIR": str(base / "input"),
-        "SM_INPUT_CONFIG_DIR": str(config), "SM_OUTPUT_DIR": str(base / "output"),
-        "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
-    })
+    env.update(
+        {
+            "SAGEMAKER_BASE_DIR": str(base),
+            "SM_HOSTS": json.dumps(hosts),
+            "SM_CURRENT_HOST": current_host,
+            "SM_CHANNELS": json.dumps(sorted(channels)),
+            "SM_HPS": json.dumps(hps),
+            "SM_MODEL_DIR": str(base / "model"),
+            "SM_OUTPUT_DATA_DIR": str(base / "output" / "data"),
+            "SM_NUM_CPUS": str(num_cpus),
+            "SM_NUM_GPUS": "0",
+            "SM_INPUT_DIR": str(base / "input"),
+            "SM_INPUT_CONFIG_DIR": str(config),
+            "SM_OUTPUT_DIR": str(base / "output"),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+    )
     for name in channels:
         env[f"SM_CHANNEL_{name.upper().replace('-', '_')}"] = str(base / "input" / "data" / name)
     return env
@@ -180,8 +207,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def start_script(base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None,
-                 stderr_path=None, boot=None):
+def start_script(
+    base, script, hyperparameters, env, log_path, extra_env=None, local_cpu_replicas=None, stderr_path=None, boot=None
+):
     """Run `python <script> --key value ...` in <base>/code, the way the container does;
     local_cpu_replicas=N: under MultiWorkerMirroredStrategy, N logical CPUs act as the host's GPUs;
     stderr_path: stderr to its own file (default: into the log); boot: Python code run first (`-c`), which
@@ -190,8 +218,14 @@ def start_script(base, script, hyperparameters, env, log_path, extra_env=None, l
     log = open(log_path, "w")
     stderr = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
     boot = ["-c", _LOCAL_CPU_REPLICAS, str(local_cpu_replicas)] if local_cpu_replicas else ["-c", boot] if boot else []
-    return subprocess.Popen([PYTHON, *boot, script] + argv_for(hyperparameters), cwd=Path(base) / "code",
-                            env=run_env, stdout=log, stderr=stderr, start_new_session=True)
+    return subprocess.Popen(
+        [PYTHON, *boot, script] + argv_for(hyperparameters),
+        cwd=Path(base) / "code",
+        env=run_env,
+        stdout=log,
+        stderr=stderr,
+        start_new_session=True,
+    )
 
 
 def synth_split(rows, eval_rows, seed, feature_size, field_size=39):
@@ -257,5 +291,10 @@ def sagemaker_tf_config(cluster, task_type, index):
 def start_toolkit_ps(cluster, index, env, log_path):
     run_env = dict(env, TF_CONFIG=sagemaker_tf_config(cluster, "ps", index))
     log = open(log_path, "w")
-    return subprocess.Popen([PYTHON, "-c", _TOOLKIT_PS, str(index)], env=run_env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [PYTHON, "-c", _TOOLKIT_PS, str(index)],
+        env=run_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

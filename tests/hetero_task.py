@@ -27,8 +27,13 @@ def log(message):
 def start_server(cluster, task):
     import tensorflow as tf
 
-    return tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster_spec()), job_name=task.job,
-                                task_index=task.index, protocol="grpc", start=True)
+    return tf.distribute.Server(
+        tf.train.ClusterSpec(cluster.cluster_spec()),
+        job_name=task.job,
+        task_index=task.index,
+        protocol="grpc",
+        start=True,
+    )
 
 
 def run_chief(cluster, rounds, stop_file):
@@ -36,10 +41,12 @@ def run_chief(cluster, rounds, stop_file):
 
     hc.wait_for_tasks([t for t in cluster.tasks if t.job != "chief"], timeout=120)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster.cluster_spec()), task_type="chief", task_id=0, rpc_layer="grpc")
+        tf.train.ClusterSpec(cluster.cluster_spec()), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     num_ps = len(cluster.job("ps"))
     strategy = tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(num_ps))
+        resolver, variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(num_ps)
+    )
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         table = tf.Variable(tf.zeros([64, 4]), name="table")
@@ -74,12 +81,14 @@ def main(argv):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stop-file", default="")
     args = parser.parse_args(argv)
-    cluster = hc.build_cluster(hc.read_resource_config(), ps_group="ps", ps_per_host=args.ps_per_host,
-                               addresses=hc.addresses_from_env())
+    cluster = hc.build_cluster(
+        hc.read_resource_config(), ps_group="ps", ps_per_host=args.ps_per_host, addresses=hc.addresses_from_env()
+    )
     mine = cluster.local_tasks()
     if mine[0].job == "ps":
-        return hc.serve_until_chief_done(cluster, lambda task: start_server(cluster, task), log=log,
-                                         appear_timeout=120, poll=0.3)
+        return hc.serve_until_chief_done(
+            cluster, lambda task: start_server(cluster, task), log=log, appear_timeout=120, poll=0.3
+        )
     if mine[0].job == "chief" and not args.worker:
         return run_chief(cluster, args.rounds, args.stop_file)
     worker = [t for t in mine if t.job == "worker"][0]

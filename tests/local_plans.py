@@ -37,9 +37,23 @@ def _distribution(kind: str, per_host: int, mpi_options: str, ps_hosts: int):
     return kind
 
 
-def standin_spec(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File", per_host=1, train_files=5,
-                 hyperparameters=None, mpi_options="", checkpoint_s3_uri=None, checkpoint_local_path=None,
-                 local=None, second_train: Path | None = None, efs: Path | None = None, ps_hosts: int = 0) -> Path:
+def standin_spec(
+    tmp_path: Path,
+    *,
+    kind="parameter_server",
+    hosts=2,
+    mode="File",
+    per_host=1,
+    train_files=5,
+    hyperparameters=None,
+    mpi_options="",
+    checkpoint_s3_uri=None,
+    checkpoint_local_path=None,
+    local=None,
+    second_train: Path | None = None,
+    efs: Path | None = None,
+    ps_hosts: int = 0,
+) -> Path:
     """A spec for the stand-in script (tests/local_scripts/standin.py) with `train` (sharded by S3 key) and
     `eval` channels of small files; `second_train` adds channel train-1, `efs` an EFS channel `checkpoints`;
     `ps_hosts` puts the parameter servers on their own group of that many hosts (`per_host` each)."""
@@ -57,18 +71,35 @@ def standin_spec(tmp_path: Path, *, kind="parameter_server", hosts=2, mode="File
         channels["checkpoints"] = efs
     checkpoints = False
     if checkpoint_s3_uri:
-        checkpoints = {"s3": checkpoint_s3_uri, **({"local_path": checkpoint_local_path} if checkpoint_local_path else {})}
+        checkpoints = {
+            "s3": checkpoint_s3_uri,
+            **({"local_path": checkpoint_local_path} if checkpoint_local_path else {}),
+        }
     spec = {
-        "name": "standin", "role": ROLE, "region": "us-east-1", "entry_point": "standin.py", "source_dir": "src",
-        "framework": {"version": "2.14"}, "instance": {"type": "ml.c5.2xlarge", "count": hosts},
+        "name": "standin",
+        "role": ROLE,
+        "region": "us-east-1",
+        "entry_point": "standin.py",
+        "source_dir": "src",
+        "framework": {"version": "2.14"},
+        "instance": {"type": "ml.c5.2xlarge", "count": hosts},
         "distribution": _distribution(kind, per_host, mpi_options, ps_hosts),
         "data": {"mode": mode, "s3_shard": True, "train": train, "eval": "s3://bucket/eval/", "channels": extra},
-        "output": "s3://bucket/out/", "checkpoints": checkpoints,
-        "hyperparameters": {"behave": "ok", "pipe_epochs": 2 if mode == "Pipe" else 0, "batch_norm": False,
-                            "deep_layers": [8, 4], **(hyperparameters or {})},
+        "output": "s3://bucket/out/",
+        "checkpoints": checkpoints,
+        "hyperparameters": {
+            "behave": "ok",
+            "pipe_epochs": 2 if mode == "Pipe" else 0,
+            "batch_norm": False,
+            "deep_layers": [8, 4],
+            **(hyperparameters or {}),
+        },
         "environment": {"DFM_FROM_PLAN": "yes"},
-        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(tmp_path / "runs"),
-                  **(local or {})},
+        "local": {
+            "channels": {k: str(v) for k, v in channels.items()},
+            "run_dir": str(tmp_path / "runs"),
+            **(local or {}),
+        },
     }
     path = tmp_path / "standin.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -135,9 +166,16 @@ def toolkit_versions_off_pin(folder: str) -> list[str]:
 
     from packaging.requirements import Requirement
 
-    found = {d.metadata["Name"].lower().replace("_", "-"): d.version
-             for d in importlib.metadata.distributions(path=[folder])}
-    pins = [Requirement(line.split("#", 1)[0]) for line in TOOLKIT_PINS.read_text().splitlines()
-            if line.split("#", 1)[0].strip()]
-    return [f"{pin.name} {found.get(pin.name, 'missing')} (images pin {pin.specifier})" for pin in pins
-            if pin.name not in found or not pin.specifier.contains(found[pin.name], prereleases=True)]
+    found = {
+        d.metadata["Name"].lower().replace("_", "-"): d.version for d in importlib.metadata.distributions(path=[folder])
+    }
+    pins = [
+        Requirement(line.split("#", 1)[0])
+        for line in TOOLKIT_PINS.read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+    return [
+        f"{pin.name} {found.get(pin.name, 'missing')} (images pin {pin.specifier})"
+        for pin in pins
+        if pin.name not in found or not pin.specifier.contains(found[pin.name], prereleases=True)
+    ]

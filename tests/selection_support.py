@@ -13,10 +13,24 @@ import tensorflow as tf
 
 import entry_support as es
 
-HPS = {"field_size": 10, "feature_size": 5000, "deep_layers": [64, 64], "batch_size": 128, "optimizer": "adam",
-       "learning_rate": 0.05, "l2_reg": 0.0, "l2_dense": 0.0, "dropout": 0.0, "epochs": 6, "log_steps": 1000,
-       "checkpoint_steps": 1000, "shuffle_buffer": 500, "scale_lr": False, "best_of": "eval:auc",
-       "early_stopping_patience": 2}
+HPS = {
+    "field_size": 10,
+    "feature_size": 5000,
+    "deep_layers": [64, 64],
+    "batch_size": 128,
+    "optimizer": "adam",
+    "learning_rate": 0.05,
+    "l2_reg": 0.0,
+    "l2_dense": 0.0,
+    "dropout": 0.0,
+    "epochs": 6,
+    "log_steps": 1000,
+    "checkpoint_steps": 1000,
+    "shuffle_buffer": 500,
+    "scale_lr": False,
+    "best_of": "eval:auc",
+    "early_stopping_patience": 2,
+}
 
 
 def planted_overfit(rows=2000, eval_rows=1000):
@@ -30,8 +44,9 @@ def exported_auc(export_dir, evaluation):
 
     (version,) = list(export_dir.iterdir())
     serve = tf.saved_model.load(str(version)).signatures["serving_default"]
-    probs = serve(feat_ids=tf.constant(evaluation.ids, tf.int64),
-                  feat_vals=tf.constant(evaluation.values, tf.float32))["probabilities"].numpy()
+    probs = serve(feat_ids=tf.constant(evaluation.ids, tf.int64), feat_vals=tf.constant(evaluation.values, tf.float32))[
+        "probabilities"
+    ].numpy()
     return roc_auc(evaluation.labels, probs)
 
 
@@ -62,4 +77,7 @@ def assert_best_kept_and_stopped_early(log, export_dir, evaluation, hps=HPS):
     auc = exported_auc(export_dir, evaluation)
     # the exported model is the best evaluation's, and the last evaluation was worse (by how much varies under
     # asynchronous ps updates: a fixed margin failed there by chance)
-    assert abs(auc - aucs[best]) < 0.003 and aucs[best] > aucs[-1] and abs(auc - aucs[-1]) > abs(auc - aucs[best]), (auc, aucs)
+    assert abs(auc - aucs[best]) < 0.003 and aucs[best] > aucs[-1] and abs(auc - aucs[-1]) > abs(auc - aucs[best]), (
+        auc,
+        aucs,
+    )

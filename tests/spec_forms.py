@@ -44,7 +44,13 @@ FIELD_SAMPLES: dict[str, list[Any]] = {
     "image_uri": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/tf:2.14"],
     "tracking_server_arn": ["arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/forms"],
 }
-SKIPPED = {"extends", "local", "tune", "prepare", "features"}  # files and whole sections of their own: tests of their own
+SKIPPED = {
+    "extends",
+    "local",
+    "tune",
+    "prepare",
+    "features",
+}  # files and whole sections of their own: tests of their own
 
 
 def _first(options: list[Any]) -> Any:
@@ -79,8 +85,11 @@ def samples(hint: Any, name: str = "", depth: int = 0) -> list[Any]:
 def _model_samples(model: type[BaseModel], depth: int) -> list[dict]:
     """The model with only its required fields, then with each field in each of its forms."""
     hints = typing.get_type_hints(model, include_extras=True)
-    required = {name: _first(samples(hints[name], name, depth + 1))
-                for name, field in model.model_fields.items() if field.is_required()}
+    required = {
+        name: _first(samples(hints[name], name, depth + 1))
+        for name, field in model.model_fields.items()
+        if field.is_required()
+    }
     out = [required]
     if depth > 3:
         return out

@@ -28,8 +28,13 @@ BASE: dict[str, Any] = {
 
 # The base of the specs local runs train on (dfm launch --local): channels come from `local:`, S3 is never read.
 LOCAL_BASE: dict[str, Any] = {
-    "name": "local", "role": ROLE, "region": "us-east-1", "framework": {"version": "2.14", "python": "py310"},
-    "output": "s3://dfm-test/out/", "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": 1},
+    "name": "local",
+    "role": ROLE,
+    "region": "us-east-1",
+    "framework": {"version": "2.14", "python": "py310"},
+    "output": "s3://dfm-test/out/",
+    "entry_point": "deepfm-ps",
+    "instance": {"type": "ml.c5.2xlarge", "count": 1},
     "data": {"mode": "File", "train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
 }
 
@@ -73,8 +78,13 @@ def run(capsys, *args) -> tuple[int, str, str]:
 
 def dfm(*args, cwd: Path | None = None, timeout: float = 240, check: bool = False) -> subprocess.CompletedProcess:
     """`dfm ARGS...` as a subprocess of this Python (the checkout's launcher); `check`: assert it exits 0."""
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", *map(str, args)], capture_output=True, text=True,
-                            timeout=timeout, cwd=cwd)
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
     if check:
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return result

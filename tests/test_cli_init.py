@@ -34,15 +34,25 @@ def test_each_layout_validates_with_role_and_bucket_given(capsys, clean_env, tmp
 
 
 def test_the_image_is_the_newest_that_runs_the_layout():
-    newest_horovod = max((i for i in images.IMAGES.values() if i.horovod), key=lambda i: images.version_tuple(i.version))
+    newest_horovod = max(
+        (i for i in images.IMAGES.values() if i.horovod), key=lambda i: images.version_tuple(i.version)
+    )
     assert init_cli.image_for(init_cli.LAYOUTS["horovod"]) == newest_horovod != images.newest()
     assert init_cli.image_for(init_cli.LAYOUTS["mirrored"]) == images.newest()
 
 
 def test_role_and_bucket_come_from_the_environment_then_the_sdk_config(capsys, clean_env, tmp_path, monkeypatch):
     config = tmp_path / "sagemaker.yaml"
-    config.write_text(yaml.safe_dump({"SageMaker": {"TrainingJob": {"RoleArn": ROLE},
-                                                    "PythonSDK": {"Modules": {"Session": {"DefaultS3Bucket": "sdk-bucket"}}}}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "SageMaker": {
+                    "TrainingJob": {"RoleArn": ROLE},
+                    "PythonSDK": {"Modules": {"Session": {"DefaultS3Bucket": "sdk-bucket"}}},
+                }
+            }
+        )
+    )
     monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(config))
     monkeypatch.setenv("DFM_BUCKET", "env-bucket")
     assert run(capsys, "init", "single", "-o", "a.yaml")[0] == 0
@@ -83,7 +93,13 @@ def test_shell_completion_as_documented(tmp_path):
 
     from spec_helpers import REPO
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COMP_WORDS": "dfm in", "COMP_CWORD": "1", "_DFM_COMPLETE": "bash_complete"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COMP_WORDS": "dfm in",
+        "COMP_CWORD": "1",
+        "_DFM_COMPLETE": "bash_complete",
+    }
     done = subprocess.run([sys.executable, "-m", "launcher.cli"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "init" in done.stdout.split()[0]
     env["_DFM_COMPLETE"] = "bash_source"

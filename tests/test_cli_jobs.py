@@ -27,9 +27,13 @@ def test_status_of_a_completed_job(moto_jobs, capsys):
 
 
 def test_status_of_a_heterogeneous_job_names_each_group(moto_jobs, capsys):
-    moto_jobs.create("deepfm-hetero-1", groups=[
-        {"InstanceGroupName": "worker", "InstanceType": "ml.g5.2xlarge", "InstanceCount": 2},
-        {"InstanceGroupName": "ps", "InstanceType": "ml.r5.4xlarge", "InstanceCount": 1}])
+    moto_jobs.create(
+        "deepfm-hetero-1",
+        groups=[
+            {"InstanceGroupName": "worker", "InstanceType": "ml.g5.2xlarge", "InstanceCount": 2},
+            {"InstanceGroupName": "ps", "InstanceType": "ml.r5.4xlarge", "InstanceCount": 1},
+        ],
+    )
     code, out, err = run(capsys, "status", "deepfm-hetero-1", "--region", REGION)
     assert code == 0, err
     assert "instances  2 x ml.g5.2xlarge (worker) + 1 x ml.r5.4xlarge (ps)" in out
@@ -47,7 +51,10 @@ def test_status_of_a_failed_job_exits_1_with_the_reason(moto_jobs, capsys):
 def test_status_of_an_unknown_job_is_one_line_exit_1(aws, capsys):
     code, out, err = run(capsys, "status", "nope")
     assert code == 1 and out == ""
-    assert err.strip() == f"dfm: no training, tuning or processing job named nope in {REGION}: check the name, --kind and --region"
+    assert (
+        err.strip()
+        == f"dfm: no training, tuning or processing job named nope in {REGION}: check the name, --kind and --region"
+    )
 
 
 def test_list_text_json_filter_and_max(moto_jobs, capsys):
@@ -67,12 +74,15 @@ def test_list_text_json_filter_and_max(moto_jobs, capsys):
     assert code == 0 and out.strip() == "no jobs whose name contains 'zzz'"
 
 
-@pytest.mark.parametrize("argv", [
-    ("list", "--max", "0"),
-    ("list", "--output", "xml"),
-    ("status",),
-    ("logs", "job", "--poll", "-1"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("list", "--max", "0"),
+        ("list", "--output", "xml"),
+        ("status",),
+        ("logs", "job", "--poll", "-1"),
+    ],
+)
 def test_usage_errors_exit_2(capsys, argv):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err
@@ -90,13 +100,17 @@ def test_logs_text_and_json(moto_jobs, moto_logs, capsys):
 
     code, out, _ = run(capsys, "logs", "deepfm-ps-l")
     assert code == 0
-    assert sorted(out.splitlines()) == ["[algo-1] [dfm] train step=100 loss=0.45 auc=0.71 examples_per_sec=9000",
-                                        "[algo-2] ps ready"]
+    assert sorted(out.splitlines()) == [
+        "[algo-1] [dfm] train step=100 loss=0.45 auc=0.71 examples_per_sec=9000",
+        "[algo-2] ps ready",
+    ]
 
     code, out, _ = run(capsys, "logs", "deepfm-ps-l", "--output", "json")
     events = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and {(e["host"], e["message"]) for e in events} == {
-        ("algo-1", "[dfm] train step=100 loss=0.45 auc=0.71 examples_per_sec=9000"), ("algo-2", "ps ready")}
+        ("algo-1", "[dfm] train step=100 loss=0.45 auc=0.71 examples_per_sec=9000"),
+        ("algo-2", "ps ready"),
+    }
 
 
 def test_logs_follow_exits_with_the_jobs_outcome(moto_jobs, moto_logs, capsys):
@@ -132,20 +146,25 @@ def test_stop(stubbed_sagemaker, capsys):
 
 
 def test_stop_refused_exits_1(stubbed_sagemaker, capsys):
-    stubbed_sagemaker.add_client_error("stop_training_job", "ValidationException",
-                                       "The request was rejected because the training job is in status Completed.")
+    stubbed_sagemaker.add_client_error(
+        "stop_training_job",
+        "ValidationException",
+        "The request was rejected because the training job is in status Completed.",
+    )
     code, out, err = run(capsys, "stop", "deepfm-ps-s", "--kind", "training")
     assert code == 1 and out == ""
     assert err.startswith("dfm: AWS refused stopping deepfm-ps-s (ValidationException)") and err.count("\n") == 1
 
 
 def test_help_imports_neither_boto3_nor_sagemaker():
-    code = ("import sys\n"
-            "from launcher.cli import main\n"
-            "for argv in (['--help'], ['status', '--help'], ['list', '--help']):\n"
-            "    assert main(argv) == 0\n"
-            "heavy = [m for m in ('sagemaker', 'boto3', 'botocore') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
+    code = (
+        "import sys\n"
+        "from launcher.cli import main\n"
+        "for argv in (['--help'], ['status', '--help'], ['list', '--help']):\n"
+        "    assert main(argv) == 0\n"
+        "heavy = [m for m in ('sagemaker', 'boto3', 'botocore') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Show a job's state" in done.stdout and "--name-contains" in done.stdout
@@ -155,27 +174,62 @@ def test_list_merges_every_kind_newest_first(stubbed_sagemaker, capsys):
     import datetime
 
     day = datetime.datetime(2026, 11, 24)
-    stubbed_sagemaker.add_response("list_training_jobs", {"TrainingJobSummaries": [
-        {"TrainingJobName": "deepfm-ps-old", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-old",
-         "CreationTime": day, "TrainingJobStatus": "Completed"}]})
-    stubbed_sagemaker.add_response("list_hyper_parameter_tuning_jobs", {"HyperParameterTuningJobSummaries": [
-        {"HyperParameterTuningJobName": "deepfm-tune-1", "HyperParameterTuningJobArn":
-         "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1",
-         "HyperParameterTuningJobStatus": "InProgress", "Strategy": "Bayesian", "CreationTime": day.replace(hour=3),
-         "TrainingJobStatusCounters": {}, "ObjectiveStatusCounters": {}}]})
-    stubbed_sagemaker.add_response("list_processing_jobs", {"ProcessingJobSummaries": [
-        {"ProcessingJobName": "deepfm-prep-1", "ProcessingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:processing-job/deepfm-prep-1",
-         "CreationTime": day.replace(hour=1), "ProcessingJobStatus": "Failed"}]})
+    stubbed_sagemaker.add_response(
+        "list_training_jobs",
+        {
+            "TrainingJobSummaries": [
+                {
+                    "TrainingJobName": "deepfm-ps-old",
+                    "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-old",
+                    "CreationTime": day,
+                    "TrainingJobStatus": "Completed",
+                }
+            ]
+        },
+    )
+    stubbed_sagemaker.add_response(
+        "list_hyper_parameter_tuning_jobs",
+        {
+            "HyperParameterTuningJobSummaries": [
+                {
+                    "HyperParameterTuningJobName": "deepfm-tune-1",
+                    "HyperParameterTuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1",
+                    "HyperParameterTuningJobStatus": "InProgress",
+                    "Strategy": "Bayesian",
+                    "CreationTime": day.replace(hour=3),
+                    "TrainingJobStatusCounters": {},
+                    "ObjectiveStatusCounters": {},
+                }
+            ]
+        },
+    )
+    stubbed_sagemaker.add_response(
+        "list_processing_jobs",
+        {
+            "ProcessingJobSummaries": [
+                {
+                    "ProcessingJobName": "deepfm-prep-1",
+                    "ProcessingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:processing-job/deepfm-prep-1",
+                    "CreationTime": day.replace(hour=1),
+                    "ProcessingJobStatus": "Failed",
+                }
+            ]
+        },
+    )
     code, out, _ = run(capsys, "list", "--output", "json")
     assert code == 0
     assert [(job["job_name"], job["kind"], job["status"]) for job in json.loads(out)] == [
-        ("deepfm-tune-1", "tuning", "InProgress"), ("deepfm-prep-1", "processing", "Failed"),
-        ("deepfm-ps-old", "training", "Completed")]
+        ("deepfm-tune-1", "tuning", "InProgress"),
+        ("deepfm-prep-1", "processing", "Failed"),
+        ("deepfm-ps-old", "training", "Completed"),
+    ]
 
 
 def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys):
     stubbed_sagemaker.add_client_error("describe_training_job", "ValidationException", "Requested resource not found.")
-    stubbed_sagemaker.add_client_error("describe_hyper_parameter_tuning_job", "ResourceNotFound", "Amazon SageMaker can't find a tuning job")
+    stubbed_sagemaker.add_client_error(
+        "describe_hyper_parameter_tuning_job", "ResourceNotFound", "Amazon SageMaker can't find a tuning job"
+    )
     stubbed_sagemaker.add_client_error("describe_processing_job", "ValidationException", "Could not find requested job")
     code, out, err = run(capsys, "status", "nope")
     assert code == 1 and out == "" and "no training, tuning or processing job named nope" in err
@@ -184,10 +238,24 @@ def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys
 def test_status_without_a_job_lists_the_recent_jobs(stubbed_sagemaker, capsys):
     import datetime
 
-    stubbed_sagemaker.add_response("list_training_jobs", {"TrainingJobSummaries": [
-        {"TrainingJobName": "deepfm-ps-1", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-1",
-         "CreationTime": datetime.datetime(2026, 11, 24), "TrainingJobStatus": "InProgress"}]})
+    stubbed_sagemaker.add_response(
+        "list_training_jobs",
+        {
+            "TrainingJobSummaries": [
+                {
+                    "TrainingJobName": "deepfm-ps-1",
+                    "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/deepfm-ps-1",
+                    "CreationTime": datetime.datetime(2026, 11, 24),
+                    "TrainingJobStatus": "InProgress",
+                }
+            ]
+        },
+    )
     code, out, _ = run(capsys, "status", "--kind", "training")
     assert code == 0
     header, row = out.splitlines()
-    assert header.split() == ["JOB", "KIND", "STATUS", "CREATED", "ENDED"] and row.split()[:3] == ["deepfm-ps-1", "training", "InProgress"]
+    assert header.split() == ["JOB", "KIND", "STATUS", "CREATED", "ENDED"] and row.split()[:3] == [
+        "deepfm-ps-1",
+        "training",
+        "InProgress",
+    ]

@@ -86,11 +86,14 @@ def test_validate_applies_set_overrides(capsys, tmp_path):
     assert run(capsys, "validate", spec, "--set", "data.mode=Pipe")[0] == 0
 
 
-@pytest.mark.parametrize("override, rc, words", [
-    ("instance.type=ml.c5.bogus", 2, "did you mean 'ml.c5.xlarge'"),
-    ("environment.FEATURES=" + "f" * 600, 2, "600 characters, SageMaker allows at most 512"),
-    ("hyperparameters.kmp_affinity=" + "k" * 1000, 0, ""),  # the API allows 2500
-])
+@pytest.mark.parametrize(
+    "override, rc, words",
+    [
+        ("instance.type=ml.c5.bogus", 2, "did you mean 'ml.c5.xlarge'"),
+        ("environment.FEATURES=" + "f" * 600, 2, "600 characters, SageMaker allows at most 512"),
+        ("hyperparameters.kmp_affinity=" + "k" * 1000, 0, ""),  # the API allows 2500
+    ],
+)
 def test_validate_enforces_the_service_models_limits(capsys, tmp_path, override, rc, words):
     spec = write_spec(tmp_path)
     code, out, err = run(capsys, "validate", spec, "--set", override)
@@ -108,8 +111,18 @@ def test_schema_prints_the_json_schema(capsys):
 
 def test_dry_run_json_is_the_only_stdout_and_makes_no_network_call(capsys, no_aws_env, no_network, monkeypatch):
     monkeypatch.delenv("DFM_BUCKET", raising=False)
-    code, out, _ = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--dry-run", "--output", "json", "--job-name", JOB,
-                       "--set", "hyperparameters.epochs=2")
+    code, out, _ = run(
+        capsys,
+        "launch",
+        REPO / "configs" / "ps.yaml",
+        "--dry-run",
+        "--output",
+        "json",
+        "--job-name",
+        JOB,
+        "--set",
+        "hyperparameters.epochs=2",
+    )
     assert code == 0 and no_network == []
     document = json.loads(out)
     assert {"job_name", "estimator", "inputs", "argv", "request", "warnings", "cost", "image_uri"} <= set(document)
@@ -118,7 +131,9 @@ def test_dry_run_json_is_the_only_stdout_and_makes_no_network_call(capsys, no_aw
     assert document["estimator"]["kwargs"]["distribution"] == {"parameter_server": {"enabled": True}}
     assert set(document["inputs"]) == {"train", "eval"}
     assert document["argv"][document["argv"].index("--epochs") + 1] == "2"
-    assert document["image_uri"].endswith("tensorflow-training:2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21
+    assert document["image_uri"].endswith(
+        "tensorflow-training:2.21.0-cpu-py312-amzn2023-sagemaker"
+    )  # SDK v2 lacks 2.21
     assert document["cost"]["max_usd"] == round(3.672 * 2, 2)
     assert any("data.s3_shard" in w for w in document["warnings"])
 
@@ -134,8 +149,14 @@ def test_dry_run_text_shows_each_section(capsys, no_aws_env, no_network):
 
 @pytest.mark.parametrize("output", ["text", "json"])
 def test_dry_run_masks_secret_looking_environment_values(capsys, no_aws_env, no_network, output):
-    secrets = ["--set", "environment.DB_PASSWORD=hunter2", "--set", "environment.githubToken=ghp_abc123",
-               "--set", "environment.FEATURE_SET=wide"]
+    secrets = [
+        "--set",
+        "environment.DB_PASSWORD=hunter2",
+        "--set",
+        "environment.githubToken=ghp_abc123",
+        "--set",
+        "environment.FEATURE_SET=wide",
+    ]
     argv = ["launch", REPO / "configs" / "ps.yaml", "--dry-run", "--output", output, "--job-name", JOB, *secrets]
     code, out, err = run(capsys, *argv)
     assert code == 0, err
@@ -143,7 +164,11 @@ def test_dry_run_masks_secret_looking_environment_values(capsys, no_aws_env, no_
     assert "wide" in out and "****" in out
     if output == "json":
         document = json.loads(out)
-        assert document["request"]["Environment"] == {"DB_PASSWORD": "****", "githubToken": "****", "FEATURE_SET": "wide"}
+        assert document["request"]["Environment"] == {
+            "DB_PASSWORD": "****",
+            "githubToken": "****",
+            "FEATURE_SET": "wide",
+        }
         assert document["estimator"]["kwargs"]["environment"]["DB_PASSWORD"] == "****"
     code, out, err = run(capsys, *argv, "--show-secrets")
     assert code == 0 and out.count("hunter2") == 2 and "ghp_abc123" in out
@@ -186,12 +211,23 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
 
     def hooked(region):
         session = real(region)
-        session.events.register("provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(params))
+        session.events.register(
+            "provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(params)
+        )
         return session
 
     monkeypatch.setattr(sm_aws, "boto_session", hooked)
-    code, out, err = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--output", "json", "--job-name", JOB,
-                         "--set", "environment.DB_PASSWORD=hunter2")
+    code, out, err = run(
+        capsys,
+        "launch",
+        REPO / "configs" / "ps.yaml",
+        "--output",
+        "json",
+        "--job-name",
+        JOB,
+        "--set",
+        "environment.DB_PASSWORD=hunter2",
+    )
     assert code == 0, err
     assert json.loads(out)["job_name"] == JOB
     (request,) = sent
@@ -215,8 +251,20 @@ def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_pa
         return 3
 
     monkeypatch.setattr(launcher.local, "run_local", record)
-    code, _, _ = run(capsys, "launch", REPO / "configs" / "ps.yaml", "--local", "--channel", f"train={tmp_path}",
-                     "--run-dir", tmp_path / "runs", "--timeout", "30", "--set", "instance.count=1")
+    code, _, _ = run(
+        capsys,
+        "launch",
+        REPO / "configs" / "ps.yaml",
+        "--local",
+        "--channel",
+        f"train={tmp_path}",
+        "--run-dir",
+        tmp_path / "runs",
+        "--timeout",
+        "30",
+        "--set",
+        "instance.count=1",
+    )
     assert code == 3  # the local run's exit code
     ((plan, run_dir, timeout_s, verbose),) = calls
     assert run_dir == str(tmp_path / "runs") and timeout_s == 30 and plan.instance_count == 1 and not verbose
@@ -261,8 +309,10 @@ def test_the_dry_run_leads_with_a_summary_of_what_costs_and_ships(capsys, no_aws
     head = out.splitlines()[:15]
     labels = [line.split(" ")[0] for line in head if line and not line.startswith(" ")]
     assert labels[:8] == ["Job", "Image", "Hosts", "Channels", "Checkpoints", "Cost", "Upload", "Warnings"]
-    assert f"s3://dfm-example-bucket/deepfm/{JOB}/checkpoints" in out.splitlines()[head.index(
-        next(line for line in head if line.startswith("Checkpoints")))]
+    assert (
+        f"s3://dfm-example-bucket/deepfm/{JOB}/checkpoints"
+        in out.splitlines()[head.index(next(line for line in head if line.startswith("Checkpoints")))]
+    )
     assert any(line.startswith("Cost") and "$7.34" in line for line in head)
     assert any(line.startswith("Upload") and "files" in line and "entrypoints" in line for line in head)
     assert "s3://dfm-example-bucket/deepfm/train/" in out  # whole, on one line
@@ -284,12 +334,17 @@ def _submit_runner(monkeypatch, terminal: bool):
     return CliRunner(), cli, submitted
 
 
-@pytest.mark.parametrize("answer, extra, asked, sent", [
-    ("n\n", [], True, False),
-    ("y\n", [], True, True),
-    ("", ["--yes"], False, True),
-])
-def test_launch_on_a_terminal_shows_the_summary_and_asks(no_aws_env, no_network, monkeypatch, answer, extra, asked, sent):
+@pytest.mark.parametrize(
+    "answer, extra, asked, sent",
+    [
+        ("n\n", [], True, False),
+        ("y\n", [], True, True),
+        ("", ["--yes"], False, True),
+    ],
+)
+def test_launch_on_a_terminal_shows_the_summary_and_asks(
+    no_aws_env, no_network, monkeypatch, answer, extra, asked, sent
+):
     runner, cli, submitted = _submit_runner(monkeypatch, terminal=True)
     result = runner.invoke(cli, ["launch", str(REPO / "configs" / "ps.yaml"), "--job-name", JOB, *extra], input=answer)
     assert ("Submit this job?" in result.output) == asked
@@ -316,13 +371,29 @@ def test_a_placeholder_role_or_bucket_is_a_warning_naming_the_variable(capsys, m
     assert code == 0 and "DFM_ROLE_ARN" not in err and "DFM_BUCKET" not in err
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("my.yaml:7: distribution.horovod.processes_per_host: use at most 4",
-     {"file": "my.yaml", "line": 7, "field": "distribution.horovod.processes_per_host", "message": "use at most 4"}),
-    ("my.yaml: not a mapping", {"file": "my.yaml", "line": None, "field": None, "message": "not a mapping"}),
-    ("--job-name: 'a_b' is not a job name", {"file": None, "line": None, "field": "--job-name", "message": "'a_b' is not a job name"}),
-    ("--set: instance.count: must be >= 1", {"file": "--set", "line": None, "field": "instance.count", "message": "must be >= 1"}),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (
+            "my.yaml:7: distribution.horovod.processes_per_host: use at most 4",
+            {
+                "file": "my.yaml",
+                "line": 7,
+                "field": "distribution.horovod.processes_per_host",
+                "message": "use at most 4",
+            },
+        ),
+        ("my.yaml: not a mapping", {"file": "my.yaml", "line": None, "field": None, "message": "not a mapping"}),
+        (
+            "--job-name: 'a_b' is not a job name",
+            {"file": None, "line": None, "field": "--job-name", "message": "'a_b' is not a job name"},
+        ),
+        (
+            "--set: instance.count: must be >= 1",
+            {"file": "--set", "line": None, "field": "instance.count", "message": "must be >= 1"},
+        ),
+    ],
+)
 def test_json_findings_are_objects(line, expected):
     from launcher.cli.compile_errors import as_object
 

@@ -11,8 +11,12 @@ from launcher.data.tfrecord import read_examples
 def test_round_trip_from_synthetic_libsvm(tmp_path):
     data = synth.generate(300, 2, field_size=6, feature_size=400)
     sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
-    assert main(["data", "convert", *map(str, sources), "--out", str(tmp_path / "tf"), "--field-size", "6",
-                 "--files", "4"]) == 0
+    assert (
+        main(
+            ["data", "convert", *map(str, sources), "--out", str(tmp_path / "tf"), "--field-size", "6", "--files", "4"]
+        )
+        == 0
+    )
     outputs = sorted((tmp_path / "tf").iterdir())
     assert [len(read_examples([p], 6)[0]) for p in outputs] == [75, 75, 75, 75]
     # Rows are dealt round-robin: file k holds rows k, k+4, ...
@@ -58,16 +62,19 @@ def test_skip_bad_writes_the_good_rows_and_reports_the_count(tmp_path, capsys):
     np.testing.assert_array_equal(ids, [[0, 5, 9], [1, 6, 9]])
 
 
-@pytest.mark.parametrize("row, reason", [
-    ("1 0:1 2:1", "2 id:value pairs, expected 3"),
-    ("x 0:1 2:1 3:1", "label 'x' is not a number"),
-    ("1 0:1 2 3:1", "pair 2 '2' is not id:value"),
-    ("1 0:1 -2:1 3:1", "id -2 is outside"),
-    ("1 0:1 2:1 300:1", "id 300 is outside [0, 100)"),
-    ("1 0:1 2:inf 3:1", "value inf is not finite"),
-    ("1 0:1 2:1e39 3:1", "value 1e39 is beyond float32"),
-    ("1 0:1 2:-3.5e38 3:1", "value -3.5e38 is beyond float32"),
-])
+@pytest.mark.parametrize(
+    "row, reason",
+    [
+        ("1 0:1 2:1", "2 id:value pairs, expected 3"),
+        ("x 0:1 2:1 3:1", "label 'x' is not a number"),
+        ("1 0:1 2 3:1", "pair 2 '2' is not id:value"),
+        ("1 0:1 -2:1 3:1", "id -2 is outside"),
+        ("1 0:1 2:1 300:1", "id 300 is outside [0, 100)"),
+        ("1 0:1 2:inf 3:1", "value inf is not finite"),
+        ("1 0:1 2:1e39 3:1", "value 1e39 is beyond float32"),
+        ("1 0:1 2:-3.5e38 3:1", "value -3.5e38 is beyond float32"),
+    ],
+)
 def test_parse_row_reasons(row, reason):
     with pytest.raises(ValueError) as err:
         libsvm.parse_row(row, 3, 100)
@@ -149,11 +156,14 @@ def test_no_empty_files_beyond_the_rows(tmp_path, capsys):
     assert [len(read_examples([p], 6)[0]) for p in outputs] == [1] * 5
 
 
-@pytest.mark.parametrize("content, words", [
-    ("", "all empty or blank"),
-    ("1,2,3\n4,5,6\n", "2 bad; first at"),
-    (bytes(range(256)) * 4, "bad; first at"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("", "all empty or blank"),
+        ("1,2,3\n4,5,6\n", "2 bad; first at"),
+        (bytes(range(256)) * 4, "bad; first at"),
+    ],
+)
 def test_no_good_rows_fails_with_the_counts_and_the_first_bad_rows(tmp_path, capsys, content, words):
     source = tmp_path / "in.libsvm"
     source.write_bytes(content) if isinstance(content, bytes) else source.write_text(content)
@@ -192,10 +202,40 @@ def test_an_unwritable_out_is_one_line_exit_2_before_any_work(tmp_path, capsys, 
     assert err.startswith(f"dfm: --out {out}: ") and err.count("\n") == 1 and "Traceback" not in err, err
 
 
-_TOKENS = ["0", "1", "-0", "0.5", ".5", "5.", "-.5", "007", "0.1", "-0.0", "1.0000000000000002", "0.000000000000001",
-           "123456789012345.6", "99999999.99999999", "9007199254740993", "12345678901234567",
-           "0.12345678901234567", "-1234567890.1234567890", "1.2.3", ".", "-",
-           "--1", "1-2", "1e3", "+1", "1_0", "nan", "inf", "3.4e39", "\u0663", "", "a"]
+_TOKENS = [
+    "0",
+    "1",
+    "-0",
+    "0.5",
+    ".5",
+    "5.",
+    "-.5",
+    "007",
+    "0.1",
+    "-0.0",
+    "1.0000000000000002",
+    "0.000000000000001",
+    "123456789012345.6",
+    "99999999.99999999",
+    "9007199254740993",
+    "12345678901234567",
+    "0.12345678901234567",
+    "-1234567890.1234567890",
+    "1.2.3",
+    ".",
+    "-",
+    "--1",
+    "1-2",
+    "1e3",
+    "+1",
+    "1_0",
+    "nan",
+    "inf",
+    "3.4e39",
+    "\u0663",
+    "",
+    "a",
+]
 
 
 def _mangled(rng, row):
@@ -226,14 +266,18 @@ def test_the_block_parser_agrees_with_the_row_parser_on_every_row(ended):
 
     rng = np.random.default_rng(7)
     data = synth.generate(400, 3, field_size=5, feature_size=1000)
-    rows = [f"{int(label)} " + " ".join(f"{i}:{v:.9g}" for i, v in zip(ids, values))
-            for label, ids, values in zip(data.labels, data.ids, data.values)]
+    rows = [
+        f"{int(label)} " + " ".join(f"{i}:{v:.9g}" for i, v in zip(ids, values))
+        for label, ids, values in zip(data.labels, data.ids, data.values)
+    ]
     for feature_size in (None, 1000, 500):
         lines = [_mangled(rng, row) if rng.random() < 0.4 else row for row in rows]
         lines = [line + "\n" for line in lines] if ended else lines
         for size in (len(lines), 3):  # a whole block (rows picked by regex) and small ones (mostly all plain)
-            parts = [parse_libsvm_lines(lines[i:i + size], 5, feature_size, ended=ended)
-                     for i in range(0, len(lines), size)]
+            parts = [
+                parse_libsvm_lines(lines[i : i + size], 5, feature_size, ended=ended)
+                for i in range(0, len(lines), size)
+            ]
             labels, ids, values = (np.concatenate([part[j] for part in parts]) for j in range(3))
             bad = [(i * size + index, err) for i, part in enumerate(parts) for index, err in part[3]]
             expected, reasons = [], []

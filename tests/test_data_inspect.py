@@ -20,15 +20,32 @@ def _inspect(capsys, *argv):
 @pytest.fixture(scope="module")
 def criteo(tmp_path_factory):
     out = tmp_path_factory.mktemp("criteo")
-    assert main(["data", "synth", "--format", "criteo-tsv", "--out", str(out), "--rows", "3000", "--seed", "2",
-                 "--multi-hot", "recent_cats"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth",
+                "--format",
+                "criteo-tsv",
+                "--out",
+                str(out),
+                "--rows",
+                "3000",
+                "--seed",
+                "2",
+                "--multi-hot",
+                "recent_cats",
+            ]
+        )
+        == 0
+    )
     return out / "train" / "part-00000.tsv", json.loads((out / "meta.json").read_text())
 
 
 def assert_powers_of_two_to(entry: dict, largest: float) -> None:
     """bucketize at 1, 3, 7, ... (2^k - 1), the last boundary the first at or above the sample's largest count."""
     boundaries = entry["boundaries"]
-    assert entry["transform"] == "bucketize" and boundaries == [2 ** k - 1 for k in range(1, len(boundaries) + 1)]
+    assert entry["transform"] == "bucketize" and boundaries == [2**k - 1 for k in range(1, len(boundaries) + 1)]
     assert boundaries[-1] >= largest and (len(boundaries) == 1 or boundaries[-2] < largest), (boundaries, largest)
 
 
@@ -77,9 +94,16 @@ def _write_csv(path, rows=400, seed=0):
         writer.writerow(["user", "clicked", "price", "clicks", "is_mobile", "tags"])
         for r in range(rows):
             chosen = rng.choice(tags, size=rng.integers(1, 6))
-            writer.writerow([f"u{rng.integers(50)}", int(rng.random() < 0.3), f"{rng.normal(0, 5):.3f}",
-                             "" if r % 10 == 0 else int(rng.pareto(1.5) * 3), int(rng.random() < 0.5),
-                             ",".join(chosen)])
+            writer.writerow(
+                [
+                    f"u{rng.integers(50)}",
+                    int(rng.random() < 0.3),
+                    f"{rng.normal(0, 5):.3f}",
+                    "" if r % 10 == 0 else int(rng.pareto(1.5) * 3),
+                    int(rng.random() < 0.5),
+                    ",".join(chosen),
+                ]
+            )
 
 
 def test_csv_with_quoted_lists_and_a_label_that_is_not_first(tmp_path, capsys):
@@ -144,8 +168,11 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_skewed_fractions_get_log1p_and_counts_get_buckets(tmp_path, capsys):
     rng = np.random.default_rng(4)
     path = tmp_path / "spend.tsv"
-    path.write_text("".join(f"{int(rng.random() < 0.3)}\t{rng.pareto(1.5) * 3:.3f}\t{int(rng.pareto(1.5) * 3)}\n"
-                            for _ in range(500)))
+    path.write_text(
+        "".join(
+            f"{int(rng.random() < 0.3)}\t{rng.pareto(1.5) * 3:.3f}\t{int(rng.pareto(1.5) * 3)}\n" for _ in range(500)
+        )
+    )
     out = json.loads(_inspect(capsys, path, "--columns", "clicked,spend,visits", "--output", "json"))
     assert out["features"]["numeric"]["spend"] == {"transform": "log1p"}  # skewed, but not whole numbers
     assert_powers_of_two_to(out["features"]["numeric"]["visits"], out["stats"]["visits"]["max"])
@@ -173,8 +200,25 @@ def test_a_column_of_numbers_with_an_inf_is_categorical_with_a_note(tmp_path, ca
 @pytest.fixture(scope="module")
 def synth_folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    assert main(["data", "synth", "--out", str(out), "--rows", "300", "--files", "3", "--seed", "4",
-                 "--feature-size", "5000"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth",
+                "--out",
+                str(out),
+                "--rows",
+                "300",
+                "--files",
+                "3",
+                "--seed",
+                "4",
+                "--feature-size",
+                "5000",
+            ]
+        )
+        == 0
+    )
     return out, json.loads((out / "meta.json").read_text())
 
 

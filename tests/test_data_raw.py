@@ -13,8 +13,23 @@ HEX8 = re.compile(r"[0-9a-f]{8}")
 
 
 def _synth(out, *extra, rows=2400, eval_rows=600, seed=5, files=3):
-    argv = ["data", "synth", "--format", "criteo-tsv", "--out", str(out), "--rows", str(rows),
-            "--eval-rows", str(eval_rows), "--files", str(files), "--seed", str(seed), *extra]
+    argv = [
+        "data",
+        "synth",
+        "--format",
+        "criteo-tsv",
+        "--out",
+        str(out),
+        "--rows",
+        str(rows),
+        "--eval-rows",
+        str(eval_rows),
+        "--files",
+        str(files),
+        "--seed",
+        str(seed),
+        *extra,
+    ]
     assert main(argv) == 0
     return json.loads((out / "meta.json").read_text())
 
@@ -50,7 +65,7 @@ def _decode(cells, generator):
     bags = [[tokens[t] for t in row[1 + fields].split("|")] if row[1 + fields] else [] for row in cells]
     bag_ids = np.zeros((rows, bag.max_length), dtype=np.int64)
     for r, row_ids in enumerate(bags):
-        bag_ids[r, :len(row_ids)] = row_ids
+        bag_ids[r, : len(row_ids)] = row_ids
     lengths = np.array([len(b) for b in bags], dtype=np.int64)
     return synth.Draw(ids, values, np.zeros((rows, numeric), dtype=np.int64), None, bag_ids, lengths)
 
@@ -59,8 +74,12 @@ def test_columns_parse_as_label_counts_hex_and_bags(tmp_path):
     meta = _synth(tmp_path / "s", "--multi-hot", "recent_cats")
     cells = _cells(tmp_path / "s" / "train")
     assert len(cells) == 2400 and {len(row) for row in cells} == {41}
-    assert meta["columns"] == ["clicked", *[f"i{k}" for k in range(1, 14)], *[f"c{k}" for k in range(1, 27)],
-                               "recent_cats"]
+    assert meta["columns"] == [
+        "clicked",
+        *[f"i{k}" for k in range(1, 14)],
+        *[f"c{k}" for k in range(1, 27)],
+        "recent_cats",
+    ]
     assert {row[0] for row in cells} == {"0", "1"}
     counts = [int(v) for row in cells for v in row[1:14] if v]
     assert min(counts) >= 0 and max(counts) > 1000, "non-negative, heavy-tailed counts"
@@ -85,8 +104,11 @@ def test_missing_cells_appear_at_the_requested_rate(tmp_path, rate):
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
         _synth(tmp_path / name, "--multi-hot", "tags", seed=seed)
-    read = lambda name: [p.read_bytes() for folder in ("train", "eval")  # noqa: E731
-                         for p in sorted((tmp_path / name / folder).iterdir())]
+    read = lambda name: [
+        p.read_bytes()
+        for folder in ("train", "eval")  # noqa: E731
+        for p in sorted((tmp_path / name / folder).iterdir())
+    ]
     assert read("a") == read("b")
     assert read("a") != read("c")
 
@@ -110,8 +132,25 @@ def test_reported_teacher_auc_is_the_teachers_auc_on_the_written_rows(tmp_path, 
 
 def test_libsvm_with_the_same_flags_is_the_pre_indexed_view_of_the_same_rows(tmp_path):
     """A missing cell is the field's first id with value 0; a count is its bucket id and log1p value."""
-    assert main(["data", "synth", "--format", "libsvm", "--out", str(tmp_path / "l"), "--rows", "1000",
-                 "--seed", "5", "--missing-rate", "0.1"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth",
+                "--format",
+                "libsvm",
+                "--out",
+                str(tmp_path / "l"),
+                "--rows",
+                "1000",
+                "--seed",
+                "5",
+                "--missing-rate",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     _synth(tmp_path / "t", "--missing-rate", "0.1", rows=1000, eval_rows=0, files=1)
     rows = [line.split() for line in (tmp_path / "l" / "train" / "part-00000.libsvm").read_text().splitlines()]
     cells = _cells(tmp_path / "t" / "train")

@@ -22,7 +22,9 @@ def records(tmp_path_factory):
 
 
 def _counts(folder):
-    return {p.relative_to(folder).as_posix(): len(list(iter_raw_records([p]))) for p in sorted(folder.rglob("*.tfrecord"))}
+    return {
+        p.relative_to(folder).as_posix(): len(list(iter_raw_records([p]))) for p in sorted(folder.rglob("*.tfrecord"))
+    }
 
 
 def test_single_channel_equal_files_remainder_dropped(records, tmp_path, capsys):
@@ -41,8 +43,20 @@ def test_single_channel_equal_files_remainder_dropped(records, tmp_path, capsys)
 def test_multi_path_one_folder_per_channel_files_divisible_by_hosts(records, tmp_path):
     source, originals = records
     out = tmp_path / "out"
-    argv = ["data", "split", str(source), "--out", str(out), "--hosts", "3", "--workers", "2", "--multi-path",
-            "--channels", "4"]
+    argv = [
+        "data",
+        "split",
+        str(source),
+        "--out",
+        str(out),
+        "--hosts",
+        "3",
+        "--workers",
+        "2",
+        "--multi-path",
+        "--channels",
+        "4",
+    ]
     assert main(argv) == 0
     counts = _counts(out)
     folders = Counter(name.split("/")[0] for name in counts)
@@ -67,8 +81,11 @@ def test_bad_layouts_and_overwrites_exit_2(records, tmp_path, capsys):
 def test_layout_paths_round_robin_over_channels(tmp_path):
     layout = Layout(hosts=2, workers=2, multi_path=True)
     assert [p.relative_to(tmp_path).as_posix() for p in layout.paths(tmp_path)] == [
-        "train/part-00000.tfrecord", "train-1/part-00000.tfrecord",
-        "train/part-00001.tfrecord", "train-1/part-00001.tfrecord"]
+        "train/part-00000.tfrecord",
+        "train-1/part-00000.tfrecord",
+        "train/part-00001.tfrecord",
+        "train-1/part-00001.tfrecord",
+    ]
     assert len(Layout(hosts=2, workers=3, files_per_worker=2).paths(tmp_path)) == 12
     with pytest.raises(ValueError, match="only applies with multi-path"):
         Layout(hosts=1, workers=1, channels=2)
@@ -82,11 +99,14 @@ def test_progress_counts_every_input_record(records, tmp_path):
     assert sum(reported) == len(originals)  # written and dropped: a bar over the total ends full
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda data: data[:-7], "truncated record at byte"),
-    (lambda data: data[:40] + bytes([data[40] ^ 0xFF]) + data[41:], "corrupted record at byte"),
-    (lambda data: b"1 0:1 2:1\n" * 3, "corrupted record at byte 0"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda data: data[:-7], "truncated record at byte"),
+        (lambda data: data[:40] + bytes([data[40] ^ 0xFF]) + data[41:], "corrupted record at byte"),
+        (lambda data: b"1 0:1 2:1\n" * 3, "corrupted record at byte 0"),
+    ],
+)
 def test_a_damaged_input_is_one_line_naming_the_file_and_nothing_is_written(records, tmp_path, capsys, damage, words):
     source, _ = records
     bad = tmp_path / "in" / "b.tfrecord"

@@ -77,7 +77,7 @@ def _fit_logistic(ids, values, labels, feature_size, steps=300, lr=0.5):
         error = (probs - labels) / len(labels)
         grad = np.bincount(ids.ravel(), weights=(error[:, None] * values).ravel(), minlength=feature_size)
         grad += 1e-4 * weights
-        accum += grad ** 2
+        accum += grad**2
         weights -= lr * grad / np.sqrt(accum)
         bias_accum += error.sum() ** 2
         bias -= lr * error.sum() / np.sqrt(bias_accum)
@@ -134,11 +134,33 @@ def test_cli_synth_writes_train_eval_and_meta(tmp_path, capsys):
     from launcher.data.tfrecord import read_examples
 
     out = tmp_path / "sample"
-    argv = ["data", "synth", "--out", str(out), "--rows", "400", "--eval-rows", "100", "--files", "4",
-            "--seed", "7", "--field-size", "9", "--feature-size", "300"]
+    argv = [
+        "data",
+        "synth",
+        "--out",
+        str(out),
+        "--rows",
+        "400",
+        "--eval-rows",
+        "100",
+        "--files",
+        "4",
+        "--seed",
+        "7",
+        "--field-size",
+        "9",
+        "--feature-size",
+        "300",
+    ]
     assert main(argv) == 0
     meta = json.loads((out / "meta.json").read_text())
-    assert (meta["rows"], meta["eval_rows"], meta["seed"], meta["field_size"], meta["feature_size"]) == (400, 100, 7, 9, 300)
+    assert (meta["rows"], meta["eval_rows"], meta["seed"], meta["field_size"], meta["feature_size"]) == (
+        400,
+        100,
+        7,
+        9,
+        300,
+    )
     expected = synth.generate(500, 7, field_size=9, feature_size=300)
     assert meta["teacher_auc"] == pytest.approx(expected.take(0, 400).teacher_auc)
     train = sorted((out / "train").iterdir())
@@ -155,14 +177,14 @@ def test_deep_share_moves_that_share_of_the_teacher_to_a_network_no_fm_holds(sha
     FM's (the rest is the ReLU network's), and deep_share 0 draws exactly the FM teacher's labels."""
     layout = dict(field_size=8, feature_size=3000, numeric_fields=0)
     fm, deep = synth.Generator(3, **layout), synth.Generator(3, **layout, deep_share=share)
-    (rows, fm_labels, _), = fm.draws(20000)
-    (deep_rows, deep_labels, _), = deep.draws(20000)
+    ((rows, fm_labels, _),) = fm.draws(20000)
+    ((deep_rows, deep_labels, _),) = deep.draws(20000)
     np.testing.assert_array_equal(rows.ids, deep_rows.ids)
     assert abs(deep_labels.mean() - 0.25) < 0.02
     correlation = np.corrcoef(fm.teacher.logits(rows), deep.teacher.logits(rows))[0, 1]
     assert abs(correlation - np.sqrt(1 - share)) < 0.1, correlation
     assert not np.array_equal(fm_labels, deep_labels)
-    (_, zero_labels, _), = synth.Generator(3, **layout, deep_share=0.0).draws(20000)
+    ((_, zero_labels, _),) = synth.Generator(3, **layout, deep_share=0.0).draws(20000)
     np.testing.assert_array_equal(zero_labels, fm_labels)
     with pytest.raises(ValueError, match="deep_share"):
         synth.Generator(3, **layout, deep_share=1.5)
@@ -170,8 +192,20 @@ def test_deep_share_moves_that_share_of_the_teacher_to_a_network_no_fm_holds(sha
 
 def test_force_keeps_the_old_data_until_the_new_is_complete(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sample"
-    argv = ["data", "synth", "--out", str(out), "--rows", "40", "--format", "libsvm", "--field-size", "4",
-            "--feature-size", "100"]
+    argv = [
+        "data",
+        "synth",
+        "--out",
+        str(out),
+        "--rows",
+        "40",
+        "--format",
+        "libsvm",
+        "--field-size",
+        "4",
+        "--feature-size",
+        "100",
+    ]
     assert main(argv) == 0
     before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
@@ -183,4 +217,7 @@ def test_force_keeps_the_old_data_until_the_new_is_complete(tmp_path, monkeypatc
     assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     monkeypatch.undo()
     assert main([*argv, "--seed", "1", "--force"]) == 0
-    assert json.loads((out / "meta.json").read_text())["seed"] == 1 and sorted(os.listdir(out)) == ["meta.json", "train"]
+    assert json.loads((out / "meta.json").read_text())["seed"] == 1 and sorted(os.listdir(out)) == [
+        "meta.json",
+        "train",
+    ]

@@ -18,17 +18,17 @@ RATES = [0.2, 0.1, 0.5, 1 / 3, 0.05, 0.9, 0.9999]  # 0.9999 is 1 in float16 and 
 
 def drop_probability(high, low, low_bits):
     """Of the new rule: the top byte below `high`, or equal to it and the low bits below `low`."""
-    return Fraction(high, 256) + Fraction(low, 256 * 2 ** low_bits)
+    return Fraction(high, 256) + Fraction(low, 256 * 2**low_bits)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
 def test_tf_uniform_draws_are_multiples_of_two_to_the_minus_the_bits_the_threshold_assumes(dtype):
     tf.random.set_seed(1)
     bits = M._UNIFORM_BITS[dtype]
-    draws = tf.cast(tf.random.uniform([200_000], dtype=dtype), tf.float64).numpy() * 2 ** bits
+    draws = tf.cast(tf.random.uniform([200_000], dtype=dtype), tf.float64).numpy() * 2**bits
     np.testing.assert_array_equal(draws, np.floor(draws))
-    assert draws.min() >= 0 and draws.max() < 2 ** bits
-    assert len(np.unique(draws)) > min(2 ** bits, 100_000) * 0.5  # and they use those bits
+    assert draws.min() >= 0 and draws.max() < 2**bits
+    assert len(np.unique(draws)) > min(2**bits, 100_000) * 0.5  # and they use those bits
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
@@ -37,9 +37,9 @@ def test_drop_probability_is_exactly_tf_nn_dropouts(dtype, rate):
     """tf.nn.dropout drops where uniform < rate in `dtype`; count those of the 2**bits equally likely draws."""
     bits = M._UNIFORM_BITS[dtype]
     numpy_dtype = dtype.as_numpy_dtype
-    draws = (np.arange(2 ** bits, dtype=np.float64) * 2.0 ** -bits).astype(numpy_dtype)
+    draws = (np.arange(2**bits, dtype=np.float64) * 2.0**-bits).astype(numpy_dtype)
     dropped = int(np.count_nonzero(draws < np.array(rate, numpy_dtype)))
-    assert drop_probability(*M.dropout_threshold(rate, dtype)) == Fraction(dropped, 2 ** bits)
+    assert drop_probability(*M.dropout_threshold(rate, dtype)) == Fraction(dropped, 2**bits)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16])

@@ -6,10 +6,15 @@ import pytest
 import entry_support as es
 from test_entry_ps import run_cluster, two_hosts_s3_sharded
 
-HP = {"feature_size": 20000, "deep_layers": [16], "batch_size": 64, "log_steps": 5, "optimizer": "adagrad",
-      "learning_rate": 0.1}
+HP = {
+    "feature_size": 20000,
+    "deep_layers": [16],
+    "batch_size": 64,
+    "log_steps": 5,
+    "optimizer": "adagrad",
+    "learning_rate": 0.1,
+}
 DIVERGING = {**HP, "learning_rate": 1e30, "checkpoint_steps": 5}
-
 
 
 def one_host(tmp_path, rows):

@@ -26,8 +26,12 @@ def write_raw(folder, rows, eval_rows=0, seed=3, feature_size=117581, vocabulary
     """criteo-tsv synth output as `dfm data synth` writes it -> (columns, numeric boundaries, eval teacher AUC)."""
     from launcher.data import raw, stream, synth
 
-    generator = synth.Generator(seed, feature_size=feature_size, missing_rate=0.05,
-                                multi_hot=synth.MultiHot(vocabulary=vocabulary, max_length=max_length))
+    generator = synth.Generator(
+        seed,
+        feature_size=feature_size,
+        missing_rate=0.05,
+        multi_hot=synth.MultiHot(vocabulary=vocabulary, max_length=max_length),
+    )
     parts = [(folder / "train", rows, 2)] + ([(folder / "eval", eval_rows, 1)] if eval_rows else [])
     results = stream.write_parts(generator, parts, fmt="criteo-tsv")
     layout = generator.layout
@@ -37,10 +41,14 @@ def write_raw(folder, rows, eval_rows=0, seed=3, feature_size=117581, vocabulary
 
 def features_for(columns, boundaries=None, buckets=1000, bag_buckets=1000, max_length=20, **extra):
     numeric = {"transform": "bucketize", "boundaries": boundaries} if boundaries else {"transform": "log1p"}
-    features = {"format": "tsv", "label": "clicked", "columns": columns,
-                "numeric": {c: dict(numeric) for c in columns if c[0] == "i"},
-                "categorical": {c: {"hash_buckets": buckets} for c in columns if c[0] == "c" and c != "clicked"},
-                "multi_hot": {BAG: {"separator": "|", "hash_buckets": bag_buckets, "max_length": max_length}}}
+    features = {
+        "format": "tsv",
+        "label": "clicked",
+        "columns": columns,
+        "numeric": {c: dict(numeric) for c in columns if c[0] == "i"},
+        "categorical": {c: {"hash_buckets": buckets} for c in columns if c[0] == "c" and c != "clicked"},
+        "multi_hot": {BAG: {"separator": "|", "hash_buckets": bag_buckets, "max_length": max_length}},
+    }
     features.update(extra)
     return features
 
@@ -62,8 +70,14 @@ def collect(dataset):
 
 def PooledDeepFM(layout, embedding_size=8, deep_layers=(32, 16), **kw):
     """The bundled DeepFM as the scripts build it for raw features: S input slots pooled into F fields."""
-    return M.DeepFM(layout.field_size, layout.feature_size, embedding_size, deep_layers,
-                    pooling=R.SlotPooling(layout, embedding_size), **kw)
+    return M.DeepFM(
+        layout.field_size,
+        layout.feature_size,
+        embedding_size,
+        deep_layers,
+        pooling=R.SlotPooling(layout, embedding_size),
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +88,7 @@ def synth_tsv(tmp_path_factory):
 
 
 # ---- the spec ----
+
 
 def test_a_good_spec_has_no_problems_and_its_layout_adds_up(synth_tsv):
     _, columns, boundaries = synth_tsv
@@ -86,23 +101,32 @@ def test_a_good_spec_has_no_problems_and_its_layout_adds_up(synth_tsv):
     assert [f.offset for f in layout.fields[1:]] == ends[:-1]  # ranges tile the id space
 
 
-@pytest.mark.parametrize("change,where,words", [
-    (lambda f: f.update(label="click"), ("label",), "not among the columns"),
-    (lambda f: f["categorical"].update(c1={"hash_buckets": 0}), ("categorical", "c1", "hash_buckets"), "from 1"),
-    (lambda f: f["categorical"].update(c1={"hash_buckets": 5, "vocabulary": "v.txt"}), ("categorical", "c1"),
-     "either"),
-    (lambda f: f["numeric"].update(i1={"transform": "bucketize", "boundaries": [3, 1]}),
-     ("numeric", "i1", "boundaries"), "increase"),
-    (lambda f: f["numeric"].update(i1={"transform": "log"}), ("numeric", "i1", "transform"), "log1p"),
-    (lambda f: f["numeric"].update(extra={}), ("numeric", "extra"), "not among the columns"),
-    (lambda f: f["numeric"].update(c1={}), ("categorical", "c1"), "already declared"),
-    (lambda f: f["multi_hot"][BAG].update(separator="\t"), ("multi_hot", BAG, "separator"), "tab"),
-    (lambda f: f["multi_hot"][BAG].update(max_length=0), ("multi_hot", BAG, "max_length"), "from 1"),
-    (lambda f: f.update(format="tfrecord"), ("columns",), "tsv and csv only"),
-    (lambda f: f.update(bad_rows="ignore"), ("bad_rows",), "skip or fail"),
-    (lambda f: f.update(labels="clicked"), ("labels",), "unknown key"),
-    (lambda f: f["categorical"].update(c1={"hash_buckets": 2**30}, c2={"hash_buckets": 2**30}), (), "ids"),
-])
+@pytest.mark.parametrize(
+    "change,where,words",
+    [
+        (lambda f: f.update(label="click"), ("label",), "not among the columns"),
+        (lambda f: f["categorical"].update(c1={"hash_buckets": 0}), ("categorical", "c1", "hash_buckets"), "from 1"),
+        (
+            lambda f: f["categorical"].update(c1={"hash_buckets": 5, "vocabulary": "v.txt"}),
+            ("categorical", "c1"),
+            "either",
+        ),
+        (
+            lambda f: f["numeric"].update(i1={"transform": "bucketize", "boundaries": [3, 1]}),
+            ("numeric", "i1", "boundaries"),
+            "increase",
+        ),
+        (lambda f: f["numeric"].update(i1={"transform": "log"}), ("numeric", "i1", "transform"), "log1p"),
+        (lambda f: f["numeric"].update(extra={}), ("numeric", "extra"), "not among the columns"),
+        (lambda f: f["numeric"].update(c1={}), ("categorical", "c1"), "already declared"),
+        (lambda f: f["multi_hot"][BAG].update(separator="\t"), ("multi_hot", BAG, "separator"), "tab"),
+        (lambda f: f["multi_hot"][BAG].update(max_length=0), ("multi_hot", BAG, "max_length"), "from 1"),
+        (lambda f: f.update(format="tfrecord"), ("columns",), "tsv and csv only"),
+        (lambda f: f.update(bad_rows="ignore"), ("bad_rows",), "skip or fail"),
+        (lambda f: f.update(labels="clicked"), ("labels",), "unknown key"),
+        (lambda f: f["categorical"].update(c1={"hash_buckets": 2**30}, c2={"hash_buckets": 2**30}), (), "ids"),
+    ],
+)
 def test_each_bad_spec_names_its_key_and_the_fix(synth_tsv, change, where, words):
     features = features_for(synth_tsv[1])
     change(features)
@@ -113,6 +137,7 @@ def test_each_bad_spec_names_its_key_and_the_fix(synth_tsv, change, where, words
 
 
 # ---- parsing and transformation ----
+
 
 @pytest.mark.runtimes
 def test_text_parsing_reads_every_cell_of_synth_output(synth_tsv):
@@ -140,20 +165,22 @@ def test_each_field_keeps_to_its_id_range_and_missing_takes_slot_zero(synth_tsv)
     ids, values = out["ids"], out["values"]
     assert ids.shape == values.shape == (1200, layout.slot_count)
     for field in layout.fields:
-        block = ids[:, field.first_slot:field.first_slot + field.slots]
+        block = ids[:, field.first_slot : field.first_slot + field.slots]
         assert block.min() >= field.offset and block.max() < field.offset + field.size, field.spec.name
         cells = [r[columns.index(field.spec.name)] for r in rows]
         np.testing.assert_array_equal(block[:, 0] == field.offset, [c == "" for c in cells])
     bag = layout.by_name(BAG)
-    weights = values[:, bag.first_slot:bag.first_slot + bag.slots]
+    weights = values[:, bag.first_slot : bag.first_slot + bag.slots]
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-6)  # mean pooling; an empty bag: missing id
     lengths = [min(len(r[-1].split("|")), 6) if r[-1] else 1 for r in rows]
     np.testing.assert_array_equal((weights > 0).sum(axis=1), lengths)
     assert max(len(r[-1].split("|")) for r in rows) > 6  # truncation at max_length was exercised
     i1 = layout.by_name("i1")  # bucketize at the teacher's boundaries: count c -> bucket floor(log2(1 + c))
     counts = np.array([float(r[1]) for r in rows if r[1]])
-    np.testing.assert_array_equal(ids[:, i1.first_slot][ids[:, i1.first_slot] > i1.offset] - i1.offset - 1,
-                                  np.minimum(np.floor(np.log2(1 + counts)), 15))
+    np.testing.assert_array_equal(
+        ids[:, i1.first_slot][ids[:, i1.first_slot] > i1.offset] - i1.offset - 1,
+        np.minimum(np.floor(np.log2(1 + counts)), 15),
+    )
 
 
 def test_hashing_is_the_same_in_another_process_with_another_hash_seed(synth_tsv, tmp_path):
@@ -242,10 +269,12 @@ def test_examples_with_raw_features_by_name_give_the_same_inputs_as_text(synth_t
     as_examples = dict(text, format="tfrecord")
     del as_examples["columns"]
     example_spec = F.spec_from_dict(as_examples)
-    from_text, text_labels = collect(R.raw_dataset([str(f) for f in files], spec, 256,
-                                                   transform=R.FeatureTransform(spec)))
-    from_examples, labels = collect(R.raw_dataset([str(path)], example_spec, 256,
-                                                  transform=R.FeatureTransform(example_spec)))
+    from_text, text_labels = collect(
+        R.raw_dataset([str(f) for f in files], spec, 256, transform=R.FeatureTransform(spec))
+    )
+    from_examples, labels = collect(
+        R.raw_dataset([str(path)], example_spec, 256, transform=R.FeatureTransform(example_spec))
+    )
     np.testing.assert_array_equal(labels, text_labels)
     np.testing.assert_array_equal(from_examples["ids"], from_text["ids"])
     np.testing.assert_allclose(from_examples["values"], from_text["values"], rtol=1e-6)
@@ -253,9 +282,15 @@ def test_examples_with_raw_features_by_name_give_the_same_inputs_as_text(synth_t
 
 @pytest.mark.runtimes
 def test_slot_pooling_sums_a_fields_slots_and_masks_narrower_fields():
-    spec = F.spec_from_dict({"format": "tfrecord", "label": "y", "numeric": {"n": {"embedding_size": 2}},
-                             "categorical": {"c": {"hash_buckets": 4}},
-                             "multi_hot": {"m": {"separator": "|", "hash_buckets": 4, "max_length": 3}}})
+    spec = F.spec_from_dict(
+        {
+            "format": "tfrecord",
+            "label": "y",
+            "numeric": {"n": {"embedding_size": 2}},
+            "categorical": {"c": {"hash_buckets": 4}},
+            "multi_hot": {"m": {"separator": "|", "hash_buckets": 4, "max_length": 3}},
+        }
+    )
     layout = F.build_layout(spec)
     scaled = tf.random.stateless_normal([5, layout.slot_count, 4], seed=[1, 2])
     pooled = R.SlotPooling(layout, 4)(scaled).numpy()
@@ -269,6 +304,7 @@ def test_slot_pooling_sums_a_fields_slots_and_masks_narrower_fields():
 
 
 # ---- serving and training ----
+
 
 def _scramble(model, seed=5):
     """Weights big enough that a wrong id or weight shows in the probabilities."""
@@ -296,10 +332,15 @@ def test_raw_serving_in_a_fresh_process_equals_the_training_path(synth_tsv, tmp_
     expected = np.concatenate([model.predict(f["ids"], f["values"]).numpy() for f, _ in batches])
     export = R.RawServing(model, spec, layout).save(str(tmp_path / "model" / "1"))
     vocabulary.unlink()  # serving needs no vocabulary file: the SavedModel carries it
-    request = {field.name: [float(r[columns.index(field.name)]) if r[columns.index(field.name)] else float("nan")
-                            for r in rows] for field in spec.numeric}
-    request.update({field.name: [r[columns.index(field.name)] for r in rows]
-                    for field in spec.categorical + spec.multi_hot})
+    request = {
+        field.name: [
+            float(r[columns.index(field.name)]) if r[columns.index(field.name)] else float("nan") for r in rows
+        ]
+        for field in spec.numeric
+    }
+    request.update(
+        {field.name: [r[columns.index(field.name)] for r in rows] for field in spec.categorical + spec.multi_hot}
+    )
     (tmp_path / "request.json").write_text(json.dumps(request))
     script = textwrap.dedent(f"""
         import json
@@ -309,8 +350,9 @@ def test_raw_serving_in_a_fresh_process_equals_the_training_path(synth_tsv, tmp_
         inputs = {{k: tf.constant(v, tf.string if isinstance(v[0], str) else tf.float32) for k, v in request.items()}}
         np.save({str(tmp_path / "served.npy")!r}, serve(**inputs)["probabilities"].numpy())
     """)
-    subprocess.run([es.PYTHON, "-c", script], check=True, timeout=120,
-                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tmp_path)
+    subprocess.run(
+        [es.PYTHON, "-c", script], check=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tmp_path
+    )
     served = np.load(tmp_path / "served.npy")
     assert served.shape == (300,) and np.std(served) > 0.01
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
@@ -321,21 +363,28 @@ def test_training_on_raw_rows_gets_close_to_the_teachers_auc(tmp_path):
     """50k raw criteo-tsv rows (600 teacher ids, blanks, a mean-pooled bag), 3 epochs: numeric fields
     bucketized at the teacher's boundaries, categoricals and bag tokens hashed; eval AUC within 0.05 of
     the teacher's own on the same eval rows."""
-    columns, boundaries, teacher_auc = write_raw(tmp_path, 50000, eval_rows=6000, seed=11, feature_size=600,
-                                                 vocabulary=200)
+    columns, boundaries, teacher_auc = write_raw(
+        tmp_path, 50000, eval_rows=6000, seed=11, feature_size=600, vocabulary=200
+    )
     spec = F.spec_from_dict(features_for(columns, boundaries, buckets=1000, bag_buckets=1000))
     layout = F.build_layout(spec)
     transform = R.FeatureTransform(spec, layout)
     model = PooledDeepFM(layout, deep_layers=(64, 32))
     trainer = T.Trainer(model, T.SparseOptimizer("adagrad", 0.3), T.StreamingMetrics(), T.StreamingMetrics())
-    train = R.raw_dataset([str(p) for p in sorted((tmp_path / "train").iterdir())], spec, 256,
-                          transform=transform, shuffle_buffer=10000, seed=1, epochs=3)
+    train = R.raw_dataset(
+        [str(p) for p in sorted((tmp_path / "train").iterdir())],
+        spec,
+        256,
+        transform=transform,
+        shuffle_buffer=10000,
+        seed=1,
+        epochs=3,
+    )
     step = tf.function(trainer.train_step)
     for batch in train:
         step(batch)
     assert int(trainer.optimizer.iterations.numpy()) == 3 * int(np.ceil(50000 / 256))
-    evaluation = R.raw_dataset([str(p) for p in sorted((tmp_path / "eval").iterdir())], spec, 1024,
-                               transform=transform)
+    evaluation = R.raw_dataset([str(p) for p in sorted((tmp_path / "eval").iterdir())], spec, 1024, transform=transform)
     eval_step = tf.function(trainer.eval_step)
     for batch in evaluation:
         eval_step(batch)

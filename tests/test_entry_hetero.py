@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -34,14 +33,17 @@ def resource_config(groups, current_host):
         "current_instance_type": group_of[current_host][1],
         "current_group_name": group_of[current_host][0],
         "hosts": [h for _, _, hosts in groups for h in hosts],
-        "instance_groups": [{"instance_group_name": name, "instance_type": itype, "hosts": list(hosts)}
-                            for name, itype, hosts in groups],
+        "instance_groups": [
+            {"instance_group_name": name, "instance_type": itype, "hosts": list(hosts)} for name, itype, hosts in groups
+        ],
         "network_interface_name": "eth0",
     }
 
 
-SIX_HOSTS = [("worker", "ml.g5.2xlarge", ["algo-1", "algo-2", "algo-3", "algo-4"]),
-             ("ps", "ml.r5.4xlarge", ["algo-5", "algo-6"])]
+SIX_HOSTS = [
+    ("worker", "ml.g5.2xlarge", ["algo-1", "algo-2", "algo-3", "algo-4"]),
+    ("ps", "ml.r5.4xlarge", ["algo-5", "algo-6"]),
+]
 
 
 def write_config(base, config):
@@ -64,11 +66,14 @@ def test_cluster_from_a_written_resourceconfig_chief_workers_and_ps(tmp_path):
     assert cluster.tf_config(cluster.local_tasks()[0])["task"] == {"type": "ps", "index": 0}
 
 
-@pytest.mark.parametrize("host, tasks, shard", [
-    ("algo-1", ["chief:0", "worker:0"], (4, 0)),  # the chief's host trains too, as worker 0
-    ("algo-3", ["worker:2"], (4, 2)),
-    ("algo-6", ["ps:2", "ps:3"], None),  # two ps per host
-])
+@pytest.mark.parametrize(
+    "host, tasks, shard",
+    [
+        ("algo-1", ["chief:0", "worker:0"], (4, 0)),  # the chief's host trains too, as worker 0
+        ("algo-3", ["worker:2"], (4, 2)),
+        ("algo-6", ["ps:2", "ps:3"], None),  # two ps per host
+    ],
+)
 def test_each_host_finds_its_own_tasks(tmp_path, host, tasks, shard):
     config_dir = write_config(tmp_path, resource_config(SIX_HOSTS, host))
     cluster = hc.build_cluster(hc.read_resource_config(str(config_dir / hc.RESOURCE_CONFIG)), "ps", ps_per_host=2)
@@ -83,8 +88,9 @@ def test_each_host_finds_its_own_tasks(tmp_path, host, tasks, shard):
 
 def test_sm_input_config_dir_wins_over_the_base_dir(tmp_path):
     elsewhere = write_config(tmp_path / "elsewhere", resource_config(SIX_HOSTS, "algo-2"))
-    path = hc.resource_config_path({"SAGEMAKER_BASE_DIR": str(tmp_path / "base"),
-                                    "SM_INPUT_CONFIG_DIR": str(elsewhere)})
+    path = hc.resource_config_path(
+        {"SAGEMAKER_BASE_DIR": str(tmp_path / "base"), "SM_INPUT_CONFIG_DIR": str(elsewhere)}
+    )
     assert hc.build_cluster(hc.read_resource_config(path), "ps").current_host == "algo-2"
 
 
@@ -94,12 +100,15 @@ def test_the_homogeneous_layout_has_no_ps_group():
         hc.build_cluster(homogeneous, "ps")
 
 
-@pytest.mark.parametrize("groups, kwargs, message", [
-    ([*SIX_HOSTS, ("data", "ml.c5.xlarge", ["algo-7"])], {}, "cannot tell the worker group.*worker, data"),
-    (SIX_HOSTS, {"worker_group": "gpu"}, "no instance group 'gpu' for the workers"),
-    (SIX_HOSTS, {"worker_group": "ps"}, "must differ"),
-    (SIX_HOSTS, {"ps_per_host": 0}, "at least 1"),
-])
+@pytest.mark.parametrize(
+    "groups, kwargs, message",
+    [
+        ([*SIX_HOSTS, ("data", "ml.c5.xlarge", ["algo-7"])], {}, "cannot tell the worker group.*worker, data"),
+        (SIX_HOSTS, {"worker_group": "gpu"}, "no instance group 'gpu' for the workers"),
+        (SIX_HOSTS, {"worker_group": "ps"}, "must differ"),
+        (SIX_HOSTS, {"ps_per_host": 0}, "at least 1"),
+    ],
+)
 def test_unusable_layouts_are_refused_with_the_reason(groups, kwargs, message):
     with pytest.raises(hc.ClusterError, match=message):
         hc.build_cluster(resource_config(groups, "algo-1"), "ps", **kwargs)
@@ -126,10 +135,12 @@ def test_addresses_map_container_ports_to_loopback():
 def test_a_tensorflow_error_naming_a_ps_device_becomes_one_line_naming_its_host():
     cluster = hc.build_cluster(resource_config(SIX_HOSTS, "algo-1"), "ps", ps_per_host=2)
     # the shape of ClusterCoordinator's UnavailableError on TF 2.14 and 2.21 (measured; trimmed)
-    text = ("Graph execution error:\n\nfailed to connect to all addresses\nAdditional GRPC error information from "
-            "remote target /job:ps/replica:0/task:3/device:CPU:0 while calling "
-            "/tensorflow.eager.EagerService/RunComponentFunction:\n...\nAdditional GRPC error information from "
-            "remote target /job:worker/replica:0/task:0 while calling /tensorflow.eager.EagerService/Enqueue:")
+    text = (
+        "Graph execution error:\n\nfailed to connect to all addresses\nAdditional GRPC error information from "
+        "remote target /job:ps/replica:0/task:3/device:CPU:0 while calling "
+        "/tensorflow.eager.EagerService/RunComponentFunction:\n...\nAdditional GRPC error information from "
+        "remote target /job:worker/replica:0/task:0 while calling /tensorflow.eager.EagerService/Enqueue:"
+    )
 
     class UnavailableError(Exception):
         pass
@@ -138,8 +149,9 @@ def test_a_tensorflow_error_naming_a_ps_device_becomes_one_line_naming_its_host(
     assert message.startswith("parameter server ps:3 on algo-6 (algo-6:2225) is unreachable (UnavailableError)")
     assert "\n" not in message
     assert hc.ps_failure_message(ValueError("/job:worker/replica:0/task:1 failed"), cluster) is None
-    assert hc.failed_ps("/job:ps/replica:0/task:1 and /job:ps/replica:0/task:1/device:CPU:0", cluster) == \
-        [cluster.task_at("/job:ps/replica:0/task:1")]
+    assert hc.failed_ps("/job:ps/replica:0/task:1 and /job:ps/replica:0/task:1/device:CPU:0", cluster) == [
+        cluster.task_at("/job:ps/replica:0/task:1")
+    ]
 
 
 def listen(port):
@@ -152,8 +164,11 @@ def listen(port):
 
 def test_waiting_for_tasks_names_the_ones_that_never_answer():
     ports = [free_port() for _ in range(3)]
-    addresses = {"algo-1:2223": f"127.0.0.1:{ports[0]}", "algo-5:2224": f"127.0.0.1:{ports[1]}",
-                 "algo-6:2224": f"127.0.0.1:{ports[2]}"}
+    addresses = {
+        "algo-1:2223": f"127.0.0.1:{ports[0]}",
+        "algo-5:2224": f"127.0.0.1:{ports[1]}",
+        "algo-6:2224": f"127.0.0.1:{ports[2]}",
+    }
     groups = [("worker", "ml.g5.2xlarge", ["algo-1"]), ("ps", "ml.r5.4xlarge", ["algo-5", "algo-6"])]
     cluster = hc.build_cluster(resource_config(groups, "algo-1"), "ps", addresses=addresses)
     up = [listen(ports[0]), listen(ports[1])]
@@ -172,19 +187,25 @@ def test_waiting_for_tasks_names_the_ones_that_never_answer():
 
 def test_waiting_for_the_chief_ends_once_it_has_come_and_gone():
     port = free_port()
-    cluster = hc.build_cluster(resource_config(SIX_HOSTS, "algo-5"), "ps",
-                               addresses={"algo-1:2222": f"127.0.0.1:{port}"})
+    cluster = hc.build_cluster(
+        resource_config(SIX_HOSTS, "algo-5"), "ps", addresses={"algo-1:2222": f"127.0.0.1:{port}"}
+    )
     assert hc.wait_until_chief_done(cluster, appear_timeout=0.5, poll=0.1) is False  # never came up
     chief = listen(port)
     threading.Timer(1.0, chief.close).start()
     assert hc.wait_until_chief_done(cluster, appear_timeout=10, poll=0.1) is True
 
 
-
-@pytest.mark.parametrize("kernel_range, expected", [("10000\t25000\n", range(25001, 65536)),  # ports above it
-                                                     ("1024\t65535\n", range(hc.PORTS_FROM, 65536))])  # all ephemeral
+@pytest.mark.parametrize(
+    "kernel_range, expected",
+    [
+        ("10000\t25000\n", range(25001, 65536)),  # ports above it
+        ("1024\t65535\n", range(hc.PORTS_FROM, 65536)),
+    ],
+)  # all ephemeral
 def test_free_ports_keep_out_of_a_lower_ephemeral_range_and_are_still_found_when_it_covers_all(
-        tmp_path, monkeypatch, kernel_range, expected):
+    tmp_path, monkeypatch, kernel_range, expected
+):
     (tmp_path / "range").write_text(kernel_range)
     monkeypatch.setattr(hc, "EPHEMERAL_RANGE", str(tmp_path / "range"))
     assert hc.free_port() in expected
@@ -207,6 +228,7 @@ def test_a_port_another_process_just_handed_out_is_skipped_until_its_reservation
 
 # ---- real TensorFlow servers on loopback, one process per simulated host ----
 
+
 class Job:
     """Hosts of one heterogeneous job, each a process running tests/hetero_task.py in its own /opt/ml."""
 
@@ -221,12 +243,18 @@ class Job:
         base = self.root / host
         write_config(base, resource_config(self.groups, host))
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        env.update(SAGEMAKER_BASE_DIR=str(base), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                   PYTHONPATH=str(ENTRYPOINTS), **{hc.ADDRESSES_ENV: json.dumps(self.addresses)})
+        env.update(
+            SAGEMAKER_BASE_DIR=str(base),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            CUDA_VISIBLE_DEVICES="",
+            PYTHONPATH=str(ENTRYPOINTS),
+            **{hc.ADDRESSES_ENV: json.dumps(self.addresses)},
+        )
         label = label or host
         log = open(self.root / f"{label}.log", "w")
-        self.procs[label] = subprocess.Popen([PYTHON, str(TASK_SCRIPT), *args], env=env, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[label] = subprocess.Popen(
+            [PYTHON, str(TASK_SCRIPT), *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         return self.procs[label]
 
     def log(self, label):

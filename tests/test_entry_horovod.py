@@ -25,16 +25,25 @@ pytestmark = pytest.mark.runtimes  # every test here runs on each image family's
 MPIRUN = shutil.which("mpirun")
 _OWN_HOROVODRUN = Path(es.PYTHON).with_name("horovodrun")  # this runtime's, not another on PATH
 HOROVODRUN = str(_OWN_HOROVODRUN) if _OWN_HOROVODRUN.exists() else shutil.which("horovodrun")
-HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 2, "shuffle_buffer": 100, "learning_rate": 0.05, "checkpoint_steps": 8,
-       "optimizer": "adagrad"}  # the old default these settings were tuned with (and sparse_allreduce dense takes)
+HPS = {
+    "field_size": 10,
+    "feature_size": 1000,
+    "deep_layers": [32, 32],
+    "batch_size": 128,
+    "log_steps": 4,
+    "epochs": 2,
+    "shuffle_buffer": 100,
+    "learning_rate": 0.05,
+    "checkpoint_steps": 8,
+    "optimizer": "adagrad",
+}  # the old default these settings were tuned with (and sparse_allreduce dense takes)
 TIMEOUT = 150
-
 
 
 def horovod_run(test):
     """Starts Horovod processes: slow, horovod, and skipped where the runtime has no Horovod (failed
     where DFM_EXPECT says it has)."""
+
     @functools.wraps(test)
     def run(*args, **kwargs):
         es.require("horovod")
@@ -51,8 +60,9 @@ def _lines(text, marker):
 def _container(tmp_path, train_parts, channels=("train", "eval"), input_mode="File", eval_rows=512):
     """train_parts: {channel: [rows per file]}; one synthetic draw shared by every file."""
     total = sum(sum(rows) for rows in train_parts.values())
-    train, held_out = es.synth_split(total, eval_rows, seed=3, feature_size=HPS["feature_size"],
-                                     field_size=HPS["field_size"])
+    train, held_out = es.synth_split(
+        total, eval_rows, seed=3, feature_size=HPS["feature_size"], field_size=HPS["field_size"]
+    )
     env = es.make_container(tmp_path / "base", list(channels), input_mode=input_mode)
     data = tmp_path / "base" / "input" / "data" if input_mode != "Pipe" else tmp_path / "staged"
     start = 0
@@ -70,16 +80,33 @@ def _container(tmp_path, train_parts, channels=("train", "eval"), input_mode="Fi
 def _launch(tmp_path, env, hps, launcher="mpirun", ranks=2, log_name="run.log"):
     script = [es.PYTHON, "train_horovod.py", *es.argv_for(hps)]
     if launcher == "mpirun":
-        exported = [arg for name in env if name.startswith(("SM_", "SAGEMAKER_", "DFM_", "TF_CPP"))
-                    for arg in ("-x", name)]
-        cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-bind-to", "none",
-               "--tag-output", *exported, *script]
+        exported = [
+            arg for name in env if name.startswith(("SM_", "SAGEMAKER_", "DFM_", "TF_CPP")) for arg in ("-x", name)
+        ]
+        cmd = [
+            MPIRUN,
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            str(ranks),
+            "-bind-to",
+            "none",
+            "--tag-output",
+            *exported,
+            *script,
+        ]
     else:
         cmd = [HOROVODRUN, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", *script]
     log_path = tmp_path / log_name
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=Path(env["SAGEMAKER_BASE_DIR"]) / "code", env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=Path(env["SAGEMAKER_BASE_DIR"]) / "code",
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             proc.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -136,8 +163,9 @@ def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp
     """Under horovodrun --gloo: local rank 0 streams `train` (1024 rows, 8 batches), local rank 1
     `train-1` (512 rows, 4 batches); both stop after 4 steps instead of deadlocking."""
     es.require("pipe")
-    env = _container(tmp_path, {"train": [512, 512], "train-1": [512]}, channels=("train", "train-1"),
-                     input_mode="Pipe")
+    env = _container(
+        tmp_path, {"train": [512, 512], "train-1": [512]}, channels=("train", "train-1"), input_mode="Pipe"
+    )
     staged, data = tmp_path / "staged", tmp_path / "base" / "input" / "data"
     data.mkdir(parents=True, exist_ok=True)
     for channel in ("train", "train-1"):
@@ -155,7 +183,13 @@ def test_pipe_mode_own_channel_per_local_rank_and_uneven_shards_end_together(tmp
 def test_placement_fills_hosts_in_rank_order():
     places = [worker_input.Placement(rank, 6, 2) for rank in range(6)]
     assert [(p.host_index, p.local_rank, p.workers_per_host) for p in places] == [
-        (0, 0, 3), (0, 1, 3), (0, 2, 3), (1, 0, 3), (1, 1, 3), (1, 2, 3)]
+        (0, 0, 3),
+        (0, 1, 3),
+        (0, 2, 3),
+        (1, 0, 3),
+        (1, 1, 3),
+        (1, 2, 3),
+    ]
     with pytest.raises(ValueError, match="do not divide"):
         worker_input.Placement(0, 5, 2)
 
@@ -201,8 +235,14 @@ print("sparse ok", type(dense).__name__)
 
 @horovod_run
 def test_embedding_gradients_stay_sparse_through_the_average():
-    done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    done = subprocess.run(
+        [es.PYTHON, "-c", _SPARSE_CHECK],
+        cwd=es.ENTRYPOINTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
 
 

@@ -24,16 +24,19 @@ def test_not_a_boolean_is_an_error_naming_the_flag():
         H.parse_hyperparameters(["--cache", "maybe"])
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("[400, 400]", [400, 400]),
-    (json.dumps([128, 64, 32]), [128, 64, 32]),
-    ("['256', '128']", [256, 128]),
-    ("[256, 128]".replace(" ", ""), [256, 128]),
-    ("300,200", [300, 200]),
-    (" 300 , 200 ", [300, 200]),
-    ("64", [64]),
-    ('"[32, 16]"', [32, 16]),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("[400, 400]", [400, 400]),
+        (json.dumps([128, 64, 32]), [128, 64, 32]),
+        ("['256', '128']", [256, 128]),
+        ("[256, 128]".replace(" ", ""), [256, 128]),
+        ("300,200", [300, 200]),
+        (" 300 , 200 ", [300, 200]),
+        ("64", [64]),
+        ('"[32, 16]"', [32, 16]),
+    ],
+)
 def test_list_spellings(text, expected):
     assert H.parse_hyperparameters(["--deep_layers", text]).deep_layers == expected
 
@@ -54,17 +57,42 @@ def test_model_dir_injected_by_the_sdk_is_accepted():
 
 
 def test_values_are_converted_to_the_default_type():
-    args = H.parse_hyperparameters(["--learning_rate", "0.5", "--epochs", "3", "--optimizer", "FTRL",
-                                    "--s3_shard", "False", "--mixed_precision", "1", "--prefetch", "-1"])
+    args = H.parse_hyperparameters(
+        [
+            "--learning_rate",
+            "0.5",
+            "--epochs",
+            "3",
+            "--optimizer",
+            "FTRL",
+            "--s3_shard",
+            "False",
+            "--mixed_precision",
+            "1",
+            "--prefetch",
+            "-1",
+        ]
+    )
     assert (args.learning_rate, args.epochs, args.optimizer) == (0.5, 3, "ftrl")
     assert (args.s3_shard, args.mixed_precision, args.prefetch) == ("false", "float16", -1)
 
 
-@pytest.mark.parametrize("argv", [["--optimizer", "rmsprop"], ["--dropout", "1.5"], ["--batch_size", "0"],
-                                  ["--epochs", "one"], ["--data_format", "csv"], ["--ps_per_host", "0"],
-                                  ["--l2_reg", "-0.1"], ["--l2_dense", "-1"], ["--best_of", "train:auc"],
-                                  ["--early_stopping_patience", "-1"],
-                                  ["--early_stopping_patience", "2", "--best_of", "last"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--optimizer", "rmsprop"],
+        ["--dropout", "1.5"],
+        ["--batch_size", "0"],
+        ["--epochs", "one"],
+        ["--data_format", "csv"],
+        ["--ps_per_host", "0"],
+        ["--l2_reg", "-0.1"],
+        ["--l2_dense", "-1"],
+        ["--best_of", "train:auc"],
+        ["--early_stopping_patience", "-1"],
+        ["--early_stopping_patience", "2", "--best_of", "last"],
+    ],
+)
 def test_out_of_range_values_are_errors_naming_the_flag(argv):
     with pytest.raises(H.HyperparameterError, match=argv[0]):
         H.parse_hyperparameters(argv)
@@ -82,12 +110,19 @@ def test_every_default_renders_and_parses_back_with_its_type():
     assert {k: (type(v), v) for k, v in parsed.items()} == {k: (type(v), v) for k, v in H.DEFAULTS.items()}
 
 
-@pytest.mark.parametrize("replicas, rows, expected", [
-    # the default table (117,581 rows x 9 floats, 4.2 MB): a ring all-reduce moves ~8.5 MB per replica;
-    # gathering 1024 x 39 rows and ids moves ~2.1 MB per replica, so dense wins from 5 replicas on
-    (1, 117581, "gather"), (2, 117581, "gather"), (4, 117581, "gather"), (5, 117581, "dense"),
-    (8, 117581, "dense"), (8, 10**7, "gather"),
-])
+@pytest.mark.parametrize(
+    "replicas, rows, expected",
+    [
+        # the default table (117,581 rows x 9 floats, 4.2 MB): a ring all-reduce moves ~8.5 MB per replica;
+        # gathering 1024 x 39 rows and ids moves ~2.1 MB per replica, so dense wins from 5 replicas on
+        (1, 117581, "gather"),
+        (2, 117581, "gather"),
+        (4, 117581, "gather"),
+        (5, 117581, "dense"),
+        (8, 117581, "dense"),
+        (8, 10**7, "gather"),
+    ],
+)
 def test_sparse_allreduce_auto_picks_the_cheaper_exchange(replicas, rows, expected):
     assert H.resolve_sparse_allreduce("auto", rows, 8, 1024, 39, replicas) == expected
 
@@ -103,7 +138,9 @@ def test_sparse_allreduce_auto_at_the_default_batch_goes_dense_from_9_replicas_a
 
 
 def test_sparse_allreduce_is_a_choice_that_overrides_auto():
-    assert H.parse_hyperparameters(["--sparse_allreduce", "Dense", "--optimizer", "adagrad"]).sparse_allreduce == "dense"
+    assert (
+        H.parse_hyperparameters(["--sparse_allreduce", "Dense", "--optimizer", "adagrad"]).sparse_allreduce == "dense"
+    )
     assert H.resolve_sparse_allreduce("dense", 10**9, 8, 1024, 39, 2) == "dense"
     assert H.resolve_sparse_allreduce("gather", 10, 8, 1024, 39, 64) == "gather"
     with pytest.raises(H.HyperparameterError, match="--sparse_allreduce"):
@@ -114,21 +151,29 @@ def test_sparse_allreduce_is_a_choice_that_overrides_auto():
         H.parse_hyperparameters(["--sparse_allreduce", "dense", "--optimizer", "adam"])
 
 
-@pytest.mark.parametrize("argv,step,expected", [
-    ([], 0, 100),  # the next train line
-    ([], 950, 50),
-    (["--eval_steps", "30"], 0, 30),
-    (["--eval_steps", "30"], 85, 5),  # the evaluation at 90 comes before the line at 100
-    (["--eval_steps", "300", "--checkpoint_steps", "250"], 240, 10),
-    (["--eval_steps", "30", "--max_steps", "87"], 85, 2),
-])
+@pytest.mark.parametrize(
+    "argv,step,expected",
+    [
+        ([], 0, 100),  # the next train line
+        ([], 950, 50),
+        (["--eval_steps", "30"], 0, 30),
+        (["--eval_steps", "30"], 85, 5),  # the evaluation at 90 comes before the line at 100
+        (["--eval_steps", "300", "--checkpoint_steps", "250"], 240, 10),
+        (["--eval_steps", "30", "--max_steps", "87"], 85, 2),
+    ],
+)
 def test_the_host_looks_at_the_next_line_checkpoint_evaluation_or_max_steps(argv, step, expected):
     assert H.steps_to_boundary(step, H.parse_hyperparameters(argv)) == expected
 
 
 def test_an_evaluation_is_due_when_a_window_reaches_a_multiple_of_eval_steps():
-    assert [H.crossed(previous, step, 30) for previous, step in [(0, 30), (29, 30), (30, 59), (58, 61), (61, 61)]] \
-        == [True, True, False, True, False]
+    assert [H.crossed(previous, step, 30) for previous, step in [(0, 30), (29, 30), (30, 59), (58, 61), (61, 61)]] == [
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
     assert not H.crossed(0, 1000, 0)  # eval_steps 0: evaluations follow the epochs
 
 

@@ -18,11 +18,15 @@ def write_ids(path, ids):
     path.parent.mkdir(parents=True, exist_ok=True)
     with tf.io.TFRecordWriter(str(path)) as writer:
         for rid in ids:
-            example = tf.train.Example(features=tf.train.Features(feature={
-                "label": tf.train.Feature(float_list=tf.train.FloatList(value=[float(rid % 2)])),
-                "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[rid] * FIELDS)),
-                "values": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] * FIELDS)),
-            }))
+            example = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "label": tf.train.Feature(float_list=tf.train.FloatList(value=[float(rid % 2)])),
+                        "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[rid] * FIELDS)),
+                        "values": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] * FIELDS)),
+                    }
+                )
+            )
             writer.write(example.SerializeToString())
 
 
@@ -31,16 +35,16 @@ def read_ids(dataset):
 
 
 def cfg_for(data_dir, **kw):
-    return I.InputConfig(field_size=FIELDS, batch_size=kw.pop("batch_size", 64), data_dir=str(data_dir),
-                         shuffle_buffer=0, **kw)
+    return I.InputConfig(
+        field_size=FIELDS, batch_size=kw.pop("batch_size", 64), data_dir=str(data_dir), shuffle_buffer=0, **kw
+    )
 
 
 @pytest.mark.parametrize("hosts,workers", [(2, 2), (3, 4), (1, 3)])
 @pytest.mark.parametrize("multi_path", [True, False])
 @pytest.mark.parametrize("s3_shard", [True, False])
 @pytest.mark.parametrize("files_per_channel", [24, 3])
-def test_shard_table_cells_cover_every_record_once(tmp_path, hosts, workers, multi_path, s3_shard,
-                                                   files_per_channel):
+def test_shard_table_cells_cover_every_record_once(tmp_path, hosts, workers, multi_path, s3_shard, files_per_channel):
     """Each host gets its channel dirs (S3 sharding simulated by splitting the sorted object list
     across hosts); each worker reads what shard_for gives it; together: every record exactly once.
     24 files shard by file; 3 files (fewer than the shards) shard by record."""
@@ -127,8 +131,13 @@ def test_pipe_mode_reads_each_epoch_from_its_fifo_and_shards_records(tmp_path):
     payload = (tmp_path / "records.tfrecord").read_bytes()
     data_dir = tmp_path / "input" / "data"
     threads = [es.feed_fifo(str(data_dir / f"train_{epoch}"), payload) for epoch in range(2)]
-    cfg = cfg_for(data_dir, batch_size=8, input_mode="Pipe", config_dir=env["SM_INPUT_CONFIG_DIR"],
-                  pipe_state_dir=str(tmp_path / "pipe_state"))
+    cfg = cfg_for(
+        data_dir,
+        batch_size=8,
+        input_mode="Pipe",
+        config_dir=env["SM_INPUT_CONFIG_DIR"],
+        pipe_state_dir=str(tmp_path / "pipe_state"),
+    )
     ids = read_ids(I.make_dataset(cfg, ["train"], num_shards=2, index=1, epochs=2))
     assert ids == list(range(1, 40, 2)) * 2  # both FIFOs read, every second record of each
     for thread in threads:

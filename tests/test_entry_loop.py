@@ -23,9 +23,12 @@ def fake_trainer(step=0, progress=(0, 0)):
     import tensorflow as tf
     from deepfm_training import StreamingMetrics
 
-    return SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.Variable(step, dtype=tf.int64)),
-                           progress=tf.Variable(list(progress), dtype=tf.int64), model=None,
-                           train_metrics=StreamingMetrics(name="train_metrics"))
+    return SimpleNamespace(
+        optimizer=SimpleNamespace(iterations=tf.Variable(step, dtype=tf.int64)),
+        progress=tf.Variable(list(progress), dtype=tf.int64),
+        model=None,
+        train_metrics=StreamingMetrics(name="train_metrics"),
+    )
 
 
 class Steps(Distribution):

@@ -13,16 +13,27 @@ import entry_support as es
 import selection_support as ss
 import train_mirrored
 
-HPS = {"field_size": 10, "feature_size": 1000, "deep_layers": [32, 32], "batch_size": 128, "log_steps": 4,
-       "epochs": 1, "shuffle_buffer": 100, "learning_rate": 0.05, "dropout": 0.0,  # no random masks: runs compare exactly
-       "optimizer": "adagrad"}  # the old default these settings were tuned with (auto then exchanges dense)
+HPS = {
+    "field_size": 10,
+    "feature_size": 1000,
+    "deep_layers": [32, 32],
+    "batch_size": 128,
+    "log_steps": 4,
+    "epochs": 1,
+    "shuffle_buffer": 100,
+    "learning_rate": 0.05,
+    "dropout": 0.0,  # no random masks: runs compare exactly
+    "optimizer": "adagrad",
+}  # the old default these settings were tuned with (auto then exchanges dense)
 HOSTS = ["algo-1", "algo-2"]
 
 
 def test_tf_config_matches_the_container_toolkit_layout():
     assert train_mirrored.tf_config_from_hosts(HOSTS, "algo-2") == {
         "cluster": {"worker": ["algo-1:8890", "algo-2:8890"]},
-        "task": {"type": "worker", "index": 1}, "environment": "cloud"}
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud",
+    }
 
 
 @pytest.mark.runtimes
@@ -35,15 +46,19 @@ def test_two_workers_end_identical_and_only_the_first_exports(tmp_path):
     procs, logs = [], []
     for index, host in enumerate(HOSTS):
         base = tmp_path / host
-        env = es.make_container(base, ["train", "eval"], hosts=HOSTS, current_host=host,
-                                s3_sharded=("train", "eval"), num_cpus=1)
+        env = es.make_container(
+            base, ["train", "eval"], hosts=HOSTS, current_host=host, s3_sharded=("train", "eval"), num_cpus=1
+        )
         # ShardedByS3Key: each host holds only its own objects.
         part = train.take(0, 1024) if index == 0 else train.take(1024, 1536)
         es.write_tfrecords(base / "input" / "data" / "train", part, 2)
         es.write_tfrecords(base / "input" / "data" / "eval", held_out.take(index * 256, index * 256 + 256), 1)
-        extra = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index},
-                                          "environment": "cloud"}),
-                 "DFM_DUMP_WEIGHTS": str(tmp_path / "dump")}
+        extra = {
+            "TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}, "environment": "cloud"}
+            ),
+            "DFM_DUMP_WEIGHTS": str(tmp_path / "dump"),
+        }
         logs.append(tmp_path / f"{host}.log")
         procs.append(es.start_script(base, "train_mirrored.py", HPS, env, logs[-1], extra))
     try:
@@ -74,17 +89,26 @@ def _run_workers(tmp_path, hps, parts, held_out, local_cpu_replicas=None, tag="r
     procs, logs = [], []
     for index, (host, part) in enumerate(zip(hosts, parts)):
         base = tmp_path / tag / host
-        env = es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
-                                s3_sharded=("train", "eval"), num_cpus=1, input_mode=input_mode)
+        env = es.make_container(
+            base,
+            ["train", "eval"],
+            hosts=hosts,
+            current_host=host,
+            s3_sharded=("train", "eval"),
+            num_cpus=1,
+            input_mode=input_mode,
+        )
         es.write_tfrecords(base / "input" / "data" / "train", part, 2)
         es.write_tfrecords(base / "input" / "data" / "eval", held_out, 1)
         extra = {"DFM_DUMP_WEIGHTS": str(tmp_path / tag / "dump")}
         if len(hosts) > 1:
-            extra["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index},
-                                             "environment": "cloud"})
+            extra["TF_CONFIG"] = json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}, "environment": "cloud"}
+            )
         logs.append(tmp_path / tag / f"{host}.log")
-        procs.append(es.start_script(base, "train_mirrored.py", hps, env, logs[-1], extra,
-                                     local_cpu_replicas=local_cpu_replicas))
+        procs.append(
+            es.start_script(base, "train_mirrored.py", hps, env, logs[-1], extra, local_cpu_replicas=local_cpu_replicas)
+        )
     try:
         codes = [proc.wait(200) for proc in procs]
     except subprocess.TimeoutExpired:
@@ -113,10 +137,10 @@ def test_local_replicas_split_the_batch_and_match_one_device_on_the_same_global_
     The replicas' run stops at step 3 and resumes from its checkpoint: it must skip 3 steps x 2 replicas'
     batches to go on with the rows the one device trains on next."""
     # float32: a bfloat16 GEMM over half the batch rounds differently from one over the whole
-    hps = dict(HPS, batch_size=64, shuffle_buffer=0, scale_lr=False, optimizer="adam", log_steps=4,
-               mixed_precision="false")
-    train, held_out = es.synth_split(1024, 256, seed=9, feature_size=HPS["feature_size"],
-                                     field_size=HPS["field_size"])
+    hps = dict(
+        HPS, batch_size=64, shuffle_buffer=0, scale_lr=False, optimizer="adam", log_steps=4, mixed_precision="false"
+    )
+    train, held_out = es.synth_split(1024, 256, seed=9, feature_size=HPS["feature_size"], field_size=HPS["field_size"])
     _run_workers(tmp_path, dict(hps, max_steps=3), [train], held_out, local_cpu_replicas=2, tag="two")
     (two_log,), (two,) = _run_workers(tmp_path, hps, [train], held_out, local_cpu_replicas=2, tag="two")
     (one_log,), (one,) = _run_workers(tmp_path, dict(hps, batch_size=128), [train], held_out, tag="one")
@@ -144,10 +168,15 @@ def test_two_hosts_with_two_local_replicas_each_end_identical(tmp_path):
     with a replica short of a batch; the learning rate scales by replicas. FastFile channels (files
     streamed from S3 on first read) look like File to the script."""
     hps = dict(HPS, batch_size=64, log_steps=2)
-    train, held_out = es.synth_split(1600, 256, seed=5, feature_size=HPS["feature_size"],
-                                     field_size=HPS["field_size"])
-    texts, dumps = _run_workers(tmp_path, hps, [train.take(0, 1024), train.take(1024, 1600)], held_out,
-                                local_cpu_replicas=2, input_mode="FastFile")
+    train, held_out = es.synth_split(1600, 256, seed=5, feature_size=HPS["feature_size"], field_size=HPS["field_size"])
+    texts, dumps = _run_workers(
+        tmp_path,
+        hps,
+        [train.take(0, 1024), train.take(1024, 1600)],
+        held_out,
+        local_cpu_replicas=2,
+        input_mode="FastFile",
+    )
     assert "mode=FastFile" in texts[0] and "mode=FastFile" in texts[1]
     assert "workers=2 local_replicas=2 replicas=4 per_replica_batch=64 global_batch=256" in texts[0]
     # no GPU: ring all-reduce; a 1000-row table all-reduces in fewer bytes than 4 replicas' gathered rows
@@ -184,8 +213,14 @@ print("sparse ok")
 @pytest.mark.runtimes
 @pytest.mark.slow
 def test_embedding_gradients_stay_sparse_through_the_average():
-    done = subprocess.run([es.PYTHON, "-c", _SPARSE_CHECK], cwd=es.ENTRYPOINTS, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    done = subprocess.run(
+        [es.PYTHON, "-c", _SPARSE_CHECK],
+        cwd=es.ENTRYPOINTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert done.returncode == 0 and "sparse ok" in done.stdout, done.stderr[-2000:]
 
 
@@ -198,6 +233,8 @@ def test_rank0_stops_both_workers_early_and_exports_the_best_evaluation(tmp_path
         np.testing.assert_array_equal(dumps[0][key], dumps[1][key], err_msg=key)
     assert "early stopping" not in texts[1] and not es.metric_lines(texts[1], "eval")
     ss.assert_best_kept_and_stopped_early(texts[0], tmp_path / "run" / "algo-1" / "model", evaluation, hps)
+
+
 _COMMUNICATION_CHECK = """
 import tensorflow as tf
 from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense
@@ -223,8 +260,14 @@ print("communication ok")
 
 @pytest.mark.slow
 def test_nccl_on_gpus_ring_on_cpus_and_the_dense_exchange():
-    done = subprocess.run([es.PYTHON, "-c", _COMMUNICATION_CHECK], cwd=es.ENTRYPOINTS, capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    done = subprocess.run(
+        [es.PYTHON, "-c", _COMMUNICATION_CHECK],
+        cwd=es.ENTRYPOINTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert done.returncode == 0 and "communication ok" in done.stdout, done.stderr[-2000:]
 
 
@@ -271,11 +314,22 @@ print("broadcast ok", rank)
 @pytest.mark.slow
 def test_broadcast_gives_every_worker_rank_0s_values_exactly(tmp_path):
     cluster = {"worker": [f"localhost:{es.free_port()}" for _ in range(2)]}
-    procs = [subprocess.Popen([es.PYTHON, "-c", _BROADCAST_CHECK], cwd=es.ENTRYPOINTS, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                                       TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})))
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [es.PYTHON, "-c", _BROADCAST_CHECK],
+            cwd=es.ENTRYPOINTS,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(
+                os.environ,
+                TF_CPP_MIN_LOG_LEVEL="2",
+                CUDA_VISIBLE_DEVICES="",
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+            ),
+        )
+        for i in range(2)
+    ]
     try:
         outputs = [proc.communicate(timeout=120)[0] for proc in procs]
     finally:
@@ -321,8 +375,12 @@ print("per replica ok")
 def test_each_local_replica_receives_its_own_batch_and_a_short_last_step_is_not_whole(tmp_path):
     script = tmp_path / "check.py"
     script.write_text(_PER_REPLICA_CHECK)
-    done = subprocess.run([es.PYTHON, "-c", es._LOCAL_CPU_REPLICAS, "2", str(script)], cwd=es.ENTRYPOINTS,
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                                   PYTHONPATH=str(es.ENTRYPOINTS)))
+    done = subprocess.run(
+        [es.PYTHON, "-c", es._LOCAL_CPU_REPLICAS, "2", str(script)],
+        cwd=es.ENTRYPOINTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(es.ENTRYPOINTS)),
+    )
     assert done.returncode == 0 and "per replica ok" in done.stdout, done.stderr[-2000:]

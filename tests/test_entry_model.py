@@ -21,8 +21,18 @@ pytestmark = pytest.mark.runtimes  # every test here runs on each image family's
 
 
 def small_hp(**overrides):
-    argv = ["--feature_size", "2000", "--deep_layers", "[64, 32]", "--batch_size", "256",
-            "--learning_rate", "0.1", "--optimizer", "adagrad"]  # the settings these tests were tuned with
+    argv = [
+        "--feature_size",
+        "2000",
+        "--deep_layers",
+        "[64, 32]",
+        "--batch_size",
+        "256",
+        "--learning_rate",
+        "0.1",
+        "--optimizer",
+        "adagrad",
+    ]  # the settings these tests were tuned with
     for key, value in overrides.items():
         argv += [f"--{key}", str(value)]
     return H.parse_hyperparameters(argv)
@@ -31,9 +41,10 @@ def small_hp(**overrides):
 def random_batch(hp, rows=64, seed=0, id_range=None):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, id_range or hp.feature_size, size=(rows, hp.field_size))
-    return ({"ids": tf.constant(ids, tf.int64),
-             "values": tf.constant(rng.random((rows, hp.field_size)), tf.float32)},
-            tf.constant(rng.integers(0, 2, rows), tf.float32))
+    return (
+        {"ids": tf.constant(ids, tf.int64), "values": tf.constant(rng.random((rows, hp.field_size)), tf.float32)},
+        tf.constant(rng.integers(0, 2, rows), tf.float32),
+    )
 
 
 @pytest.mark.slow
@@ -84,17 +95,19 @@ def test_adam_follows_its_law_lazily_on_tables_and_in_full_on_dense_variables():
     opt = T.SparseOptimizer("adam", lr)
     opt.build([dense, table])
     rng = np.random.default_rng(0)
-    steps = [(rng.normal(size=[3, 2]).astype(np.float32), np.array([1, 3]), rng.normal(size=[2, 2]).astype(np.float32))
-             for _ in range(2)]
+    steps = [
+        (rng.normal(size=[3, 2]).astype(np.float32), np.array([1, 3]), rng.normal(size=[2, 2]).astype(np.float32))
+        for _ in range(2)
+    ]
     want = {"dense": np.ones([3, 2]), "table": np.ones([5, 2])}
     moments = {name: [np.zeros_like(value), np.zeros_like(value)] for name, value in want.items()}
     for t, (g_dense, rows, g_rows) in enumerate(steps, start=1):
         tf.function(opt.apply)([tf.constant(g_dense), tf.IndexedSlices(tf.constant(g_rows), tf.constant(rows))])
-        scale = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        scale = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
         for name, where, grad in (("dense", slice(None), g_dense), ("table", rows, g_rows)):
             m, v = moments[name]
             m[where] = b1 * m[where] + (1 - b1) * grad
-            v[where] = b2 * v[where] + (1 - b2) * grad ** 2
+            v[where] = b2 * v[where] + (1 - b2) * grad**2
             want[name][where] -= scale * m[where] / (np.sqrt(v[where]) + eps)
     np.testing.assert_allclose(dense.numpy(), want["dense"], rtol=1e-5)
     np.testing.assert_allclose(table.numpy(), want["table"], rtol=1e-5)
@@ -109,8 +122,13 @@ def test_adams_moment_math_runs_where_its_variable_lives():
         dense, table = tf.Variable(tf.ones([3, 2])), tf.Variable(tf.ones([5, 2]))
     opt = T.SparseOptimizer("adam", 0.01)
     opt.build([dense, table])
-    graph = tf.function(opt.apply).get_concrete_function(
-        [tf.TensorSpec([3, 2]), tf.IndexedSlices(tf.TensorSpec([None, 2]), tf.TensorSpec([None], tf.int64))]).graph
+    graph = (
+        tf.function(opt.apply)
+        .get_concrete_function(
+            [tf.TensorSpec([3, 2]), tf.IndexedSlices(tf.TensorSpec([None, 2]), tf.TensorSpec([None], tf.int64))]
+        )
+        .graph
+    )
     ops = graph.get_operations()
     assert [op.type for op in ops if op.type.startswith("ResourceApply")] == ["ResourceApplyAdam"]
     sparse = [op for op in ops if op.type in ("ResourceScatterUpdate", "ResourceScatterSub")]
@@ -153,10 +171,12 @@ def test_an_id_outside_the_table_is_a_bad_row_on_every_device(monkeypatch, bad_i
     the ids itself, so both stop at the step with one line naming the id and feature_size. `gpu` runs the
     model with the lookup replaced by the GPU's behaviour (zeros for such ids)."""
     if lookup == "gpu":
+
         def gpu_lookup(params, ids):
             inside = (ids >= 0) & (ids < tf.shape(params, out_type=ids.dtype)[0])
             rows = tf.gather(params, tf.where(inside, ids, tf.zeros_like(ids)))
             return tf.where(inside[..., None], rows, tf.zeros_like(rows))
+
         monkeypatch.setattr(tf.nn, "embedding_lookup", gpu_lookup)
     hp = small_hp()
     trainer = T.build_trainer(hp)
@@ -168,7 +188,8 @@ def test_an_id_outside_the_table_is_a_bad_row_on_every_device(monkeypatch, bad_i
         tf.function(trainer.train_step)(({"ids": tf.constant(good), "values": features["values"]}, labels))
     assert deepfm_log.error_line(err.value.message) == (  # the assertion's data, in brackets as a raw bad row's
         f"[bad row: id {bad_id} (row 5 of the batch, field slot 3) is outside 0..1999: feature_size (2000) must "
-        "exceed every id in the data; set it to the largest id + 1, or index the data for this model]")
+        "exceed every id in the data; set it to the largest id + 1, or index the data for this model]"
+    )
     with pytest.raises(tf.errors.InvalidArgumentError, match="bad row: id"):
         trainer.model.predict(tf.constant(good), features["values"])
 
@@ -180,7 +201,7 @@ def test_duplicate_ids_in_a_batch_update_like_their_summed_gradient():
     opt.build([var])
     grad = tf.IndexedSlices(tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([2, 2]), tf.constant([4, 2]))
     opt.apply([grad])
-    accum = 0.1 + 2.0 ** 2  # summed gradient 2 squared, once
+    accum = 0.1 + 2.0**2  # summed gradient 2 squared, once
     np.testing.assert_allclose(var.numpy()[2], -2.0 / np.sqrt(accum), rtol=1e-5)
     np.testing.assert_array_equal(var.numpy()[[0, 1, 3]], 0.0)
 
@@ -222,8 +243,9 @@ def test_a_batch_looks_up_each_distinct_id_once_with_the_gradient_of_a_lookup_pe
     for grad, want in zip(grads, expected):
         assert isinstance(grad, tf.IndexedSlices)
         assert len(np.unique(grad.indices.numpy())) == len(grad.indices.numpy())  # a row once
-        np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), tf.convert_to_tensor(want).numpy(),
-                                   rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            tf.convert_to_tensor(grad).numpy(), tf.convert_to_tensor(want).numpy(), rtol=1e-5, atol=1e-7
+        )
     first_order, *shards = grads
     assert len(first_order.indices.numpy()) == len(distinct)
     assert sum(len(g.indices.numpy()) for g in shards) == len(distinct)
@@ -260,8 +282,9 @@ def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, d
     out = serve(feat_ids=features["ids"], feat_vals=features["values"])["probabilities"].numpy()
     assert out.shape == (16,)
     assert np.all((out > 0) & (out < 1))
-    np.testing.assert_allclose(out, trainer.model.predict(features["ids"], features["values"]).numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out, trainer.model.predict(features["ids"], features["values"]).numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_export_after_negative_downsampling_serves_calibrated_probabilities(tmp_path):
@@ -290,8 +313,14 @@ def test_metric_lines_match_the_launchers_metric_definitions():
             match = re.search(definition["Regex"], line)
             if match:
                 found[definition["Name"]] = float(match.group(1))
-    assert found == {"train:loss": 0.456789, "train:auc": 0.781234, "train:examples_per_sec": 23456.8,
-                     "train:step": 1200, "eval:loss": 0.45, "eval:auc": 0.79}
+    assert found == {
+        "train:loss": 0.456789,
+        "train:auc": 0.781234,
+        "train:examples_per_sec": 23456.8,
+        "train:step": 1200,
+        "eval:loss": 0.45,
+        "eval:auc": 0.79,
+    }
     assert deepfm_log.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
 
 
@@ -361,10 +390,21 @@ def test_model_selection_keeps_the_best_evaluations_copy_and_counts_patience(cap
 
 # ---- compute precision (deepfm_precision, the MLP's dtype) ----
 
-@pytest.mark.parametrize("word, on_gpus, cpu_flag, expected", [
-    ("auto", True, "avx512_bf16", "float16"), ("auto", False, "amx_bf16", "bfloat16"), ("auto", False, None, "float32"),
-    ("true", False, None, "float16"), ("1", True, None, "float16"), ("bfloat16", False, None, "bfloat16"),
-    ("float16", False, "avx512_bf16", "float16"), ("false", True, "avx512_bf16", "float32"), ("no", False, None, "float32")])
+
+@pytest.mark.parametrize(
+    "word, on_gpus, cpu_flag, expected",
+    [
+        ("auto", True, "avx512_bf16", "float16"),
+        ("auto", False, "amx_bf16", "bfloat16"),
+        ("auto", False, None, "float32"),
+        ("true", False, None, "float16"),
+        ("1", True, None, "float16"),
+        ("bfloat16", False, None, "bfloat16"),
+        ("float16", False, "avx512_bf16", "float16"),
+        ("false", True, "avx512_bf16", "float32"),
+        ("no", False, None, "float32"),
+    ],
+)
 def test_mixed_precision_chooses_the_dtype_and_says_why(word, on_gpus, cpu_flag, expected):
     import deepfm_precision as P
 
@@ -378,9 +418,14 @@ def test_bfloat16_instructions_are_read_from_the_cpu_flags(tmp_path):
     import deepfm_precision as P
 
     cpuinfo = tmp_path / "cpuinfo"
-    for flags, expected in [("fpu avx512f avx512_vnni", None), ("fpu avx512f avx512_bf16 avx512_vnni", "avx512_bf16"),
-                            ("fpu amx_tile amx_bf16 amx_int8", "amx_bf16")]:
-        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    for flags, expected in [
+        ("fpu avx512f avx512_vnni", None),
+        ("fpu avx512f avx512_bf16 avx512_vnni", "avx512_bf16"),
+        ("fpu amx_tile amx_bf16 amx_int8", "amx_bf16"),
+    ]:
+        cpuinfo.write_text(
+            f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n"
+        )
         assert P.cpu_bfloat16_flag({P.CPUINFO_ENV: str(cpuinfo)}) == expected
     assert P.cpu_bfloat16_flag({P.CPUINFO_ENV: str(tmp_path / "missing")}) is None
 

@@ -28,8 +28,9 @@ def test_one_host_trains_in_bfloat16(tmp_path):
     train, evaluation = es.synth_split(8000, 2000, seed=5, feature_size=20000)
     es.write_tfrecords(tmp_path / "input/data/train", train, 2)
     es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
-    proc = es.start_script(tmp_path, "train_ps.py", dict(ps.HP, epochs=2, mixed_precision="bfloat16"), env,
-                           tmp_path / "run.log")
+    proc = es.start_script(
+        tmp_path, "train_ps.py", dict(ps.HP, epochs=2, mixed_precision="bfloat16"), env, tmp_path / "run.log"
+    )
     assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
     text = (tmp_path / "run.log").read_text()
     assert LOGGED.format(dtype="bfloat16") in text
@@ -46,8 +47,9 @@ def test_parameter_server_cluster_trains_in_the_asked_precision(tmp_path, word, 
     for base, part in zip(bases, parts):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-    codes, chief, worker, procs = ps.run_cluster(tmp_path, bases, envs, dict(ps.HP, epochs=2, max_steps=60,
-                                                                               mixed_precision=word))
+    codes, chief, worker, procs = ps.run_cluster(
+        tmp_path, bases, envs, dict(ps.HP, epochs=2, max_steps=60, mixed_precision=word)
+    )
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     logged = f"the MLP computes in {dtype} (mixed_precision={dtype})"
     assert logged in chief and logged in worker
@@ -69,10 +71,12 @@ def test_horovod_ranks_train_in_bfloat16_and_end_identical(tmp_path):
 
 @pytest.mark.slow
 def test_multi_worker_mirrored_workers_train_in_bfloat16_and_end_identical(tmp_path):
-    train, held_out = es.synth_split(1024, 256, seed=9, feature_size=mirrored.HPS["feature_size"],
-                                     field_size=mirrored.HPS["field_size"])
-    texts, dumps = mirrored._run_workers(tmp_path, dict(mirrored.HPS, mixed_precision="bfloat16"),
-                                         [train.take(0, 512), train.take(512, 1024)], held_out)
+    train, held_out = es.synth_split(
+        1024, 256, seed=9, feature_size=mirrored.HPS["feature_size"], field_size=mirrored.HPS["field_size"]
+    )
+    texts, dumps = mirrored._run_workers(
+        tmp_path, dict(mirrored.HPS, mixed_precision="bfloat16"), [train.take(0, 512), train.take(512, 1024)], held_out
+    )
     assert all(LOGGED.format(dtype="bfloat16") in text for text in texts)
     for key in dumps[0]:
         np.testing.assert_array_equal(dumps[0][key], dumps[1][key], err_msg=key)

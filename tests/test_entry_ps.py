@@ -17,8 +17,15 @@ import selection_support as ss
 
 # The chief logs each remote function its cluster function library instantiates (TensorFlow's VLOG 1).
 INSTANTIATIONS_LOGGED = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "cluster_function_library_runtime=1"}
-HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "log_steps": 20,
-      "learning_rate": 0.1, "shuffle_buffer": 1000, "optimizer": "adagrad"}
+HP = {
+    "feature_size": 20000,
+    "deep_layers": [32, 16],
+    "batch_size": 128,
+    "log_steps": 20,
+    "learning_rate": 0.1,
+    "shuffle_buffer": 1000,
+    "optimizer": "adagrad",
+}
 
 
 def group_gone(proc, timeout=15):
@@ -46,16 +53,21 @@ def predict_saved_model(path, field_size=39, rows=8):
 
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     rng = np.random.default_rng(0)
-    out = serve(feat_ids=tf.constant(rng.integers(0, 600, (rows, field_size)), tf.int64),
-                feat_vals=tf.constant(rng.random((rows, field_size)), tf.float32))
+    out = serve(
+        feat_ids=tf.constant(rng.integers(0, 600, (rows, field_size)), tf.int64),
+        feat_vals=tf.constant(rng.random((rows, field_size)), tf.float32),
+    )
     return out["probabilities"].numpy()
 
 
 def loopback_cluster():
     """SageMaker's PS layout for two hosts, ports free on loopback (the hosts map to 127.0.0.1)."""
     ports = [es.free_port() for _ in range(4)]
-    return {"master": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[3]}"],
-            "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+    return {
+        "master": [f"127.0.0.1:{ports[0]}"],
+        "worker": [f"127.0.0.1:{ports[3]}"],
+        "ps": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"],
+    }
 
 
 def run_cluster(tmp_path, bases, envs, hp, tag="run", chief_env=None):
@@ -64,15 +76,30 @@ def run_cluster(tmp_path, bases, envs, hp, tag="run", chief_env=None):
     cluster = loopback_cluster()
     procs = [es.start_toolkit_ps(cluster, i, envs[i], tmp_path / f"{tag}-ps{i}.log") for i in range(2)]
     try:
-        procs.append(es.start_script(bases[1], "train_ps.py", hp, envs[1], tmp_path / f"{tag}-worker.log",
-                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)}))
-        procs.append(es.start_script(bases[0], "train_ps.py", hp, envs[0], tmp_path / f"{tag}-chief.log",
-                                     {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0), **(chief_env or {})}))
+        procs.append(
+            es.start_script(
+                bases[1],
+                "train_ps.py",
+                hp,
+                envs[1],
+                tmp_path / f"{tag}-worker.log",
+                {"TF_CONFIG": es.sagemaker_tf_config(cluster, "worker", 0)},
+            )
+        )
+        procs.append(
+            es.start_script(
+                bases[0],
+                "train_ps.py",
+                hp,
+                envs[0],
+                tmp_path / f"{tag}-chief.log",
+                {"TF_CONFIG": es.sagemaker_tf_config(cluster, "master", 0), **(chief_env or {})},
+            )
+        )
         codes = [proc.wait(timeout=300) for proc in reversed(procs)]
     finally:
         stop_all(procs)
-    return (codes, (tmp_path / f"{tag}-chief.log").read_text(), (tmp_path / f"{tag}-worker.log").read_text(),
-            procs)
+    return (codes, (tmp_path / f"{tag}-chief.log").read_text(), (tmp_path / f"{tag}-worker.log").read_text(), procs)
 
 
 def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
@@ -81,8 +108,11 @@ def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
     bases, envs = [], []
     for i, host in enumerate(hosts):  # S3 sharding: each host holds its own half of the objects
         base = tmp_path / host
-        envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host,
-                                      s3_sharded=("train",), input_mode=input_mode))
+        envs.append(
+            es.make_container(
+                base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",), input_mode=input_mode
+            )
+        )
         bases.append(base)
     return bases, envs, [train.take(0, rows // 2), train.take(rows // 2, rows)], evaluation
 
@@ -109,8 +139,10 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     assert steps == [20, 40, 60, 80, 100]
     (evaluated,) = es.metric_lines(chief, "eval")
     assert evaluated["step"] == 100 and evaluated["auc"] > 0.55
-    assert sorted(p.name for p in (bases[0] / "checkpoints").glob("ckpt-*.index")) == \
-        ["ckpt-100.index", "ckpt-50.index"]
+    assert sorted(p.name for p in (bases[0] / "checkpoints").glob("ckpt-*.index")) == [
+        "ckpt-100.index",
+        "ckpt-50.index",
+    ]
     (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     probs = predict_saved_model(exported)
     assert np.all((probs > 0) & (probs < 1))
@@ -210,8 +242,11 @@ def test_pipe_mode_run_reads_one_fifo_per_epoch_and_exits(tmp_path):
     es.require("pipe")
     env, train, evaluation = single_host(tmp_path, data_rows=2048, input_mode="Pipe")
     train_bytes = tfrecord_bytes(tmp_path / "train-src", train)
-    fifos = {"train_0": train_bytes, "train_1": train_bytes,
-             "eval_0": tfrecord_bytes(tmp_path / "eval-src", evaluation)}
+    fifos = {
+        "train_0": train_bytes,
+        "train_1": train_bytes,
+        "eval_0": tfrecord_bytes(tmp_path / "eval-src", evaluation),
+    }
     written = feed_fifos(tmp_path / "input/data", fifos)
     hp = dict(HP, feature_size=600, epochs=2, log_steps=8)
     proc = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "pipe.log")
@@ -228,8 +263,14 @@ def test_pipe_mode_run_reads_one_fifo_per_epoch_and_exits(tmp_path):
 
 def test_unknown_hyperparameter_fails_fast_naming_it(tmp_path):
     env = dict(es.make_container(tmp_path, ["train"]), TF_CPP_MIN_LOG_LEVEL="0")  # TF would say hello
-    proc = subprocess.run([es.PYTHON, "train_ps.py", "--epochs", "1", "--batch_sise", "64"], cwd=tmp_path / "code",
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [es.PYTHON, "train_ps.py", "--epochs", "1", "--batch_sise", "64"],
+        cwd=tmp_path / "code",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "--batch_sise" in proc.stderr
     assert "oneDNN" not in proc.stderr and "tensorflow" not in proc.stderr  # rejected before TF starts
@@ -238,20 +279,33 @@ def test_unknown_hyperparameter_fails_fast_naming_it(tmp_path):
 @pytest.mark.slow
 def test_a_failing_run_exits_non_zero_with_the_reason(tmp_path):
     env = es.make_container(tmp_path, ["eval"])  # no training channel
-    proc = subprocess.run([es.PYTHON, "train_ps.py", "--epochs", "1"], cwd=tmp_path / "code", env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [es.PYTHON, "train_ps.py", "--epochs", "1"],
+        cwd=tmp_path / "code",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "no training channel" in proc.stderr
 
 
 # ---- the runtime pieces train_ps.py stands on (no TensorFlow process) ----
 
+
 def test_container_env_is_read_from_sm_variables_and_inputdataconfig(tmp_path, monkeypatch):
     import deepfm_container
     import deepfm_hparams
 
-    env = es.make_container(tmp_path, ["train", "train-1", "eval"], hosts=["algo-1", "algo-2"],
-                            current_host="algo-2", input_mode="Pipe", s3_sharded=("train", "train-1"))
+    env = es.make_container(
+        tmp_path,
+        ["train", "train-1", "eval"],
+        hosts=["algo-1", "algo-2"],
+        current_host="algo-2",
+        input_mode="Pipe",
+        s3_sharded=("train", "train-1"),
+    )
     container = deepfm_container.load_env(env)
     assert (container.current_host, container.num_hosts, container.num_cpus) == ("algo-2", 2, 2)
     assert container.channels == ["eval", "train", "train-1"]
@@ -273,10 +327,19 @@ def test_checkpoint_dir_precedence(tmp_path):
     container = deepfm_container.load_env(es.make_container(tmp_path, ["train"]))
     parse = deepfm_hparams.parse_hyperparameters
     assert deepfm_checkpoint.checkpoint_dir(parse([]), container) == str(tmp_path / "checkpoints")
-    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "s3://b/job/model"]), container) == str(tmp_path / "checkpoints")
-    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", str(tmp_path / "model")]), container) == str(tmp_path / "checkpoints")
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "s3://b/job/model"]), container) == str(
+        tmp_path / "checkpoints"
+    )
+    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", str(tmp_path / "model")]), container) == str(
+        tmp_path / "checkpoints"
+    )
     assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1"]), container) == "/mnt/efs/run1"
-    assert deepfm_checkpoint.checkpoint_dir(parse(["--model_dir", "/mnt/efs/run1", "--checkpoint_dir", "/ckpt"]), container) == "/ckpt"
+    assert (
+        deepfm_checkpoint.checkpoint_dir(
+            parse(["--model_dir", "/mnt/efs/run1", "--checkpoint_dir", "/ckpt"]), container
+        )
+        == "/ckpt"
+    )
 
 
 def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
@@ -335,7 +398,6 @@ def test_master_is_renamed_chief_for_the_strategy():
     assert train_ps.rename_master(cluster, {"type": "worker", "index": 0})[1:] == ("worker", 0)
 
 
-
 def test_the_chiefs_own_worker_tasks_listen_at_free_ports_outside_the_ephemeral_range():
     import train_ps
 
@@ -361,8 +423,11 @@ def test_the_toolkit_layout_is_the_data_the_one_chief_waits_for_and_names_a_dead
     layout = train_ps.toolkit_chief_layout(cluster, per_host=2)
     assert layout.cluster["worker"] == ["algo-2:2222", "algo-2:2322"] and layout.children == ()
     assert [t.describe() for t in layout.tasks] == [
-        "parameter server ps:0 on algo-1 (algo-1:2223)", "parameter server ps:1 on algo-2 (algo-2:2223)",
-        "worker worker:0 on algo-2 (algo-2:2222)", "worker worker:1 on algo-2 (algo-2:2322)"]
+        "parameter server ps:0 on algo-1 (algo-1:2223)",
+        "parameter server ps:1 on algo-2 (algo-2:2223)",
+        "worker worker:0 on algo-2 (algo-2:2222)",
+        "worker worker:1 on algo-2 (algo-2:2322)",
+    ]
     error = RuntimeError("UnavailableError: failed to connect to remote target /job:ps/replica:0/task:1/device:CPU:0")
     assert ps_failure_message(error, layout).startswith("parameter server ps:1 on algo-2 (algo-2:2223) is unreachable")
     assert ps_failure_message(RuntimeError("out of memory"), layout) is None
@@ -400,8 +465,10 @@ def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_
     train, evaluation = ss.planted_overfit()
     hosts = ["algo-1", "algo-2"]
     bases = [tmp_path / host for host in hosts]
-    envs = [es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
-            for base, host in zip(bases, hosts)]
+    envs = [
+        es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
+        for base, host in zip(bases, hosts)
+    ]
     for base, part in zip(bases, [train.take(0, 1000), train.take(1000, 2000)]):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)

@@ -32,18 +32,20 @@ def raw_hosts(tmp_path, rows_per_host, batch_size):
     """Two hosts, each its own raw TSV file with the bad lines in it, and an eval file on the master.
     -> (bases, envs, features, training batches per host)."""
     hosts = ["algo-1", "algo-2"]
-    columns, _, _ = write_raw(tmp_path / "raw", 2 * rows_per_host, eval_rows=300, seed=4, feature_size=600,
-                              vocabulary=100, max_length=4)
+    columns, _, _ = write_raw(
+        tmp_path / "raw", 2 * rows_per_host, eval_rows=300, seed=4, feature_size=600, vocabulary=100, max_length=4
+    )
     lines = [line for path in sorted((tmp_path / "raw" / "train").iterdir()) for line in path.read_text().splitlines()]
     bases, envs, batches = [], [], []
     for i, host in enumerate(hosts):
         base = tmp_path / host
         envs.append(es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",)))
-        part = lines[i * rows_per_host:(i + 1) * rows_per_host]
+        part = lines[i * rows_per_host : (i + 1) * rows_per_host]
         part = part[:10] + BAD_LINES + part[10:]
         (base / "input/data/train/part-0.tsv").write_text("\n".join(part) + "\n")
-        (base / "input/data/eval/part-0.tsv").write_text((tmp_path / "raw/eval").joinpath(
-            sorted(p.name for p in (tmp_path / "raw/eval").iterdir())[0]).read_text())
+        (base / "input/data/eval/part-0.tsv").write_text(
+            (tmp_path / "raw/eval").joinpath(sorted(p.name for p in (tmp_path / "raw/eval").iterdir())[0]).read_text()
+        )
         bases.append(base)
         batches.append(math.ceil(len(part) / batch_size))
     features = features_for(columns, buckets=500, bag_buckets=200, max_length=4, bad_rows="skip")
@@ -60,8 +62,17 @@ def test_multi_step_closures_keep_epochs_bad_rows_windows_and_resume_exact(tmp_p
     epoch = sum(batches)  # every worker's batches, the bad lines' included (skipped rows, not batches)
     # best_of last: with eval:auc, when epoch 2 evaluates below epoch 1 (asynchronous updates: by chance) the chief
     # repeats epoch 1's eval line at the end for the exported model, and the eval steps read [e, 2e, e]
-    hp = dict(HP, feature_size=600, batch_size=64, features=features, epochs=2, steps_per_closure=5, log_steps=7,
-              checkpoint_steps=10, best_of="last")
+    hp = dict(
+        HP,
+        feature_size=600,
+        batch_size=64,
+        features=features,
+        epochs=2,
+        steps_per_closure=5,
+        log_steps=7,
+        checkpoint_steps=10,
+        best_of="last",
+    )
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp, chief_env=INSTANTIATIONS_LOGGED)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)

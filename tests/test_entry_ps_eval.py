@@ -21,8 +21,10 @@ def test_workers_evaluate_each_eval_row_once_as_the_chief_would(tmp_path):
     hosts = ["algo-1", "algo-2"]
     train, evaluation = es.synth_split(4000, 1101, seed=6, feature_size=20000)
     bases = [tmp_path / host for host in hosts]
-    envs = [es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
-            for base, host in zip(bases, hosts)]
+    envs = [
+        es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train",))
+        for base, host in zip(bases, hosts)
+    ]
     for base, part in zip(bases, [train.take(0, 2000), train.take(2000, 4000)]):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 3)  # replicated: 2 files to one worker, 1 to the other
@@ -43,8 +45,11 @@ def test_workers_evaluate_each_eval_row_once_as_the_chief_would(tmp_path):
         (line,), counts = eval_summary(again)
         assert counts == ([] if where == "chief" else [(1101, 2)])
         assert ("evaluated on the chief" in again) == (where == "chief")
-        assert line[0] == 24 and line[1] == pytest.approx(lines[-1][1], abs=1e-6) \
-            and line[2] == pytest.approx(lines[-1][2], abs=1e-5), (line, lines[-1])
+        assert (
+            line[0] == 24
+            and line[1] == pytest.approx(lines[-1][1], abs=1e-6)
+            and line[2] == pytest.approx(lines[-1][2], abs=1e-5)
+        ), (line, lines[-1])
 
 
 @pytest.mark.slow
@@ -52,11 +57,14 @@ def test_an_s3_sharded_eval_is_read_by_every_hosts_workers_each_object_once(tmp_
     hosts = ["algo-1", "algo-2"]
     train, evaluation = es.synth_split(2000, 900, seed=7, feature_size=20000)
     bases = [tmp_path / host for host in hosts]
-    envs = [es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train", "eval"))
-            for base, host in zip(bases, hosts)]
+    envs = [
+        es.make_container(base, ["train", "eval"], hosts=hosts, current_host=host, s3_sharded=("train", "eval"))
+        for base, host in zip(bases, hosts)
+    ]
     # S3 dealt the eval objects unevenly: 2 files (600 rows) to algo-1, 1 file (300 rows) to algo-2
-    for base, part, (start, end, files) in zip(bases, [train.take(0, 1000), train.take(1000, 2000)],
-                                               [(0, 600, 2), (600, 900, 1)]):
+    for base, part, (start, end, files) in zip(
+        bases, [train.take(0, 1000), train.take(1000, 2000)], [(0, 600, 2), (600, 900, 1)]
+    ):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation.take(start, end), files)
     hp = dict(HP, epochs=1, max_steps=6, checkpoint_steps=1000, best_of="last")

@@ -31,8 +31,9 @@ def write_data(base, batch_size, evaluate):
     data = synth.generate(rows + 1024, seed=9, field_size=39, feature_size=HP["feature_size"])
     start = 0
     for prefix, batches in BATCHES.items():
-        synth.write_tfrecords(base / "input/data/train", data.take(start, start + batches * batch_size), 1,
-                              prefix=prefix)
+        synth.write_tfrecords(
+            base / "input/data/train", data.take(start, start + batches * batch_size), 1, prefix=prefix
+        )
         start += batches * batch_size
     if evaluate:
         synth.write_tfrecords(base / "input/data/eval", data.take(rows, rows + 1024), 1)
@@ -41,8 +42,11 @@ def write_data(base, batch_size, evaluate):
 class HeteroJob:
     def __init__(self, root, hyperparameters):
         self.root, self.hp = root, hyperparameters
-        ports = [(h, hc.CHIEF_PORT) for h in HOSTS[:1]] + [(h, hc.WORKER_PORT) for h in HOSTS[:2]] + \
-                [(HOSTS[2], hc.PS_PORT + k) for k in range(hyperparameters.get("ps_per_host", 1))]
+        ports = (
+            [(h, hc.CHIEF_PORT) for h in HOSTS[:1]]
+            + [(h, hc.WORKER_PORT) for h in HOSTS[:2]]
+            + [(HOSTS[2], hc.PS_PORT + k) for k in range(hyperparameters.get("ps_per_host", 1))]
+        )
         self.addresses = {f"{h}:{p}": f"127.0.0.1:{es.free_port()}" for h, p in ports}
         self.envs, self.procs = {}, {}
         for host in HOSTS:
@@ -56,8 +60,14 @@ class HeteroJob:
 
     def start(self):
         for host in reversed(HOSTS):  # the ps first, the chief last: as on SageMaker, the order is not fixed
-            self.procs[host] = es.start_script(self.root / host, "train_ps.py", self.hp, self.envs[host],
-                                               self.log_path(host), stderr_path=self.root / f"{host}.err")
+            self.procs[host] = es.start_script(
+                self.root / host,
+                "train_ps.py",
+                self.hp,
+                self.envs[host],
+                self.log_path(host),
+                stderr_path=self.root / f"{host}.err",
+            )
 
     def log_path(self, host):
         return self.root / f"{host}.log"
@@ -81,8 +91,11 @@ class HeteroJob:
         `grace_s` has passed: a child that is ending as its host script returns is given that long."""
         deadline = time.monotonic() + grace_s
         while True:
-            left = [proc for proc in psutil.process_iter(["cwd", "status"])
-                    if (proc.info["cwd"] or "").startswith(str(self.root)) and proc.info["status"] != psutil.STATUS_ZOMBIE]
+            left = [
+                proc
+                for proc in psutil.process_iter(["cwd", "status"])
+                if (proc.info["cwd"] or "").startswith(str(self.root)) and proc.info["status"] != psutil.STATUS_ZOMBIE
+            ]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
@@ -105,10 +118,16 @@ def test_heterogeneous_job_trains_each_workers_shard_on_the_ps_group_and_every_h
     assert job.leftovers() == []
     chief, worker, ps = (job.log(host) for host in HOSTS)
     # the embedding table split over both ps tasks of the ps host
-    (placed,) = [line for line in chief.splitlines() if line.startswith("[dfm] chief: 2 workers, 2 ps, replicas_in_sync=1 per worker task; embeddings")]
+    (placed,) = [
+        line
+        for line in chief.splitlines()
+        if line.startswith("[dfm] chief: 2 workers, 2 ps, replicas_in_sync=1 per worker task; embeddings")
+    ]
     assert "in 2 shard(s) on" in placed
-    assert sorted(placed.split(" on ")[1].split()) == ["/job:ps/replica:0/task:0/device:CPU:0",
-                                                       "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert sorted(placed.split(" on ")[1].split()) == [
+        "/job:ps/replica:0/task:0/device:CPU:0",
+        "/job:ps/replica:0/task:1/device:CPU:0",
+    ]
     # worker 0 is the chief host's own child; each worker reads its host's position in the worker group
     assert "worker 0 on algo-1: channels=['train'] mode=File shard=0/2" in chief
     assert "worker 1 on algo-2: channels=['train'] mode=File shard=1/2" in worker
@@ -151,8 +170,10 @@ def test_a_killed_ps_host_ends_the_chief_at_once_with_one_line_naming_it(tmp_pat
     # one line naming the ps, last, and not the coordinator's pages of gRPC detail nor a traceback before it
     # (TF 2.21 prints its start-up banner to stderr before absl's logging is set up: that may stay)
     lines = errors.strip().splitlines()
-    assert lines[-1].startswith(f"[dfm] error: parameter server ps:0 on algo-3 ({job.addresses['algo-3:2224']}) "
-                                "is unreachable (UnavailableError)"), errors[-3000:]
+    assert lines[-1].startswith(
+        f"[dfm] error: parameter server ps:0 on algo-3 ({job.addresses['algo-3:2224']}) "
+        "is unreachable (UnavailableError)"
+    ), errors[-3000:]
     assert [line for line in lines if line.startswith("[dfm]")] == lines[-1:]
     assert not [line for line in lines if "Traceback" in line or "/job:" in line or "ERROR" in line], errors[-3000:]
     assert worker_code == 0, job.log("algo-2")[-3000:]

@@ -23,8 +23,14 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def run_without(modules, base, script, env, timeout=60):
-    return subprocess.run([es.PYTHON, "-c", _WITHOUT, ",".join(modules), script, "--epochs", "1"],
-                          cwd=base / "code", env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [es.PYTHON, "-c", _WITHOUT, ",".join(modules), script, "--epochs", "1"],
+        cwd=base / "code",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_pipe_mode_problem_names_the_piped_channels_and_the_fix(tmp_path):

@@ -38,9 +38,13 @@ def test_the_metric_values_and_the_learning_rate_become_scalars(tmp_path):
         summaries.configure("")
         summaries.follow_learning_rate(None)
     assert scalars(tmp_path / "tb") == {
-        "train/loss": [(10, 0.5), (20, 0.4)], "train/auc": [(10, 0.7), (20, 0.8)],
-        "train/examples_per_sec": [(10, 1000.0), (20, 1200.0)], "train/learning_rate": [(10, 0.004), (20, 0.004)],
-        "eval/loss": [(10, 0.45)], "eval/auc": [(10, 0.75)]}
+        "train/loss": [(10, 0.5), (20, 0.4)],
+        "train/auc": [(10, 0.7), (20, 0.8)],
+        "train/examples_per_sec": [(10, 1000.0), (20, 1200.0)],
+        "train/learning_rate": [(10, 0.004), (20, 0.004)],
+        "eval/loss": [(10, 0.45)],
+        "eval/auc": [(10, 0.75)],
+    }
 
 
 def test_no_folder_no_writer(tmp_path):

@@ -29,13 +29,17 @@ def budget(container, roles, *argv):
     return train_ps.thread_budget(deepfm_hparams.parse_hyperparameters(list(argv)), container, roles)
 
 
-@pytest.mark.parametrize("task_type, chief_worker, roles, share", [
-    ("chief", "1", ["ps server", "chief"] + ["worker"] * 4, 1),  # 8 vCPUs over 6 processes: 1 each
-    ("chief", "0", ["ps server", "chief"], 4),  # DFM_PS_CHIEF_WORKER=0: the master host trains nothing
-    ("worker", "1", ["ps server"] + ["worker"] * 4, 1),  # 8 over 5
-])
-def test_a_four_gpu_host_splits_its_vcpus_over_its_processes(tmp_path, monkeypatch, task_type, chief_worker,
-                                                             roles, share):
+@pytest.mark.parametrize(
+    "task_type, chief_worker, roles, share",
+    [
+        ("chief", "1", ["ps server", "chief"] + ["worker"] * 4, 1),  # 8 vCPUs over 6 processes: 1 each
+        ("chief", "0", ["ps server", "chief"], 4),  # DFM_PS_CHIEF_WORKER=0: the master host trains nothing
+        ("worker", "1", ["ps server"] + ["worker"] * 4, 1),  # 8 over 5
+    ],
+)
+def test_a_four_gpu_host_splits_its_vcpus_over_its_processes(
+    tmp_path, monkeypatch, task_type, chief_worker, roles, share
+):
     container = host(tmp_path, monkeypatch)
     monkeypatch.setenv(train_ps.CHIEF_WORKER_ENV, chief_worker)
     per_host = train_ps.gpu_workers.workers_per_host(container.num_gpus)
@@ -54,8 +58,9 @@ def test_a_cpu_host_and_explicit_values(tmp_path, monkeypatch):
     assert hp.thread_budget == "8 vCPUs / 3 processes on this host: ps server, chief, worker"
     hp = budget(container, train_ps.host_roles(train_ps.toolkit_jobs("worker", 1)))
     assert [getattr(hp, knob) for knob in KNOBS] == [4, 4, 4, 4]
-    hp = budget(container, ["ps server", "worker"], "--intra_op_threads", "6", "--omp_num_threads", "3",
-                "--data_threads", "5")
+    hp = budget(
+        container, ["ps server", "worker"], "--intra_op_threads", "6", "--omp_num_threads", "3", "--data_threads", "5"
+    )
     assert [getattr(hp, knob) for knob in KNOBS] == [6, 4, 3, 5]  # explicit values win
     assert train_ps.os.environ["OMP_NUM_THREADS"] == "3"
     hp = budget(host(tmp_path / "small", monkeypatch, cpus=2, gpus=4), ["ps server", "chief"] + ["worker"] * 4)
@@ -100,17 +105,25 @@ def test_tf_data_gets_the_process_share_as_its_private_pool(tmp_path):
     dataset = deepfm_input.make_dataset(cfg, ["train"])
     assert dataset.options().threading.private_threadpool_size == 2
     assert sum(int(tf.shape(labels)[0]) for _, labels in dataset) == 64
-    default = deepfm_input.make_dataset(deepfm_input.config_from_hparams(
-        deepfm_hparams.parse_hyperparameters([]), "File", str(tmp_path), str(tmp_path), str(tmp_path)), ["train"])
+    default = deepfm_input.make_dataset(
+        deepfm_input.config_from_hparams(
+            deepfm_hparams.parse_hyperparameters([]), "File", str(tmp_path), str(tmp_path), str(tmp_path)
+        ),
+        ["train"],
+    )
     assert default.options().threading.private_threadpool_size is None  # not budgeted: TensorFlow's own pool
     assert json.loads(json.dumps(vars(hp)["thread_budget"])) == "8 vCPUs / 4 processes on this host"
 
 
-@pytest.mark.parametrize("environ, cpus, threads", [
-    ({}, 1, 2),                                # a server on one core: TensorFlow's default pool would have one thread
-    ({}, 2, 0), ({}, 36, 0),                   # else TensorFlow's default stands
-    ({"TF_NUM_INTEROP_THREADS": "1"}, 8, 2),   # an explicit one-thread pool too
-    ({"TF_NUM_INTEROP_THREADS": "4"}, 1, 0),
-])
+@pytest.mark.parametrize(
+    "environ, cpus, threads",
+    [
+        ({}, 1, 2),  # a server on one core: TensorFlow's default pool would have one thread
+        ({}, 2, 0),
+        ({}, 36, 0),  # else TensorFlow's default stands
+        ({"TF_NUM_INTEROP_THREADS": "1"}, 8, 2),  # an explicit one-thread pool too
+        ({"TF_NUM_INTEROP_THREADS": "4"}, 1, 0),
+    ],
+)
 def test_a_servers_inter_op_pool_never_has_a_single_thread(environ, cpus, threads):
     assert deepfm_tuning.server_inter_op_threads(environ, cpus) == threads

@@ -30,8 +30,9 @@ def test_a_worker_whose_port_closed_ends_the_chief_naming_it():
     down = closed_address()
     lost: list[str] = []
     done = threading.Event()
-    watch = ww.WorkerWatch([up, down], wait_s=0.3, poll_s=0.05,
-                           on_lost=lambda message: (lost.append(message), done.set()))
+    watch = ww.WorkerWatch(
+        [up, down], wait_s=0.3, poll_s=0.05, on_lost=lambda message: (lost.append(message), done.set())
+    )
     watch.start()
     assert done.wait(30)
     watch.stop()

@@ -25,19 +25,57 @@ from spec_forms import forms, override  # noqa: E402
 from spec_helpers import CONFIGS, REPO, run  # noqa: E402
 
 JOB = "deepfm-fuzz-2026-01-01-00-00-00-000"
-SPECIAL_VALUES = ["", "null", "~", "[1, 2]", "{a: 1}", "true", "-1", "0", "1e400", ".nan", "2.10", "'x'",
-                  "ml.c5.bogus", "x" * 3000, "!!python/object:os.system", "*alias", "&anchor x", "${UNSET_DFM_VAR}",
-                  "s3://", "\"\\0\"", "\"\\t\"", "{horovod: {processes_per_host: 99}}", "[s3://b/a, {file_system_id: fs-1}]"]
-SPECIAL_EXTENDS = ["/dev/zero", "/dev/null", "FIFO", "/", ".", "x" * 5000, "../" * 300 + "a.yaml", "/proc/self/mem",
-                   "shared/base.yaml", "missing.yaml", "SELF", "shared", "\"\\0\""]
+SPECIAL_VALUES = [
+    "",
+    "null",
+    "~",
+    "[1, 2]",
+    "{a: 1}",
+    "true",
+    "-1",
+    "0",
+    "1e400",
+    ".nan",
+    "2.10",
+    "'x'",
+    "ml.c5.bogus",
+    "x" * 3000,
+    "!!python/object:os.system",
+    "*alias",
+    "&anchor x",
+    "${UNSET_DFM_VAR}",
+    "s3://",
+    '"\\0"',
+    '"\\t"',
+    "{horovod: {processes_per_host: 99}}",
+    "[s3://b/a, {file_system_id: fs-1}]",
+]
+SPECIAL_EXTENDS = [
+    "/dev/zero",
+    "/dev/null",
+    "FIFO",
+    "/",
+    ".",
+    "x" * 5000,
+    "../" * 300 + "a.yaml",
+    "/proc/self/mem",
+    "shared/base.yaml",
+    "missing.yaml",
+    "SELF",
+    "shared",
+    '"\\0"',
+]
 
 line_edits = st.one_of(
     st.tuples(st.just("delete"), st.integers(0, 200)),
     st.tuples(st.just("duplicate"), st.integers(0, 200)),
     st.tuples(st.just("indent"), st.integers(0, 200), st.sampled_from([" ", "  ", "\t", "    "])),
     st.tuples(st.just("value"), st.integers(0, 200), st.one_of(st.sampled_from(SPECIAL_VALUES), st.text(max_size=20))),
-    st.tuples(st.just("key"), st.integers(0, 200), st.one_of(st.sampled_from(["nme", "type", "extends", "0", "- a"]),
-                                                             st.text(min_size=1, max_size=8))),
+    st.tuples(
+        st.just("key"),
+        st.integers(0, 200),
+        st.one_of(st.sampled_from(["nme", "type", "extends", "0", "- a"]), st.text(min_size=1, max_size=8)),
+    ),
 )
 
 
@@ -79,12 +117,19 @@ def with_extends(text: str, target: str, folder: Path, spec: Path) -> str:
 FUZZ_SEED = os.environ.get("DFM_FUZZ_SEED")
 
 
-@settings(max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "100")), deadline=None, database=None,
-          derandomize=FUZZ_SEED is None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "100")),
+    deadline=None,
+    database=None,
+    derandomize=FUZZ_SEED is None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @seed(int(FUZZ_SEED or 0))
-@given(config=st.sampled_from(CONFIGS), edits=st.lists(line_edits, min_size=1, max_size=4),
-       extends=st.one_of(st.none(), st.sampled_from(SPECIAL_EXTENDS)))
+@given(
+    config=st.sampled_from(CONFIGS),
+    edits=st.lists(line_edits, min_size=1, max_size=4),
+    extends=st.one_of(st.none(), st.sampled_from(SPECIAL_EXTENDS)),
+)
 def test_mutated_configs_exit_0_or_2_without_traceback(config, edits, extends, capsys, no_aws_env, no_network):
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
@@ -115,7 +160,7 @@ def test_each_schema_form_compiles_or_is_refused_on_the_configs(no_aws_env):
     assert {field for field, _ in FORMS} >= set(DOCUMENTED)
     datas = [read_spec_data(config)[0] for config in CONFIGS]
     for index, (field, value) in enumerate(FORMS):
-        for data in (datas if field in DOCUMENTED else [datas[index % len(datas)]]):
+        for data in datas if field in DOCUMENTED else [datas[index % len(datas)]]:
             compiled = compile_spec(data, [override(field, value)], job_name=JOB)
             assert compiled.ok or compiled.errors
 
@@ -126,9 +171,13 @@ def _exit_0_or_2(capsys, *args: str) -> int:
     return code
 
 
-@settings(max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "30")), deadline=None, database=None,
-          derandomize=FUZZ_SEED is None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("DFM_FUZZ_EXAMPLES", "30")),
+    deadline=None,
+    database=None,
+    derandomize=FUZZ_SEED is None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @seed(int(FUZZ_SEED or 0))
 @given(config=st.sampled_from(CONFIGS), chosen=st.lists(st.sampled_from(FORMS), min_size=1, max_size=4))
 def test_configs_in_schema_forms_validate_and_dry_run_to_0_or_2(config, chosen, capsys, no_aws_env, no_network):
@@ -142,7 +191,7 @@ def test_configs_in_schema_forms_validate_and_dry_run_to_0_or_2(config, chosen, 
     assert no_network == []
 
 
-@pytest.mark.parametrize("target", ["/dev/zero", "FIFO", "x" * 5000, "/", "\"a\\0b\""])
+@pytest.mark.parametrize("target", ["/dev/zero", "FIFO", "x" * 5000, "/", '"a\\0b"'])
 def test_special_extends_targets_fail_at_once_on_one_line(tmp_path, capsys, target):
     spec = tmp_path / "spec.yaml"
     spec.write_text(with_extends((REPO / "configs" / "ps.yaml").read_text(), target, tmp_path, spec))
@@ -160,7 +209,9 @@ def test_bad_feature_size_in_the_hetero_config_is_one_line(tmp_path, capsys, val
     spec.write_text(mutate(text, [("value", _line_index(text, "feature_size:"), value)]))
     code, _, err = run(capsys, "validate", str(spec))
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert code == 2 and len(errors) == 1 and "hyperparameters.feature_size" in errors[0] and "Traceback" not in err, err
+    assert code == 2 and len(errors) == 1 and "hyperparameters.feature_size" in errors[0] and "Traceback" not in err, (
+        err
+    )
 
 
 def _line_index(text: str, start: str) -> int:

@@ -43,8 +43,18 @@ def test_horovod_and_pipe_mode_stop_where_the_images_stop():
     assert max(with_pipe, key=images.version_tuple) == "2.14"
 
 
-@pytest.mark.parametrize("version, found", [("2.14", "2.14.1"), ("2.14.1", "2.14.1"), ("2.14.0", None), ("2.21", "2.21.0"),
-                                            ("2.20", None), ("2", None), ("2.12.0", "2.12.0")])
+@pytest.mark.parametrize(
+    "version, found",
+    [
+        ("2.14", "2.14.1"),
+        ("2.14.1", "2.14.1"),
+        ("2.14.0", None),
+        ("2.21", "2.21.0"),
+        ("2.20", None),
+        ("2", None),
+        ("2.12.0", "2.12.0"),
+    ],
+)
 def test_find_takes_the_short_or_the_exact_full_version(version, found):
     image = images.find(version)
     assert (image.version if image else None) == found
@@ -53,7 +63,8 @@ def test_find_takes_the_short_or_the_exact_full_version(version, found):
 def test_a_uri_for_the_image_sdk_v2_lacks_uses_the_dlc_registry_of_the_region():
     image = images.find("2.21")
     assert images.image_uri(image, "us-east-1", "gpu") == (
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.21.0-gpu-py312-cu129-amzn2023-sagemaker")
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.21.0-gpu-py312-cu129-amzn2023-sagemaker"
+    )
     assert images.image_uri(image, "us-east-1", "cpu").endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")
     accounts = sdk_training_config()["versions"][images.REGISTRY_SOURCE_VERSION]["registries"]
     region = next(r for r in accounts if r.startswith("cn-"))
@@ -65,7 +76,13 @@ def test_the_sdk_builds_the_same_uri_scheme_for_the_images_it_knows():
     """dfm's scheme for 2.21 is the DLC's; check the account/domain part against the SDK for a version it knows."""
     from sagemaker import image_uris
 
-    sdk = image_uris.retrieve("tensorflow", "eu-west-1", version="2.19", py_version="py312", instance_type="ml.c5.xlarge",
-                              image_scope="training")
+    sdk = image_uris.retrieve(
+        "tensorflow",
+        "eu-west-1",
+        version="2.19",
+        py_version="py312",
+        instance_type="ml.c5.xlarge",
+        image_scope="training",
+    )
     ours = images.image_uri(images.find("2.21"), "eu-west-1", "cpu")
     assert sdk.split("/")[0] == ours.split("/")[0] and sdk.split("/")[1].split(":")[0] == images.DLC_REPOSITORY

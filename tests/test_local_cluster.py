@@ -18,8 +18,11 @@ def test_ps_layout_master_first_ps_everywhere_workers_the_rest():
     addresses = list(layout.script.values()) + list(layout.ps.values())
     assert all(a.startswith(f"{LOOPBACK}:") for a in addresses) and len(set(addresses)) == 6
     master = ps_tf_config(layout, "algo-1")
-    assert master["cluster"] == {"master": [layout.script["algo-1"]], "ps": [layout.ps[h] for h in HOSTS],
-                                 "worker": [layout.script["algo-2"], layout.script["algo-3"]]}
+    assert master["cluster"] == {
+        "master": [layout.script["algo-1"]],
+        "ps": [layout.ps[h] for h in HOSTS],
+        "worker": [layout.script["algo-2"], layout.script["algo-3"]],
+    }
     assert master["task"] == {"index": 0, "type": "master"} and master["environment"] == "cloud"
     assert ps_tf_config(layout, "algo-3")["task"] == {"index": 1, "type": "worker"}
     assert ps_tf_config(layout, "algo-2", ps_task=True)["task"] == {"index": 1, "type": "ps"}
@@ -28,7 +31,6 @@ def test_ps_layout_master_first_ps_everywhere_workers_the_rest():
 def test_one_host_has_no_ps_and_no_workers():
     layout = Layout.allocate(["algo-1"], with_ps=True)
     assert ps_tf_config(layout, "algo-1")["cluster"] == {"master": [layout.script["algo-1"]]}
-
 
 
 def test_ports_are_free_outside_the_ephemeral_range_and_never_handed_out_twice():
@@ -59,12 +61,20 @@ print(json.dumps(out))
 @pytest.mark.skipif(toolkit_pythonpath() is None, reason="SageMaker toolkits not installed (DFM_SAGEMAKER_TOOLKIT)")
 @pytest.mark.parametrize("hosts", [HOSTS[:2], HOSTS])
 def test_layout_matches_the_toolkits_own_functions(hosts):
-    result = subprocess.run([sys.executable, "-c", TOOLKIT_LAYOUT, json.dumps(hosts)], capture_output=True,
-                            text=True, env={"PYTHONPATH": toolkit_pythonpath()}, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TOOLKIT_LAYOUT, json.dumps(hosts)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": toolkit_pythonpath()},
+        check=True,
+    )
     theirs = json.loads(result.stdout)
     layout = Layout.allocate(hosts, with_ps=True)
     # the container's fixed ports become this run's loopback ports
-    to_container = {**{a: f"{h}:2222" for h, a in layout.script.items()}, **{a: f"{h}:2223" for h, a in layout.ps.items()}}
+    to_container = {
+        **{a: f"{h}:2222" for h, a in layout.script.items()},
+        **{a: f"{h}:2223" for h, a in layout.ps.items()},
+    }
 
     to_mwms_container = {a: f"{h}:8890" for h, a in layout.script.items()}  # MWMS uses port 8890 in the container
 

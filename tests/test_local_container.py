@@ -58,8 +58,12 @@ print(json.dumps(environment.Environment().to_env_vars()))
 
 PLANS = {  # name -> (plan for tmp_path, host whose environment is compared)
     "ps-file": (lambda tmp: standin_plan(tmp, hosts=2), "algo-2"),
-    "horovod-pipe": (lambda tmp: standin_plan(tmp, kind="horovod", hosts=2, per_host=2, mode="Pipe",
-                                              mpi_options="--NCCL_DEBUG WARN"), "algo-1"),
+    "horovod-pipe": (
+        lambda tmp: standin_plan(
+            tmp, kind="horovod", hosts=2, per_host=2, mode="Pipe", mpi_options="--NCCL_DEBUG WARN"
+        ),
+        "algo-1",
+    ),
     "mwms-fastfile": (lambda tmp: standin_plan(tmp, kind="multi_worker_mirrored", hosts=3, mode="FastFile"), "algo-3"),
     "single-pipe": (lambda tmp: standin_plan(tmp, kind="none", hosts=1, mode="Pipe"), "algo-1"),
     "ps-efs": (lambda tmp: standin_plan(tmp, hosts=2, efs=tmp), "algo-1"),
@@ -82,20 +86,30 @@ def test_environment_matches_what_the_toolkit_derives_from_the_same_tree(tmp_pat
     write_host_tree(tree, request.source_dir)
     # the environment of the host's script process (for MPI: the rank on that host) in the request
     ours = next(p for p in request.processes if p.host == host and p.role not in ("ps", "mpirun")).env
-    env = {"PYTHONPATH": toolkit_pythonpath(), "SAGEMAKER_BASE_DIR": tree.root, "PATH": os.environ["PATH"],
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-           # set by the TF image and by the platform
-           "SAGEMAKER_TRAINING_MODULE": ours["SAGEMAKER_TRAINING_MODULE"], "TRAINING_JOB_NAME": plan.job_name}
-    result = subprocess.run([sys.executable, "-c", TOOLKIT_ENV], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, check=True)
+    env = {
+        "PYTHONPATH": toolkit_pythonpath(),
+        "SAGEMAKER_BASE_DIR": tree.root,
+        "PATH": os.environ["PATH"],
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # set by the TF image and by the platform
+        "SAGEMAKER_TRAINING_MODULE": ours["SAGEMAKER_TRAINING_MODULE"],
+        "TRAINING_JOB_NAME": plan.job_name,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", TOOLKIT_ENV], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    )
     theirs = json.loads(result.stdout.strip().splitlines()[-1])
     # The toolkit counts the whole machine's CPUs; --local gives each simulated host its share.
     differ = {"SM_NUM_CPUS"}
     names = (set(theirs) | {n for n in ours if n.startswith("SM_")}) - differ - {"SM_TRAINING_ENV"}
     mismatched = [name for name in sorted(names) if ours.get(name) != theirs.get(name)]
     mine, toolkit = json.loads(ours["SM_TRAINING_ENV"]), json.loads(theirs["SM_TRAINING_ENV"])
-    mismatched += [f"SM_TRAINING_ENV.{key}" for key in sorted((set(toolkit) | set(mine)) - {"num_cpus"})
-                   if mine.get(key) != toolkit.get(key)]
+    mismatched += [
+        f"SM_TRAINING_ENV.{key}"
+        for key in sorted((set(toolkit) | set(mine)) - {"num_cpus"})
+        if mine.get(key) != toolkit.get(key)
+    ]
     assert mismatched == []
 
 

@@ -19,6 +19,7 @@ SECRETS = ["--set", "environment.DB_PASSWORD=hunter2", "--set", "environment.FEA
 @pytest.fixture
 def nothing_starts(monkeypatch):
     """Any process started fails the test."""
+
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started: {args[:1]}")
 
@@ -27,10 +28,27 @@ def nothing_starts(monkeypatch):
 
 def dry_run(capsys, tmp_path, *extra):
     data = tmp_path / "data"
-    channels = ["--channel", f"train={make_channel_data(data, 'train', 4)}",
-                "--channel", f"eval={make_channel_data(data, 'eval', 1)}"]
-    code = main(["launch", str(PS), "--local", "--dry-run", "--run-dir", str(tmp_path / "runs"),
-                 "--job-name", "deepfm-ps-local", *channels, *SECRETS, *extra])
+    channels = [
+        "--channel",
+        f"train={make_channel_data(data, 'train', 4)}",
+        "--channel",
+        f"eval={make_channel_data(data, 'eval', 1)}",
+    ]
+    code = main(
+        [
+            "launch",
+            str(PS),
+            "--local",
+            "--dry-run",
+            "--run-dir",
+            str(tmp_path / "runs"),
+            "--job-name",
+            "deepfm-ps-local",
+            *channels,
+            *SECRETS,
+            *extra,
+        ]
+    )
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -39,8 +57,12 @@ def test_text_lists_every_process_with_command_cwd_and_environment(capsys, tmp_p
     code, out, err = dry_run(capsys, tmp_path)
     assert code == 0, err
     job = tmp_path / "runs" / "deepfm-ps-local"
-    for label, role in (("algo-1/ps", "ps"), ("algo-2/ps", "ps"), ("algo-1/master", "master"),
-                        ("algo-2/worker", "worker")):
+    for label, role in (
+        ("algo-1/ps", "ps"),
+        ("algo-2/ps", "ps"),
+        ("algo-1/master", "master"),
+        ("algo-2/worker", "worker"),
+    ):
         block = out.split(f"  {label}  ({role})\n", 1)[1].split("\n  algo-", 1)[0]
         assert block.startswith("    command  ") and "\n    cwd      " in block and "\n    env      " in block
         assert "TF_CONFIG=" in block and f"log      {job}/logs/{label.replace('/', '-')}.log" in block
@@ -65,8 +87,7 @@ def test_json_is_the_request_with_secrets_masked_unless_asked(capsys, tmp_path, 
     assert code == 0 and json.loads(out)["processes"][2]["env"]["DB_PASSWORD"] == "hunter2"
 
 
-def test_each_host_shows_its_cores_and_a_time_shared_layout_its_warning(capsys, tmp_path, nothing_starts,
-                                                                          monkeypatch):
+def test_each_host_shows_its_cores_and_a_time_shared_layout_its_warning(capsys, tmp_path, nothing_starts, monkeypatch):
     from launcher.local import cores
 
     monkeypatch.setattr(cores, "machine_cpus", lambda: (0, 1, 2, 3))
@@ -82,13 +103,28 @@ def test_each_host_shows_its_cores_and_a_time_shared_layout_its_warning(capsys, 
 
 
 def test_missing_local_data_is_shown_whole_and_the_exit_code_says_it_cannot_run(capsys, tmp_path, nothing_starts):
-    code = main(["launch", str(PS), "--local", "--dry-run", "--run-dir", str(tmp_path / "runs"),
-                 "--channel", f"train={tmp_path / 'none'}", "--channel", f"eval={tmp_path / 'none'}"])
+    code = main(
+        [
+            "launch",
+            str(PS),
+            "--local",
+            "--dry-run",
+            "--run-dir",
+            str(tmp_path / "runs"),
+            "--channel",
+            f"train={tmp_path / 'none'}",
+            "--channel",
+            f"eval={tmp_path / 'none'}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2, err
     assert "Cannot run as it is" in out and f"local data {tmp_path / 'none'} does not exist" in out
     assert "algo-2/worker  (worker)" in out and not (tmp_path / "runs").exists()
-    assert err.splitlines()[0].startswith("error: --local: ") and f"{tmp_path / 'none'} does not exist" in err.splitlines()[0]
+    assert (
+        err.splitlines()[0].startswith("error: --local: ")
+        and f"{tmp_path / 'none'} does not exist" in err.splitlines()[0]
+    )
 
 
 def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):
@@ -96,11 +132,13 @@ def test_the_local_dry_run_imports_neither_tensorflow_nor_the_sdk(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "part-0.tfrecord").write_bytes(b"")
     channels = [f"--channel={name}={tmp_path / name}" for name in ("train", "eval")]
-    script = ("import json, sys\nfrom launcher.cli import main\n"
-              f"rc = main(['launch', {str(PS)!r}, '--local', '--dry-run', '--run-dir', {str(tmp_path / 'runs')!r}, "
-              f"*{channels!r}])\n"
-              "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules} & {'sagemaker', 'tensorflow'})]),"
-              " file=sys.stderr)\n")
+    script = (
+        "import json, sys\nfrom launcher.cli import main\n"
+        f"rc = main(['launch', {str(PS)!r}, '--local', '--dry-run', '--run-dir', {str(tmp_path / 'runs')!r}, "
+        f"*{channels!r}])\n"
+        "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules} & {'sagemaker', 'tensorflow'})]),"
+        " file=sys.stderr)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, []]
 

@@ -20,29 +20,72 @@ from spec_helpers import LOCAL_BASE, dfm, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "batch_size": 256, "deep_layers": [16, 16], "log_steps": 10,
-               "embedding_size": 4}
+SMALL_MODEL = {
+    "field_size": 10,
+    "feature_size": 1000,
+    "batch_size": 256,
+    "deep_layers": [16, 16],
+    "log_steps": 10,
+    "embedding_size": 4,
+}
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sample")
-    result = dfm("data", "synth", "--out", str(out), "--rows", "6000", "--files", "4", "--eval-rows", "1000",
-                 "--eval-files", "1", "--seed", "3", "--field-size", "10", "--feature-size", "1000")
+    result = dfm(
+        "data",
+        "synth",
+        "--out",
+        str(out),
+        "--rows",
+        "6000",
+        "--files",
+        "4",
+        "--eval-rows",
+        "1000",
+        "--eval-files",
+        "1",
+        "--seed",
+        "3",
+        "--field-size",
+        "10",
+        "--feature-size",
+        "1000",
+    )
     assert result.returncode == 0, result.stderr
     split = dfm("data", "split", str(out / "train"), "--out", str(out / "split"), "--workers", "2", "--multi-path")
     assert split.returncode == 0, split.stderr
     return out
 
 
-def e2e_spec(tmp_path: Path, *, name: str, entry_point: str, distribution, count: int, mode: str, train,
-             channels: dict[str, Path], hyperparameters: dict, checkpoints=None, framework="2.14") -> Path:
+def e2e_spec(
+    tmp_path: Path,
+    *,
+    name: str,
+    entry_point: str,
+    distribution,
+    count: int,
+    mode: str,
+    train,
+    channels: dict[str, Path],
+    hyperparameters: dict,
+    checkpoints=None,
+    framework="2.14",
+) -> Path:
     changes = {
-        "name": name, "framework": {"version": framework}, "entry_point": entry_point, "instance": {"count": count},
-        "distribution": distribution, "data": {"mode": mode, "s3_shard": True, "train": train},
+        "name": name,
+        "framework": {"version": framework},
+        "entry_point": entry_point,
+        "instance": {"count": count},
+        "distribution": distribution,
+        "data": {"mode": mode, "s3_shard": True, "train": train},
         "hyperparameters": {**SMALL_MODEL, **hyperparameters},
-        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(tmp_path / "runs"),
-                  "timeout_s": 240},
+        "local": {
+            "channels": {k: str(v) for k, v in channels.items()},
+            "run_dir": str(tmp_path / "runs"),
+            "timeout_s": 240,
+        },
     }
     if checkpoints is not None:
         changes["checkpoints"] = checkpoints
@@ -53,8 +96,9 @@ class WatchedRun:
     """The CLI in a subprocess; every process of its tree is recorded while it runs."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.pids: set[int] = set()
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
@@ -89,10 +133,17 @@ class WatchedRun:
 
 
 def test_two_host_parameter_server_job(tmp_path, sample):
-    spec = e2e_spec(tmp_path, name="e2e-ps", entry_point="deepfm-ps", distribution="parameter_server", count=2,
-                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
-                                                                          "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 30})
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-ps",
+        entry_point="deepfm-ps",
+        distribution="parameter_server",
+        count=2,
+        mode="File",
+        train="s3://dfm-test/train/",
+        channels={"train": sample / "train", "eval": sample / "eval"},
+        hyperparameters={"max_steps": 30},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     job = run.job_dir(tmp_path / "runs")
@@ -108,9 +159,17 @@ def test_two_host_parameter_server_job(tmp_path, sample):
 
 
 def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
-    spec = e2e_spec(tmp_path, name="e2e-mwms", entry_point="deepfm-mirrored", distribution="multi_worker_mirrored",
-                      count=2, mode="File", train="s3://dfm-test/train/",
-                      channels={"train": sample / "train", "eval": sample / "eval"}, hyperparameters={"max_steps": 6})
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-mwms",
+        entry_point="deepfm-mirrored",
+        distribution="multi_worker_mirrored",
+        count=2,
+        mode="File",
+        train="s3://dfm-test/train/",
+        channels={"train": sample / "train", "eval": sample / "eval"},
+        hyperparameters={"max_steps": 6},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     job = run.job_dir(tmp_path / "runs")
@@ -124,8 +183,9 @@ def horovod_runtime_missing() -> str | None:
     """Why the TF 2.12 runtime (the last image with Horovod) cannot run a Horovod job here, or None."""
     from launcher.local import runtime
 
-    chosen = runtime.choose_runtime("2.12", root=runtime.runtimes_root(), own_python=sys.executable,
-                                    own_tf=runtime.tf_version_in())
+    chosen = runtime.choose_runtime(
+        "2.12", root=runtime.runtimes_root(), own_python=sys.executable, own_tf=runtime.tf_version_in()
+    )
     if runtime.major_minor(chosen.tf_version) != "2.12":
         return f"runtime tf-2.12 not built (scripts/runtime.sh tf-2.12): {chosen.note}"
     if not chosen.has_module("horovod.tensorflow"):
@@ -137,12 +197,22 @@ def horovod_runtime_missing() -> str | None:
 @pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
 def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample):
     # TF 2.12 is the last image with Horovod: the job runs on that image's runtime, whatever the launcher's TF
-    spec = e2e_spec(tmp_path, name="e2e-hvd", entry_point="deepfm-horovod",
-                      distribution={"horovod": {"processes_per_host": 2}}, count=1, mode="Pipe",
-                      train=["s3://dfm-test/split/train/", "s3://dfm-test/split/train-1/"],
-                      channels={"train": sample / "split" / "train", "train-1": sample / "split" / "train-1",
-                                "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 6}, framework="2.12")
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-hvd",
+        entry_point="deepfm-horovod",
+        distribution={"horovod": {"processes_per_host": 2}},
+        count=1,
+        mode="Pipe",
+        train=["s3://dfm-test/split/train/", "s3://dfm-test/split/train-1/"],
+        channels={
+            "train": sample / "split" / "train",
+            "train-1": sample / "split" / "train-1",
+            "eval": sample / "eval",
+        },
+        hyperparameters={"max_steps": 6},
+        framework="2.12",
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     assert "ran on: TF 2.12.0 (runtime tf-2.12)" in run.output
@@ -162,6 +232,7 @@ def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample)
 
 def kill_once(killed: list[float], after: str, chooses):
     """A WatchedRun.wait `until`: once a line holds `after`, SIGKILL the first process `chooses(proc)` and note when."""
+
     def kill(found, lines) -> bool:
         if not any(after in line for line in lines):
             return False
@@ -174,20 +245,29 @@ def kill_once(killed: list[float], after: str, chooses):
             except (psutil.NoSuchProcess, AttributeError):  # gone, or its parent gone (None)
                 continue
         return False
+
     return kill
 
 
 def kill_script_once_training(host: str, killed: list[float]):
     """Once a train step is logged, SIGKILL train_ps.py on `host`."""
-    return kill_once(killed, "[dfm] train step=",
-                     lambda proc: "train_ps.py" in " ".join(proc.cmdline()) and host in proc.cwd())
+    return kill_once(
+        killed, "[dfm] train step=", lambda proc: "train_ps.py" in " ".join(proc.cmdline()) and host in proc.cwd()
+    )
 
 
 def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
-    spec = e2e_spec(tmp_path, name="e2e-kill", entry_point="deepfm-ps", distribution="parameter_server", count=2,
-                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
-                                                                          "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 100000, "epochs": 1000})
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-kill",
+        entry_point="deepfm-ps",
+        distribution="parameter_server",
+        count=2,
+        mode="File",
+        train="s3://dfm-test/train/",
+        channels={"train": sample / "train", "eval": sample / "eval"},
+        hyperparameters={"max_steps": 100000, "epochs": 1000},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     killed: list[float] = []
     assert run.wait(until=kill_script_once_training("algo-2", killed)) == 1, run.output[-3000:]
@@ -199,11 +279,18 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
 
 def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
     def launch(max_steps: int) -> WatchedRun:
-        spec = e2e_spec(tmp_path, name="e2e-resume", entry_point="deepfm-ps", distribution="none", count=1,
-                          mode="File", train="s3://dfm-test/train/",
-                          channels={"train": sample / "train", "eval": sample / "eval"},
-                          hyperparameters={"max_steps": max_steps, "checkpoint_steps": 5, "epochs": 5},
-                          checkpoints="s3://dfm-test/checkpoints/e2e-resume/")
+        spec = e2e_spec(
+            tmp_path,
+            name="e2e-resume",
+            entry_point="deepfm-ps",
+            distribution="none",
+            count=1,
+            mode="File",
+            train="s3://dfm-test/train/",
+            channels={"train": sample / "train", "eval": sample / "eval"},
+            hyperparameters={"max_steps": max_steps, "checkpoint_steps": 5, "epochs": 5},
+            checkpoints="s3://dfm-test/checkpoints/e2e-resume/",
+        )
         run = WatchedRun("launch", str(spec), "--local")
         assert run.wait() == 0, run.output[-3000:]
         return run
@@ -220,10 +307,17 @@ HETERO = {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1, "per_ho
 
 
 def test_parameter_servers_on_their_own_group(tmp_path, sample):
-    spec = e2e_spec(tmp_path, name="e2e-hetero", entry_point="deepfm-ps", distribution=HETERO, count=2,
-                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
-                                                                          "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 30})
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-hetero",
+        entry_point="deepfm-ps",
+        distribution=HETERO,
+        count=2,
+        mode="File",
+        train="s3://dfm-test/train/",
+        channels={"train": sample / "train", "eval": sample / "eval"},
+        hyperparameters={"max_steps": 30},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     job = run.job_dir(tmp_path / "runs")
@@ -238,10 +332,17 @@ def test_parameter_servers_on_their_own_group(tmp_path, sample):
 
 
 def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
-    spec = e2e_spec(tmp_path, name="e2e-hetero-kill", entry_point="deepfm-ps", distribution=HETERO, count=2,
-                      mode="File", train="s3://dfm-test/train/", channels={"train": sample / "train",
-                                                                          "eval": sample / "eval"},
-                      hyperparameters={"max_steps": 100000, "epochs": 1000})
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-hetero-kill",
+        entry_point="deepfm-ps",
+        distribution=HETERO,
+        count=2,
+        mode="File",
+        train="s3://dfm-test/train/",
+        channels={"train": sample / "train", "eval": sample / "eval"},
+        hyperparameters={"max_steps": 100000, "epochs": 1000},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     killed: list[float] = []
     assert run.wait(until=kill_script_once_training("algo-3", killed)) == 1, run.output[-3000:]

@@ -28,7 +28,10 @@ allow_soft_placement: true
 
 ps server stopping: SIGTERM (its host's script has ended, or the run)"""
 
-SHOWN = ["ps server 1 listening on grpc://127.0.0.1:56999", "ps server stopping: SIGTERM (its host's script has ended, or the run)"]
+SHOWN = [
+    "ps server 1 listening on grpc://127.0.0.1:56999",
+    "ps server stopping: SIGTERM (its host's script has ended, or the run)",
+]
 
 
 def shown(terminal, label, text):
@@ -74,8 +77,18 @@ def test_launch_verbose_reaches_the_local_run_and_needs_local(capsys, monkeypatc
 
     calls = []
     monkeypatch.setattr(launcher.local, "run_local", lambda plan, **kwargs: calls.append(kwargs) or 0)
-    args = ["launch", str(REPO / "configs" / "ps.yaml"), "--local", "--channel", f"train={tmp_path}",
-            "--channel", f"eval={tmp_path}", "--run-dir", str(tmp_path / "runs"), "--verbose"]
+    args = [
+        "launch",
+        str(REPO / "configs" / "ps.yaml"),
+        "--local",
+        "--channel",
+        f"train={tmp_path}",
+        "--channel",
+        f"eval={tmp_path}",
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--verbose",
+    ]
     assert main(args) == 0 and calls[0]["verbose"] is True
     assert main(["launch", str(REPO / "configs" / "ps.yaml"), "--dry-run", "--verbose"]) == 2
     assert "--verbose apply to --local runs" in capsys.readouterr().err

@@ -10,8 +10,11 @@ def test_metric_lines_parse_like_the_sagemaker_metric_definitions():
     line = "[dfm] train step=120 loss=0.4512 auc=0.7012 examples_per_sec=15300.5"
     kind, values = parse_metric_line("INFO " + line)
     assert kind == "train" and values == {"step": 120, "loss": 0.4512, "auc": 0.7012, "examples_per_sec": 15300.5}
-    scraped = {d["Name"]: float(re.search(d["Regex"], line).group(1)) for d in METRIC_DEFINITIONS
-               if d["Name"].startswith("train:")}
+    scraped = {
+        d["Name"]: float(re.search(d["Regex"], line).group(1))
+        for d in METRIC_DEFINITIONS
+        if d["Name"].startswith("train:")
+    }
     assert scraped == {"train:" + k: v for k, v in values.items()}
     assert parse_metric_line("[dfm] tuning intra_op_threads=1") is None
 

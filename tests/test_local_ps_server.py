@@ -53,13 +53,23 @@ def test_ps_server_outlives_the_master_and_goes_with_its_launcher(tmp_path):
     master.bind((LOOPBACK, 0))
     master.listen()
     ps_address = f"{LOOPBACK}:{free_port()}"
-    tf_config = {"cluster": {"master": [f"{LOOPBACK}:{master.getsockname()[1]}"], "ps": [ps_address],
-                             "worker": [f"{LOOPBACK}:{free_port()}"]},
-                 "environment": "cloud", "task": {"type": "ps", "index": 0}}
+    tf_config = {
+        "cluster": {
+            "master": [f"{LOOPBACK}:{master.getsockname()[1]}"],
+            "ps": [ps_address],
+            "worker": [f"{LOOPBACK}:{free_port()}"],
+        },
+        "environment": "cloud",
+        "task": {"type": "ps", "index": 0},
+    }
     log = tmp_path / "ps.log"
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(PS_SERVER), str(log)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(PS_SERVER), str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
+    )
     ps_pid = int(launcher.stdout.readline())
     try:
         assert wait_for(lambda: serving(ps_address) and "listening" in log.read_text(), 60), log.read_text()

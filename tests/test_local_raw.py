@@ -24,8 +24,28 @@ BAD_LINES = ["1\tnot-a-number" + "\t" * 39, "0\ttoo\tfew\tcolumns"]
 @pytest.fixture(scope="module")
 def raw_sample(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("raw")
-    result = dfm("data", "synth", "--format", "criteo-tsv", "--multi-hot", BAG, "--out", str(out), "--rows", "30000",
-                 "--files", "2", "--eval-rows", "5000", "--eval-files", "1", "--seed", "11", "--feature-size", "600")
+    result = dfm(
+        "data",
+        "synth",
+        "--format",
+        "criteo-tsv",
+        "--multi-hot",
+        BAG,
+        "--out",
+        str(out),
+        "--rows",
+        "30000",
+        "--files",
+        "2",
+        "--eval-rows",
+        "5000",
+        "--eval-files",
+        "1",
+        "--seed",
+        "11",
+        "--feature-size",
+        "600",
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -37,26 +57,58 @@ def features_of(sample: Path, boundaries: int = 10, **extra) -> dict:
     meta = json.loads((sample / "meta.json").read_text())
     columns = meta["columns"]
     numeric = {"transform": "bucketize", "boundaries": meta["numeric_boundaries"][:boundaries]}
-    return {"format": "tsv", "label": meta["label"], "columns": columns,
-            "numeric": {c: {**numeric, "boundaries": list(numeric["boundaries"])} for c in columns if re.fullmatch(r"i\d+", c)},
-            "categorical": {c: {"hash_buckets": 1000} for c in columns if re.fullmatch(r"c\d+", c)},
-            "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1000, "max_length": 20}}, **extra}
+    return {
+        "format": "tsv",
+        "label": meta["label"],
+        "columns": columns,
+        "numeric": {
+            c: {**numeric, "boundaries": list(numeric["boundaries"])} for c in columns if re.fullmatch(r"i\d+", c)
+        },
+        "categorical": {c: {"hash_buckets": 1000} for c in columns if re.fullmatch(r"c\d+", c)},
+        "multi_hot": {BAG: {"separator": "|", "hash_buckets": 1000, "max_length": 20}},
+        **extra,
+    }
 
 
-def raw_spec(tmp_path: Path, sample: Path, *, name: str, count: int = 1, train: Path | None = None,
-             hyperparameters: dict | None = None, entry_point: str = "deepfm-ps", distribution=None,
-             framework: str = "2.14", **extra) -> Path:
+def raw_spec(
+    tmp_path: Path,
+    sample: Path,
+    *,
+    name: str,
+    count: int = 1,
+    train: Path | None = None,
+    hyperparameters: dict | None = None,
+    entry_point: str = "deepfm-ps",
+    distribution=None,
+    framework: str = "2.14",
+    **extra,
+) -> Path:
     changes = {
-        "name": name, "framework": {"version": framework}, "entry_point": entry_point, "instance": {"count": count},
+        "name": name,
+        "framework": {"version": framework},
+        "entry_point": entry_point,
+        "instance": {"count": count},
         "distribution": distribution or ("parameter_server" if count > 1 else "none"),
         # the recipe every margin here was tuned with: no dropout and the old L2 on the MLP (with the new defaults'
         # 0.2 and 0.03 under Adagrad 0.3, MultiWorkerMirrored and Horovod landed 0.0001 under the margin)
-        "hyperparameters": {"batch_size": 256, "deep_layers": [64, 32], "embedding_size": 8, "optimizer": "adagrad",
-                            "learning_rate": 0.3, "epochs": 3, "log_steps": 50, "dropout": 0.0, "l2_dense": 1e-5,
-                            **(hyperparameters or {})},
+        "hyperparameters": {
+            "batch_size": 256,
+            "deep_layers": [64, 32],
+            "embedding_size": 8,
+            "optimizer": "adagrad",
+            "learning_rate": 0.3,
+            "epochs": 3,
+            "log_steps": 50,
+            "dropout": 0.0,
+            "l2_dense": 1e-5,
+            **(hyperparameters or {}),
+        },
         "features": features_of(sample, **extra),
-        "local": {"channels": {"train": str(train or sample / "train"), "eval": str(sample / "eval")},
-                  "run_dir": str(tmp_path / "runs"), "timeout_s": 240},
+        "local": {
+            "channels": {"train": str(train or sample / "train"), "eval": str(sample / "eval")},
+            "run_dir": str(tmp_path / "runs"),
+            "timeout_s": 240,
+        },
     }
     return write_spec(tmp_path, changes, name=f"{name}.yaml", base=LOCAL_BASE)
 
@@ -99,20 +151,32 @@ def answer_raw(export: Path, sample: Path, count: int = 5) -> list[float]:
     lines = next((sample / "eval").iterdir()).read_text().splitlines()[:count]
     rows = [dict(zip(meta["columns"], line.split("\t"))) for line in lines]
     kinds = {c: "numeric" if re.fullmatch(r"i\d+", c) else "text" for c in meta["columns"] if c != meta["label"]}
-    result = subprocess.run([sys.executable, "-c", SERVE, str(export), json.dumps(rows), json.dumps(kinds)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, str(export), json.dumps(rows), json.dumps(kinds)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_one_host_trains_raw_rows_near_the_teacher_skipping_bad_ones_and_serves_raw_features(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-one", boundaries=15,  # the section goes as a file
-                    train=with_bad_lines(tmp_path, raw_sample), bad_rows="skip")
+    spec = raw_spec(
+        tmp_path,
+        raw_sample,
+        name="raw-one",
+        boundaries=15,  # the section goes as a file
+        train=with_bad_lines(tmp_path, raw_sample),
+        bad_rows="skip",
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     code = run.job_dir(tmp_path / "runs") / "hosts" / "algo-1" / "code"
-    assert json.loads((code / "dfm_features.json").read_text())["numeric"]["i1"]["boundaries"] == \
-        json.loads((raw_sample / "meta.json").read_text())["numeric_boundaries"]
+    assert (
+        json.loads((code / "dfm_features.json").read_text())["numeric"]["i1"]["boundaries"]
+        == json.loads((raw_sample / "meta.json").read_text())["numeric_boundaries"]
+    )
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
     assert f"[dfm] bad rows skipped: {3 * 2 * len(BAD_LINES)}" in run.output  # 3 epochs of two files with the bad lines
@@ -126,26 +190,51 @@ def test_one_host_trains_raw_rows_near_the_teacher_skipping_bad_ones_and_serves_
 def test_two_host_parameter_server_trains_raw_rows_near_the_teacher_counting_bad_ones_per_worker(tmp_path, raw_sample):
     """Each host's worker reads one of the two files, each with the bad lines."""
     # Asynchronous updates from two workers: a smaller step than one host uses (0.3 with 4 or 6 epochs missed the margin).
-    spec = raw_spec(tmp_path, raw_sample, name="raw-ps", count=2, hyperparameters={"epochs": 4, "learning_rate": 0.15},
-                    train=with_bad_lines(tmp_path, raw_sample), bad_rows="skip")
+    spec = raw_spec(
+        tmp_path,
+        raw_sample,
+        name="raw-ps",
+        count=2,
+        hyperparameters={"epochs": 4, "learning_rate": 0.15},
+        train=with_bad_lines(tmp_path, raw_sample),
+        bad_rows="skip",
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
     counts = re.findall(r"\[dfm\] bad rows skipped: (\d+) \(worker (\d)\)", run.output)
-    assert sorted(counts) == [(str(4 * len(BAD_LINES)), "0"), (str(4 * len(BAD_LINES)), "1")], run.output[-3000:]  # 4 epochs
+    assert sorted(counts) == [(str(4 * len(BAD_LINES)), "0"), (str(4 * len(BAD_LINES)), "1")], run.output[
+        -3000:
+    ]  # 4 epochs
     assert_no_survivors(run.pids)
 
 
-@pytest.mark.parametrize("entry_point, distribution, hyperparameters", [
-    ("deepfm-mirrored", "multi_worker_mirrored", {"scale_lr": False}),
-    ("deepfm-ps", {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1}}}, {"epochs": 4, "learning_rate": 0.15}),
-], ids=["multi_worker_mirrored", "ps-group"])
-def test_raw_rows_train_the_same_way_on_the_other_distributions(tmp_path, raw_sample, entry_point, distribution,
-                                                                 hyperparameters):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-dist", count=2, entry_point=entry_point,
-                      distribution=distribution, hyperparameters=hyperparameters)
+@pytest.mark.parametrize(
+    "entry_point, distribution, hyperparameters",
+    [
+        ("deepfm-mirrored", "multi_worker_mirrored", {"scale_lr": False}),
+        (
+            "deepfm-ps",
+            {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1}}},
+            {"epochs": 4, "learning_rate": 0.15},
+        ),
+    ],
+    ids=["multi_worker_mirrored", "ps-group"],
+)
+def test_raw_rows_train_the_same_way_on_the_other_distributions(
+    tmp_path, raw_sample, entry_point, distribution, hyperparameters
+):
+    spec = raw_spec(
+        tmp_path,
+        raw_sample,
+        name="raw-dist",
+        count=2,
+        entry_point=entry_point,
+        distribution=distribution,
+        hyperparameters=hyperparameters,
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     auc = final_auc(run.output)
@@ -157,9 +246,15 @@ def test_raw_rows_train_the_same_way_on_the_other_distributions(tmp_path, raw_sa
 @pytest.mark.horovod
 @pytest.mark.skipif(horovod_runtime_missing() is not None, reason=str(horovod_runtime_missing()))
 def test_raw_rows_train_under_horovod_on_the_tf_2_12_runtime(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-hvd", entry_point="deepfm-horovod", framework="2.12",
-                      distribution={"horovod": {"processes_per_host": 2}},
-                      hyperparameters={"scale_lr": False})
+    spec = raw_spec(
+        tmp_path,
+        raw_sample,
+        name="raw-hvd",
+        entry_point="deepfm-horovod",
+        framework="2.12",
+        distribution={"horovod": {"processes_per_host": 2}},
+        hyperparameters={"scale_lr": False},
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
     assert "ran on: TF 2.12.0 (runtime tf-2.12)" in run.output
@@ -181,8 +276,14 @@ def with_bad_lines(tmp_path: Path, sample: Path, rows: int | None = None) -> Pat
 
 
 def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
-    spec = raw_spec(tmp_path, raw_sample, name="raw-fail", train=with_bad_lines(tmp_path, raw_sample, rows=2000),
-                      hyperparameters={"epochs": 1}, bad_rows="fail")
+    spec = raw_spec(
+        tmp_path,
+        raw_sample,
+        name="raw-fail",
+        train=with_bad_lines(tmp_path, raw_sample, rows=2000),
+        hyperparameters={"epochs": 1},
+        bad_rows="fail",
+    )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 1, run.output[-3000:]
     error = [line for line in run.output.splitlines() if "[dfm] error:" in line]

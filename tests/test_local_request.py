@@ -29,8 +29,9 @@ def request_for(tmp_path, cpus=tuple(range(8)), **options):
     tools.mkdir(exist_ok=True)
     (tools / "mpirun").write_text("#!/bin/sh\nexit 1\n")
     (tools / "mpirun").chmod(0o755)
-    return plan, build_request(in_run_dir(plan, str(tmp_path / "runs")), environ={"PATH": str(tools)},
-                               runtime=FAKE_RUNTIME, cpus=cpus)
+    return plan, build_request(
+        in_run_dir(plan, str(tmp_path / "runs")), environ={"PATH": str(tools)}, runtime=FAKE_RUNTIME, cpus=cpus
+    )
 
 
 def by_label(request):
@@ -61,8 +62,11 @@ def test_two_host_ps_job_gets_the_container_layout(tmp_path):
         assert not any(name.startswith("SM_") for name in ps.env)  # the toolkit's ps has no script environment
         assert ps.env["DFM_FROM_PLAN"] == "yes"  # but the job's own, as the toolkit's process has it
     hosts = {h.name: {c.name: c for c in h.channels} for h in request.hosts}
-    assert [key for key, _ in hosts["algo-1"]["eval"].files] == ["part-000.tfrecord"] == \
-        [key for key, _ in hosts["algo-2"]["eval"].files]
+    assert (
+        [key for key, _ in hosts["algo-1"]["eval"].files]
+        == ["part-000.tfrecord"]
+        == [key for key, _ in hosts["algo-2"]["eval"].files]
+    )
     train = [key for host in hosts.values() for key, _ in host["train"].files]
     assert sorted(train) == [f"part-{i:03d}.tfrecord" for i in range(5)] and len(set(train)) == 5
 
@@ -74,7 +78,9 @@ def test_every_process_runs_on_the_runtime_with_the_host_code_first(tmp_path):
         assert process.env["PATH"] == f"/opt/runtimes/tf-2.12/bin:{tmp_path}/bin"  # `python` is the runtime's
         assert process.env["PYTHONUNBUFFERED"] == "1"
         if process.role != "ps":
-            assert process.env["PYTHONPATH"].split(":")[0] == str(Path(request.job_dir) / "hosts" / process.host / "code")
+            assert process.env["PYTHONPATH"].split(":")[0] == str(
+                Path(request.job_dir) / "hosts" / process.host / "code"
+            )
 
 
 def test_the_launchers_pythonpath_follows_the_code_dir(tmp_path):
@@ -109,19 +115,30 @@ def test_ps_on_its_own_group_every_host_runs_the_script_and_only_workers_get_dat
     assert list(processes) == [f"algo-{i}/train" for i in range(1, 5)] and request.master == "algo-1/train"
     assert not any("TF_CONFIG" in p.env or p.role == "ps" for p in request.processes)  # the script builds it
     addresses = json.loads(processes["algo-3/train"].env["DFM_CLUSTER_ADDRESSES"])
-    assert list(addresses) == ["algo-1:2222", "algo-1:2223", "algo-2:2223",
-                               "algo-3:2224", "algo-3:2225", "algo-4:2224", "algo-4:2225"]
+    assert list(addresses) == [
+        "algo-1:2222",
+        "algo-1:2223",
+        "algo-2:2223",
+        "algo-3:2224",
+        "algo-3:2225",
+        "algo-4:2224",
+        "algo-4:2225",
+    ]
     assert len(set(addresses.values())) == 7 and all(a.startswith("127.0.0.1:") for a in addresses.values())
     assert {p.env["DFM_CLUSTER_ADDRESSES"] for p in request.processes} == {json.dumps(addresses)}
     hosts = {h.name: h for h in request.hosts}
     resources = hosts["algo-4"].config_files["resourceconfig.json"]
     assert (resources["current_group_name"], resources["current_instance_type"]) == ("ps", "ml.r5.large")
     assert [(g["instance_group_name"], g["hosts"]) for g in resources["instance_groups"]] == [
-        ("worker", ["algo-1", "algo-2"]), ("ps", ["algo-3", "algo-4"])]
+        ("worker", ["algo-1", "algo-2"]),
+        ("ps", ["algo-3", "algo-4"]),
+    ]
     # S3 channels reach the worker group only; ShardedByS3Key splits train between its two hosts
     assert hosts["algo-3"].channels == () == hosts["algo-4"].channels
     assert hosts["algo-3"].config_files["inputdataconfig.json"] == {}
-    train = [[key for key, _ in next(c for c in hosts[h].channels if c.name == "train").files] for h in ("algo-1", "algo-2")]
+    train = [
+        [key for key, _ in next(c for c in hosts[h].channels if c.name == "train").files] for h in ("algo-1", "algo-2")
+    ]
     assert sorted(train[0] + train[1]) == [f"part-{i:03d}.tfrecord" for i in range(5)] and all(train)
     hyperparameters = hosts["algo-1"].config_files["hyperparameters.json"]
     assert not [k for k in hyperparameters if k.endswith("_enabled")]  # no toolkit distribution
@@ -133,12 +150,20 @@ def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path
     assert [p.label for p in request.started()] == ["mpirun"] and request.master == "mpirun"
     ranks = [p for p in request.processes if p.supervision == "rank"]
     assert processes["mpirun"].argv[0] == str(tmp_path / "bin" / "mpirun")
-    assert [(p.label, p.rank) for p in ranks] == [("algo-1/rank0", 0), ("algo-1/rank1", 1), ("algo-2/rank2", 2),
-                                                  ("algo-2/rank3", 3)]
+    assert [(p.label, p.rank) for p in ranks] == [
+        ("algo-1/rank0", 0),
+        ("algo-1/rank1", 1),
+        ("algo-2/rank2", 2),
+        ("algo-2/rank3", 3),
+    ]
     program = mpi.script_command(FAKE_RUNTIME, "standin.py", list(plan.argv))
     rank_hosts = str(Path(request.job_dir) / "rank_hosts.json")
-    assert processes["mpirun"].argv[-len(program) - 3:] == (FAKE_RUNTIME.python, str(mpi.RANK_EXEC), rank_hosts,
-                                                              *program)
+    assert processes["mpirun"].argv[-len(program) - 3 :] == (
+        FAKE_RUNTIME.python,
+        str(mpi.RANK_EXEC),
+        rank_hosts,
+        *program,
+    )
     layout = request.files[rank_hosts]
     assert layout["processes_per_host"] == 2 and [h["base"] for h in layout["hosts"]] == [h.root for h in request.hosts]
     for rank in ranks:
@@ -157,18 +182,23 @@ def test_mpi_ranks_land_on_their_hosts_with_the_first_hosts_environment(tmp_path
 def horovod_runtime():
     from launcher.local import runtime
 
-    chosen = runtime.choose_runtime("2.12", root=runtime.runtimes_root(), own_python=sys.executable,
-                                    own_tf=runtime.tf_version_in())
+    chosen = runtime.choose_runtime(
+        "2.12", root=runtime.runtimes_root(), own_python=sys.executable, own_tf=runtime.tf_version_in()
+    )
     return chosen if runtime.major_minor(chosen.tf_version) == "2.12" and chosen.has_module("mpi4py") else None
 
 
-@pytest.mark.skipif(horovod_runtime() is None, reason="runtime tf-2.12 with mpi4py not built (scripts/runtime.sh tf-2.12)")
+@pytest.mark.skipif(
+    horovod_runtime() is None, reason="runtime tf-2.12 with mpi4py not built (scripts/runtime.sh tf-2.12)"
+)
 def test_horovod_ranks_run_mpi4py_with_the_tf_2_12_runtimes_python(tmp_path):
     from launcher.plans.training import build_plan
     from launcher.spec import load_spec
     from spec_helpers import REPO
 
-    spec = load_spec(REPO / "configs" / "horovod.yaml", ["instance.count=1", "distribution.horovod.processes_per_host=2"])
+    spec = load_spec(
+        REPO / "configs" / "horovod.yaml", ["instance.count=1", "distribution.horovod.processes_per_host=2"]
+    )
     request = build_request(in_run_dir(build_plan(spec, job_name="hvd"), str(tmp_path)))
     python = horovod_runtime().python
     ranks = [p for p in request.processes if p.role == "rank"]
@@ -218,8 +248,10 @@ def test_options_the_toolkit_cannot_read_are_refused(tmp_path):
 
 def test_a_channel_without_local_data_is_a_problem_the_runner_refuses(tmp_path):
     plan = standin_plan(tmp_path)
-    plan = replace(plan, channels=tuple(replace(c, local_path=str(tmp_path / "gone")) if c.name == "eval" else c
-                                        for c in plan.channels))
+    plan = replace(
+        plan,
+        channels=tuple(replace(c, local_path=str(tmp_path / "gone")) if c.name == "eval" else c for c in plan.channels),
+    )
     request = build_request(in_run_dir(plan, str(tmp_path / "runs")), runtime=FAKE_RUNTIME)
     assert request.problems == (f"channel 'eval': local data {tmp_path / 'gone'} does not exist",)
     assert len(request.processes) == 4  # the rest of the run is still described
@@ -236,8 +268,9 @@ def test_an_s3_channel_with_no_files_is_refused_as_sagemaker_refuses_an_empty_pr
     if content:
         (empty / content).mkdir()  # folders are no S3 objects
     plan = standin_plan(tmp_path)
-    plan = replace(plan, channels=tuple(replace(c, local_path=str(empty)) if c.name == "train" else c
-                                        for c in plan.channels))
+    plan = replace(
+        plan, channels=tuple(replace(c, local_path=str(empty)) if c.name == "train" else c for c in plan.channels)
+    )
     request = build_request(in_run_dir(plan, str(tmp_path / "runs")), runtime=FAKE_RUNTIME)
     assert len(request.problems) == 1
     assert request.problems[0].startswith(f"channel 'train': {empty} holds no files")
@@ -283,8 +316,11 @@ def test_config_files_as_the_container_gets_them(tmp_path):
     resources = config["resourceconfig.json"]
     assert resources["current_host"] == "algo-2" and resources["hosts"] == ["algo-1", "algo-2", "algo-3"]
     channels = config["inputdataconfig.json"]
-    assert channels["train"] == {"TrainingInputMode": "File", "S3DistributionType": "ShardedByS3Key",
-                                 "RecordWrapperType": "None"}
+    assert channels["train"] == {
+        "TrainingInputMode": "File",
+        "S3DistributionType": "ShardedByS3Key",
+        "RecordWrapperType": "None",
+    }
     assert channels["eval"]["S3DistributionType"] == "FullyReplicated"
 
 
@@ -310,14 +346,25 @@ def test_bfloat16_runs_here_only_on_a_cpu_with_bfloat16_instructions(tmp_path, f
     from launcher.compile import compile_spec
 
     (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-    compiled = compile_spec(str(Path(__file__).parents[1] / "configs" / "ps.yaml"),
-                            ("hyperparameters.mixed_precision=bfloat16", "instance.type=ml.c7i.4xlarge"))
+    compiled = compile_spec(
+        str(Path(__file__).parents[1] / "configs" / "ps.yaml"),
+        ("hyperparameters.mixed_precision=bfloat16", "instance.type=ml.c7i.4xlarge"),
+    )
     assert compiled.ok, compiled.errors
-    request = build_request(in_run_dir(compiled.plan, str(tmp_path / "runs")),
-                            environ={"DFM_CPUINFO": str(tmp_path / "cpuinfo")}, runtime=FAKE_RUNTIME)
+    request = build_request(
+        in_run_dir(compiled.plan, str(tmp_path / "runs")),
+        environ={"DFM_CPUINFO": str(tmp_path / "cpuinfo")},
+        runtime=FAKE_RUNTIME,
+    )
     bf16 = [p for p in request.problems if "mixed_precision" in p]
-    assert bf16 == ([f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
-                     "(avx512_bf16 or amx_bf16 in /proc/cpuinfo): use auto or false for --local runs here"] if refused else [])
+    assert bf16 == (
+        [
+            "hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
+            "(avx512_bf16 or amx_bf16 in /proc/cpuinfo): use auto or false for --local runs here"
+        ]
+        if refused
+        else []
+    )
 
 
 def test_an_unwritable_run_dir_is_one_line_before_any_work(tmp_path):
@@ -356,7 +403,9 @@ def test_hosts_needing_more_cores_than_the_machine_has_time_share_them_with_a_wa
     # round-robin: every host still gets as many cores as its SM_NUM_CPUS says; algo-3 shares algo-1's
     assert host_cpus(request) == {"algo-1": (0, 1), "algo-2": (2, 3), "algo-3": (0, 1)}
     assert set(sm_num_cpus(request).values()) == {"2"}
-    assert len(request.warnings) == 1 and "need 6 cores, this machine has 4: the hosts time-share" in request.warnings[0]
+    assert (
+        len(request.warnings) == 1 and "need 6 cores, this machine has 4: the hosts time-share" in request.warnings[0]
+    )
     _, request = request_for(tmp_path / "big", hosts=2, cpus=(0, 1), local={"cores_per_host": 4})
     assert host_cpus(request) == {"algo-1": (0, 1), "algo-2": (0, 1)} and set(sm_num_cpus(request).values()) == {"4"}
     assert "need 8 cores, this machine has 2" in request.warnings[0]

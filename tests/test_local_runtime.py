@@ -34,8 +34,10 @@ def fake_runtime(root: Path, name: str, tf_version: str | None, *, ready: bool =
     return folder
 
 
-@pytest.mark.parametrize("version, expected", [("2.12.0", "2.12"), ("2.12", "2.12"), ("2.9", "2.9"),
-                                               ("2", None), (None, None), ("latest", None), ("2.x", None)])
+@pytest.mark.parametrize(
+    "version, expected",
+    [("2.12.0", "2.12"), ("2.12", "2.12"), ("2.9", "2.9"), ("2", None), (None, None), ("latest", None), ("2.x", None)],
+)
 def test_major_minor(version, expected):
     assert runtime.major_minor(version) == expected
 
@@ -44,7 +46,11 @@ def test_the_images_runtime_when_it_is_set_up(tmp_path):
     folder = fake_runtime(tmp_path, "tf-2.12", "2.12.0")
     chosen = runtime.choose_runtime("2.12.0", root=tmp_path, own_python=OWN, own_tf="2.14.1")
     assert (chosen.python, chosen.tf_version, chosen.name, chosen.own) == (
-        str(folder / "bin" / "python"), "2.12.0", "tf-2.12", False)
+        str(folder / "bin" / "python"),
+        "2.12.0",
+        "tf-2.12",
+        False,
+    )
     assert chosen.note == "TF 2.12.0 (runtime tf-2.12)"
     assert runtime.choose_runtime("2.12", root=tmp_path, own_python=OWN, own_tf="2.14.1").python == chosen.python
 
@@ -64,8 +70,9 @@ def test_a_runtime_not_set_up_falls_back_to_the_launcher_and_says_so(tmp_path, l
         fake_runtime(tmp_path, "tf-2.21", "2.19.0")
     chosen = runtime.choose_runtime("2.21", root=tmp_path, own_python=OWN, own_tf="2.14.1")
     assert (chosen.python, chosen.tf_version, chosen.own) == (OWN, "2.14.1", True)
-    assert chosen.note == ("image has TF 2.21 but runtime tf-2.21 is not set up (scripts/runtime.sh tf-2.21): "
-                           "running on TF 2.14.1")
+    assert chosen.note == (
+        "image has TF 2.21 but runtime tf-2.21 is not set up (scripts/runtime.sh tf-2.21): running on TF 2.14.1"
+    )
 
 
 def test_an_image_without_a_known_tf_runs_on_the_launchers(tmp_path):
@@ -116,7 +123,9 @@ def test_every_process_of_a_ps_job_runs_on_the_images_runtime(tmp_path, runtime_
     assert result.exit_code == 0, lines
     python = str(runtime_venv / "bin" / "python")
     for host in ("algo-1", "algo-2"):
-        report = json.loads(next((result.job_dir / "hosts" / host / "output" / "data").glob("report-*.json")).read_text())
+        report = json.loads(
+            next((result.job_dir / "hosts" / host / "output" / "data").glob("report-*.json")).read_text()
+        )
         assert report["python"] == python
         assert report["path"].split(":")[0] == str(runtime_venv / "bin")  # `python` in the job is the runtime's
         assert report["pythonpath"].split(":")[0] == str(result.job_dir / "hosts" / host / "code")

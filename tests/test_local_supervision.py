@@ -49,7 +49,7 @@ REPORTED = ("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_
 def assert_ran_as_requested(report: dict, process) -> None:
     """The script saw its request entry: argv, working directory, Python and (the reported part of) env."""
     script_at = process.argv.index("standin.py")
-    assert report["argv"] == list(process.argv[script_at + 1:]) and report["cwd"] == process.cwd
+    assert report["argv"] == list(process.argv[script_at + 1 :]) and report["cwd"] == process.cwd
     assert report["python"] == process.argv[0]
     wanted = {k: v for k, v in process.env.items() if k.startswith(REPORTED)}
     assert wanted and {k: report["env"].get(k) for k in wanted} == wanted
@@ -77,8 +77,9 @@ def test_two_host_ps_job_runs_what_the_request_says(tmp_path):
 
 @pytest.mark.skipif(len(cores.machine_cpus()) < 2, reason="needs 2 cores to give 2 hosts one each")
 def test_each_host_runs_on_cores_of_its_own_and_sm_num_cpus_says_how_many(tmp_path):
-    plan = standin_plan(tmp_path, hosts=2, local={"cores_per_host": 1},
-                        hyperparameters={"behave": "sleep", "sleep_s": 300})
+    plan = standin_plan(
+        tmp_path, hosts=2, local={"cores_per_host": 1}, hyperparameters={"behave": "sleep", "sleep_s": 300}
+    )
     run, thread, outcome, worker = start_in_background(tmp_path, plan, "algo-2")
     try:
         wanted = {h.name: list(h.cpus) for h in run.request.hosts}
@@ -92,8 +93,10 @@ def test_each_host_runs_on_cores_of_its_own_and_sm_num_cpus_says_how_many(tmp_pa
             assert report["num_cpus"] == "1"
         # the toolkit's ps servers (real TensorFlow servers) run on their host's cores too
         servers = {c.label: c for c in run.supervisor.children if c.role == "ps"}
-        assert {label: sorted(psutil.Process(c.popen.pid).cpu_affinity()) for label, c in servers.items()} == \
-            {"algo-1/ps": wanted["algo-1"], "algo-2/ps": wanted["algo-2"]}
+        assert {label: sorted(psutil.Process(c.popen.pid).cpu_affinity()) for label, c in servers.items()} == {
+            "algo-1/ps": wanted["algo-1"],
+            "algo-2/ps": wanted["algo-2"],
+        }
     finally:
         os.kill(worker["pid"], signal.SIGTERM)
         thread.join(timeout=120)
@@ -188,8 +191,11 @@ def test_mpi_ranks_run_on_their_hosts_as_the_request_says(tmp_path):
     assert found["algo-1-rank0"]["files"]["train"] == found["algo-1-rank1"]["files"]["train"]
     assert not set(found["algo-1-rank0"]["files"]["train"]) & set(found["algo-2-rank2"]["files"]["train"])
     assert {f"algo-{h}/rank{r}" for h, r in ((1, 0), (1, 1), (2, 2), (2, 3))} <= {
-        line.split("]")[0][1:] for line in lines if line.startswith("[algo-")}
-    assert {"algo-1-rank0.log", "algo-2-rank3.log", "mpirun.log"} <= {p.name for p in (result.job_dir / "logs").iterdir()}
+        line.split("]")[0][1:] for line in lines if line.startswith("[algo-")
+    }
+    assert {"algo-1-rank0.log", "algo-2-rank3.log", "mpirun.log"} <= {
+        p.name for p in (result.job_dir / "logs").iterdir()
+    }
     assert_no_survivors(result.pids)
 
 
@@ -211,8 +217,13 @@ def test_pipe_mode_feeds_each_host_its_share_epoch_after_epoch(tmp_path):
 
 def test_hosts_still_running_after_the_master_finished_fail_the_run(tmp_path):
     # On SageMaker such a job would hang until max_run: the other hosts must end on their own.
-    plan = standin_plan(tmp_path, kind="none", hosts=2, local={"master_grace_s": 1},
-                        hyperparameters={"behave": "sleep", "on_host": "algo-2", "sleep_s": 300})
+    plan = standin_plan(
+        tmp_path,
+        kind="none",
+        hosts=2,
+        local={"master_grace_s": 1},
+        hyperparameters={"behave": "sleep", "on_host": "algo-2", "sleep_s": 300},
+    )
     result = local_run(plan, tmp_path, timeout_s=120).run()
     assert result.exit_code == 1 and "algo-2/train still running" in result.reason
     assert_no_survivors(result.pids)
@@ -250,8 +261,9 @@ def test_failing_rank_fails_the_mpi_job_and_shows_its_lines(tmp_path):
 def test_processes_run_in_a_loopback_only_network_namespace(tmp_path):
     import socket
 
-    plan = standin_plan(tmp_path, kind="none", hosts=1,
-                        hyperparameters={"behave": "sleep", "sleep_s": 300, "listen": True})
+    plan = standin_plan(
+        tmp_path, kind="none", hosts=1, hyperparameters={"behave": "sleep", "sleep_s": 300, "listen": True}
+    )
     run, thread, outcome, seen = start_in_background(tmp_path, plan, "algo-1")
     try:
         assert seen["loopback_reachable"]  # inside, 127.0.0.1 works

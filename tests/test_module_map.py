@@ -77,9 +77,14 @@ def test_the_module_map_lists_every_module_and_every_import():
     assert problems(MAP) == []
 
 
-@pytest.mark.parametrize("added, arrow", [("from launcher import sagemaker_backend", "launcher.sagemaker_backend"),
-                                          ("def f():\n    import tensorflow", "tensorflow"),
-                                          ("from launcher.local import runner", "launcher.local.runner")])
+@pytest.mark.parametrize(
+    "added, arrow",
+    [
+        ("from launcher import sagemaker_backend", "launcher.sagemaker_backend"),
+        ("def f():\n    import tensorflow", "tensorflow"),
+        ("from launcher.local import runner", "launcher.local.runner"),
+    ],
+)
 def test_an_import_against_the_table_fails(tmp_path, added, arrow):
     """plan.py, pure, with one more import (a function-level one too)."""
     modules = launcher_modules()
@@ -96,7 +101,9 @@ def test_a_module_missing_from_the_table_fails():
 
 def test_an_allowed_import_no_longer_made_fails():
     allowed = {**MAP, "launcher.plans.training": MAP["launcher.plans.training"] | {"launcher.cli.render"}}
-    assert set(problems(allowed)) - set(problems(MAP)) == {"launcher.plans.training: its row allows launcher.cli.render, which it does not import"}
+    assert set(problems(allowed)) - set(problems(MAP)) == {
+        "launcher.plans.training: its row allows launcher.cli.render, which it does not import"
+    }
 
 
 def test_modules_called_pure_start_no_process_thread_or_connection():
@@ -109,7 +116,8 @@ def test_a_pure_module_that_loads_impure_ones_fails():
     bound by the bundled hetero_cluster, loaded at call time through facts.contract, which this reading does not follow.)"""
     assert sorted(impure({"launcher.local.request"})) == [
         "launcher.local.request is called Pure but imports subprocess (through launcher.local.runtime)",
-        "launcher.local.request is called Pure but imports threading (through launcher.local.channels)"]
+        "launcher.local.request is called Pure but imports threading (through launcher.local.channels)",
+    ]
     assert "launcher.local.request" not in pure_modules(TEXT)
 
 

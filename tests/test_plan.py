@@ -49,11 +49,15 @@ def test_ps_plan():
     assert kw["image_uri"].endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")  # SDK v2 lacks 2.21: dfm names it
     assert kw["entry_point"] == "train_ps.py" and Path(kw["source_dir"], "train_ps.py").is_file()
     assert kw["output_path"] == kw["code_location"] == BUCKET
-    assert kw["model_dir"] == plan.hyperparameters["model_dir"] == "/opt/ml/model"  # bundled: no S3 call by the toolkit at start
+    assert (
+        kw["model_dir"] == plan.hyperparameters["model_dir"] == "/opt/ml/model"
+    )  # bundled: no S3 call by the toolkit at start
     assert kw["checkpoint_s3_uri"] == plan.checkpoint_s3_uri == f"{BUCKET}/{JOB}/checkpoints"
     assert kw["checkpoint_local_path"] == "/opt/ml/checkpoints"
     assert kw["tags"] == [{"Key": "project", "Value": "dfm"}, {"Key": "team", "Value": "ads"}]
-    assert {"train:loss", "train:auc", "eval:loss", "eval:auc"} <= {m["Name"] for m in kw["metric_definitions"]}  # bundled: scraped
+    assert {"train:loss", "train:auc", "eval:loss", "eval:auc"} <= {
+        m["Name"] for m in kw["metric_definitions"]
+    }  # bundled: scraped
     assert "model_dir" not in kw["hyperparameters"] and plan.hyperparameters["model_dir"] == kw["model_dir"]
     assert kw["hyperparameters"]["checkpoint_steps"] == 500 and kw["hyperparameters"]["log_steps"] == 50  # child + base
     assert not {"use_spot_instances", "subnets", "keep_alive_period_in_seconds"} & set(kw)
@@ -61,7 +65,10 @@ def test_ps_plan():
     train, evaluation = plan.channels
     assert (train.name, train.distribution, train.input_mode) == ("train", "ShardedByS3Key", "File")
     assert (evaluation.name, evaluation.distribution) == ("eval", "FullyReplicated")
-    assert train.local_path == os.path.abspath("data/sample/train") and (plan.local.timeout_s, plan.local.master_grace_s) == (900, 60)
+    assert train.local_path == os.path.abspath("data/sample/train") and (
+        plan.local.timeout_s,
+        plan.local.master_grace_s,
+    ) == (900, 60)
     assert plan.distribution.kind == "parameter_server" and plan.instance_count == 2
     assert plan.cost["max_usd"] == round(3.672 * 2 * 1.0, 2) and plan.cost["spot"] is False
     assert any("data.s3_shard" in w for w in plan.warnings)
@@ -72,7 +79,11 @@ def test_horovod_plan():
     plan = config_plan("horovod.yaml")
     kw = estimator_kwargs(plan)
     assert kw["distribution"] == {
-        "mpi": {"enabled": True, "processes_per_host": 4, "custom_mpi_options": "-x NCCL_DEBUG=WARN -x OMPI_MCA_btl_vader_single_copy_mechanism=none"}
+        "mpi": {
+            "enabled": True,
+            "processes_per_host": 4,
+            "custom_mpi_options": "-x NCCL_DEBUG=WARN -x OMPI_MCA_btl_vader_single_copy_mechanism=none",
+        }
     }
     assert kw["input_mode"] == plan.input_mode == "Pipe" and kw["entry_point"] == "train_horovod.py"
     assert kw["model_dir"] == "/opt/ml/model"  # what the SDK passes to MPI jobs
@@ -98,9 +109,18 @@ def test_efs_ps_plan():
     plan = config_plan("efs-ps.yaml", env={"DFM_EFS_ID": "fs-0abc1234"})
     kw = estimator_kwargs(plan)
     (checkpoints,) = [c for c in plan.channels if c.name == "checkpoints"]
-    assert (checkpoints.kind, checkpoints.file_system_id, checkpoints.uri, checkpoints.access_mode) == ("efs", "fs-0abc1234", "/dfm/checkpoints", "rw")
+    assert (checkpoints.kind, checkpoints.file_system_id, checkpoints.uri, checkpoints.access_mode) == (
+        "efs",
+        "fs-0abc1234",
+        "/dfm/checkpoints",
+        "rw",
+    )
     assert kw["input_mode"] == "File" and "checkpoint_s3_uri" not in kw and plan.checkpoint_s3_uri is None
-    assert kw["hyperparameters"]["checkpoint_dir"] == plan.hyperparameters["checkpoint_dir"] == f"/opt/ml/input/data/checkpoints/{JOB}"
+    assert (
+        kw["hyperparameters"]["checkpoint_dir"]
+        == plan.hyperparameters["checkpoint_dir"]
+        == f"/opt/ml/input/data/checkpoints/{JOB}"
+    )
     assert kw["subnets"] == ["subnet-0123456789abcdef0"] and kw["security_group_ids"] == ["sg-0123456789abcdef0"]
     assert kw["keep_alive_period_in_seconds"] == 600
     assert plan.cost["max_usd"] == round(0.922 * 3 * (1 + 600 / 3600), 2)
@@ -130,8 +150,9 @@ def test_user_script_plan_resolves_paths_from_the_spec_file(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("distribution", [None, "parameter_server"])
-def test_bundled_scripts_get_a_local_model_dir_and_user_scripts_the_sdks_default(tmp_path, no_aws_env, no_network,
-                                                                                 distribution):
+def test_bundled_scripts_get_a_local_model_dir_and_user_scripts_the_sdks_default(
+    tmp_path, no_aws_env, no_network, distribution
+):
     # The toolkit calls S3 GetBucketLocation on an s3:// model_dir before the script starts (non-MPI jobs).
     from launcher import sagemaker_backend
 
@@ -139,8 +160,10 @@ def test_bundled_scripts_get_a_local_model_dir_and_user_scripts_the_sdks_default
     changes = {"distribution": distribution} if distribution else {}
     bundled = compiled_plan(write_spec(tmp_path, changes, name="bundled.yaml"))
     own = compiled_plan(write_spec(tmp_path, {**changes, "entry_point": "train.py"}, name="own.yaml"))
-    sent = {name: json.loads(sagemaker_backend.dry_run(plan)["request"]["HyperParameters"]["model_dir"])
-            for name, plan in (("bundled", bundled), ("own", own))}
+    sent = {
+        name: json.loads(sagemaker_backend.dry_run(plan)["request"]["HyperParameters"]["model_dir"])
+        for name, plan in (("bundled", bundled), ("own", own))
+    }
     assert sent["bundled"] == bundled.hyperparameters["model_dir"] == "/opt/ml/model"
     assert "model_dir" not in estimator_kwargs(own)  # the SDK picks it, as it would without dfm
     assert sent["own"] == own.hyperparameters["model_dir"] == "s3://dfm-bucket/out/" + JOB + "/model"
@@ -175,7 +198,9 @@ def test_a_value_holding_a_plan_round_trips_too():
     from launcher.rules.tune import objective_schedule
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tune-ps-261125-000000")
+    tplan = build_tuning_plan(
+        compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tune-ps-261125-000000"
+    )
     assert from_data(TuningPlan, json.loads(json.dumps(to_data(tplan)))) == tplan
 
 
@@ -223,7 +248,9 @@ def test_request_for_each_config(config, no_aws_env, no_network):
         else:
             assert source["FileSystemDataSource"]["FileSystemAccessMode"] == channel.access_mode
     sent = {k: json.loads(v) for k, v in request["HyperParameters"].items()}
-    assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(json.dumps(plan.hyperparameters))
+    assert {k: v for k, v in sent.items() if not k.startswith("sagemaker_")} == json.loads(
+        json.dumps(plan.hyperparameters)
+    )
     resources = request["ResourceConfig"]
     if len(plan.instance_groups) > 1:
         assert resources["InstanceGroups"] == [g.request() for g in plan.instance_groups]
@@ -234,7 +261,9 @@ def test_request_for_each_config(config, no_aws_env, no_network):
     assert request["StoppingCondition"].get("MaxWaitTimeInSeconds") == plan.spot_max_wait
     assert ("VpcConfig" in request) == (plan.vpc is not None)
     assert resources.get("KeepAlivePeriodInSeconds") == (plan.warm_pool_seconds or None)
-    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [m["Name"] for m in conventions.METRIC_DEFINITIONS]
+    assert [m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]] == [
+        m["Name"] for m in conventions.METRIC_DEFINITIONS
+    ]
 
 
 # --- the contract with the bundled entry points ----------------------------------------------------
@@ -242,17 +271,48 @@ def test_request_for_each_config(config, no_aws_env, no_network):
 
 def test_render_argv_follows_the_container_toolkit():
     argv = conventions.render_argv(
-        {"model_dir": "/opt/ml/model", "batch_size": 25, "b": True, "layers": [400, 400], "opts": {"y": 2, "x": 1},
-         "none": None, "lr": 1e-05, "sagemaker_program": "train.py"}
+        {
+            "model_dir": "/opt/ml/model",
+            "batch_size": 25,
+            "b": True,
+            "layers": [400, 400],
+            "opts": {"y": 2, "x": 1},
+            "none": None,
+            "lr": 1e-05,
+            "sagemaker_program": "train.py",
+        }
     )
-    assert argv == ["-b", "True", "--batch_size", "25", "--layers", "[400, 400]", "--lr", "1e-05",
-                    "--model_dir", "/opt/ml/model", "--none", "", "--opts", "x=1,y=2"]
+    assert argv == [
+        "-b",
+        "True",
+        "--batch_size",
+        "25",
+        "--layers",
+        "[400, 400]",
+        "--lr",
+        "1e-05",
+        "--model_dir",
+        "/opt/ml/model",
+        "--none",
+        "",
+        "--opts",
+        "x=1,y=2",
+    ]
 
 
 def test_argv_parses_back_in_the_bundled_scripts():
     hparams = entrypoint_module("deepfm_hparams")
-    values = {"batch_norm": False, "scale_lr": True, "deep_layers": [200, 100], "l2_reg": 1e-05, "optimizer": "adam",
-              "s3_shard": False, "epochs": 3, "kmp_affinity": "granularity=fine,compact,1,0", "model_dir": "s3://b/j/model"}
+    values = {
+        "batch_norm": False,
+        "scale_lr": True,
+        "deep_layers": [200, 100],
+        "l2_reg": 1e-05,
+        "optimizer": "adam",
+        "s3_shard": False,
+        "epochs": 3,
+        "kmp_affinity": "granularity=fine,compact,1,0",
+        "model_dir": "s3://b/j/model",
+    }
     parsed = vars(hparams.parse_hyperparameters(conventions.render_argv(values)))
     expected = {**values, "s3_shard": "false"}
     assert {k: parsed[k] for k in values} == expected
@@ -276,8 +336,14 @@ def test_metric_definitions_match_the_entry_points_lines():
             match = re.search(definition["Regex"], line)
             if match:
                 found.setdefault(definition["Name"], float(match.group(1)))
-    assert found == {"train:loss": 0.45125, "train:auc": 0.7891, "train:examples_per_sec": 15234.5, "train:step": 1200,
-                     "eval:loss": 0.46, "eval:auc": 0.78}
+    assert found == {
+        "train:loss": 0.45125,
+        "train:auc": 0.7891,
+        "train:examples_per_sec": 15234.5,
+        "train:step": 1200,
+        "eval:loss": 0.46,
+        "eval:auc": 0.78,
+    }
     assert all(len(d["Regex"]) <= 500 and re.compile(d["Regex"]).groups == 1 for d in conventions.METRIC_DEFINITIONS)
 
 
@@ -291,7 +357,14 @@ def test_bundled_source_dir_in_an_installed_layout(tmp_path):
     shutil.copytree(REPO / "launcher", site / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "entrypoints", site / "launcher" / "_bundled", ignore=shutil.ignore_patterns("__pycache__"))
     code = "import launcher.facts.contract as c; print(c.bundled_source_dir())"
-    out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env={"PYTHONPATH": str(site)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == str(site / "launcher" / "_bundled")
 
 
@@ -310,12 +383,22 @@ def test_the_entry_points_copies_of_the_conventions_agree():
     assert inputs.train_channel_index(conventions.CHECKPOINT_CHANNEL) is None
     config = inputs.InputConfig(field_size=1, batch_size=1)
     assert (config.data_dir, config.config_dir, config.pipe_state_dir) == (
-        conventions.CONTAINER_DATA_DIR, conventions.CONTAINER_CONFIG_DIR, conventions.CONTAINER_PIPE_STATE_DIR)
+        conventions.CONTAINER_DATA_DIR,
+        conventions.CONTAINER_CONFIG_DIR,
+        conventions.CONTAINER_PIPE_STATE_DIR,
+    )
     container = container_env.load_env({})
-    assert (container.base_dir, container.model_dir) == (conventions.CONTAINER_BASE_DIR, conventions.CONTAINER_MODEL_DIR)
+    assert (container.base_dir, container.model_dir) == (
+        conventions.CONTAINER_BASE_DIR,
+        conventions.CONTAINER_MODEL_DIR,
+    )
     no_dirs = SimpleNamespace(checkpoint_dir=None, model_dir=None)
     assert checkpoints.checkpoint_dir(no_dirs, container) == conventions.CONTAINER_CHECKPOINT_DIR
-    assert entrypoint_module("deepfm_log").format_metric("train", 1, 0.5, 0.5, 1.0).startswith(conventions.METRIC_LINE_PREFIX + " train ")
+    assert (
+        entrypoint_module("deepfm_log")
+        .format_metric("train", 1, 0.5, 0.5, 1.0)
+        .startswith(conventions.METRIC_LINE_PREFIX + " train ")
+    )
 
 
 def criteo_raw_with_counts(tmp_path, counts: dict):
@@ -362,8 +445,9 @@ def test_criteo_raw_plan_passes_features_to_the_scripts_as_they_parse_it(tmp_pat
 
 def big_features_spec(tmp_path):
     """The counts bucketized at 60 boundaries each: over 2500 characters of JSON."""
-    return criteo_raw_with_counts(tmp_path, {"transform": "bucketize",
-                                             "boundaries": [round(1.25 ** k, 3) for k in range(60)]})
+    return criteo_raw_with_counts(
+        tmp_path, {"transform": "bucketize", "boundaries": [round(1.25**k, 3) for k in range(60)]}
+    )
 
 
 def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_path, monkeypatch):
@@ -378,16 +462,31 @@ def test_a_features_section_too_long_for_a_hyperparameter_ships_as_a_file(tmp_pa
     code = tmp_path / "code"
     shutil.copytree(REPO / "entrypoints", code, ignore=shutil.ignore_patterns("__pycache__"))
     (code / contract.FEATURES_FILE).write_text(plan.source_files[contract.FEATURES_FILE])
-    probe = ("import json, sys\nfrom deepfm_hparams import parse_hyperparameters\n"
-             "hp = parse_hyperparameters(sys.argv[1:])\nprint(json.dumps([hp.field_size, hp.feature_size]))")
-    done = subprocess.run([sys.executable, "-c", probe, *plan.argv], cwd=tmp_path, env={"PYTHONPATH": str(code)},
-                          capture_output=True, text=True, check=True)
+    probe = (
+        "import json, sys\nfrom deepfm_hparams import parse_hyperparameters\n"
+        "hp = parse_hyperparameters(sys.argv[1:])\nprint(json.dumps([hp.field_size, hp.feature_size]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *plan.argv],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(code)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(done.stdout) == [13 + 26 + 1, 13 * 62 + 26 * (1 + 10000) + (1 + 2000)]
     (code / contract.FEATURES_FILE).unlink()
-    missing = subprocess.run([sys.executable, "-c", probe, *plan.argv], cwd=tmp_path, env={"PYTHONPATH": str(code)},
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        [sys.executable, "-c", probe, *plan.argv],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(code)},
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode != 0
-    assert f"argument --features: cannot read {code / contract.FEATURES_FILE}: No such file or directory" in missing.stderr
+    assert (
+        f"argument --features: cannot read {code / contract.FEATURES_FILE}: No such file or directory" in missing.stderr
+    )
 
 
 def test_a_short_features_section_stays_a_hyperparameter(tmp_path):
@@ -403,8 +502,10 @@ def test_criteo_raw_ships_its_bucketized_section_as_a_file():
 
 def test_an_error_line_names_what_went_wrong_not_the_graph_trace():
     error_line = entrypoint_module("deepfm_log").error_line
-    graph = ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n  File \"a.py\"\n"
-             "assertion failed: [bad row (tsv, 3 columns expected): ] [0\\ttoo\\tfew]\n\t [[{{node assert}}]]")
+    graph = (
+        "Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n  File \"a.py\"\n"
+        "assertion failed: [bad row (tsv, 3 columns expected): ] [0\\ttoo\\tfew]\n\t [[{{node assert}}]]"
+    )
     assert error_line(graph) == "[bad row (tsv, 3 columns expected): ] [0\\ttoo\\tfew]"
     assert error_line("{{function_node f}} assertion failed: [bad row] [x]") == "[bad row] [x]"
     assert error_line("Graph execution error:\n\nsome op failed: reason") == "some op failed: reason"

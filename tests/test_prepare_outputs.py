@@ -14,8 +14,11 @@ from prepare_support import write_clicks, write_spec
 from launcher.cli import main
 from launcher.data import prepare_job, prepare_local
 
-SECTION = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": "clicks"}, "stats": False,
-           "files_per_worker": 1}
+SECTION = {
+    "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": "clicks"},
+    "stats": False,
+    "files_per_worker": 1,
+}
 
 
 @pytest.fixture
@@ -32,6 +35,7 @@ def app(monkeypatch):
 
 class FakeApp:
     """Writes each planned file (or fails half-way), as the Spark application would."""
+
     STAGE_PREFIX = "[dfm-prepare]"
 
     def __init__(self, fail: bool = False):
@@ -52,8 +56,14 @@ class FakeApp:
 def _setup(tmp_path, monkeypatch, fake, **changes):
     monkeypatch.chdir(tmp_path)
     write_clicks(tmp_path / "clicks", 20, files=1)
-    spec = write_spec(tmp_path, {**SECTION, **changes.pop("section", {})}, count=1, processes=1,
-                      local=changes.pop("local", {"train": "data/train", "eval": "data/eval"}), **changes)
+    spec = write_spec(
+        tmp_path,
+        {**SECTION, **changes.pop("section", {})},
+        count=1,
+        processes=1,
+        local=changes.pop("local", {"train": "data/train", "eval": "data/eval"}),
+        **changes,
+    )
     monkeypatch.setattr(prepare_local, "load_app", lambda spark: fake)
     monkeypatch.setattr(prepare_local, "spark_session", lambda: type("NoSpark", (), {"stop": lambda self: None})())
     return spec
@@ -76,7 +86,9 @@ def test_force_keeps_the_old_data_when_the_preparation_fails(tmp_path, monkeypat
     assert main(["data", "prepare", str(spec), "--local", "--force"]) == 1
     assert "no good rows in clicks (3 bad; first: x); nothing written" in capsys.readouterr().err
     assert _files(tmp_path / "data") == before and sorted(p.name for p in (tmp_path / "data").iterdir()) == [
-        "eval", "train"]  # no staging copy left
+        "eval",
+        "train",
+    ]  # no staging copy left
 
 
 def test_force_swaps_the_whole_new_set_in_on_success(tmp_path, monkeypatch, capsys):
@@ -85,8 +97,11 @@ def test_force_swaps_the_whole_new_set_in_on_success(tmp_path, monkeypatch, caps
     _old_data(tmp_path)
     assert main(["data", "prepare", str(spec), "--local", "--force"]) == 0
     assert all(".dfm-staging" in path for path in fake.jobs[0]["train_paths"])  # written beside, then swapped
-    assert _files(tmp_path / "data") == {"train/part-00000.tfrecord": b"new", "eval/part-00000.tfrecord": b"new",
-                                         "prepare/prepare.json": b"{}"}  # the old part-00007 is gone with its set
+    assert _files(tmp_path / "data") == {
+        "train/part-00000.tfrecord": b"new",
+        "eval/part-00000.tfrecord": b"new",
+        "prepare/prepare.json": b"{}",
+    }  # the old part-00007 is gone with its set
 
 
 def test_without_force_non_empty_channels_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
@@ -129,8 +144,9 @@ def test_no_good_rows_stops_the_app_with_the_counts_and_the_first_bad_rows(app, 
     examples = ["a.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'", "a.libsvm: label 'x' is not a number: 'x'"]
     with pytest.raises(SystemExit) as stop:
         app.check_read("train", "s3://b/c/", 0, 2, examples, "skip")
-    assert str(stop.value.code) == (f"[dfm-prepare] no good rows in s3://b/c/ (2 bad; first: {examples[0]}); "
-                                    "nothing written")
+    assert str(stop.value.code) == (
+        f"[dfm-prepare] no good rows in s3://b/c/ (2 bad; first: {examples[0]}); nothing written"
+    )
     assert capsys.readouterr().out.splitlines() == [f"[dfm-prepare] bad train row: {e}" for e in examples]
     with pytest.raises(SystemExit, match=r"no good eval rows in s3://b/e/ \(0 bad; no lines\)"):
         app.check_read("eval", "s3://b/e/", 0, 0, [], "skip")

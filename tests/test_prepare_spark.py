@@ -46,13 +46,30 @@ def test_the_app_is_standalone():
 
     for path in (prepare_job.APP, *prepare_job.APP_MODULES):
         tree = ast.parse(path.read_text())
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names}
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
         imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not imported & {"launcher", "tensorflow", "google"}, imported
-        assert imported <= {"argparse", "gc", "itertools", "json", "math", "re", "os", "struct", "sys", "tempfile",
-                            "time", "zipfile", "numpy",
-                            "pyspark", "google_crc32c", "crc32c", *(p.stem for p in prepare_job.APP_MODULES)}, imported
+        assert imported <= {
+            "argparse",
+            "gc",
+            "itertools",
+            "json",
+            "math",
+            "re",
+            "os",
+            "struct",
+            "sys",
+            "tempfile",
+            "time",
+            "zipfile",
+            "numpy",
+            "pyspark",
+            "google_crc32c",
+            "crc32c",
+            *(p.stem for p in prepare_job.APP_MODULES),
+        }, imported
 
 
 def test_a_raw_number_beyond_float32_is_a_bad_row():
@@ -70,13 +87,18 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     from launcher.data import prepare_codec as codec
 
     features = {"label": "y", "numeric": ["n"], "categorical": ["c"], "multi_hot": {"m": "|"}}
-    rows = [(1.0, [2.5], ["abc"], [["x", "y"]]), (0.0, [None], [None], [[]]),
-            (1.0, [-3.0], ["é"], [["z"]])]
+    rows = [(1.0, [2.5], ["abc"], [["x", "y"]]), (0.0, [None], [None], [[]]), (1.0, [-3.0], ["é"], [["z"]])]
     crc = codec.crc32c_function()
     path = tmp_path / "raw.tfrecord"
-    path.write_bytes(codec.frame(*codec.encode_records([codec.encode_raw(r, features) for r in rows]), crc)[0].tobytes())
-    spec = {"y": tf.io.FixedLenFeature([], tf.float32), "n": tf.io.FixedLenFeature([], tf.float32, float("nan")),
-            "c": tf.io.FixedLenFeature([], tf.string, b""), "m": tf.io.RaggedFeature(tf.string)}
+    path.write_bytes(
+        codec.frame(*codec.encode_records([codec.encode_raw(r, features) for r in rows]), crc)[0].tobytes()
+    )
+    spec = {
+        "y": tf.io.FixedLenFeature([], tf.float32),
+        "n": tf.io.FixedLenFeature([], tf.float32, float("nan")),
+        "c": tf.io.FixedLenFeature([], tf.string, b""),
+        "m": tf.io.RaggedFeature(tf.string),
+    }
     (batch,) = list(tf.data.TFRecordDataset(str(path)).batch(8).map(lambda s: tf.io.parse_example(s, spec)))
     assert batch["y"].numpy().tolist() == [1.0, 0.0, 1.0]
     numbers = batch["n"].numpy()
@@ -86,7 +108,7 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     # a block of libsvm rows, encoded as arrays: ids of 1 to 7 varint bytes, so the rows' lengths differ
     ids = np.array([[0, 2**40, 7], [2**20, 1, 127], [128, 300, 2**48]])
     data, lengths = codec.encode_libsvm(np.float32([0, 1, 1]), ids, np.float32([[0.5, -1, 3], [1, 2, 3], [4, 5, 6]]))
-    first = data[:lengths[0]].tobytes()
+    first = data[: lengths[0]].tobytes()
     reference = tf.train.Example()
     reference.ParseFromString(first)  # protobuf's own parser agrees with the hand encoding
     assert list(reference.features.feature["ids"].int64_list.value) == [0, 2**40, 7]
@@ -99,9 +121,15 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
 
 def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 3000, files=3)
-    report, spec = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
-                                                        "local": str(tmp_path / "clicks")}, "eval_fraction": 0.1,
-                                          "files_per_worker": "auto"})
+    report, spec = prepare(
+        tmp_path,
+        spark,
+        {
+            "input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+            "eval_fraction": 0.1,
+            "files_per_worker": "auto",
+        },
+    )
     train = sorted((tmp_path / "out/train").iterdir())
     evaluation = sorted((tmp_path / "out/eval").iterdir())
     # 2 hosts x 2 ranks x 4 files each: a write task per vCPU of the default ml.m5.4xlarge (16)
@@ -124,8 +152,10 @@ def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark)
 
 def test_shuffle_mixes_the_input_order(tmp_path, spark):
     write_clicks(tmp_path / "clicks", 2000, files=4)
-    section = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm", "local": str(tmp_path / "clicks")},
-               "stats": False}
+    section = {
+        "input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+        "stats": False,
+    }
     prepare(tmp_path / "a", spark, section, count=1, processes=1)
     (order,) = [read([p])[2][:, 0] for p in sorted((tmp_path / "a/out/train").iterdir())]
     assert sorted(order.tolist()) == list(range(2000))
@@ -145,9 +175,16 @@ def test_shuffle_mixes_the_input_order(tmp_path, spark):
 
 def test_balance_keeps_the_target_share_of_negatives_and_eval_untouched(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 20000, files=2, seed=5)
-    report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
-                                                    "local": str(tmp_path / "clicks")},
-                                          "eval_fraction": 0.1, "balance": {"negative_rate": 0.25}, "stats": False})
+    report, _ = prepare(
+        tmp_path,
+        spark,
+        {
+            "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+            "eval_fraction": 0.1,
+            "balance": {"negative_rate": 0.25},
+            "stats": False,
+        },
+    )
     train_labels = read(sorted((tmp_path / "out/train").iterdir()))[0]
     eval_labels = read(sorted((tmp_path / "out/eval").iterdir()))[0]
     positives, negatives = int(train_labels.sum()), int((train_labels == 0).sum())
@@ -172,8 +209,10 @@ def test_bad_rows_are_skipped_and_counted_or_fail_with_nothing_written(tmp_path,
         out.write("0 0:1 1:1 2:inf\n")
         out.write("0 0:1 1:1 150:1\n")  # past the model's feature_size (100): the job could not embed it
         out.write("0 0:1 1:1e39 2:1\n")  # a finite double, inf as a float32
-    section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
-               "stats": False}
+    section = {
+        "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+        "stats": False,
+    }
     report, _ = prepare(tmp_path / "skip", spark, section, count=1, processes=1)
     assert report["bad_rows"] == 5 and report["rows"] == 400 and report["train"]["rows"] == 400
     assert any("2 id:value pairs, expected 3" in line for line in report["bad_examples"])
@@ -198,22 +237,32 @@ def test_raw_tsv_becomes_examples_the_bundled_parser_reads_with_statistics(tmp_p
         bag = "|".join(f"t{int(t)}" for t in rng.integers(0, 30, size=int(rng.integers(0, 4))))
         lines.append(f"{int(rng.random() < 0.3)}\t{count}\tcat{int(rng.integers(0, 40))}\t{bag}\n")
     (folder / "part-0.tsv").write_text("".join(lines))
-    features = {"format": "tfrecord", "label": "clicked", "numeric": {"n1": {"transform": "log1p"}},
-                "categorical": {"c1": {"hash_buckets": 64}},
-                "multi_hot": {"tags": {"separator": "|", "hash_buckets": 64, "max_length": 5}}}
-    section = {"input": {"uri": "s3://dfm-test-bucket/raw/", "format": "tsv", "columns": ["clicked", "n1", "c1", "tags"],
-                         "local": str(folder)}}
-    report, spec = prepare(tmp_path, spark, section, count=1, processes=1, features=features,
-                           hyperparameters={})
+    features = {
+        "format": "tfrecord",
+        "label": "clicked",
+        "numeric": {"n1": {"transform": "log1p"}},
+        "categorical": {"c1": {"hash_buckets": 64}},
+        "multi_hot": {"tags": {"separator": "|", "hash_buckets": 64, "max_length": 5}},
+    }
+    section = {
+        "input": {
+            "uri": "s3://dfm-test-bucket/raw/",
+            "format": "tsv",
+            "columns": ["clicked", "n1", "c1", "tags"],
+            "local": str(folder),
+        }
+    }
+    report, spec = prepare(tmp_path, spark, section, count=1, processes=1, features=features, hyperparameters={})
     F = bundled_features()
     import entry_support  # noqa: F401  (puts entrypoints/ on sys.path, as the container has it)
     import deepfm_raw
 
     feature_spec = F.spec_from_dict(features)
     (path,) = sorted((tmp_path / "out/train").iterdir())
-    batches = tf.data.TFRecordDataset(str(path)).batch(2000).map(
-        lambda s: deepfm_raw.parse_example_batch(s, feature_spec))
-    (raw, labels, _bad), = list(batches)
+    batches = (
+        tf.data.TFRecordDataset(str(path)).batch(2000).map(lambda s: deepfm_raw.parse_example_batch(s, feature_spec))
+    )
+    ((raw, labels, _bad),) = list(batches)
     assert len(labels) == 1000
     assert int(np.isnan(raw["n1"].numpy()).sum()) == 100  # missing counts stay missing
     stats = report["stats"]["columns"]
@@ -231,19 +280,35 @@ def test_parquet_columns_by_name_lists_as_multi_hot_and_bad_labels_counted(tmp_p
     from launcher.data.tfrecord import quiet_tensorflow
 
     tf = quiet_tensorflow()
-    rows = [(i % 3 == 0, float(i) if i % 5 else None, f"c{i % 7}", [f"t{i % 4}", "u"] if i % 2 else [])
-            for i in range(200)] + [(None, 1.0, "c1", [])]  # no label: a bad row
-    spark.createDataFrame(rows, "clicked boolean, n1 double, c1 string, tags array<string>") \
-        .selectExpr("cast(clicked as int) as clicked", "n1", "c1", "tags").write.parquet(str(tmp_path / "pq"))
-    features = {"format": "tfrecord", "label": "clicked", "numeric": {"n1": {}},
-                "categorical": {"c1": {"hash_buckets": 16}},
-                "multi_hot": {"tags": {"separator": "|", "hash_buckets": 16, "max_length": 4}}}
-    report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/pq/", "format": "parquet",
-                                                    "local": str(tmp_path / "pq")}},
-                        count=1, processes=1, features=features, hyperparameters={})
+    rows = [
+        (i % 3 == 0, float(i) if i % 5 else None, f"c{i % 7}", [f"t{i % 4}", "u"] if i % 2 else []) for i in range(200)
+    ] + [(None, 1.0, "c1", [])]  # no label: a bad row
+    spark.createDataFrame(rows, "clicked boolean, n1 double, c1 string, tags array<string>").selectExpr(
+        "cast(clicked as int) as clicked", "n1", "c1", "tags"
+    ).write.parquet(str(tmp_path / "pq"))
+    features = {
+        "format": "tfrecord",
+        "label": "clicked",
+        "numeric": {"n1": {}},
+        "categorical": {"c1": {"hash_buckets": 16}},
+        "multi_hot": {"tags": {"separator": "|", "hash_buckets": 16, "max_length": 4}},
+    }
+    report, _ = prepare(
+        tmp_path,
+        spark,
+        {"input": {"uri": "s3://dfm-test-bucket/pq/", "format": "parquet", "local": str(tmp_path / "pq")}},
+        count=1,
+        processes=1,
+        features=features,
+        hyperparameters={},
+    )
     assert report["bad_rows"] == 1 and report["train"]["rows"] == 200
-    spec = {"clicked": tf.io.FixedLenFeature([], tf.float32), "n1": tf.io.FixedLenFeature([], tf.float32, float("nan")),
-            "c1": tf.io.FixedLenFeature([], tf.string, b""), "tags": tf.io.RaggedFeature(tf.string)}
+    spec = {
+        "clicked": tf.io.FixedLenFeature([], tf.float32),
+        "n1": tf.io.FixedLenFeature([], tf.float32, float("nan")),
+        "c1": tf.io.FixedLenFeature([], tf.string, b""),
+        "tags": tf.io.RaggedFeature(tf.string),
+    }
     (path,) = sorted((tmp_path / "out/train").iterdir())
     (batch,) = list(tf.data.TFRecordDataset(str(path)).batch(500).map(lambda s: tf.io.parse_example(s, spec)))
     assert int(batch["clicked"].numpy().sum()) == 67
@@ -255,10 +320,16 @@ def test_parquet_columns_by_name_lists_as_multi_hot_and_bad_labels_counted(tmp_p
 def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
     write_clicks(tmp_path / "clicks", 800, files=2)
     write_clicks(tmp_path / "held", 800, files=1, seed=9)
-    report, _ = prepare(tmp_path, spark, {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm",
-                                                    "local": str(tmp_path / "clicks")},
-                                          "eval": {"uri": "s3://dfm-test-bucket/h/", "local": str(tmp_path / "held")},
-                                          "stats": False, "files_per_worker": 1})
+    report, _ = prepare(
+        tmp_path,
+        spark,
+        {
+            "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+            "eval": {"uri": "s3://dfm-test-bucket/h/", "local": str(tmp_path / "held")},
+            "stats": False,
+            "files_per_worker": 1,
+        },
+    )
     assert report["train"]["rows"] == 800 and report["eval"]["rows"] == 800 and report["eval_bad_rows"] == 0
     per_file = report["eval"]["per_file"]
     assert len(per_file) == 4 and min(per_file) > 0.6 * max(per_file), per_file
@@ -284,7 +355,8 @@ def test_a_file_appears_only_when_complete(tmp_path, spark):
     assert not path.exists() and not any((tmp_path / "out").rglob("*.tfrecord*"))
     assert list(app.write_partition(0, iter([chunk]), [str(path)])) == [(0, 2, 1)]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
-        "out/train/part-00000.tfrecord"]
+        "out/train/part-00000.tfrecord"
+    ]
     assert path.read_bytes() == codec.gather(data, lengths, np.array([1, 0]))[0].tobytes()  # sorted by key
 
 
@@ -324,7 +396,9 @@ def test_many_small_files_are_read_a_task_per_core_each_row_named_by_its_file(tm
     parsed = app.read_parsed(spark, str(tmp_path / "clicks"), job)
     assert parsed.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
     items = parsed.collect()
-    assert [item[1] for item in items if item[0] == "bad"] == ["part-007.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'"]
+    assert [item[1] for item in items if item[0] == "bad"] == [
+        "part-007.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'"
+    ]
     assert sum(len(item[1][0]) for item in items if item[0] == "ok") == 600
 
 
@@ -339,14 +413,24 @@ def test_gzip_input_is_read_and_a_forced_rerun_replaces_the_set(tmp_path, spark)
     source = tmp_path / "clicks/part-000.libsvm"
     source.with_name("day_0.gz").write_bytes(gzip.compress(source.read_bytes()))
     source.unlink()
-    section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
-               "stats": False, "files_per_worker": 1}
+    section = {
+        "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")},
+        "stats": False,
+        "files_per_worker": 1,
+    }
     report, _ = prepare(tmp_path, spark, section, count=1, processes=1)
     assert (report["rows"], report["bad_rows"]) == (300, 0)
     stale = tmp_path / "out/train/part-00009.tfrecord"
     stale.write_bytes(b"old")
-    spec = load_spec(write_spec(tmp_path, {**section, "shuffle": False}, count=1, processes=1,
-                                local={"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")}))
+    spec = load_spec(
+        write_spec(
+            tmp_path,
+            {**section, "shuffle": False},
+            count=1,
+            processes=1,
+            local={"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")},
+        )
+    )
     report = prepare_local.run(spec, force=True, spark=spark)
     assert not stale.exists() and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prepare", "train"]
     assert sorted(read(sorted((tmp_path / "out/train").iterdir()))[0].tolist()) == sorted(labels.tolist())

@@ -21,33 +21,69 @@ FIELDS, FEATURES = 10, 1000
 # l2_dense 0.03 (the default before issue 28): with Adam and no MLP regularization this small model overfits its
 # 32k rows in 2 epochs, and an overfit model's mean prediction drifts from the rate whatever the export's
 # correction does (measured: 0.228 against 0.255); the calibration test is about the correction.
-MODEL = {"field_size": FIELDS, "feature_size": FEATURES, "batch_size": 256, "deep_layers": [32, 32],
-         "embedding_size": 4, "log_steps": 50, "optimizer": "adam", "learning_rate": 0.003, "epochs": 2,
-         "l2_dense": 0.03}
+MODEL = {
+    "field_size": FIELDS,
+    "feature_size": FEATURES,
+    "batch_size": 256,
+    "deep_layers": [32, 32],
+    "embedding_size": 4,
+    "log_steps": 50,
+    "optimizer": "adam",
+    "learning_rate": 0.003,
+    "epochs": 2,
+    "l2_dense": 0.03,
+}
 
 
 @pytest.fixture(scope="module")
 def clicks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("clicks")
-    dfm("data", "synth", "--format", "libsvm", "--out", str(out), "--rows", "40000", "--files", "4",
-        "--eval-rows", "10000", "--eval-files", "2", "--seed", "11", "--field-size", str(FIELDS),
-        "--feature-size", str(FEATURES))
+    dfm(
+        "data",
+        "synth",
+        "--format",
+        "libsvm",
+        "--out",
+        str(out),
+        "--rows",
+        "40000",
+        "--files",
+        "4",
+        "--eval-rows",
+        "10000",
+        "--eval-files",
+        "2",
+        "--seed",
+        "11",
+        "--field-size",
+        str(FIELDS),
+        "--feature-size",
+        str(FEATURES),
+    )
     return out
 
 
 def prepared_spec(folder: Path, clicks: Path, channels: dict[str, Path], prepare: dict | None) -> Path:
     changes = {
-        "name": folder.name, "output": "s3://dfm-test-bucket/out/", "distribution": "none",
+        "name": folder.name,
+        "output": "s3://dfm-test-bucket/out/",
+        "distribution": "none",
         "data": {"mode": "File", "train": "s3://dfm-test-bucket/train/", "eval": "s3://dfm-test-bucket/eval/"},
         "hyperparameters": MODEL,
-        "local": {"channels": {k: str(v) for k, v in channels.items()}, "run_dir": str(folder / "runs"),
-                  "timeout_s": 600},
+        "local": {
+            "channels": {k: str(v) for k, v in channels.items()},
+            "run_dir": str(folder / "runs"),
+            "timeout_s": 600,
+        },
     }
     if prepare is not None:
-        changes["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm",
-                                        "local": str(clicks / "train")},
-                              "eval": {"uri": "s3://dfm-test-bucket/clicks-eval/", "local": str(clicks / "eval")},
-                              "stats": False, "seed": 3, **prepare}
+        changes["prepare"] = {
+            "input": {"uri": "s3://dfm-test-bucket/clicks/", "format": "libsvm", "local": str(clicks / "train")},
+            "eval": {"uri": "s3://dfm-test-bucket/clicks-eval/", "local": str(clicks / "eval")},
+            "stats": False,
+            "seed": 3,
+            **prepare,
+        }
     folder.mkdir(parents=True, exist_ok=True)
     return write_spec(folder, changes, base=LOCAL_BASE)
 
@@ -102,22 +138,50 @@ def test_raw_tsv_prepared_as_examples_trains_with_a_tfrecord_features_section(tm
     import json
 
     raw = tmp_path / "raw"
-    dfm("data", "synth", "--format", "criteo-tsv", "--multi-hot", "recent_cats", "--rows", "16000", "--files", "2",
-        "--out", str(raw), "--seed", "3", "--field-size", "10", "--feature-size", "2000")
+    dfm(
+        "data",
+        "synth",
+        "--format",
+        "criteo-tsv",
+        "--multi-hot",
+        "recent_cats",
+        "--rows",
+        "16000",
+        "--files",
+        "2",
+        "--out",
+        str(raw),
+        "--seed",
+        "3",
+        "--field-size",
+        "10",
+        "--feature-size",
+        "2000",
+    )
     meta = json.loads((raw / "meta.json").read_text())
     numeric = [c for c in meta["columns"] if c.startswith("i")]
     categorical = [c for c in meta["columns"] if c.startswith("c") and c != meta["label"]]
-    features = {"format": "tfrecord", "label": meta["label"],
-                "numeric": {name: {"transform": "log1p"} for name in numeric},
-                "categorical": {name: {"hash_buckets": 1000} for name in categorical},
-                "multi_hot": {"recent_cats": {"separator": "|", "hash_buckets": 1000, "max_length": 20}}}
+    features = {
+        "format": "tfrecord",
+        "label": meta["label"],
+        "numeric": {name: {"transform": "log1p"} for name in numeric},
+        "categorical": {name: {"hash_buckets": 1000} for name in categorical},
+        "multi_hot": {"recent_cats": {"separator": "|", "hash_buckets": 1000, "max_length": 20}},
+    }
     folder = tmp_path / "raw-prepared"
     spec = prepared_spec(folder, raw, {"train": folder / "data/train", "eval": folder / "data/eval"}, None)
     data = yaml.safe_load(spec.read_text())
     data["hyperparameters"] = {k: v for k, v in MODEL.items() if k not in ("field_size", "feature_size")}
     data["features"] = features
-    data["prepare"] = {"input": {"uri": "s3://dfm-test-bucket/raw/", "format": "tsv", "columns": meta["columns"],
-                                 "local": str(raw / "train")}, "eval_fraction": 0.2}
+    data["prepare"] = {
+        "input": {
+            "uri": "s3://dfm-test-bucket/raw/",
+            "format": "tsv",
+            "columns": meta["columns"],
+            "local": str(raw / "train"),
+        },
+        "eval_fraction": 0.2,
+    }
     spec.write_text(yaml.safe_dump(data))
     dfm("data", "prepare", str(spec), "--local")
     proposal = yaml.safe_load((folder / "data/prepare/features.yaml").read_text())["features"]

@@ -20,8 +20,14 @@ from launcher.sagemaker_backend import jobs, probes
 from launcher.spec import load_spec
 
 NAME = "deepfm-test-probe-x"
-SPEC = merged(BASE, {"data": {"train": f"s3://{BUCKET}/train/"}, "output": f"s3://{BUCKET}/out/",
-                     "probe": {"max_steps": 50, "max_parallel": 1}})
+SPEC = merged(
+    BASE,
+    {
+        "data": {"train": f"s3://{BUCKET}/train/"},
+        "output": f"s3://{BUCKET}/out/",
+        "probe": {"max_steps": 50, "max_parallel": 1},
+    },
+)
 
 
 @pytest.fixture
@@ -60,8 +66,13 @@ def lived(name: str, billable: int = 90) -> None:
     start = job.creation_time
     job.secondary_status_transitions = [
         {"Status": "Starting", "StartTime": start, "EndTime": start + dt.timedelta(seconds=70)},
-        {"Status": "Downloading", "StartTime": start + dt.timedelta(seconds=70), "EndTime": start + dt.timedelta(seconds=100)},
-        {"Status": "Training", "StartTime": start + dt.timedelta(seconds=100)}]
+        {
+            "Status": "Downloading",
+            "StartTime": start + dt.timedelta(seconds=70),
+            "EndTime": start + dt.timedelta(seconds=100),
+        },
+        {"Status": "Training", "StartTime": start + dt.timedelta(seconds=100)},
+    ]
     job.billable_time_in_seconds = billable
 
 
@@ -72,8 +83,16 @@ def test_probes_are_submitted_one_at_a_time_followed_and_measured(probe_request,
         moto_logs(first, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec={speed}")
     now = dt.datetime.now(dt.timezone.utc)
     boto3.client("cloudwatch", region_name=REGION).put_metric_data(
-        Namespace=probes.NAMESPACE, MetricData=[{"MetricName": "CPUUtilization", "Value": 200.0, "Timestamp": now,
-                                                 "Dimensions": [{"Name": "Host", "Value": f"{first}/algo-1"}]}])
+        Namespace=probes.NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": "CPUUtilization",
+                "Value": 200.0,
+                "Timestamp": now,
+                "Dimensions": [{"Name": "Host", "Value": f"{first}/algo-1"}],
+            }
+        ],
+    )
 
     def running_until_polled(name):
         lived(name)
@@ -100,8 +119,10 @@ def test_probes_are_submitted_one_at_a_time_followed_and_measured(probe_request,
     assert one.hosts == {"algo-1": {"CPUUtilization": 50.0}}
     assert two.examples_per_sec is None and two.utilization == {}
     assert [line for line in echoed if line.startswith("[dfm probe]")] == [
-        f"[dfm probe] candidate 1 ({first}): Training", f"[dfm probe] candidate 1 ({first}): Completed",
-        f"[dfm probe] candidate 2 ({second}): Completed"]
+        f"[dfm probe] candidate 1 ({first}): Training",
+        f"[dfm probe] candidate 1 ({first}): Completed",
+        f"[dfm probe] candidate 2 ({second}): Completed",
+    ]
 
 
 def test_a_failed_probe_shows_its_reason_and_the_rest_go_on(probe_request, on_submit, moto_jobs):

@@ -24,16 +24,25 @@ RECOVER = {"recover": {"max_restarts": 2, "backoff_s": 30, "instance_types": ["m
 def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     from launcher.sagemaker_backend import request
 
-    plan = sample_plan({"retry": {"max_attempts": 3}, "tensorboard": True,
-                        "mlflow": {"tracking_server_arn": ARN, "experiment": "ctr", "run": "nightly"}})
+    plan = sample_plan(
+        {
+            "retry": {"max_attempts": 3},
+            "tensorboard": True,
+            "mlflow": {"tracking_server_arn": ARN, "experiment": "ctr", "run": "nightly"},
+        }
+    )
     sent = request.build(plan).arguments()
     assert sent["RetryStrategy"] == {"MaximumRetryAttempts": 3}
-    assert sent["TensorBoardOutputConfig"] == {"S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
-                                               "LocalPath": "/opt/ml/output/tensorboard"}
+    assert sent["TensorBoardOutputConfig"] == {
+        "S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
+        "LocalPath": "/opt/ml/output/tensorboard",
+    }
     assert sent["MlflowConfig"] == {"MlflowResourceArn": ARN, "MlflowExperimentName": "ctr", "MlflowRunName": "nightly"}
     watched = request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
-    assert watched["watch"] == {"stall_timeout_s": 900, "recovery": {
-        "max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]}}
+    assert watched["watch"] == {
+        "stall_timeout_s": 900,
+        "recovery": {"max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]},
+    }
     from launcher.cli.render import render_dry_run
 
     text = render_dry_run(watched)
@@ -55,12 +64,15 @@ def test_attempt_names_fit_and_are_numbered():
     assert recovery.attempt_name(JOB, 3) == f"{JOB}-r3" and recovery.attempt_number(JOB) == 0
 
 
-@pytest.mark.parametrize("summary, worth", [
-    ({"status": "Failed", "failure_reason": CAPACITY}, True),
-    ({"status": "Stopped", "secondary_status": "MaxWaitTimeExceeded"}, True),
-    ({"status": "Failed", "failure_reason": "AlgorithmError: out of memory"}, False),
-    ({"status": "Stopped", "secondary_status": "Stopped"}, False),  # a person stopped it
-])
+@pytest.mark.parametrize(
+    "summary, worth",
+    [
+        ({"status": "Failed", "failure_reason": CAPACITY}, True),
+        ({"status": "Stopped", "secondary_status": "MaxWaitTimeExceeded"}, True),
+        ({"status": "Failed", "failure_reason": "AlgorithmError: out of memory"}, False),
+        ({"status": "Stopped", "secondary_status": "Stopped"}, False),  # a person stopped it
+    ],
+)
 def test_only_lost_capacity_is_worth_a_resubmission(summary, worth):
     assert (recovery.recoverable(summary) is not None) is worth
 
@@ -91,8 +103,9 @@ def _drive(monkeypatch, moto_jobs, plan, endings):
 
 def test_a_capacity_failure_is_resubmitted_and_resumes_from_the_same_checkpoints(sample_plan, moto_jobs, monkeypatch):
     plan = sample_plan(RECOVER)
-    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
-        ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    sent, echoed, slept, code = _drive(
+        monkeypatch, moto_jobs, plan, [("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)]
+    )
     assert code == 0 and slept == [30]
     assert [r["TrainingJobName"] for r in sent] == [JOB, f"{JOB}-r1"]
     assert sent[0]["CheckpointConfig"] == sent[1]["CheckpointConfig"]
@@ -109,8 +122,12 @@ def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs
     from launcher.cli import main
 
     plan = sample_plan(RECOVER, job_name=LONG)
-    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
-        ("Failed", "Failed", CAPACITY), ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    sent, echoed, slept, code = _drive(
+        monkeypatch,
+        moto_jobs,
+        plan,
+        [("Failed", "Failed", CAPACITY), ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)],
+    )
     names = [r["TrainingJobName"] for r in sent]
     assert code == 0 and names == [LONG, recovery.attempt_name(LONG, 1), recovery.attempt_name(LONG, 2)]
     assert not names[1].startswith(LONG)  # cut: the names alone do not lead back to the first
@@ -121,20 +138,29 @@ def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs
         assert f"attempts   {', '.join(names)}" in capsys.readouterr().out
 
 
-def test_attempts_run_the_first_attempts_source_and_share_its_tensorboard(sample_plan, moto_jobs, monkeypatch,
-                                                                         source_dir):
+def test_attempts_run_the_first_attempts_source_and_share_its_tensorboard(
+    sample_plan, moto_jobs, monkeypatch, source_dir
+):
     plan = sample_plan({**RECOVER, "tensorboard": True})
     edits = []
-    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",  # the tree changes while the job waits
-                  lambda **_: edits.append((source_dir / "train.py").write_text(f"print({len(edits)})\n")))
-    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
-        ("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)])
+    hook_sessions(
+        monkeypatch,
+        "after-call.sagemaker.CreateTrainingJob",  # the tree changes while the job waits
+        lambda **_: edits.append((source_dir / "train.py").write_text(f"print({len(edits)})\n")),
+    )
+    sent, echoed, slept, code = _drive(
+        monkeypatch, moto_jobs, plan, [("Failed", "Failed", CAPACITY), ("Completed", "Completed", None)]
+    )
     assert code == 0 and len(sent) == 2 and edits
     first_source = f'"s3://{BUCKET}/deepfm/{JOB}/source/sourcedir.tar.gz"'
     assert [r["HyperParameters"]["sagemaker_submit_directory"] for r in sent] == [first_source] * 2
     uploaded = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=BUCKET)["Contents"]
-    assert [o["Key"] for o in uploaded if o["Key"].endswith("sourcedir.tar.gz")] == [f"deepfm/{JOB}/source/sourcedir.tar.gz"]
-    assert [r["TensorBoardOutputConfig"]["S3OutputPath"] for r in sent] == [f"s3://{BUCKET}/deepfm/{JOB}/tensorboard"] * 2
+    assert [o["Key"] for o in uploaded if o["Key"].endswith("sourcedir.tar.gz")] == [
+        f"deepfm/{JOB}/source/sourcedir.tar.gz"
+    ]
+    assert [r["TensorBoardOutputConfig"]["S3OutputPath"] for r in sent] == [
+        f"s3://{BUCKET}/deepfm/{JOB}/tensorboard"
+    ] * 2
 
 
 def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_exit(sample_plan, moto_jobs, monkeypatch):
@@ -149,10 +175,16 @@ def test_a_spot_job_out_of_max_wait_moves_on_and_the_last_attempt_decides_the_ex
 
 
 def test_a_spot_job_out_of_max_wait_is_resumed_and_completes(sample_plan, moto_jobs, monkeypatch):
-    plan = sample_plan({"recover": {"max_restarts": 1, "backoff_s": 5}, "spot": {"max_wait": 7200},
-                        "checkpoints": f"s3://{BUCKET}/ck/spot/"})
-    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, plan, [
-        ("Stopped", "MaxWaitTimeExceeded", None), ("Completed", "Completed", None)])
+    plan = sample_plan(
+        {
+            "recover": {"max_restarts": 1, "backoff_s": 5},
+            "spot": {"max_wait": 7200},
+            "checkpoints": f"s3://{BUCKET}/ck/spot/",
+        }
+    )
+    sent, echoed, slept, code = _drive(
+        monkeypatch, moto_jobs, plan, [("Stopped", "MaxWaitTimeExceeded", None), ("Completed", "Completed", None)]
+    )
     assert code == 0 and slept == [5]
     assert [r["TrainingJobName"] for r in sent] == [JOB, f"{JOB}-r1"]
     assert [r["CheckpointConfig"]["S3Uri"] for r in sent] == [f"s3://{BUCKET}/ck/spot/"] * 2
@@ -161,8 +193,9 @@ def test_a_spot_job_out_of_max_wait_is_resumed_and_completes(sample_plan, moto_j
 
 
 def test_a_failure_of_the_job_itself_is_not_resubmitted(sample_plan, moto_jobs, monkeypatch):
-    sent, echoed, slept, code = _drive(monkeypatch, moto_jobs, sample_plan(RECOVER), [
-        ("Failed", "Failed", "AlgorithmError: out of memory")])
+    sent, echoed, slept, code = _drive(
+        monkeypatch, moto_jobs, sample_plan(RECOVER), [("Failed", "Failed", "AlgorithmError: out of memory")]
+    )
     assert code == 1 and slept == [] and len(sent) == 1
     assert echoed[-1] == f"job {JOB} Failed: AlgorithmError: out of memory"
 
@@ -195,8 +228,11 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
     plan = sample_plan({"stall_timeout": 60})
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
-    hook_sessions(monkeypatch, "after-call.sagemaker.CreateTrainingJob",
-                  lambda **_: moto_jobs.set_state(plan.job_name, "InProgress", secondary="Training"))
+    hook_sessions(
+        monkeypatch,
+        "after-call.sagemaker.CreateTrainingJob",
+        lambda **_: moto_jobs.set_state(plan.job_name, "InProgress", secondary="Training"),
+    )
     ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (two per poll, one per line)
     monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []
@@ -205,9 +241,11 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
         attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0)
     assert caught.value.exit_code == 1 and stopped == [plan.job_name]
     # the line seen at 0 s, polls at 10, 20, ...: stopped at the first poll past the timeout
-    assert caught.value.message == (f"job {plan.job_name} stalled: no metric line for 70 s in Training (stall_timeout 60 s); "
-                                    "silent longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
-                                    "examples_per_sec=1.0; dfm stopped it")
+    assert caught.value.message == (
+        f"job {plan.job_name} stalled: no metric line for 70 s in Training (stall_timeout 60 s); "
+        "silent longest: algo-1, 70 s since its last line: [dfm] train step=1 loss=0.5 auc=0.5 "
+        "examples_per_sec=1.0; dfm stopped it"
+    )
 
 
 def test_a_spot_job_waiting_for_capacity_is_not_stalled(sample_plan, moto_jobs, moto_logs, monkeypatch):
@@ -230,8 +268,10 @@ def test_a_spot_job_waiting_for_capacity_is_not_stalled(sample_plan, moto_jobs, 
     monkeypatch.setattr(jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
     echoed = []
     assert attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0) == plan.job_name
-    assert "[dfm] stall watch: waiting while the job is Interrupted; only time in Training counts toward " \
-           "stall_timeout" in echoed
+    assert (
+        "[dfm] stall watch: waiting while the job is Interrupted; only time in Training counts toward "
+        "stall_timeout" in echoed
+    )
     assert phases == ["Completed"]
 
 

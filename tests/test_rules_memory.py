@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 
-from spec_helpers import BASE, CONFIGS, REPO, run, write_spec
+from spec_helpers import CONFIGS, REPO, run, write_spec
 
 BIG = ["--set", "hyperparameters.feature_size=1000000000", "--set", "hyperparameters.embedding_size=64"]
-HOROVOD = {"entry_point": "deepfm-horovod", "framework": {"version": "2.12"},
-           "instance": {"type": "ml.c5.18xlarge", "count": 2}}
+HOROVOD = {
+    "entry_point": "deepfm-horovod",
+    "framework": {"version": "2.12"},
+    "instance": {"type": "ml.c5.18xlarge", "count": 2},
+}
 
 
 def _memory_findings(err: str) -> list[str]:
@@ -26,8 +29,16 @@ def test_the_ps_config_with_a_260gb_table_is_refused_on_its_two_hosts(capsys):
 
 
 def test_the_same_table_on_one_small_host_without_distribution_is_refused(capsys):
-    code, _, err = run(capsys, "validate", str(REPO / "configs" / "ps.yaml"), *BIG, "--set", "distribution=none",
-                       "--set", "instance={type: ml.c5.xlarge, count: 1}")
+    code, _, err = run(
+        capsys,
+        "validate",
+        str(REPO / "configs" / "ps.yaml"),
+        *BIG,
+        "--set",
+        "distribution=none",
+        "--set",
+        "instance={type: ml.c5.xlarge, count: 1}",
+    )
     [found] = _memory_findings(err)
     assert code == 2 and found.startswith("error: ") and "484.3 GiB on each ml.c5.xlarge (all on one process" in found
     assert "ml.c5.xlarge's 8 GiB" in found and "distribution: parameter_server" in found
@@ -46,7 +57,9 @@ def test_a_table_over_70_percent_of_one_host_is_a_warning_with_the_numbers(tmp_p
 def test_parameter_servers_split_the_tables_over_the_hosts(tmp_path, capsys):
     tables = {"hyperparameters": {"feature_size": 80_000_000}}  # 8.0 GiB: too much for one 8 GiB host, 4.0 on two
     one = write_spec(tmp_path, {**tables, "distribution": "none"}, name="one.yaml")
-    two = write_spec(tmp_path, {**tables, "distribution": "parameter_server", "instance": {"count": 2}}, name="two.yaml")
+    two = write_spec(
+        tmp_path, {**tables, "distribution": "parameter_server", "instance": {"count": 2}}, name="two.yaml"
+    )
     assert run(capsys, "validate", str(one))[0] == 2
     code, _, err = run(capsys, "validate", str(two))
     assert code == 0 and _memory_findings(err) == []
@@ -54,10 +67,14 @@ def test_parameter_servers_split_the_tables_over_the_hosts(tmp_path, capsys):
 
 def test_each_horovod_rank_on_a_cpu_host_holds_a_whole_copy(tmp_path, capsys):
     tables = {"hyperparameters": {"feature_size": 200_000_000}}
-    one = write_spec(tmp_path, {**HOROVOD, **tables, "distribution": {"horovod": {"processes_per_host": 1}}}, "one.yaml")
+    one = write_spec(
+        tmp_path, {**HOROVOD, **tables, "distribution": {"horovod": {"processes_per_host": 1}}}, "one.yaml"
+    )
     code, _, err = run(capsys, "validate", str(one))
     assert code == 0 and _memory_findings(err) == [], err
-    four = write_spec(tmp_path, {**HOROVOD, **tables, "distribution": {"horovod": {"processes_per_host": 4}}}, "four.yaml")
+    four = write_spec(
+        tmp_path, {**HOROVOD, **tables, "distribution": {"horovod": {"processes_per_host": 4}}}, "four.yaml"
+    )
     code, _, err = run(capsys, "validate", str(four))
     [found] = _memory_findings(err)
     per_rank = float(re.search(r"need ([\d.,]+) GiB", found).group(1).replace(",", "")) / 4
@@ -66,8 +83,15 @@ def test_each_horovod_rank_on_a_cpu_host_holds_a_whole_copy(tmp_path, capsys):
 
 
 def test_a_multi_worker_mirrored_replica_on_a_cpu_host_holds_the_tables(tmp_path, capsys):
-    spec = write_spec(tmp_path, {"entry_point": "deepfm-mirrored", "distribution": "multi_worker_mirrored",
-                                 "instance": {"count": 2}, "hyperparameters": {"feature_size": 60_000_000}})
+    spec = write_spec(
+        tmp_path,
+        {
+            "entry_point": "deepfm-mirrored",
+            "distribution": "multi_worker_mirrored",
+            "instance": {"count": 2},
+            "hyperparameters": {"feature_size": 60_000_000},
+        },
+    )
     code, _, err = run(capsys, "validate", str(spec))
     [found] = _memory_findings(err)
     assert code == 2 and "1 whole copy, one per replica" in found and "8 GiB" in found

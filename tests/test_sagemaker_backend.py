@@ -40,14 +40,20 @@ def hook_sessions(monkeypatch, event: str, handler) -> None:
 
 def capture_create_requests(monkeypatch) -> list[dict]:
     sent: list[dict] = []
-    hook_sessions(monkeypatch, "provide-client-params.sagemaker.CreateTrainingJob",
-                  lambda params, **_: sent.append(json.loads(json.dumps(params))))
+    hook_sessions(
+        monkeypatch,
+        "provide-client-params.sagemaker.CreateTrainingJob",
+        lambda params, **_: sent.append(json.loads(json.dumps(params))),
+    )
     return sent
 
 
-SPOT_VPC_TAGS_WARM = {"spot": {"max_wait": 7200}, "checkpoints": "auto",
-                      "vpc": {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]},
-                      "tags": {"team": "ads"}}
+SPOT_VPC_TAGS_WARM = {
+    "spot": {"max_wait": 7200},
+    "checkpoints": "auto",
+    "vpc": {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]},
+    "tags": {"team": "ads"},
+}
 
 
 # --- dry run ---------------------------------------------------------------------------------------
@@ -69,7 +75,8 @@ def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_ne
     assert "tensorflow-training:2.14-cpu-py310" in result["image_uri"]
     hps = request["HyperParameters"]
     assert json.loads(hps["sagemaker_submit_directory"]) == (
-        f"s3://{BUCKET}/deepfm/{plan.job_name}/source/sourcedir.tar.gz")
+        f"s3://{BUCKET}/deepfm/{plan.job_name}/source/sourcedir.tar.gz"
+    )
     assert json.loads(hps["sagemaker_program"]) == "train.py"
     assert hps["sagemaker_parameter_server_enabled"] == "true"
     assert hps["deep_layers"] == "[400, 400]" and hps["batch_norm"] == "false"
@@ -80,8 +87,15 @@ def test_dry_run_builds_the_whole_request_offline(sample_plan, no_aws_env, no_ne
     assert request["ResourceConfig"] == {"InstanceType": "ml.c5.18xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50}
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}
     assert request["EnableManagedSpotTraining"] is True
-    assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri == f"s3://{BUCKET}/deepfm/{plan.job_name}/checkpoints"
-    assert request["VpcConfig"] == {"Subnets": ["subnet-0123456789abcdef0"], "SecurityGroupIds": ["sg-0123456789abcdef0"]}
+    assert (
+        request["CheckpointConfig"]["S3Uri"]
+        == plan.checkpoint_s3_uri
+        == f"s3://{BUCKET}/deepfm/{plan.job_name}/checkpoints"
+    )
+    assert request["VpcConfig"] == {
+        "Subnets": ["subnet-0123456789abcdef0"],
+        "SecurityGroupIds": ["sg-0123456789abcdef0"],
+    }
     assert {"Key": "team", "Value": "ads"} in request["Tags"]
     assert request["Environment"] == {"DFM_LOG": "1"}
     assert request["RoleArn"] == plan.role and request["TrainingJobName"] == plan.job_name
@@ -92,13 +106,16 @@ def test_warm_pool_reaches_the_resource_config(sample_plan, no_aws_env, no_netwo
     assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
 
 
-def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(sample_plan, no_aws_env, no_network, tmp_path,
-                                                                 monkeypatch):
+def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(
+    sample_plan, no_aws_env, no_network, tmp_path, monkeypatch
+):
     """A user's SageMaker SDK defaults must not slip into the job; the env and boto3's default session,
     lent to the SDK while it builds, come back as they were."""
     user_config = tmp_path / "config.yaml"
-    user_config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n"
-                           "    Environment: {FROM_SDK_DEFAULTS: '1'}\n    EnableNetworkIsolation: true\n")
+    user_config.write_text(
+        "SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n"
+        "    Environment: {FROM_SDK_DEFAULTS: '1'}\n    EnableNetworkIsolation: true\n"
+    )
     monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(user_config))
     monkeypatch.delenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", raising=False)
     default_session = boto3.DEFAULT_SESSION
@@ -112,12 +129,19 @@ def test_dry_run_ignores_sdk_defaults_files_and_restores_globals(sample_plan, no
 
 
 def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no_network):
-    plan = sample_plan({
-        "framework": {"version": "2.12"}, "instance": {"type": "ml.p3.8xlarge", "count": 1},
-        "distribution": {"horovod": {"processes_per_host": 4, "mpi_options": "-x NCCL_DEBUG=INFO"}},
-        "data": {"mode": "Pipe", "train": [f"s3://{BUCKET}/train/part-{i}/" for i in range(4)],
-                 "eval": f"s3://{BUCKET}/eval/", "s3_shard": False},
-    })
+    plan = sample_plan(
+        {
+            "framework": {"version": "2.12"},
+            "instance": {"type": "ml.p3.8xlarge", "count": 1},
+            "distribution": {"horovod": {"processes_per_host": 4, "mpi_options": "-x NCCL_DEBUG=INFO"}},
+            "data": {
+                "mode": "Pipe",
+                "train": [f"s3://{BUCKET}/train/part-{i}/" for i in range(4)],
+                "eval": f"s3://{BUCKET}/eval/",
+                "s3_shard": False,
+            },
+        }
+    )
     request = sb.dry_run(plan)["request"]
 
     hps = request["HyperParameters"]
@@ -132,13 +156,24 @@ def test_dry_run_horovod_pipe_one_channel_per_worker(sample_plan, no_aws_env, no
     assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
 
 
-@pytest.mark.parametrize("distribution", ["parameter_server", "multi_worker_mirrored", "none",
-                                          {"horovod": {"processes_per_host": 2, "mpi_options": "-x A=1"}},
-                                          {"horovod": {"processes_per_host": 2}}])
-def test_the_sdk_adds_exactly_the_hyperparameters_conventions_names(sample_plan, no_aws_env, no_network,
-                                                                    distribution):
-    plan = sample_plan({"distribution": distribution, "instance": {"count": 1},
-                        "framework": {"version": "2.12" if "horovod" in distribution else "2.14"}})
+@pytest.mark.parametrize(
+    "distribution",
+    [
+        "parameter_server",
+        "multi_worker_mirrored",
+        "none",
+        {"horovod": {"processes_per_host": 2, "mpi_options": "-x A=1"}},
+        {"horovod": {"processes_per_host": 2}},
+    ],
+)
+def test_the_sdk_adds_exactly_the_hyperparameters_conventions_names(sample_plan, no_aws_env, no_network, distribution):
+    plan = sample_plan(
+        {
+            "distribution": distribution,
+            "instance": {"count": 1},
+            "framework": {"version": "2.12" if "horovod" in distribution else "2.14"},
+        }
+    )
     sent = set(sb.dry_run(plan)["request"]["HyperParameters"])
     added = sent - (set(plan.hyperparameters) - {"model_dir"})
     expected = conventions.SDK_HYPERPARAMETERS + conventions.SDK_DISTRIBUTION_HYPERPARAMETERS[plan.distribution.kind]
@@ -146,35 +181,53 @@ def test_the_sdk_adds_exactly_the_hyperparameters_conventions_names(sample_plan,
 
 
 def test_file_system_and_fast_file_channels(sample_plan, no_aws_env, no_network):
-    plan = sample_plan({
-        "data": {"mode": "FastFile", "eval": None,
-                 "channels": {"features": {"file_system_id": "fs-0fedcba9876543210", "type": "FSxLustre",
-                                           "directory_path": "/fsx/features"}}},
-        "checkpoints": {"file_system": {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm/checkpoints"}},
-        "vpc": SPOT_VPC_TAGS_WARM["vpc"],
-    })
+    plan = sample_plan(
+        {
+            "data": {
+                "mode": "FastFile",
+                "eval": None,
+                "channels": {
+                    "features": {
+                        "file_system_id": "fs-0fedcba9876543210",
+                        "type": "FSxLustre",
+                        "directory_path": "/fsx/features",
+                    }
+                },
+            },
+            "checkpoints": {
+                "file_system": {"file_system_id": "fs-0123456789abcdef0", "directory_path": "/dfm/checkpoints"}
+            },
+            "vpc": SPOT_VPC_TAGS_WARM["vpc"],
+        }
+    )
     inputs = sb.dry_run(plan)["inputs"]
 
     assert inputs["train"]["InputMode"] == "FastFile"
     assert inputs["checkpoints"]["DataSource"]["FileSystemDataSource"] == {
-        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "EFS", "DirectoryPath": "/dfm/checkpoints",
-        "FileSystemAccessMode": "rw"}
+        "FileSystemId": "fs-0123456789abcdef0",
+        "FileSystemType": "EFS",
+        "DirectoryPath": "/dfm/checkpoints",
+        "FileSystemAccessMode": "rw",
+    }
     assert "InputMode" not in inputs["checkpoints"]  # no per-channel mode for file systems: the job's applies
     assert inputs["features"]["DataSource"]["FileSystemDataSource"]["FileSystemType"] == "FSxLustre"
 
 
 # Values no valid spec gives (the rules refuse them first): the backend still refuses them on its own.
-@pytest.mark.parametrize("beyond, words", [
-    ({"channels": (Channel("train", "/home/me/data", kind="file"),)}, "local path"),
-    ({"framework_version": "1.0"}, "SDK refused"),
-    ({"max_run": 0}, "MaxRuntimeInSeconds"),
-    ({"region": ""}, "no AWS region"),
-    # beyond botocore's validator: the service model's maximums, enums and patterns, on the request the SDK built
-    ({"environment": {"BIG": "x" * 600}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
-    ({"instance_groups": hosts.one_group("ml.c5.bogus", 1)}, "ResourceConfig.InstanceType"),
-    ({"hyperparameters": {"k": "x" * 2600, "model_dir": "/opt/ml/model"}}, "HyperParameters.k: 2602 characters"),
-    ({"tags": {"team": "a;b"}}, "Tags.0.Value: does not match"),
-])
+@pytest.mark.parametrize(
+    "beyond, words",
+    [
+        ({"channels": (Channel("train", "/home/me/data", kind="file"),)}, "local path"),
+        ({"framework_version": "1.0"}, "SDK refused"),
+        ({"max_run": 0}, "MaxRuntimeInSeconds"),
+        ({"region": ""}, "no AWS region"),
+        # beyond botocore's validator: the service model's maximums, enums and patterns, on the request the SDK built
+        ({"environment": {"BIG": "x" * 600}}, "Environment.BIG: 600 characters, SageMaker allows at most 512"),
+        ({"instance_groups": hosts.one_group("ml.c5.bogus", 1)}, "ResourceConfig.InstanceType"),
+        ({"hyperparameters": {"k": "x" * 2600, "model_dir": "/opt/ml/model"}}, "HyperParameters.k: 2602 characters"),
+        ({"tags": {"team": "a;b"}}, "Tags.0.Value: does not match"),
+    ],
+)
 def test_invalid_plans_are_refused_offline_with_exit_2(sample_plan, no_aws_env, no_network, beyond, words):
     with pytest.raises(DfmError) as caught:
         sb.dry_run(sample_plan(**beyond))
@@ -211,8 +264,9 @@ def test_throttling_is_retried_by_botocore(no_aws_env, monkeypatch):
         if len(attempts) <= throttled_for[0]:
             body = b'{"__type": "ThrottlingException", "message": "Rate exceeded"}'
             return AWSResponse(request.url, 400, {}, HTTPResponse(body=io.BytesIO(body), preload_content=False))
-        return AWSResponse(request.url, 200, {}, HTTPResponse(body=io.BytesIO(b'{"TrainingJobSummaries": []}'),
-                                                              preload_content=False))
+        return AWSResponse(
+            request.url, 200, {}, HTTPResponse(body=io.BytesIO(b'{"TrainingJobSummaries": []}'), preload_content=False)
+        )
 
     hook_sessions(monkeypatch, "before-send.sagemaker", answer)
     throttled_for.append(2)
@@ -233,15 +287,18 @@ def test_submit_sends_exactly_the_dry_runs_request_and_uploads_the_source(aws, s
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     sent = capture_create_requests(monkeypatch)
     telemetry: list = []
-    monkeypatch.setattr("sagemaker.telemetry.telemetry_logging._send_telemetry_request",
-                        lambda *args, **kwargs: telemetry.append(args))
+    monkeypatch.setattr(
+        "sagemaker.telemetry.telemetry_logging._send_telemetry_request", lambda *args, **kwargs: telemetry.append(args)
+    )
     plan = sample_plan(SPOT_VPC_TAGS_WARM)
     echoed: list[str] = []
 
     assert sb.submit(sb.build(plan), echo=echoed.append) == plan.job_name
 
-    assert echoed == [f"submitted {plan.job_name}",
-                      f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}"]
+    assert echoed == [
+        f"submitted {plan.job_name}",
+        f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{plan.job_name}",
+    ]
     assert len(sent) == 1 and telemetry == []
     assert sent[0] == sb.dry_run(plan)["request"]  # the dry run shows exactly what is sent
     received = _moto_training_job(plan.job_name)  # what the simulated service stored
@@ -290,7 +347,9 @@ def test_launch_sends_what_its_dry_run_printed(capsys, aws, monkeypatch):
     code, out, err = run(capsys, "launch", config, "--dry-run", "--output", "json", "--job-name", job)
     assert code == 0, err
     printed = json.loads(out)
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=printed["request"]["OutputDataConfig"]["S3OutputPath"].split("/")[2])
+    boto3.client("s3", region_name=REGION).create_bucket(
+        Bucket=printed["request"]["OutputDataConfig"]["S3OutputPath"].split("/")[2]
+    )
     sent = capture_create_requests(monkeypatch)
     code, out, err = run(capsys, "launch", config, "--job-name", job)
     assert code == 0, err
@@ -324,8 +383,9 @@ def test_submit_without_the_bucket_is_an_aws_refusal(aws, sample_plan):
 
 
 @pytest.mark.parametrize("final, exit_code", [("Completed", None), ("Failed", 1)])
-def test_launch_wait_streams_logs_and_exits_with_the_outcome(aws, sample_plan, moto_jobs, moto_logs,
-                                                              monkeypatch, final, exit_code):
+def test_launch_wait_streams_logs_and_exits_with_the_outcome(
+    aws, sample_plan, moto_jobs, moto_logs, monkeypatch, final, exit_code
+):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     plan = sample_plan()
     moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5")
@@ -354,7 +414,10 @@ def test_describe_summarises_and_unknown_job_is_exit_1(moto_jobs):
     moto_jobs.set_state("job-a", "Failed", "ClientError: bad data")
     summary = sb.describe("job-a", REGION)
     assert (summary["status"], summary["failure_reason"], summary["instance_count"]) == (
-        "Failed", "ClientError: bad data", 3)
+        "Failed",
+        "ClientError: bad data",
+        3,
+    )
     with pytest.raises(DfmError) as caught:
         sb.raise_for_outcome(summary)
     assert caught.value.exit_code == 1
@@ -411,13 +474,18 @@ def test_stop_sends_stop_training_job(aws, monkeypatch):
         stubber.assert_no_pending_responses()
 
 
-@pytest.mark.parametrize("code, message, words", [
-    ("ValidationException", "The request was rejected because the training job is in status Completed.",
-     "AWS refused stopping job-s (ValidationException): The request was rejected"),
-    ("AccessDeniedException", "User: x is not authorized to perform: sagemaker:StopTrainingJob",
-     "iam:PassRole"),
-    ("ExpiredTokenException", "The security token included in the request is expired", "refresh them"),
-])
+@pytest.mark.parametrize(
+    "code, message, words",
+    [
+        (
+            "ValidationException",
+            "The request was rejected because the training job is in status Completed.",
+            "AWS refused stopping job-s (ValidationException): The request was rejected",
+        ),
+        ("AccessDeniedException", "User: x is not authorized to perform: sagemaker:StopTrainingJob", "iam:PassRole"),
+        ("ExpiredTokenException", "The security token included in the request is expired", "refresh them"),
+    ],
+)
 def test_aws_refusals_are_one_line_exit_1(aws, monkeypatch, code, message, words):
     with stubbed_sagemaker(monkeypatch) as stubber:
         stubber.add_client_error("stop_training_job", code, message)
@@ -455,13 +523,20 @@ def test_sdk_import_and_dry_run_are_quiet_and_keep_the_excepthook():
     """In a fresh process, where the SDK's first import prints its config INFO lines and warnings."""
     import subprocess
 
-    code = ("import sys; hook = sys.excepthook\n"
-            "from launcher import sagemaker_backend as sb\nfrom launcher.compile import compile_spec\n"
-            "sb.dry_run(compile_spec('configs/ps.yaml', env={}).plan)\n"
-            "assert sys.excepthook is hook, sys.excepthook\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parent.parent, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
-                                                                 "AWS_EC2_METADATA_DISABLED": "true"})
+    code = (
+        "import sys; hook = sys.excepthook\n"
+        "from launcher import sagemaker_backend as sb\nfrom launcher.compile import compile_spec\n"
+        "sb.dry_run(compile_spec('configs/ps.yaml', env={}).plan)\n"
+        "assert sys.excepthook is hook, sys.excepthook\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert "Deprecation" not in done.stderr and "sagemaker.config" not in done.stderr
@@ -499,7 +574,8 @@ def test_every_config_dry_runs_offline_and_the_request_matches_the_plan(path, no
         assert request["ResourceConfig"]["InstanceType"] == plan.instance_type
     assert "DebugHookConfig" not in request and request["ProfilerConfig"]["DisableProfiler"] is True
     assert plan.bundled and {m["Name"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]} == {
-        m["Name"] for m in conventions.METRIC_DEFINITIONS}
+        m["Name"] for m in conventions.METRIC_DEFINITIONS
+    }
     if plan.checkpoint_s3_uri:
         assert request["CheckpointConfig"]["S3Uri"] == plan.checkpoint_s3_uri
     else:
@@ -517,7 +593,9 @@ def check_ps(request: dict) -> None:
 def check_horovod(request: dict) -> None:
     assert request["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"] == "4"
     assert {c["InputMode"] for c in request["InputDataConfig"]} == {"Pipe"}
-    assert len(request["InputDataConfig"]) == 5 and ":2.12-gpu-py310" in request["AlgorithmSpecification"]["TrainingImage"]
+    assert (
+        len(request["InputDataConfig"]) == 5 and ":2.12-gpu-py310" in request["AlgorithmSpecification"]["TrainingImage"]
+    )
 
 
 def check_efs_ps(request: dict) -> None:
@@ -536,16 +614,25 @@ def check_fastfile_spot(request: dict) -> None:
 def check_hetero_ps(request: dict) -> None:
     groups = request["ResourceConfig"]["InstanceGroups"]
     assert [(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"]) for g in groups] == [
-        ("worker", "ml.g5.2xlarge", 4), ("ps", "ml.r5.4xlarge", 2)]
+        ("worker", "ml.g5.2xlarge", 4),
+        ("ps", "ml.r5.4xlarge", 2),
+    ]
     # the ps hosts download nothing; no toolkit distribution (its ps would sit on every host of one group)
-    assert [c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"]] == [["worker"]] * 2
+    assert [c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"]] == [
+        ["worker"]
+    ] * 2
     assert not [k for k in request["HyperParameters"] if k.endswith("_enabled")]
     assert (request["HyperParameters"]["ps_group"], request["HyperParameters"]["ps_per_host"]) == ('"ps"', "1")
     assert "-gpu-" in request["AlgorithmSpecification"]["TrainingImage"]  # the workers' type decides
 
 
-CONFIG_CHECKS = {"ps": check_ps, "horovod": check_horovod, "efs-ps": check_efs_ps,
-                 "fastfile-spot": check_fastfile_spot, "hetero-ps": check_hetero_ps}
+CONFIG_CHECKS = {
+    "ps": check_ps,
+    "horovod": check_horovod,
+    "efs-ps": check_efs_ps,
+    "fastfile-spot": check_fastfile_spot,
+    "hetero-ps": check_hetero_ps,
+}
 
 
 def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatch):
@@ -559,7 +646,8 @@ def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatc
     summary = sb.describe(plan.job_name, REGION)
     assert summary["instance_groups"] == [
         {"group": "worker", "instance_type": "ml.g5.2xlarge", "instance_count": 4},
-        {"group": "ps", "instance_type": "ml.r5.4xlarge", "instance_count": 2}]
+        {"group": "ps", "instance_type": "ml.r5.4xlarge", "instance_count": 2},
+    ]
 
 
 def test_submit_ps_config_ships_the_bundled_scripts(aws, monkeypatch):
@@ -592,8 +680,11 @@ def test_a_long_features_section_is_uploaded_in_the_source_tarball(aws, monkeypa
 
     assert json.loads(sent[0]["HyperParameters"]["features"]) == "@dfm_features.json"
     uri = json.loads(sent[0]["HyperParameters"]["sagemaker_submit_directory"])
-    archive = boto3.client("s3", region_name=REGION).get_object(
-        Bucket=uri.split("/")[2], Key=uri.split("/", 3)[3])["Body"].read()
+    archive = (
+        boto3.client("s3", region_name=REGION)
+        .get_object(Bucket=uri.split("/")[2], Key=uri.split("/", 3)[3])["Body"]
+        .read()
+    )
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         assert json.loads(tar.extractfile("dfm_features.json").read()) == section
         assert plan.entry_point in tar.getnames()

@@ -27,12 +27,22 @@ def test_every_pattern_a_training_request_uses_translates():
     assert set(untranslated) <= {"AthenaCatalog"}, untranslated
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("team", True), ("ads ranking", True), ("équipe-données", True), ("部门", True), ("v1.2_3:4/5=6+7-8@9", True),
-    ("٣", True),  # \p{N}: any numeral
-    ("a\u00a0b", True),  # \p{Z}: a no-break space is a separator
-    ("a*b", False), ("a\tb", False), ("a;b", False), ("<x>", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("team", True),
+        ("ads ranking", True),
+        ("équipe-données", True),
+        ("部门", True),
+        ("v1.2_3:4/5=6+7-8@9", True),
+        ("٣", True),  # \p{N}: any numeral
+        ("a\u00a0b", True),  # \p{Z}: a no-break space is a separator
+        ("a*b", False),
+        ("a\tb", False),
+        ("a;b", False),
+        ("<x>", False),
+    ],
+)
 def test_tag_pattern_unicode_classes(value, ok):
     assert matches(real_pattern("TagValue"), value) is ok
 
@@ -57,15 +67,28 @@ def test_patterns_match_the_whole_value():
 
 def test_job_name_rule_agrees_with_the_model():
     for name in ("a", "a-b--c9", "-a", "a-", "a_b", "a" * 63, "a" * 64, "ab.c"):
-        model_ok = matches(real_pattern("TrainingJobName"), name) and len(name) <= service_model.limit("TrainingJobName", "max")
+        model_ok = matches(real_pattern("TrainingJobName"), name) and len(name) <= service_model.limit(
+            "TrainingJobName", "max"
+        )
         assert (rules.check_job_name_override(name) == []) is model_ok, name
 
 
-@pytest.mark.parametrize("java, value, ok", [
-    (r"\P{L}+", "12 -", True), (r"\P{L}+", "1a", False), (r"[\P{N}]+", "ab", True), (r"\pL+", "ab", True),
-    (r"\p{Alnum}+", "aZ9", True), (r"\p{Alnum}+", "é", False), (r"a\z", "a", True),
-    (r"[\P{Alpha}]+", "1é-", True), (r"[\P{Alpha}]+", "1a", False), (r"[\w]+", "é", False), (r"[\W]+", "é", True),
-])
+@pytest.mark.parametrize(
+    "java, value, ok",
+    [
+        (r"\P{L}+", "12 -", True),
+        (r"\P{L}+", "1a", False),
+        (r"[\P{N}]+", "ab", True),
+        (r"\pL+", "ab", True),
+        (r"\p{Alnum}+", "aZ9", True),
+        (r"\p{Alnum}+", "é", False),
+        (r"a\z", "a", True),
+        (r"[\P{Alpha}]+", "1é-", True),
+        (r"[\P{Alpha}]+", "1a", False),
+        (r"[\w]+", "é", False),
+        (r"[\W]+", "é", True),
+    ],
+)
 def test_translation_of_other_java_constructs(java, value, ok):
     assert matches(java, value) is ok
 
@@ -117,13 +140,32 @@ def test_every_catalogue_instance_is_one_the_api_accepts():
     known = set(service_model.enum("TrainingInstanceType"))
     assert sorted(set(catalog.INSTANCES) - known) == []
     families = {name.split(".")[1] for name in catalog.INSTANCES}
-    assert {"p4d", "p4de", "p5", "g4dn", "g5", "g6", "g6e", "r5", "r6i", "c5", "c6i", "c7i", "m5", "m6i", "m7i", "trn1"} <= families
+    assert {
+        "p4d",
+        "p4de",
+        "p5",
+        "g4dn",
+        "g5",
+        "g6",
+        "g6e",
+        "r5",
+        "r6i",
+        "c5",
+        "c6i",
+        "c7i",
+        "m5",
+        "m6i",
+        "m7i",
+        "trn1",
+    } <= families
 
 
 def test_every_training_type_of_the_api_is_catalogued():
     """A botocore that adds a training type fails here until the catalogue has its facts (or says why not)."""
     known = service_model.enum("TrainingInstanceType")
-    lacking = [name for name in known if name not in catalog.INSTANCES and name.split(".")[1] not in catalog.UNCATALOGUED]
+    lacking = [
+        name for name in known if name not in catalog.INSTANCES and name.split(".")[1] not in catalog.UNCATALOGUED
+    ]
     assert lacking == []
     enum_families = {name.split(".")[1] for name in known}
     assert set(catalog.UNCATALOGUED) <= enum_families and not set(catalog.UNCATALOGUED) & set(catalog.FAMILIES)
@@ -138,11 +180,21 @@ def test_every_catalogued_fact_has_its_source():
         assert (kind.bfloat16 is None) == (catalog.has_bfloat16(name) is None), name
 
 
-@pytest.mark.parametrize("name, bfloat16, gpus", [
-    ("ml.p3dn.24xlarge", False, 8), ("ml.p2.xlarge", False, 1), ("ml.c5n.18xlarge", False, 0), ("ml.t3.medium", False, 0),
-    ("ml.c8i.96xlarge", True, 0), ("ml.r8i-flex.large", True, 0), ("ml.c7i-flex.xlarge", True, 0),
-    ("ml.p5.4xlarge", True, 1), ("ml.p6-b200.48xlarge", True, 8), ("ml.p6e-gb200.36xlarge", None, 0),
-])
+@pytest.mark.parametrize(
+    "name, bfloat16, gpus",
+    [
+        ("ml.p3dn.24xlarge", False, 8),
+        ("ml.p2.xlarge", False, 1),
+        ("ml.c5n.18xlarge", False, 0),
+        ("ml.t3.medium", False, 0),
+        ("ml.c8i.96xlarge", True, 0),
+        ("ml.r8i-flex.large", True, 0),
+        ("ml.c7i-flex.xlarge", True, 0),
+        ("ml.p5.4xlarge", True, 1),
+        ("ml.p6-b200.48xlarge", True, 8),
+        ("ml.p6e-gb200.36xlarge", None, 0),
+    ],
+)
 def test_new_families_carry_their_facts(name, bfloat16, gpus):
     assert catalog.has_bfloat16(name) is bfloat16 and catalog.instance(name).gpus == gpus
 
@@ -155,9 +207,13 @@ def test_catalogue_entries_are_consistent():
 
 
 def test_walk_reports_nested_values_by_request_path():
-    request = {"TrainingJobName": "job", "RoleArn": "arn:aws:iam::123456789012:role/r",
-               "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
-               "ResourceConfig": {"InstanceType": "ml.c5.bogus", "InstanceCount": 1, "VolumeSizeInGB": 30},
-               "Environment": {"OK": "x", "1BAD": "y"}, "VpcConfig": {"Subnets": ["subnet-1", "sub_net"], "SecurityGroupIds": ["sg-1"]}}
+    request = {
+        "TrainingJobName": "job",
+        "RoleArn": "arn:aws:iam::123456789012:role/r",
+        "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+        "ResourceConfig": {"InstanceType": "ml.c5.bogus", "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "Environment": {"OK": "x", "1BAD": "y"},
+        "VpcConfig": {"Subnets": ["subnet-1", "sub_net"], "SecurityGroupIds": ["sg-1"]},
+    }
     found = dict(service_model.walk(request))
     assert set(found) == {"ResourceConfig.InstanceType", "Environment.1BAD (name)", "VpcConfig.Subnets.1"}

@@ -61,7 +61,9 @@ def test_the_dry_run_lists_the_upload_and_the_submit_packs_exactly_it(aws, sampl
     sb.submit(sb.build(plan), echo=lambda line: None)
 
     uri = json.loads(document["request"]["HyperParameters"]["sagemaker_submit_directory"])
-    archive = boto3.client("s3", region_name="us-east-1").get_object(Bucket=BUCKET, Key=uri.split("/", 3)[3])["Body"].read()
+    archive = (
+        boto3.client("s3", region_name="us-east-1").get_object(Bucket=BUCKET, Key=uri.split("/", 3)[3])["Body"].read()
+    )
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         shipped = sorted(member.name for member in tar.getmembers() if member.isfile())
     assert shipped == ["helpers.py", "lib/keep.log", "lib/util.py", "train.py"]

@@ -108,7 +108,12 @@ def test_set_overrides_parse_values_as_yaml_and_win(tmp_path):
 
 @pytest.mark.parametrize(
     "override, message",
-    [("instance.count", "expected dotted.key=value"), ("a..b=1", "expected dotted.key=value"), ("name.first=x", "name is not a mapping"), ("x=*y", "anchors and aliases")],
+    [
+        ("instance.count", "expected dotted.key=value"),
+        ("a..b=1", "expected dotted.key=value"),
+        ("name.first=x", "name is not a mapping"),
+        ("x=*y", "anchors and aliases"),
+    ],
 )
 def test_bad_set_overrides_are_usage_errors(tmp_path, override, message):
     with pytest.raises(DfmError, match=re.escape(message)) as caught:
@@ -121,7 +126,9 @@ def test_extends_deep_merges_relative_to_the_file_and_keeps_each_files_lines(tmp
     shared.mkdir()
     write_spec(shared, {"hyperparameters": {"epochs": 5, "batch_size": 512}, "tags": {"team": "ads"}}, name="base.yaml")
     child = tmp_path / "job.yaml"
-    child.write_text("extends: shared/base.yaml\nname: child-job\nhyperparameters: {epochs: 1}\ndata: {train: [s3://dfm-bucket/a/, s3://dfm-bucket/b/]}\n")
+    child.write_text(
+        "extends: shared/base.yaml\nname: child-job\nhyperparameters: {epochs: 1}\ndata: {train: [s3://dfm-bucket/a/, s3://dfm-bucket/b/]}\n"
+    )
     spec = load_spec(child)
     assert spec.name == "child-job" and spec.hyperparameters == {"epochs": 1, "batch_size": 512}
     assert spec.train_sources == ["s3://dfm-bucket/a/", "s3://dfm-bucket/b/"] and spec.tags == {"team": "ads"}
@@ -203,10 +210,16 @@ def _special(tmp_path, kind: str) -> Path:
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("kind, words", [
-    ("/dev/zero", "not a regular file"), ("fifo", "not a regular file"), ("/dev/null", "not a regular file"),
-    ("folder", "a folder, not a spec file"), ("too long", "cannot read: File name too long"),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("/dev/zero", "not a regular file"),
+        ("fifo", "not a regular file"),
+        ("/dev/null", "not a regular file"),
+        ("folder", "a folder, not a spec file"),
+        ("too long", "cannot read: File name too long"),
+    ],
+)
 def test_unreadable_specs_fail_at_once_on_one_line(tmp_path, kind, words):
     path = _special(tmp_path, kind)
     with pytest.raises(SpecError) as caught:
@@ -216,10 +229,15 @@ def test_unreadable_specs_fail_at_once_on_one_line(tmp_path, kind, words):
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("kind, words", [
-    ("/dev/zero", "not a regular file"), ("fifo", "not a regular file"), ("folder", "a folder"),
-    ("too long", "extends: base spec cannot be read: File name too long"),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("/dev/zero", "not a regular file"),
+        ("fifo", "not a regular file"),
+        ("folder", "a folder"),
+        ("too long", "extends: base spec cannot be read: File name too long"),
+    ],
+)
 def test_unreadable_base_specs_fail_at_once_on_one_line(tmp_path, kind, words):
     base = _special(tmp_path, kind)
     path = write_spec(tmp_path, {"extends": str(base)})
@@ -274,17 +292,30 @@ def test_a_distribution_word_reads_as_its_mapping_with_the_defaults(word, long):
     assert short.distribution_kind == word and short.processes_per_host == 1
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"retry": {"max_attempts": True}}, "retry.max_attempts"),
-    ({"instance": {"count": True}}, "instance.count"),
-    ({"max_run": False}, "max_run"),
-    ({"recover": {"backoff_s": True}}, "recover.backoff_s"),
-    ({"stall_timeout": True}, "stall_timeout"),
-    ({"tune": {"objective": "eval:auc", "max_jobs": True, "ranges": {"learning_rate": {"min": 0.001, "max": 0.1}}}},
-     "tune.max_jobs"),
-    ({"tune": {"objective": "eval:auc", "ranges": {"epochs": {"min": True, "max": 3, "type": "integer"}}}},
-     "tune.ranges.epochs"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"retry": {"max_attempts": True}}, "retry.max_attempts"),
+        ({"instance": {"count": True}}, "instance.count"),
+        ({"max_run": False}, "max_run"),
+        ({"recover": {"backoff_s": True}}, "recover.backoff_s"),
+        ({"stall_timeout": True}, "stall_timeout"),
+        (
+            {
+                "tune": {
+                    "objective": "eval:auc",
+                    "max_jobs": True,
+                    "ranges": {"learning_rate": {"min": 0.001, "max": 0.1}},
+                }
+            },
+            "tune.max_jobs",
+        ),
+        (
+            {"tune": {"objective": "eval:auc", "ranges": {"epochs": {"min": True, "max": 3, "type": "integer"}}}},
+            "tune.ranges.epochs",
+        ),
+    ],
+)
 def test_a_boolean_is_no_number(tmp_path, changes, field):
     """YAML's true is not 1: every integer and number field refuses booleans."""
     path = write_spec(tmp_path, changes)

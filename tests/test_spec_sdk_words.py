@@ -25,18 +25,32 @@ SDK_ARGUMENTS = [  # (what the user wrote, the field reported, what the message 
     ({"framework_version": "2.14"}, "framework_version", "use framework.version"),
     ({"framework": {"py_version": "py310"}}, "framework.py_version", "use framework.python"),
     ({"framework": {"image_uri": "x"}}, "framework.image_uri", "use image_uri at the top level"),
-    ({"distribution": {"parameter_server": {"enabled": True}}}, "distribution.parameter_server.enabled",
-     "use distribution: parameter_server"),
-    ({"distribution": {"mpi": {"enabled": True, "processes_per_host": 4}}}, "distribution",
-     "use distribution: {horovod: {processes_per_host: 4}}"),
-    ({"distribution": {"multi_worker_mirrored_strategy": {"enabled": True}}}, "distribution",
-     "use distribution: multi_worker_mirrored"),
-    ({"distribution": {"parameter_server": {}, "horovod": {}}}, "distribution",
-     "parameter_server and horovod given: a job has one distribution"),
+    (
+        {"distribution": {"parameter_server": {"enabled": True}}},
+        "distribution.parameter_server.enabled",
+        "use distribution: parameter_server",
+    ),
+    (
+        {"distribution": {"mpi": {"enabled": True, "processes_per_host": 4}}},
+        "distribution",
+        "use distribution: {horovod: {processes_per_host: 4}}",
+    ),
+    (
+        {"distribution": {"multi_worker_mirrored_strategy": {"enabled": True}}},
+        "distribution",
+        "use distribution: multi_worker_mirrored",
+    ),
+    (
+        {"distribution": {"parameter_server": {}, "horovod": {}}},
+        "distribution",
+        "parameter_server and horovod given: a job has one distribution",
+    ),
 ]
 
 
-@pytest.mark.parametrize("written, field, names", SDK_ARGUMENTS, ids=[case[1] + "-" + case[2][4:20] for case in SDK_ARGUMENTS])
+@pytest.mark.parametrize(
+    "written, field, names", SDK_ARGUMENTS, ids=[case[1] + "-" + case[2][4:20] for case in SDK_ARGUMENTS]
+)
 def test_an_sdk_spelling_is_refused_with_the_dfm_field_on_its_line(tmp_path, capsys, written, field, names):
     spec = write_spec(tmp_path, written)
     code, _, err = run(capsys, "validate", str(spec))

@@ -22,18 +22,32 @@ from launcher.plans.tuning import build_tuning_plan
 from launcher.rules.tune import objective_schedule
 from spec_helpers import dfm, write_spec
 
-TUNE = {"objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
-        "max_parallel_jobs": 2, "random_seed": 3,
-        "ranges": {"learning_rate": {"min": 0.001, "max": 0.1, "scaling": "log"}, "batch_size": {"values": [128, 256]}}}
+TUNE = {
+    "objective": {"metric": "eval:auc", "goal": "maximize"},
+    "strategy": "random",
+    "max_jobs": 2,
+    "max_parallel_jobs": 2,
+    "random_seed": 3,
+    "ranges": {"learning_rate": {"min": 0.001, "max": 0.1, "scaling": "log"}, "batch_size": {"values": [128, 256]}},
+}
 
 
 def tuning_plan(tmp_path, tune=None, hyperparameters=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_spec(tmp_path, {"tune": tune or TUNE, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
-                                 "hyperparameters": hyperparameters or {"log_steps": 10, "epochs": 3}})
+    path = write_spec(
+        tmp_path,
+        {
+            "tune": tune or TUNE,
+            "data": {"eval": "s3://dfm-test/eval/"},
+            "checkpoints": False,
+            "hyperparameters": hyperparameters or {"log_steps": 10, "epochs": 3},
+        },
+    )
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
-    return build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000")
+    return build_tuning_plan(
+        compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000"
+    )
 
 
 # --- the search's pieces ---------------------------------------------------------------------------------
@@ -45,8 +59,10 @@ def test_reports_compare_trials_after_the_same_number_of_examples(tmp_path):
     assert (metric, unit) == ("train:auc", 2560)
     small = search.Reports("train:auc", 128, unit)
     line = "[dfm] train step={} loss=0.5 auc={} examples_per_sec=100"
-    fed = [small.feed("algo-1/worker", ("train", {"auc": s / 100, "loss": 0.5}), line.format(s, s / 100))
-           for s in (10, 20, 30, 40, 60)]
+    fed = [
+        small.feed("algo-1/worker", ("train", {"auc": s / 100, "loss": 0.5}), line.format(s, s / 100))
+        for s in (10, 20, 30, 40, 60)
+    ]
     assert fed == [[], [(1, 0.2)], [], [(2, 0.4)], [(3, 0.6)]]
     other = small.feed("algo-2/worker", ("train", {"auc": 0.9}), line.format(80, 0.9))
     assert other == []  # one process's lines count
@@ -59,34 +75,56 @@ def test_trials_that_evaluate_while_running_report_the_objective_itself(tmp_path
     metric, unit = search.report_plan(every, {"batch_size": 1024, "log_steps": 100})
     assert (metric, unit) == ("eval:auc", 256 * 20)
     reports = search.Reports(metric, 128, unit)
-    fed = [reports.feed("algo-1/worker", parse_metric_line(line), line) for line in (
-        "[dfm] train step=20 loss=0.5 auc=0.99 examples_per_sec=100",  # training-side: not reported
-        "[dfm] eval step=20 loss=0.6 auc=0.61", "[dfm] eval step=40 loss=0.6 auc=0.62",
-        "[dfm] eval step=60 loss=0.6 auc=0.63", "[dfm] eval step=80 loss=0.6 auc=0.64")]
+    fed = [
+        reports.feed("algo-1/worker", parse_metric_line(line), line)
+        for line in (
+            "[dfm] train step=20 loss=0.5 auc=0.99 examples_per_sec=100",  # training-side: not reported
+            "[dfm] eval step=20 loss=0.6 auc=0.61",
+            "[dfm] eval step=40 loss=0.6 auc=0.62",
+            "[dfm] eval step=60 loss=0.6 auc=0.63",
+            "[dfm] eval step=80 loss=0.6 auc=0.64",
+        )
+    ]
     assert fed == [[], [], [(1, 0.62)], [], [(2, 0.64)]]  # a 128-batch trial: once per 40 steps (5120 examples)
     per_epoch = tuning_plan(tmp_path / "epochs", hyperparameters={"log_steps": 10, "epochs": 3})
     assert search.report_plan(per_epoch, {}) == ("eval:auc", None)  # one report per evaluation
-    hyperband = tuning_plan(tmp_path / "hyperband", {**TUNE, "strategy": "hyperband",
-                                                     "hyperband": {"min_resource": 1, "max_resource": 3}},
-                            hyperparameters={"log_steps": 10, "epochs": 0, "max_steps": 60, "eval_steps": 20})
+    hyperband = tuning_plan(
+        tmp_path / "hyperband",
+        {**TUNE, "strategy": "hyperband", "hyperband": {"min_resource": 1, "max_resource": 3}},
+        hyperparameters={"log_steps": 10, "epochs": 0, "max_steps": 60, "eval_steps": 20},
+    )
     assert hyperband.objective_lines == 3
     assert search.report_plan(hyperband, {}) == ("eval:auc", None)  # Hyperband's resource: objective values
 
 
 def test_the_untuned_values_are_the_first_trial_only_when_inside_the_ranges(tmp_path):
     tplan = tuning_plan(tmp_path)
-    assert search.baseline(tplan, {"learning_rate": 0.01, "batch_size": 256}) == {"learning_rate": 0.01, "batch_size": 256}
+    assert search.baseline(tplan, {"learning_rate": 0.01, "batch_size": 256}) == {
+        "learning_rate": 0.01,
+        "batch_size": 256,
+    }
     assert search.baseline(tplan, {"learning_rate": 0.01, "batch_size": 1024}) is None
     assert search.baseline(tplan, {"learning_rate": 0.5, "batch_size": 256}) is None
 
 
-@pytest.mark.parametrize("strategy, extra, sampler, pruner", [
-    ("bayesian", {"early_stopping": "auto"}, "TPESampler", "MedianPruner"),
-    ("random", {}, "RandomSampler", "NopPruner"),
-    ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}}, "RandomSampler", "HyperbandPruner"),
-    ("grid", {"ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}},
-              "max_jobs": None, "max_parallel_jobs": 1}, "GridSampler", "NopPruner"),
-])
+@pytest.mark.parametrize(
+    "strategy, extra, sampler, pruner",
+    [
+        ("bayesian", {"early_stopping": "auto"}, "TPESampler", "MedianPruner"),
+        ("random", {}, "RandomSampler", "NopPruner"),
+        ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}}, "RandomSampler", "HyperbandPruner"),
+        (
+            "grid",
+            {
+                "ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}},
+                "max_jobs": None,
+                "max_parallel_jobs": 1,
+            },
+            "GridSampler",
+            "NopPruner",
+        ),
+    ],
+)
 def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy, extra, sampler, pruner):
     tune = {**TUNE, "strategy": strategy, **extra}
     tune = {k: v for k, v in tune.items() if v is not None}
@@ -100,11 +138,20 @@ def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy,
 def _study(tmp_path, tune, resume=False):
     from launcher.local.tune import LocalTuning
 
-    path = write_spec(tmp_path, {"tune": tune, "data": {"eval": "s3://dfm-test/eval/"}, "checkpoints": False,
-                                 "hyperparameters": {"log_steps": 10, "epochs": 3}})
+    path = write_spec(
+        tmp_path,
+        {
+            "tune": tune,
+            "data": {"eval": "s3://dfm-test/eval/"},
+            "checkpoints": False,
+            "hyperparameters": {"log_steps": 10, "epochs": 3},
+        },
+    )
     compiled = compile_spec(path, env={})
     assert compiled.ok, compiled.errors
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000")
+    tplan = build_tuning_plan(
+        compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="t-261124-000000"
+    )
     return LocalTuning(tplan, compiled.spec, tmp_path / "runs", compile_trial).open_study(resume), tplan
 
 
@@ -120,21 +167,34 @@ def _ask(study, tplan, count: int) -> list[dict]:
 def test_a_grid_study_ends_without_optunas_stop_error(tmp_path):
     """Optuna's GridSampler calls Study.stop from `tell` after the last grid point; outside optimize() that
     raised RuntimeError, so a grid study crashed before its table, study.png and study.json."""
-    tune = {**TUNE, "strategy": "grid", "max_parallel_jobs": 1,
-            "ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}}}
+    tune = {
+        **TUNE,
+        "strategy": "grid",
+        "max_parallel_jobs": 1,
+        "ranges": {"batch_size": {"values": [128, 256]}, "optimizer": {"values": ["adam", "adagrad"]}},
+    }
     tune.pop("max_jobs")
     study, tplan = _study(tmp_path, tune)
     asked = _ask(study, tplan, tplan.max_jobs)
     assert sorted(json.dumps(a, sort_keys=True) for a in asked) == sorted(
-        json.dumps({"batch_size": b, "optimizer": o}, sort_keys=True) for b in (128, 256) for o in ("adam", "adagrad"))
+        json.dumps({"batch_size": b, "optimizer": o}, sort_keys=True) for b in (128, 256) for o in ("adam", "adagrad")
+    )
 
 
-@pytest.mark.parametrize("strategy, extra", [("random", {}), ("bayesian", {}),
-                                             ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}})])
+@pytest.mark.parametrize(
+    "strategy, extra",
+    [("random", {}), ("bayesian", {}), ("hyperband", {"hyperband": {"min_resource": 1, "max_resource": 3}})],
+)
 def test_resume_does_not_repeat_the_first_sessions_seeded_suggestions(tmp_path, strategy, extra):
     """A seeded sampler created again from the seed alone replays the same values (random, Hyperband's random
     sampling, TPE's random start-up trials)."""
-    tune = {**TUNE, "strategy": strategy, "max_jobs": 15, "max_parallel_jobs": 1, **extra}  # TPE: 5 random start-up trials
+    tune = {
+        **TUNE,
+        "strategy": strategy,
+        "max_jobs": 15,
+        "max_parallel_jobs": 1,
+        **extra,
+    }  # TPE: 5 random start-up trials
     study, tplan = _study(tmp_path, tune)
     first = _ask(study, tplan, 2)
     resumed, _ = _study(tmp_path, tune, resume=True)
@@ -146,28 +206,62 @@ def test_resume_does_not_repeat_the_first_sessions_seeded_suggestions(tmp_path, 
 
 
 # --- tiny real studies (slow) -----------------------------------------------------------------------------
-SMALL_MODEL = {"field_size": 10, "feature_size": 1000, "deep_layers": [8], "log_steps": 5, "embedding_size": 4,
-               "export": False}
+SMALL_MODEL = {
+    "field_size": 10,
+    "feature_size": 1000,
+    "deep_layers": [8],
+    "log_steps": 5,
+    "embedding_size": 4,
+    "export": False,
+}
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sample")
-    result = dfm("data", "synth", "--out", str(out), "--rows", "3000", "--files", "2", "--eval-rows", "1000",
-                 "--eval-files", "1", "--seed", "3", "--field-size", "10", "--feature-size", "1000", timeout=240)
+    result = dfm(
+        "data",
+        "synth",
+        "--out",
+        str(out),
+        "--rows",
+        "3000",
+        "--files",
+        "2",
+        "--eval-rows",
+        "1000",
+        "--eval-files",
+        "1",
+        "--seed",
+        "3",
+        "--field-size",
+        "10",
+        "--feature-size",
+        "1000",
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
 
 def tiny_spec(tmp_path: Path, sample: Path, **tune) -> Path:
     spec = {
-        "name": "tiny", "role": "arn:aws:iam::123456789012:role/dfm", "region": "us-east-1",
-        "framework": {"version": "2.14", "python": "py310"}, "output": "s3://dfm-test/out/",
-        "entry_point": "deepfm-ps", "instance": {"type": "ml.c5.2xlarge", "count": 1}, "checkpoints": False,
-        "data": {"train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"}, "hyperparameters": SMALL_MODEL,
+        "name": "tiny",
+        "role": "arn:aws:iam::123456789012:role/dfm",
+        "region": "us-east-1",
+        "framework": {"version": "2.14", "python": "py310"},
+        "output": "s3://dfm-test/out/",
+        "entry_point": "deepfm-ps",
+        "instance": {"type": "ml.c5.2xlarge", "count": 1},
+        "checkpoints": False,
+        "data": {"train": "s3://dfm-test/train/", "eval": "s3://dfm-test/eval/"},
+        "hyperparameters": SMALL_MODEL,
         "tune": {**TUNE, **tune},
-        "local": {"channels": {"train": str(sample / "train"), "eval": str(sample / "eval")},
-                  "run_dir": str(tmp_path / "runs"), "timeout_s": 200},
+        "local": {
+            "channels": {"train": str(sample / "train"), "eval": str(sample / "eval")},
+            "run_dir": str(tmp_path / "runs"),
+            "timeout_s": 200,
+        },
     }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -185,7 +279,9 @@ def test_a_local_study_ends_with_table_json_plot_and_overrides(tmp_path, sample)
     assert [t["state"] for t in trials] == ["complete", "complete"]
     assert all(0 < t["objective"] < 1 and t["seconds"] > 0 for t in trials)
     for t in trials:  # each trial its own run folder, its hyperparameters in the script's argv
-        config = json.loads((Path(t["job_dir"]) / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json").read_text())
+        config = json.loads(
+            (Path(t["job_dir"]) / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json").read_text()
+        )
         assert float(config["learning_rate"]) == pytest.approx(t["hyperparameters"]["learning_rate"])
         assert int(config["batch_size"]) == t["hyperparameters"]["batch_size"]
     best = max(trials, key=lambda t: t["objective"])
@@ -205,8 +301,10 @@ def test_a_local_grid_study_ends_with_its_table_json_and_plot(tmp_path, sample):
     result = dfm("tune", str(spec), "--local", "--output", "json", "--job-name", "tiny-261124-000004", timeout=380)
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
-    assert sorted((t["hyperparameters"]["batch_size"], t["state"]) for t in document["trials"]) == \
-        [(128, "complete"), (256, "complete")]
+    assert sorted((t["hyperparameters"]["batch_size"], t["state"]) for t in document["trials"]) == [
+        (128, "complete"),
+        (256, "complete"),
+    ]
     folder = Path(document["folder"])
     assert json.loads((folder / "study.json").read_text())["best"] == document["best"]
     assert (folder / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -232,8 +330,12 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
     spec = tiny_spec(tmp_path, sample, max_parallel_jobs=1)
     name = "tiny-261124-000001"
     runs = tmp_path / "runs"
-    process = subprocess.Popen([sys.executable, "-m", "launcher.cli", "tune", str(spec), "--local", "--job-name", name],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "launcher.cli", "tune", str(spec), "--local", "--job-name", name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen = []
     for line in process.stdout:
         seen.append(line)
@@ -254,13 +356,27 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
     result = dfm("tune", str(spec), "--local", "--resume", "--output", "json", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     trials = json.loads(result.stdout)["trials"]
-    assert [(t["trial"], t["state"], t["retry_of"]) for t in trials] == \
-        [(0, "complete", None), (1, "interrupted", None), (2, "complete", 1)]
+    assert [(t["trial"], t["state"], t["retry_of"]) for t in trials] == [
+        (0, "complete", None),
+        (1, "interrupted", None),
+        (2, "complete", 1),
+    ]
     assert trials[2]["hyperparameters"] == trials[1]["hyperparameters"]
     assert len({json.dumps(t["hyperparameters"], sort_keys=True) for t in trials if t["state"] == "complete"}) == 2
     assert sorted(os.listdir(runs / name)) == sorted(
-        [f"{name}-000", f"{name}-001", f"{name}-002", f"{name}-000.txt", f"{name}-001.txt", f"{name}-002.txt",
-         "study.journal", "tuning.json", "study.png", "study.json"])
+        [
+            f"{name}-000",
+            f"{name}-001",
+            f"{name}-002",
+            f"{name}-000.txt",
+            f"{name}-001.txt",
+            f"{name}-002.txt",
+            "study.journal",
+            "tuning.json",
+            "study.png",
+            "study.json",
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -268,8 +384,15 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
 def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sample):
     """Hyperband's resource is the count of objective values (SageMaker's): a trial that would print about six
     eval lines (eval_steps 4, ~23 steps) stops after its 2nd, with that line's value as its objective."""
-    spec = tiny_spec(tmp_path, sample, strategy="hyperband", max_jobs=1, max_parallel_jobs=1,
-                     hyperband={"min_resource": 1, "max_resource": 2}, ranges={"learning_rate": {"min": 0.001, "max": 0.1}})
+    spec = tiny_spec(
+        tmp_path,
+        sample,
+        strategy="hyperband",
+        max_jobs=1,
+        max_parallel_jobs=1,
+        hyperband={"min_resource": 1, "max_resource": 2},
+        ranges={"learning_rate": {"min": 0.001, "max": 0.1}},
+    )
     config = yaml.safe_load(spec.read_text())
     config["hyperparameters"] = {**config["hyperparameters"], "eval_steps": 4, "batch_size": 128}
     spec.write_text(yaml.safe_dump(config))
@@ -292,7 +415,9 @@ def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sam
     spec_path = tiny_spec(tmp_path, sample, max_runtime_s=600, max_parallel_jobs=1)
     compiled = compile_spec(str(spec_path), env={})
     assert compiled.ok, compiled.errors
-    tplan = build_tuning_plan(compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tiny-261124-000003")
+    tplan = build_tuning_plan(
+        compiled.spec, compiled.plan, schedule=objective_schedule(compiled.spec), name="tiny-261124-000003"
+    )
     late, lines = [0.0], []
 
     def echo(line: str) -> None:
@@ -300,7 +425,9 @@ def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sam
         if "trial 0 started" in line:
             late[0] = 10_000.0
 
-    tuning = LocalTuning(tplan, compiled.spec, tmp_path / "runs", compile_trial, echo=echo, clock=lambda: time.monotonic() + late[0])
+    tuning = LocalTuning(
+        tplan, compiled.spec, tmp_path / "runs", compile_trial, echo=echo, clock=lambda: time.monotonic() + late[0]
+    )
     study = tuning.run()
     (trial,) = study.get_trials()
     assert trial.state.name == "FAIL" and "max_runtime_s (600 s) ran out" in trial.user_attrs["stopped"]
@@ -325,7 +452,9 @@ def test_a_study_whose_trials_all_fail_exits_1_with_each_reason_and_resumes_only
     assert error.startswith(f"dfm: no trial of {name} completed (trial 0: channel 'train': {empty} holds no files")
     assert "trial 1: channel 'train'" in error and "best:" not in result.stdout
 
-    changed = dfm("tune", str(spec), "--local", "--resume", "--job-name", name, "--set", "hyperparameters.max_steps=200")
+    changed = dfm(
+        "tune", str(spec), "--local", "--resume", "--job-name", name, "--set", "hyperparameters.max_steps=200"
+    )
     assert changed.returncode == 2, changed.stderr
     assert "hyperparameters.max_steps: (not set) -> 200" in changed.stderr and "drop --resume" in changed.stderr
 
@@ -333,11 +462,18 @@ def test_a_study_whose_trials_all_fail_exits_1_with_each_reason_and_resumes_only
 def test_a_failed_trials_reason_is_its_scripts_last_error_line():
     from launcher.local.tune import failure_reason
 
-    lines = ["[algo-1/master] [dfm] train step=5 loss=nan auc=0.5",
-             "[algo-1/master] [dfm] error: training diverged at step 5: train loss=nan; no checkpoint was saved",
-             "[dfm local] FAILED: algo-1/master exited with code 1"]
-    assert failure_reason(lines, 1, "algo-1/master exited with code 1", "eval:auc").startswith("training diverged at step 5")
-    assert failure_reason(lines[2:], 1, "algo-1/master exited with code 1", "eval:auc") == "algo-1/master exited with code 1"
+    lines = [
+        "[algo-1/master] [dfm] train step=5 loss=nan auc=0.5",
+        "[algo-1/master] [dfm] error: training diverged at step 5: train loss=nan; no checkpoint was saved",
+        "[dfm local] FAILED: algo-1/master exited with code 1",
+    ]
+    assert failure_reason(lines, 1, "algo-1/master exited with code 1", "eval:auc").startswith(
+        "training diverged at step 5"
+    )
+    assert (
+        failure_reason(lines[2:], 1, "algo-1/master exited with code 1", "eval:auc")
+        == "algo-1/master exited with code 1"
+    )
     assert failure_reason([], 0, "", "eval:auc") == "no eval:auc line"
 
 
@@ -346,9 +482,20 @@ def test_a_trial_the_rules_refuse_fails_as_dfm_validate_would(tmp_path):
     scripts' parser refuses) fails that trial with the rules' message, without starting a process."""
     from launcher.errors import DfmError
 
-    compiled = compile_spec(write_spec(tmp_path, {"tune": {
-        "objective": {"metric": "eval:auc", "goal": "maximize"}, "strategy": "random", "max_jobs": 2,
-        "ranges": {"dropout": {"min": 0.0, "max": 0.5}}}, "data": {"eval": "s3://dfm-test/eval/"}}))
+    compiled = compile_spec(
+        write_spec(
+            tmp_path,
+            {
+                "tune": {
+                    "objective": {"metric": "eval:auc", "goal": "maximize"},
+                    "strategy": "random",
+                    "max_jobs": 2,
+                    "ranges": {"dropout": {"min": 0.0, "max": 0.5}},
+                },
+                "data": {"eval": "s3://dfm-test/eval/"},
+            },
+        )
+    )
     assert compiled.ok, compiled.errors
     ok = compile_trial(compiled.spec, {"dropout": 0.25}, "t-261125-000000-000", str(tmp_path / "runs"))
     assert ok.hyperparameters["dropout"] == 0.25 and ok.local.run_dir == str(tmp_path / "runs")

@@ -33,23 +33,33 @@ def test_dry_run_is_offline_and_botocore_accepts_it(capsys, monkeypatch, no_aws_
     built = document["request"]
     from botocore.validate import ParamValidator
 
-    shape = boto3.session.Session(region_name=REGION).client("sagemaker").meta.service_model \
-        .operation_model("CreateHyperParameterTuningJob").input_shape
+    shape = (
+        boto3.session.Session(region_name=REGION)
+        .client("sagemaker")
+        .meta.service_model.operation_model("CreateHyperParameterTuningJob")
+        .input_shape
+    )
     assert not ParamValidator().validate(built, shape).has_errors()
     config = built["HyperParameterTuningJobConfig"]
     assert built["HyperParameterTuningJobName"] == NAME
     assert config["Strategy"] == "Bayesian" and config["TrainingJobEarlyStoppingType"] == "Auto"
     assert config["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 20, "MaxParallelTrainingJobs": 2}
     ranges = config["ParameterRanges"]
-    assert {r["Name"]: r["ScalingType"] for r in ranges["ContinuousParameterRanges"]} == \
-        {"learning_rate": "Logarithmic", "l2_dense": "Logarithmic", "dropout": "Auto"}
+    assert {r["Name"]: r["ScalingType"] for r in ranges["ContinuousParameterRanges"]} == {
+        "learning_rate": "Logarithmic",
+        "l2_dense": "Logarithmic",
+        "dropout": "Auto",
+    }
     assert [r["Name"] for r in ranges["IntegerParameterRanges"]] == ["embedding_size"]
     definition = built["TrainingJobDefinition"]
     assert definition["StaticHyperParameters"]["sagemaker_parameter_server_enabled"] == "true"
     assert not {"learning_rate", "batch_size", "embedding_size"} & set(definition["StaticHyperParameters"])
     assert "eval:auc" in [m["Name"] for m in definition["AlgorithmSpecification"]["MetricDefinitions"]]
-    assert definition["HyperParameterTuningResourceConfig"] == {"InstanceCount": 2, "InstanceType": "ml.c5.18xlarge",
-                                                                "VolumeSizeInGB": 100}
+    assert definition["HyperParameterTuningResourceConfig"] == {
+        "InstanceCount": 2,
+        "InstanceType": "ml.c5.18xlarge",
+        "VolumeSizeInGB": 100,
+    }
     assert document["cost"]["max_usd"] == pytest.approx(20 * document["cost"]["trial_max_usd"])
     assert document["cost"]["max_wall_hours"] == 10.0  # 10 rounds of 2 trials x max_run 1 h
 
@@ -65,8 +75,10 @@ def test_dry_run_equals_what_the_sdks_own_tuner_sends(capsys, monkeypatch, aws):
 
     sent: list[dict] = []
     boto = sm_aws.boto_session(REGION)
-    boto.events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob",
-                         lambda params, **_: sent.append(json.loads(json.dumps(params))))
+    boto.events.register(
+        "provide-client-params.sagemaker.CreateHyperParameterTuningJob",
+        lambda params, **_: sent.append(json.loads(json.dumps(params))),
+    )
     import sagemaker
 
     session = sagemaker.Session(boto_session=boto, default_bucket=BUCKET)
@@ -81,12 +93,20 @@ def test_dry_run_equals_what_the_sdks_own_tuner_sends(capsys, monkeypatch, aws):
         else:
             ranges[name] = ContinuousParameter(given["min"], given["max"], scaling_type=scaling)
     tuner = HyperparameterTuner(
-        estimator, hyperparameter_ranges=ranges,
+        estimator,
+        hyperparameter_ranges=ranges,
         completion_criteria_config=TuningJobCompletionCriteriaConfig(max_number_of_training_jobs_not_improving=8),
-        **document["tuner"]["kwargs"])
+        **document["tuner"]["kwargs"],
+    )
     data = f"s3://{BUCKET}/deepfm"
-    tuner.fit({"train": TrainingInput(f"{data}/train/", distribution="ShardedByS3Key", input_mode="File"),
-               "eval": TrainingInput(f"{data}/eval/", input_mode="File")}, job_name=NAME, wait=False)
+    tuner.fit(
+        {
+            "train": TrainingInput(f"{data}/train/", distribution="ShardedByS3Key", input_mode="File"),
+            "eval": TrainingInput(f"{data}/eval/", input_mode="File"),
+        },
+        job_name=NAME,
+        wait=False,
+    )
     assert sent == [document["request"]]
 
 
@@ -111,8 +131,10 @@ def test_submit_sends_exactly_the_dry_runs_request(aws, monkeypatch, capsys):
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
     boto = sm_aws.boto_session(REGION)
     sent: list[dict] = []
-    boto.events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob",
-                         lambda params, **_: sent.append(json.loads(json.dumps(params))))
+    boto.events.register(
+        "provide-client-params.sagemaker.CreateHyperParameterTuningJob",
+        lambda params, **_: sent.append(json.loads(json.dumps(params))),
+    )
     monkeypatch.setattr(sm_aws, "boto_session", lambda region: boto)
     assert cli.main(["tune", CONFIG, "--job-name", NAME]) == 0
     assert sent == [document["request"]]
@@ -136,31 +158,55 @@ def stubbed(monkeypatch) -> Stubber:
 
 
 def trial(name: str, status: str, value: float | None, **tuned: str) -> dict:
-    summary = {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}",
-               "CreationTime": datetime.datetime(2026, 11, 24), "TrainingJobStatus": status, "TunedHyperParameters": tuned}
+    summary = {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}",
+        "CreationTime": datetime.datetime(2026, 11, 24),
+        "TrainingJobStatus": status,
+        "TunedHyperParameters": tuned,
+    }
     if value is not None:
         summary["FinalHyperParameterTuningJobObjectiveMetric"] = {"MetricName": "eval:auc", "Value": value}
     return summary
 
 
 BEST = trial(f"{NAME}-002-abc", "Completed", 0.7412, learning_rate="0.004", batch_size='"1024"')
-TRIALS = {"TrainingJobSummaries": [
-    BEST, trial(f"{NAME}-001-abc", "Completed", 0.7301, learning_rate="0.02", batch_size='"512"'),
-    trial(f"{NAME}-003-abc", "Stopped", None, learning_rate="0.09", batch_size='"512"')]}
+TRIALS = {
+    "TrainingJobSummaries": [
+        BEST,
+        trial(f"{NAME}-001-abc", "Completed", 0.7301, learning_rate="0.02", batch_size='"512"'),
+        trial(f"{NAME}-003-abc", "Stopped", None, learning_rate="0.09", batch_size='"512"'),
+    ]
+}
 
 
 def described(status: str, completed: int = 2, running: int = 1) -> dict:
     return {
-        "HyperParameterTuningJobName": NAME, "HyperParameterTuningJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:hyper-parameter-tuning-job/{NAME}",
+        "HyperParameterTuningJobName": NAME,
+        "HyperParameterTuningJobArn": f"arn:aws:sagemaker:{REGION}:123456789012:hyper-parameter-tuning-job/{NAME}",
         "HyperParameterTuningJobConfig": {
-            "Strategy": "Bayesian", "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2},
+            "Strategy": "Bayesian",
+            "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2},
             "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "eval:auc"},
-            "ParameterRanges": {"ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.001", "MaxValue": "0.1",
-                                                               "ScalingType": "Logarithmic"}],
-                                "CategoricalParameterRanges": [{"Name": "batch_size", "Values": ["512", "1024"]}]}},
-        "HyperParameterTuningJobStatus": status, "CreationTime": datetime.datetime(2026, 11, 24),
-        "TrainingJobStatusCounters": {"Completed": completed, "InProgress": running, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 1},
-        "ObjectiveStatusCounters": {"Succeeded": completed, "Pending": running, "Failed": 0}, "BestTrainingJob": BEST}
+            "ParameterRanges": {
+                "ContinuousParameterRanges": [
+                    {"Name": "learning_rate", "MinValue": "0.001", "MaxValue": "0.1", "ScalingType": "Logarithmic"}
+                ],
+                "CategoricalParameterRanges": [{"Name": "batch_size", "Values": ["512", "1024"]}],
+            },
+        },
+        "HyperParameterTuningJobStatus": status,
+        "CreationTime": datetime.datetime(2026, 11, 24),
+        "TrainingJobStatusCounters": {
+            "Completed": completed,
+            "InProgress": running,
+            "RetryableError": 0,
+            "NonRetryableError": 0,
+            "Stopped": 1,
+        },
+        "ObjectiveStatusCounters": {"Succeeded": completed, "Pending": running, "Failed": 0},
+        "BestTrainingJob": BEST,
+    }
 
 
 def test_status_finds_the_tuning_job_and_gives_counts_best_and_each_trial(monkeypatch, aws, capsys):
@@ -175,8 +221,11 @@ def test_status_finds_the_tuning_job_and_gives_counts_best_and_each_trial(monkey
     assert summary["trials"] == {"completed": 2, "running": 1, "stopped": 1, "failed": 0}
     assert summary["best"]["objective"] == 0.7412
     assert summary["best"]["hyperparameters"] == {"learning_rate": 0.004, "batch_size": 1024}
-    assert [(t["status"], t["objective"]) for t in summary["trial_list"]] == \
-        [("Completed", 0.7412), ("Completed", 0.7301), ("Stopped", None)]
+    assert [(t["status"], t["objective"]) for t in summary["trial_list"]] == [
+        ("Completed", 0.7412),
+        ("Completed", 0.7301),
+        ("Stopped", None),
+    ]
     assert tuning_jobs.trial_to_follow(summary) == f"{NAME}-002-abc"
 
 
@@ -191,9 +240,11 @@ def test_stop_sends_stop_hyper_parameter_tuning_job(monkeypatch, aws):
 def test_the_request_is_checked_against_the_tuning_operations_model(no_aws_env, no_network):
     """Beyond botocore's validator (types, minimums): the service model's maximums and patterns."""
     with pytest.raises(Exception) as refused:
-        sm_request.validate(boto3.session.Session(region_name=REGION).client("sagemaker"),
-                            {"HyperParameterTuningJobName": "x" * 40, "HyperParameterTuningJobConfig": {}},
-                            tuning.OPERATION)
+        sm_request.validate(
+            boto3.session.Session(region_name=REGION).client("sagemaker"),
+            {"HyperParameterTuningJobName": "x" * 40, "HyperParameterTuningJobConfig": {}},
+            tuning.OPERATION,
+        )
     assert "CreateHyperParameterTuningJob request would be refused" in str(refused.value)
 
 
@@ -216,7 +267,9 @@ def test_tune_without_a_tune_section_is_a_usage_error(capsys, monkeypatch, no_aw
 def test_warm_start_parents_keep_the_specs_order(capsys, monkeypatch, no_aws_env, no_network):
     """The SDK's WarmStartConfig holds its parents in a set: the request's order changed from run to run."""
     parents = ["tune-e", "tune-d", "tune-c", "tune-b", "tune-a"]
-    document = dry_run_json(capsys, monkeypatch, "--set", f"tune.warm_start={{type: transfer_learning, parents: [{', '.join(parents)}]}}")
+    document = dry_run_json(
+        capsys, monkeypatch, "--set", f"tune.warm_start={{type: transfer_learning, parents: [{', '.join(parents)}]}}"
+    )
     sent = document["request"]["WarmStartConfig"]["ParentHyperParameterTuningJobs"]
     assert [p["HyperParameterTuningJobName"] for p in sent] == parents
 
@@ -238,7 +291,10 @@ def test_status_of_a_tuning_job_gives_the_best_as_a_launch_line_and_draws_the_pl
     with stub:
         assert cli.main(["status", NAME, "--kind", "tuning", "--region", REGION, "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
-    assert "launch it: dfm launch SPEC --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024" in out
+    assert (
+        "launch it: dfm launch SPEC --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024"
+        in out
+    )
     assert f"plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -254,16 +310,28 @@ def test_tune_wait_follows_the_job_to_its_end_and_reports_it_as_a_local_study(mo
     stub.add_response("describe_hyper_parameter_tuning_job", described("Completed", running=0))
     stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", TRIALS)
     with stub:
-        assert cli.main(["tune", CONFIG, "--job-name", NAME, "--wait", "--poll", "0", "--set", f"local.run_dir={tmp_path}"]) == 0
+        assert (
+            cli.main(
+                ["tune", CONFIG, "--job-name", NAME, "--wait", "--poll", "0", "--set", f"local.run_dir={tmp_path}"]
+            )
+            == 0
+        )
     stub.assert_no_pending_responses()
     captured = capsys.readouterr()
     progress = [line for line in captured.err.splitlines() if line.startswith(f"[dfm tune] {NAME}:")]
-    assert [line.split(": ", 1)[1].split(",")[:2] for line in progress] == \
-        [["InProgress", " 1 completed"], ["Completed", " 2 completed"]]
-    assert f"launch it: dfm launch {CONFIG} --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024" \
+    assert [line.split(": ", 1)[1].split(",")[:2] for line in progress] == [
+        ["InProgress", " 1 completed"],
+        ["Completed", " 2 completed"],
+    ]
+    assert (
+        f"launch it: dfm launch {CONFIG} --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024"
         in captured.out
+    )
     assert (tmp_path / NAME / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     document = json.loads((tmp_path / NAME / "study.json").read_text())
-    assert [(t["job_name"], t["state"]) for t in document["trials"]] == \
-        [(f"{NAME}-001-abc", "complete"), (f"{NAME}-002-abc", "complete"), (f"{NAME}-003-abc", "stopped")]
+    assert [(t["job_name"], t["state"]) for t in document["trials"]] == [
+        (f"{NAME}-001-abc", "complete"),
+        (f"{NAME}-002-abc", "complete"),
+        (f"{NAME}-003-abc", "stopped"),
+    ]
     assert document["best"]["job_name"] == f"{NAME}-002-abc"

@@ -21,8 +21,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
     (path,) = out.glob("dfm-*.whl")
     return path
 
@@ -34,8 +37,11 @@ def installed(wheel, tmp_path_factory) -> Path:
     venv.create(env, with_pip=True)
     # --no-compile: pip's byte-compiling of TensorFlow's thousands of modules is most of the install; Python
     # compiles what dfm imports on first use, as it does for a user.
-    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[local,tune]"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[local,tune]"],
+        check=True,
+        capture_output=True,
+    )
     return env / "bin" / "dfm"
 
 
@@ -60,8 +66,14 @@ def test_installed_dfm_runs_outside_the_checkout(installed, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("config, hosts", [("ps.yaml", {"InstanceCount": 2}), ("horovod.yaml", {"InstanceCount": 2}),
-                                           ("hetero-ps.yaml", {"InstanceGroups": [4, 2]})])
+@pytest.mark.parametrize(
+    "config, hosts",
+    [
+        ("ps.yaml", {"InstanceCount": 2}),
+        ("horovod.yaml", {"InstanceCount": 2}),
+        ("hetero-ps.yaml", {"InstanceGroups": [4, 2]}),
+    ],
+)
 def test_installed_dry_run_builds_the_request(installed, tmp_path, config, hosts):
     result = dfm(installed, "launch", str(REPO / "configs" / config), "--dry-run", "--output", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -74,10 +86,32 @@ def test_installed_dry_run_builds_the_request(installed, tmp_path, config, hosts
 
 def test_installed_local_dry_run_finds_the_bundled_scripts(installed, tmp_path):
     data = tmp_path / "sample"
-    made = dfm(installed, "data", "synth", "--out", str(data), "--rows", "2000", "--files", "2", "--eval-rows", "500",
-               cwd=tmp_path)
+    made = dfm(
+        installed,
+        "data",
+        "synth",
+        "--out",
+        str(data),
+        "--rows",
+        "2000",
+        "--files",
+        "2",
+        "--eval-rows",
+        "500",
+        cwd=tmp_path,
+    )
     assert made.returncode == 0, made.stderr
-    result = dfm(installed, "launch", str(REPO / "configs" / "ps.yaml"), "--local", "--dry-run",
-                 "--channel", f"train={data / 'train'}", "--channel", f"eval={data / 'eval'}", cwd=tmp_path)
+    result = dfm(
+        installed,
+        "launch",
+        str(REPO / "configs" / "ps.yaml"),
+        "--local",
+        "--dry-run",
+        "--channel",
+        f"train={data / 'train'}",
+        "--channel",
+        f"eval={data / 'eval'}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "train_ps.py" in result.stdout and "/launcher/_bundled" in result.stdout

@@ -35,8 +35,14 @@ def _register() -> None:
     from launcher.cli import data as data_cli
 
     data_cli.data.add_command(cli_prepare.prepare)
-    for command in (*cli_init.COMMANDS, *cli_spec.COMMANDS, *cli_jobs.COMMANDS, *cli_tune.COMMANDS, *cli_probe.COMMANDS,
-                    data_cli.data):
+    for command in (
+        *cli_init.COMMANDS,
+        *cli_spec.COMMANDS,
+        *cli_jobs.COMMANDS,
+        *cli_tune.COMMANDS,
+        *cli_probe.COMMANDS,
+        data_cli.data,
+    ):
         cli.add_command(command)
 
 
@@ -71,8 +77,10 @@ BUG_EXIT_CODE = 3
 
 def bug_message(err: BaseException) -> str:
     detail = " ".join(str(err).split())
-    return (f"dfm: internal error (a bug in dfm, not in your spec): {type(err).__name__}"
-            f"{': ' + detail if detail else ''}; rerun with --debug for the traceback, and report it")
+    return (
+        f"dfm: internal error (a bug in dfm, not in your spec): {type(err).__name__}"
+        f"{': ' + detail if detail else ''}; rerun with --debug for the traceback, and report it"
+    )
 
 
 if __name__ == "__main__":

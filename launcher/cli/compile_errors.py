@@ -24,8 +24,12 @@ def as_object(line: str) -> dict:
     if file.startswith("--") and file != "--set":  # a command-line option: no file
         return {"file": None, "line": None, "field": file, "message": rest}
     field = _FIELD.match(rest)
-    return {"file": file, "line": int(number) if number else None, "field": field["field"] if field else None,
-            "message": field["message"] if field else rest}
+    return {
+        "file": file,
+        "line": int(number) if number else None,
+        "field": field["field"] if field else None,
+        "message": field["message"] if field else rest,
+    }
 
 
 def as_objects(lines: Iterable[str]) -> list[dict]:

@@ -31,17 +31,36 @@ class Layout:
 
 
 LAYOUTS: dict[str, Layout] = {
-    "ps": Layout("Parameter server: a ps and a worker on every host, asynchronous updates (CPU).",
-                 "deepfm-ps", "ml.c5.4xlarge", 2, " parameter_server"),
-    "hetero-ps": Layout("Parameter servers on their own memory instances (group `ps`), workers on GPU instances.",
-                        "deepfm-ps", "ml.g5.2xlarge", 2,
-                        "\n  parameter_server:\n    ps: {type: ml.r5.4xlarge, count: 1}   # holds the embedding tables"),
-    "horovod": Layout("Horovod: one process per GPU, gradients averaged over all of them (synchronous).",
-                      "deepfm-horovod", "ml.g5.12xlarge", 2, "", needs_horovod=True),
-    "mirrored": Layout("MultiWorkerMirroredStrategy: one worker per host, one replica per GPU (synchronous).",
-                       "deepfm-mirrored", "ml.g5.12xlarge", 2, " multi_worker_mirrored"),
-    "single": Layout("One host, no distribution: the simplest job.",
-                     "deepfm-ps", "ml.c5.2xlarge", 1, " none"),
+    "ps": Layout(
+        "Parameter server: a ps and a worker on every host, asynchronous updates (CPU).",
+        "deepfm-ps",
+        "ml.c5.4xlarge",
+        2,
+        " parameter_server",
+    ),
+    "hetero-ps": Layout(
+        "Parameter servers on their own memory instances (group `ps`), workers on GPU instances.",
+        "deepfm-ps",
+        "ml.g5.2xlarge",
+        2,
+        "\n  parameter_server:\n    ps: {type: ml.r5.4xlarge, count: 1}   # holds the embedding tables",
+    ),
+    "horovod": Layout(
+        "Horovod: one process per GPU, gradients averaged over all of them (synchronous).",
+        "deepfm-horovod",
+        "ml.g5.12xlarge",
+        2,
+        "",
+        needs_horovod=True,
+    ),
+    "mirrored": Layout(
+        "MultiWorkerMirroredStrategy: one worker per host, one replica per GPU (synchronous).",
+        "deepfm-mirrored",
+        "ml.g5.12xlarge",
+        2,
+        " multi_worker_mirrored",
+    ),
+    "single": Layout("One host, no distribution: the simplest job.", "deepfm-ps", "ml.c5.2xlarge", 1, " none"),
 }
 
 
@@ -54,7 +73,9 @@ def image_for(layout: Layout) -> images.TrainingImage:
 def sdk_defaults() -> dict[str, str]:
     """Role and bucket from the SageMaker SDK's defaults file (~/.config/sagemaker/config.yaml, or the file
     SAGEMAKER_USER_CONFIG_OVERRIDE names), read as plain YAML; {} when there is none."""
-    path = Path(os.environ.get("SAGEMAKER_USER_CONFIG_OVERRIDE") or Path.home() / ".config" / "sagemaker" / "config.yaml")
+    path = Path(
+        os.environ.get("SAGEMAKER_USER_CONFIG_OVERRIDE") or Path.home() / ".config" / "sagemaker" / "config.yaml"
+    )
     try:
         sagemaker = (yaml.safe_load(path.read_text()) or {}).get("SageMaker") or {}
     except (OSError, yaml.YAMLError, AttributeError):
@@ -114,16 +135,37 @@ def _resolve(value: str | None, variable: str, found: str | None, prompt: str, p
 
 @click.command()
 @click.argument("layout", type=click.Choice(list(LAYOUTS)), default="ps")
-@click.option("--output", "-o", "path", type=click.Path(dir_okay=False), default=None,
-              help="The spec file to write [default: <name>.yaml].")
+@click.option(
+    "--output",
+    "-o",
+    "path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The spec file to write [default: <name>.yaml].",
+)
 @click.option("--name", default=None, help="The job's base name [default: deepfm-<layout>].")
-@click.option("--role", default=None, metavar="ARN",
-              help=f"SageMaker execution role [default: {ROLE_VARIABLE}, or the SageMaker SDK's config].")
-@click.option("--bucket", default=None, help=f"S3 bucket for data and output [default: {BUCKET_VARIABLE}, or the SageMaker SDK's config].")
+@click.option(
+    "--role",
+    default=None,
+    metavar="ARN",
+    help=f"SageMaker execution role [default: {ROLE_VARIABLE}, or the SageMaker SDK's config].",
+)
+@click.option(
+    "--bucket",
+    default=None,
+    help=f"S3 bucket for data and output [default: {BUCKET_VARIABLE}, or the SageMaker SDK's config].",
+)
 @click.option("--region", default=None, help="AWS region [default: AWS_REGION or AWS_DEFAULT_REGION, else us-east-1].")
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
-def init(layout: str, path: str | None, name: str | None, role: str | None, bucket: str | None, region: str | None,
-         force: bool) -> None:
+def init(
+    layout: str,
+    path: str | None,
+    name: str | None,
+    role: str | None,
+    bucket: str | None,
+    region: str | None,
+    force: bool,
+) -> None:
     """Write a commented job spec to start from: ps (default), hetero-ps, horovod, mirrored or single."""
     name = name or f"deepfm-{layout}"
     target = Path(path or f"{name}.yaml")
@@ -140,8 +182,9 @@ def init(layout: str, path: str | None, name: str | None, role: str | None, buck
         raise DfmError(f"{target}: cannot write: {err.strerror}") from None
     click.echo(f"wrote {target} ({layout}); next: dfm validate {target}")
     if "${" in role + bucket:
-        click.echo(f"set {ROLE_VARIABLE} and {BUCKET_VARIABLE} (or edit role and the s3:// URIs) before launching",
-                   err=True)
+        click.echo(
+            f"set {ROLE_VARIABLE} and {BUCKET_VARIABLE} (or edit role and the s3:// URIs) before launching", err=True
+        )
 
 
 COMMANDS: list = [init]

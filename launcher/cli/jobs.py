@@ -16,8 +16,12 @@ from launcher.errors import DfmError
 
 
 KINDS = ("training", "tuning", "processing")
-KIND = click.option("--kind", type=click.Choice(KINDS), default=None,
-                    help="The job's kind (default: whichever kind SageMaker has a job of that name).")
+KIND = click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default=None,
+    help="The job's kind (default: whichever kind SageMaker has a job of that name).",
+)
 
 
 def _kinds():
@@ -32,9 +36,11 @@ def _echo_json(value) -> None:
 
 def _instances_text(summary: dict) -> str:
     groups = summary.get("instance_groups") or [
-        {"group": None, "instance_type": summary.get("instance_type"), "instance_count": summary.get("instance_count")}]
-    text = " + ".join(f"{g['instance_count']} x {g['instance_type']}" + (f" ({g['group']})" if g["group"] else "")
-                      for g in groups)
+        {"group": None, "instance_type": summary.get("instance_type"), "instance_count": summary.get("instance_count")}
+    ]
+    text = " + ".join(
+        f"{g['instance_count']} x {g['instance_type']}" + (f" ({g['group']})" if g["group"] else "") for g in groups
+    )
     return text + (" (spot)" if summary.get("spot") else "")
 
 
@@ -66,11 +72,17 @@ def _tuning_status_text(summary: dict) -> str:
 
 
 def _processing_status_text(summary: dict) -> str:
-    rows = [("job", summary["job_name"]), ("status", summary["status"]), ("failure", summary.get("failure_reason")),
-            ("instances", f"{summary['instance_count']} x {summary['instance_type']}"), ("image", summary.get("image")),
-            ("created", summary.get("created")), ("ended", summary.get("ended")),
-            *((f"output {name}", uri) for name, uri in summary.get("outputs", {}).items()),
-            ("console", summary.get("console_url"))]
+    rows = [
+        ("job", summary["job_name"]),
+        ("status", summary["status"]),
+        ("failure", summary.get("failure_reason")),
+        ("instances", f"{summary['instance_count']} x {summary['instance_type']}"),
+        ("image", summary.get("image")),
+        ("created", summary.get("created")),
+        ("ended", summary.get("ended")),
+        *((f"output {name}", uri) for name, uri in summary.get("outputs", {}).items()),
+        ("console", summary.get("console_url")),
+    ]
     return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
 
 
@@ -79,8 +91,13 @@ STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text,
 
 @click.command()
 @click.argument("job_name", metavar="[JOB]", required=False)
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="A tuning job: draw the objective of its trials into this PNG (as `dfm tune --local` does).")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A tuning job: draw the objective of its trials into this PNG (as `dfm tune --local` does).",
+)
 @KIND
 @REGION
 @OUTPUT
@@ -115,15 +132,32 @@ def status(job_name: str | None, kind: str | None, region: str | None, output: s
 @click.command()
 @click.argument("job_name", metavar="JOB")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends (exit 1 if it fails).")
-@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
-              help="Seconds between polls with --follow.")
-@click.option("--stall-timeout", type=click.IntRange(min=1), default=None,
-              help="With --follow: stop the job and exit 1 when no metric line comes for this many seconds.")
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between polls with --follow.",
+)
+@click.option(
+    "--stall-timeout",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --follow: stop the job and exit 1 when no metric line comes for this many seconds.",
+)
 @KIND
 @REGION
 @OUTPUT
-def logs(job_name: str, follow: bool, poll_seconds: float, stall_timeout: int | None, kind: str | None,
-         region: str | None, output: str) -> None:
+def logs(
+    job_name: str,
+    follow: bool,
+    poll_seconds: float,
+    stall_timeout: int | None,
+    kind: str | None,
+    region: str | None,
+    output: str,
+) -> None:
     """Print a job's CloudWatch log lines, from every instance, in time order (a tuning job: its best trial's).
 
     With --output json: one JSON object per line (timestamp in ms, host, message).
@@ -137,8 +171,15 @@ def logs(job_name: str, follow: bool, poll_seconds: float, stall_timeout: int | 
     found = _kinds().kind_of(job_name, region, kind)
     watch = {"stall": StallWatch(stall_timeout)} if stall_timeout else {}
     try:
-        final = found.stream_logs(job_name, region, follow=follow, echo=click.echo, poll_seconds=poll_seconds,
-                                  as_json=output == "json", **watch)
+        final = found.stream_logs(
+            job_name,
+            region,
+            follow=follow,
+            echo=click.echo,
+            poll_seconds=poll_seconds,
+            as_json=output == "json",
+            **watch,
+        )
     except Stalled as stalled:
         found.stop(job_name, region)
         raise DfmError(stalled.stopped(job_name), 1) from None
@@ -163,9 +204,17 @@ def stop(job_name: str, kind: str | None, region: str | None, output: str) -> No
 
 @click.command(name="list")
 @click.option("--name-contains", default=None, metavar="TEXT", help="Only jobs whose name contains TEXT.")
-@click.option("--max", "max_results", type=click.IntRange(1, 1000), default=20, show_default=True,
-              help="At most this many jobs, newest first.")
-@click.option("--kind", type=click.Choice(KINDS), multiple=True, help="Only jobs of this kind (repeatable; default: every kind).")
+@click.option(
+    "--max",
+    "max_results",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="At most this many jobs, newest first.",
+)
+@click.option(
+    "--kind", type=click.Choice(KINDS), multiple=True, help="Only jobs of this kind (repeatable; default: every kind)."
+)
 @REGION
 @OUTPUT
 def list_(name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str) -> None:
@@ -173,10 +222,15 @@ def list_(name_contains: str | None, max_results: int, kind: tuple[str, ...], re
     _list_jobs(name_contains, max_results, kind, region, output)
 
 
-def _list_jobs(name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str) -> None:
+def _list_jobs(
+    name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str
+) -> None:
     kinds = _kinds()
-    jobs = [job for name in (kind or KINDS)
-            for job in kinds.KINDS[name].list_jobs(region, name_contains=name_contains, max_results=max_results)]
+    jobs = [
+        job
+        for name in (kind or KINDS)
+        for job in kinds.KINDS[name].list_jobs(region, name_contains=name_contains, max_results=max_results)
+    ]
     jobs = sorted(jobs, key=lambda job: str(job.get("created") or ""), reverse=True)[:max_results]
     if output == "json":
         _echo_json(jobs)
@@ -187,8 +241,10 @@ def _list_jobs(name_contains: str | None, max_results: int, kind: tuple[str, ...
     width = max(len(job["job_name"]) for job in jobs)
     click.echo(f"{'JOB':<{width}}  {'KIND':<10}  {'STATUS':<10}  {'CREATED':<25}  ENDED")
     for job in jobs:
-        click.echo(f"{job['job_name']:<{width}}  {job['kind']:<10}  {job['status']:<10}  {str(job['created'] or '-'):<25}  "
-                   f"{job['ended'] or '-'}")
+        click.echo(
+            f"{job['job_name']:<{width}}  {job['kind']:<10}  {job['status']:<10}  {str(job['created'] or '-'):<25}  "
+            f"{job['ended'] or '-'}"
+        )
 
 
 COMMANDS: list = [status, logs, stop, list_]

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import click
 
-OUTPUT = click.option("--output", "-o", "output", type=click.Choice(["text", "json"]), default="text",
-                      show_default=True, help="Human-readable text, or JSON for scripts.")
-REGION = click.option("--region", default=None, metavar="REGION",
-                      help="AWS region of the job [default: AWS_REGION, AWS_DEFAULT_REGION or the profile's].")
-SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                   help="Override a spec field, e.g. instance.count=1 (value parsed as YAML).")
+OUTPUT = click.option(
+    "--output",
+    "-o",
+    "output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Human-readable text, or JSON for scripts.",
+)
+REGION = click.option(
+    "--region",
+    default=None,
+    metavar="REGION",
+    help="AWS region of the job [default: AWS_REGION, AWS_DEFAULT_REGION or the profile's].",
+)
+SET = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec field, e.g. instance.count=1 (value parsed as YAML).",
+)

@@ -34,9 +34,13 @@ def placeholder_warnings(spec: Any) -> list[str]:
             found.setdefault("bucket", field)
     lines = []
     if "role" in found:
-        lines.append(f"{spec.where(found['role'])}: {found['role']}: {PLACEHOLDER_ROLE} is a placeholder: set "
-                     f"{ROLE_VARIABLE} to your SageMaker execution role's ARN (or write it here)")
+        lines.append(
+            f"{spec.where(found['role'])}: {found['role']}: {PLACEHOLDER_ROLE} is a placeholder: set "
+            f"{ROLE_VARIABLE} to your SageMaker execution role's ARN (or write it here)"
+        )
     if "bucket" in found:
-        lines.append(f"{spec.where(found['bucket'])}: {found['bucket']}: s3://{PLACEHOLDER_BUCKET} is a placeholder: "
-                     f"set {BUCKET_VARIABLE} to your S3 bucket (or write it here)")
+        lines.append(
+            f"{spec.where(found['bucket'])}: {found['bucket']}: s3://{PLACEHOLDER_BUCKET} is a placeholder: "
+            f"set {BUCKET_VARIABLE} to your S3 bucket (or write it here)"
+        )
     return lines

@@ -32,25 +32,51 @@ def _compiled_spec(spec_path: str, overrides: tuple[str, ...]):
 @SET
 @click.option("--local", is_flag=True, help="Run on local Spark (local[*]): prepare.input.local -> local.channels.")
 @click.option("--dry-run", is_flag=True, help="Print the CreateProcessingJob request; send nothing.")
-@click.option("--stats-only", is_flag=True, help="Only the statistics: stats.json and a proposed features.yaml (--local; on SageMaker with --wait).")
+@click.option(
+    "--stats-only",
+    is_flag=True,
+    help="Only the statistics: stats.json and a proposed features.yaml (--local; on SageMaker with --wait).",
+)
 @click.option("--wait/--no-wait", default=False, show_default=True, help="After submitting, follow the job's logs.")
 @click.option("--job-name", default=None, help="Processing job name (default: <name>-prep-<timestamp>).")
-@click.option("--force", is_flag=True, help="--local: replace prepared data already in the channel folders (the new "
-              "data is written beside them and swapped in when complete; not for SageMaker's S3 outputs).")
-@click.option("--features-from", "stats_file", default=None, metavar="STATS_JSON",
-              help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="--local: replace prepared data already in the channel folders (the new "
+    "data is written beside them and swapped in when complete; not for SageMaker's S3 outputs).",
+)
+@click.option(
+    "--features-from",
+    "stats_file",
+    default=None,
+    metavar="STATS_JSON",
+    help="Only print the features: section proposed from a job's stats.json (a path or s3:// URI).",
+)
 @OUTPUT
-def prepare(spec_path: str, overrides: tuple[str, ...], local: bool, dry_run: bool, stats_only: bool, wait: bool,
-            job_name: str | None, force: bool, stats_file: str | None, output: str) -> None:
+def prepare(
+    spec_path: str,
+    overrides: tuple[str, ...],
+    local: bool,
+    dry_run: bool,
+    stats_only: bool,
+    wait: bool,
+    job_name: str | None,
+    force: bool,
+    stats_file: str | None,
+    output: str,
+) -> None:
     """Shuffle, split, balance and shard click logs into this job's training data, with statistics."""
     spec = _compiled_spec(spec_path, overrides)
     if stats_file is not None:
         click.echo(_proposal(spec, stats_file), nl=False)
         return
     if force and not local:
-        raise DfmError("--force replaces local folders only (--local): a SageMaker job's outputs are uploaded into "
-                       "data.train/data.eval as they are, over what is there, with no swap; prepare into new, empty "
-                       "S3 prefixes instead (set data.train and data.eval)", 2)
+        raise DfmError(
+            "--force replaces local folders only (--local): a SageMaker job's outputs are uploaded into "
+            "data.train/data.eval as they are, over what is there, with no swap; prepare into new, empty "
+            "S3 prefixes instead (set data.train and data.eval)",
+            2,
+        )
     if local:
         from launcher.data import prepare_local
 

@@ -27,7 +27,10 @@ def rows_from_stats(spec) -> int | None:
     if not train:
         return None
     folder = Path(os.path.expanduser(train)).parent / "prepare"
-    for name, read in (("prepare.json", lambda d: d.get("train", {}).get("rows")), ("stats.json", lambda d: d.get("rows"))):
+    for name, read in (
+        ("prepare.json", lambda d: d.get("train", {}).get("rows")),
+        ("stats.json", lambda d: d.get("rows")),
+    ):
         try:
             rows = read(json.loads((folder / name).read_text()))
         except (OSError, ValueError, AttributeError):
@@ -37,8 +40,16 @@ def rows_from_stats(spec) -> int | None:
     return None
 
 
-def plan_probe(spec_path: str, overrides: tuple[str, ...], tries: tuple[str, ...], *, rows: int | None,
-               name: str | None, local: bool, probe_overrides: tuple[str, ...] = ()):
+def plan_probe(
+    spec_path: str,
+    overrides: tuple[str, ...],
+    tries: tuple[str, ...],
+    *,
+    rows: int | None,
+    name: str | None,
+    local: bool,
+    probe_overrides: tuple[str, ...] = (),
+):
     """The probe plan: the spec read with the --set lines (and `probe_overrides`, which change the probe: section
     only), every candidate compiled through the rules."""
     from launcher.compile import compile_spec
@@ -56,43 +67,105 @@ def plan_probe(spec_path: str, overrides: tuple[str, ...], tries: tuple[str, ...
         return compiled.plan, compiled.errors
 
     try:
-        return build_probe_plan(spec, compile_candidate, tries=tries, base_settings=overrides, name=name,
-                                rows=rows or rows_from_stats(spec), local=local)
+        return build_probe_plan(
+            spec,
+            compile_candidate,
+            tries=tries,
+            base_settings=overrides,
+            name=name,
+            rows=rows or rows_from_stats(spec),
+            local=local,
+        )
     except ValueError as err:
         raise DfmError(str(err)) from None
 
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--try", "tries", multiple=True, metavar="KEY=V1,V2,...",
-              help="Candidate values of a spec field (repeatable: every combination is a candidate), "
-                   "e.g. --try instance.count=1,2 --try instance.type=ml.c5.9xlarge,ml.c7i.8xlarge.")
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="Candidate values of a spec field (repeatable: every combination is a candidate), "
+    "e.g. --try instance.count=1,2 --try instance.type=ml.c5.9xlarge,ml.c7i.8xlarge.",
+)
 @click.option("--dry-run", is_flag=True, help="Print every probe's request and the cost ceiling; no network call.")
 @click.option("--local", "local", is_flag=True, help="Run the candidates on this machine, one after the other.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Training steps per probe [default: probe.max_steps, 300].")
-@click.option("--rows", type=click.IntRange(min=1), default=None, help="Training rows of one full epoch (default: the stats.json dfm data prepare wrote).")
-@click.option("--deadline", "deadline_h", type=click.FloatRange(min=0, min_open=True), default=None, metavar="HOURS",
-              help="Recommend the cheapest candidate whose full job ends within this many hours.")
-@click.option("--budget", "budget_usd", type=click.FloatRange(min=0, min_open=True), default=None, metavar="USD",
-              help="Recommend the fastest candidate whose full job costs at most this.")
-@click.option("--name", "name", default=None, help="The probe's name (its jobs are NAME-1, NAME-2, ...) [default: spec name + -probe- + time].")
-@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=30.0, show_default=True,
-              help="Seconds between polls of the probe jobs.")
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Training steps per probe [default: probe.max_steps, 300].",
+)
+@click.option(
+    "--rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Training rows of one full epoch (default: the stats.json dfm data prepare wrote).",
+)
+@click.option(
+    "--deadline",
+    "deadline_h",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="HOURS",
+    help="Recommend the cheapest candidate whose full job ends within this many hours.",
+)
+@click.option(
+    "--budget",
+    "budget_usd",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="USD",
+    help="Recommend the fastest candidate whose full job costs at most this.",
+)
+@click.option(
+    "--name",
+    "name",
+    default=None,
+    help="The probe's name (its jobs are NAME-1, NAME-2, ...) [default: spec name + -probe- + time].",
+)
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds between polls of the probe jobs.",
+)
 @SET
 @OUTPUT
-def probe(spec_path: str, tries: tuple[str, ...], dry_run: bool, local: bool, max_steps: int | None, rows: int | None,
-          deadline_h: float | None, budget_usd: float | None, name: str | None, poll_seconds: float,
-          overrides: tuple[str, ...], output: str) -> None:
+def probe(
+    spec_path: str,
+    tries: tuple[str, ...],
+    dry_run: bool,
+    local: bool,
+    max_steps: int | None,
+    rows: int | None,
+    deadline_h: float | None,
+    budget_usd: float | None,
+    name: str | None,
+    poll_seconds: float,
+    overrides: tuple[str, ...],
+    output: str,
+) -> None:
     """Measure candidate setups for a few minutes each and say which one to pay for."""
     if deadline_h is not None and budget_usd is not None:
         raise DfmError("give --deadline (cheapest within it) or --budget (fastest within it), not both")
     probe_overrides = (f"probe.max_steps={max_steps}",) if max_steps is not None else ()
-    probe_plan = plan_probe(spec_path, overrides, tries, rows=rows, name=name, local=local, probe_overrides=probe_overrides)
+    probe_plan = plan_probe(
+        spec_path, overrides, tries, rows=rows, name=name, local=local, probe_overrides=probe_overrides
+    )
     if not probe_plan.runnable:
         from launcher.cli.probe_report import refused_lines
 
-        for line in refused_lines([{"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
-                                   for c in probe_plan.refused]):
+        for line in refused_lines(
+            [
+                {"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
+                for c in probe_plan.refused
+            ]
+        ):
             _echo_err(line)
         raise DfmError("every candidate was refused: nothing to probe")
     if dry_run:
@@ -129,13 +202,18 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
         else:
             from launcher.sagemaker_backend import probes
 
-            measurements = probes.execute(probes.dryrun(probe_plan), echo=echo, warn=lambda line: _echo_err(f"warning: {line}"),
-                                          poll_seconds=poll_seconds)
+            measurements = probes.execute(
+                probes.dryrun(probe_plan),
+                echo=echo,
+                warn=lambda line: _echo_err(f"warning: {line}"),
+                poll_seconds=poll_seconds,
+            )
     except ProbeInterrupted as stopped:
         measurements, interrupted = stopped.measurements, True
     folder = Path(probe_plan.runnable[0].plan.local.run_dir) / probe_plan.name
-    document = probe_report.report_document(probe_plan, measurements, local=local, deadline_h=deadline_h,
-                                            budget_usd=budget_usd, folder=folder)
+    document = probe_report.report_document(
+        probe_plan, measurements, local=local, deadline_h=deadline_h, budget_usd=budget_usd, folder=folder
+    )
     try:
         drawn = probe_report.plot(document, folder / probe_report.PLOT_FILE)
         document["plot"] = str(drawn) if drawn else None
@@ -143,7 +221,9 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
         echo("[dfm probe] no plot: matplotlib is not installed")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / probe_report.REPORT_FILE).write_text(json.dumps(document, indent=1, default=str))
-    click.echo(json.dumps(document, indent=2, default=str) if output == "json" else probe_report.render_report(document))
+    click.echo(
+        json.dumps(document, indent=2, default=str) if output == "json" else probe_report.render_report(document)
+    )
     if interrupted:
         echo("[dfm probe] interrupted: every probe started was stopped")
         raise SystemExit(130)

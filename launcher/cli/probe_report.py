@@ -13,8 +13,10 @@ from launcher.plans.probe import ProbePlan
 
 PLOT_FILE = "probe.png"
 REPORT_FILE = "probe.json"
-LOCAL_NOTE = ("local numbers rank layouts on this machine's {cores} cores, not instance types: the $ columns price "
-              "each candidate's instances at the throughput measured here")
+LOCAL_NOTE = (
+    "local numbers rank layouts on this machine's {cores} cores, not instance types: the $ columns price "
+    "each candidate's instances at the throughput measured here"
+)
 
 
 def _text(table) -> str:
@@ -55,11 +57,19 @@ def render_dry_run(document: dict[str, Any]) -> str:
     for entry in document["requests"]:
         groups = entry["cost"].get("groups", [])
         hourly = sum((g["instance_hourly_usd"] or 0) * g["instance_count"] for g in groups)
-        table.add_row(str(entry["candidate"]), _settings(entry["settings"]), entry["job_name"],
-                      " + ".join(f"{g['instance_count']} x {g['instance_type']}" for g in groups),
-                      _money(hourly, 3), _money(entry["cost"].get("max_usd")))
-    lines = [f"probe {document['probe']}: {len(document['requests'])} training job(s), max_steps "
-             f"{document['max_steps']}, at most {document['max_parallel']} at a time", _text(table)]
+        table.add_row(
+            str(entry["candidate"]),
+            _settings(entry["settings"]),
+            entry["job_name"],
+            " + ".join(f"{g['instance_count']} x {g['instance_type']}" for g in groups),
+            _money(hourly, 3),
+            _money(entry["cost"].get("max_usd")),
+        )
+    lines = [
+        f"probe {document['probe']}: {len(document['requests'])} training job(s), max_steps "
+        f"{document['max_steps']}, at most {document['max_parallel']} at a time",
+        _text(table),
+    ]
     lines += refused_lines(document["refused"])
     ceiling = document["cost_ceiling"]
     lines.append(f"cost ceiling: {_money(ceiling['max_usd'])} ({ceiling['note']})")
@@ -85,18 +95,34 @@ def refused_lines(refused: list[dict[str, Any]]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------- the report
-def report_document(probe: ProbePlan, measurements: list[probe_results.Measurement], *, local: bool,
-                    deadline_h: float | None, budget_usd: float | None, folder: Path) -> dict[str, Any]:
+def report_document(
+    probe: ProbePlan,
+    measurements: list[probe_results.Measurement],
+    *,
+    local: bool,
+    deadline_h: float | None,
+    budget_usd: float | None,
+    folder: Path,
+) -> dict[str, Any]:
     table = probe_results.rows(probe, measurements)
     recommendation = probe_results.recommend(table, probe, deadline_h=deadline_h, budget_usd=budget_usd)
     document = {
-        "probe": probe.name, "spec": probe.spec_path, "backend": "local" if local else "sagemaker",
-        "max_steps": probe.max_steps, "rows": probe.rows, "epochs": probe.epochs,
-        "deadline_h": deadline_h, "budget_usd": budget_usd,
+        "probe": probe.name,
+        "spec": probe.spec_path,
+        "backend": "local" if local else "sagemaker",
+        "max_steps": probe.max_steps,
+        "rows": probe.rows,
+        "epochs": probe.epochs,
+        "deadline_h": deadline_h,
+        "budget_usd": budget_usd,
         "candidates": table,
-        "refused": [{"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)} for c in probe.refused],
+        "refused": [
+            {"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)} for c in probe.refused
+        ],
         "recommendation": recommendation,
-        "launch": None, "folder": str(folder), "plot": None,
+        "launch": None,
+        "folder": str(folder),
+        "plot": None,
         "note": LOCAL_NOTE.format(cores=os.cpu_count()) if local else None,
     }
     if recommendation is not None:
@@ -106,20 +132,43 @@ def report_document(probe: ProbePlan, measurements: list[probe_results.Measureme
 
 def render_report(document: dict[str, Any]) -> str:
     per = "epoch" if document["rows"] else "1M ex"
-    table = _table("#", "settings", "instances", "examples/s", "CPU", "$/h", "$/1M ex", f"time/{per}",
-                   f"$/{per}", f"job ({document['epochs']} ep)", "status")
+    table = _table(
+        "#",
+        "settings",
+        "instances",
+        "examples/s",
+        "CPU",
+        "$/h",
+        "$/1M ex",
+        f"time/{per}",
+        f"$/{per}",
+        f"job ({document['epochs']} ep)",
+        "status",
+    )
     for e in document["candidates"]:
         speed = e["examples_per_sec"]
         time_per = e["epoch_s"] if document["rows"] else (1e6 / speed if speed else None)
         cost_per = e["epoch_usd"] if document["rows"] else e["usd_per_million_examples"]
         cpu = e["utilization"].get("CPUUtilization")
         job = f"{_duration(e['job_s'])} {_money(e['job_usd'])}" if e["job_s"] is not None else "-"
-        table.add_row(str(e["candidate"]) + ("*" if e.get("pareto") else ""), _settings(e["settings"], "\n"), e["instances"],
-                      f"{speed:,.0f}" if speed else "-", f"{cpu:.0f}%" if cpu is not None else "-",
-                      _money(e["usd_per_hour"], 3), _money(e["usd_per_million_examples"], 4), _duration(time_per),
-                      _money(cost_per), job, e["status"])
-    lines = [f"probe {document['probe']} ({document['backend']}, max_steps {document['max_steps']}): "
-             f"sorted by cost per {'epoch' if document['rows'] else 'million examples'}; * on the Pareto front", _text(table)]
+        table.add_row(
+            str(e["candidate"]) + ("*" if e.get("pareto") else ""),
+            _settings(e["settings"], "\n"),
+            e["instances"],
+            f"{speed:,.0f}" if speed else "-",
+            f"{cpu:.0f}%" if cpu is not None else "-",
+            _money(e["usd_per_hour"], 3),
+            _money(e["usd_per_million_examples"], 4),
+            _duration(time_per),
+            _money(cost_per),
+            job,
+            e["status"],
+        )
+    lines = [
+        f"probe {document['probe']} ({document['backend']}, max_steps {document['max_steps']}): "
+        f"sorted by cost per {'epoch' if document['rows'] else 'million examples'}; * on the Pareto front",
+        _text(table),
+    ]
     if not document["rows"]:
         lines.append("no row count (no stats.json beside the train channel): give --rows N for time and cost per epoch")
     for e in document["candidates"]:
@@ -132,8 +181,10 @@ def render_report(document: dict[str, Any]) -> str:
         lines.append(f"note: {document['note']}")
     recommendation = document["recommendation"]
     if recommendation is None:
-        lines.append("no recommendation: no candidate was measured" + (
-            " within the deadline or budget" if document["deadline_h"] or document["budget_usd"] else ""))
+        lines.append(
+            "no recommendation: no candidate was measured"
+            + (" within the deadline or budget" if document["deadline_h"] or document["budget_usd"] else "")
+        )
     else:
         lines.append(f"recommended ({recommendation['why']}): candidate {recommendation['candidate']}")
         lines += [f"  --set {line}" for line in recommendation["set"]] or ["  (the spec as it is)"]

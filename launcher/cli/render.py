@@ -31,10 +31,16 @@ def _inputs_table(channels: list[dict[str, Any]], job_input_mode: str) -> Table:
     table = _table("channel", "source", "input mode", "distribution", "groups", "--local reads")
     for channel in channels:
         s3 = channel["kind"] == "s3"
-        source = channel["uri"] if s3 else f"{channel['kind']}:{channel['file_system_id']}:{channel['uri']} ({channel['access_mode']})"
+        source = (
+            channel["uri"]
+            if s3
+            else f"{channel['kind']}:{channel['file_system_id']}:{channel['uri']} ({channel['access_mode']})"
+        )
         mode = channel["input_mode"] if s3 else f"{job_input_mode} (job)"
         groups = ", ".join(channel["instance_groups"] or ["all"])
-        table.add_row(channel["name"], source, mode, channel["distribution"] if s3 else "-", groups, channel["local_path"] or "-")
+        table.add_row(
+            channel["name"], source, mode, channel["distribution"] if s3 else "-", groups, channel["local_path"] or "-"
+        )
     return table
 
 
@@ -45,8 +51,13 @@ def _groups_table(groups: list[dict[str, Any]], cost: dict[str, Any]) -> Table:
         first = True
         for host, processes in group["hosts"].items():
             price = usd.get(group["group"])
-            table.add_row(group["group"] if first else "", f"{group['instance_count']} x {group['instance_type']}" if first else "",
-                          host, ", ".join(processes), (f"${price:,.2f}" if price is not None else "?") if first else "")
+            table.add_row(
+                group["group"] if first else "",
+                f"{group['instance_count']} x {group['instance_type']}" if first else "",
+                host,
+                ", ".join(processes),
+                (f"${price:,.2f}" if price is not None else "?") if first else "",
+            )
             first = False
     return table
 
@@ -79,12 +90,16 @@ def _watch_lines(watch: dict[str, Any]) -> list[str]:
     recovery = watch.get("recovery")
     if recovery:
         types = ", then ".join(recovery["instance_types"]) or "the same type"
-        lines.append(f"Recovery: after a capacity failure or a spot job out of max_wait, up to {recovery['max_restarts']} "
-                     f"resubmissions (<job>-r1, ...) on {types}, first after {recovery['backoff_s']:.0f} s (doubling), "
-                     "resuming from the same checkpoints; with --wait only")
+        lines.append(
+            f"Recovery: after a capacity failure or a spot job out of max_wait, up to {recovery['max_restarts']} "
+            f"resubmissions (<job>-r1, ...) on {types}, first after {recovery['backoff_s']:.0f} s (doubling), "
+            "resuming from the same checkpoints; with --wait only"
+        )
     if watch.get("stall_timeout_s"):
-        lines.append(f"Stall watchdog: the job is stopped after {watch['stall_timeout_s']} s without a metric line; "
-                     "with --wait only")
+        lines.append(
+            f"Stall watchdog: the job is stopped after {watch['stall_timeout_s']} s without a metric line; "
+            "with --wait only"
+        )
     return lines
 
 
@@ -118,8 +133,10 @@ def _channel_line(channel: dict[str, Any]) -> str:
 def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
     """What a training job costs and ships, in at most 15 lines: the head of the dry run and of `dfm launch`'s
     question."""
-    rows = [("Job", document["job_name"] + ("" if sent else " (dry run: nothing was sent)")),
-            ("Image", document["image_uri"])]
+    rows = [
+        ("Job", document["job_name"] + ("" if sent else " (dry run: nothing was sent)")),
+        ("Image", document["image_uri"]),
+    ]
     rows += [("Hosts" if i == 0 else "", _hosts_line(group)) for i, group in enumerate(document["instance_groups"])]
     channels = [_channel_line(channel) for channel in document["channels"]]
     if len(channels) > 4:
@@ -128,13 +145,25 @@ def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
     checkpoints = (document["request"].get("CheckpointConfig") or {}).get("S3Uri")
     rows.append(("Checkpoints", checkpoints or "none"))
     cost = document["cost"]
-    rows.append(("Cost", f"at most ${cost['max_usd']:,.2f} ({cost['max_hours'] + cost['warm_pool_hours']:g} h"
-                         f"{', spot' if cost['spot'] else ''})" if cost.get("max_usd") is not None else "no estimate"))
+    rows.append(
+        (
+            "Cost",
+            f"at most ${cost['max_usd']:,.2f} ({cost['max_hours'] + cost['warm_pool_hours']:g} h"
+            f"{', spot' if cost['spot'] else ''})"
+            if cost.get("max_usd") is not None
+            else "no estimate",
+        )
+    )
     source = document.get("source")
     if source:
         biggest = ", ".join(f"{item['path']} {_size(item['bytes'])}" for item in source["biggest"])
-        rows.append(("Upload", f"{source['files']} files, {_size(source['bytes'])} from {source['directory']} "
-                               f"(biggest: {biggest})" + (f"; left out: {len(source['skipped'])}" if source["skipped"] else "")))
+        rows.append(
+            (
+                "Upload",
+                f"{source['files']} files, {_size(source['bytes'])} from {source['directory']} "
+                f"(biggest: {biggest})" + (f"; left out: {len(source['skipped'])}" if source["skipped"] else ""),
+            )
+        )
     elif document.get("uploads") == []:
         rows.append(("Upload", "nothing (the source dir is on S3 already)"))
     if document.get("warnings"):
@@ -158,8 +187,10 @@ def render_dry_run(document: dict[str, Any]) -> str:
     console.print("\n[bold]Script argv[/bold]")
     console.print(shlex.join(["python", document["entry_point"], *document["argv"]]), markup=False)
     for name, size in document.get("source_files", {}).items():
-        console.print(f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
-                      "for a hyperparameter value)")
+        console.print(
+            f"\n[bold]Added to the source dir[/bold] {name} ({size}: the features section, too long "
+            "for a hyperparameter value)"
+        )
     console.print(f"\n[bold]Image[/bold] {document['image_uri']}")
     for uri in document.get("uploads", []):
         console.print(f"[bold]Uploaded at submit[/bold] {escape(uri)}")
@@ -185,9 +216,11 @@ def render_processing_dry_run(document: dict[str, Any]) -> str:
     console.print(f"[bold]Dry run[/bold] {document['request']['ProcessingJobName']} (nothing was sent)")
     console.print(f"[bold]Processor[/bold] {document['processor']['class']}")
     write = document["write"]
-    console.print(f"[bold]Write stage[/bold] {write['train_files']} tasks for the training files"
-                  f"{' and ' + str(write['eval_files']) + ' for eval' if write['eval_files'] else ''} "
-                  f"({write['files_per_worker']} per worker) on {write['cluster_vcpus']} vCPUs")
+    console.print(
+        f"[bold]Write stage[/bold] {write['train_files']} tasks for the training files"
+        f"{' and ' + str(write['eval_files']) + ' for eval' if write['eval_files'] else ''} "
+        f"({write['files_per_worker']} per worker) on {write['cluster_vcpus']} vCPUs"
+    )
     console.print(_kwargs_table(document["processor"]["kwargs"]))
     console.print("\n[bold]run()[/bold]")
     console.print(_kwargs_table(document["run"]))

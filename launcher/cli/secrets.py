@@ -12,10 +12,29 @@ import re
 from typing import Any, Mapping
 
 MASK = "****"
-SECRET_WORDS = frozenset({
-    "KEY", "APIKEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "PWD", "PASS", "PASSPHRASE", "CREDENTIAL",
-    "CREDS", "AUTH", "AUTHORIZATION", "PRIVATE", "SIGNATURE", "COOKIE", "SESSION", "CERT", "DSN",
-})
+SECRET_WORDS = frozenset(
+    {
+        "KEY",
+        "APIKEY",
+        "SECRET",
+        "TOKEN",
+        "PASSWORD",
+        "PASSWD",
+        "PWD",
+        "PASS",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDS",
+        "AUTH",
+        "AUTHORIZATION",
+        "PRIVATE",
+        "SIGNATURE",
+        "COOKIE",
+        "SESSION",
+        "CERT",
+        "DSN",
+    }
+)
 _PARTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 
 
@@ -34,7 +53,9 @@ def mask_environment(env: Mapping[str, Any] | None, show: bool = False) -> dict[
         return {}
     if show:
         return dict(env)
-    return {name: MASK if is_secret_name(str(name)) and value not in ("", None) else value for name, value in env.items()}
+    return {
+        name: MASK if is_secret_name(str(name)) and value not in ("", None) else value for name, value in env.items()
+    }
 
 
 ENVIRONMENT_KEYS = ("env", "environment", "Environment")  # a process's, the SDK's kwarg, the API request's
@@ -43,8 +64,10 @@ ENVIRONMENT_KEYS = ("env", "environment", "Environment")  # a process's, the SDK
 def mask_document(value: Any, show: bool = False) -> Any:
     """A dry-run document (any JSON-able value) with every environment mapping in it masked."""
     if isinstance(value, Mapping):
-        return {k: mask_environment(v, show) if k in ENVIRONMENT_KEYS and isinstance(v, Mapping) else mask_document(v, show)
-                for k, v in value.items()}
+        return {
+            k: mask_environment(v, show) if k in ENVIRONMENT_KEYS and isinstance(v, Mapping) else mask_document(v, show)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [mask_document(v, show) for v in value]
     return value

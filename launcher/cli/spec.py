@@ -40,8 +40,9 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
     results = []
     for path in specs:
         compiled = compile_spec(path, overrides)
-        results.append({"path": path, "valid": compiled.ok, "errors": list(compiled.errors),
-                        "warnings": _warnings(compiled)})
+        results.append(
+            {"path": path, "valid": compiled.ok, "errors": list(compiled.errors), "warnings": _warnings(compiled)}
+        )
     valid = all(r["valid"] for r in results)
     if output == "json":
         files = [{**r, "errors": as_objects(r["errors"]), "warnings": as_objects(r["warnings"])} for r in results]
@@ -50,7 +51,10 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
         for result in results:
             echo_findings(result["errors"], result["warnings"])
             status = "ok" if result["valid"] else f"{len(result['errors'])} error(s)"
-            click.echo(f"{result['path']}: {status}" + (f", {len(result['warnings'])} warning(s)" if result["warnings"] else ""))
+            click.echo(
+                f"{result['path']}: {status}"
+                + (f", {len(result['warnings'])} warning(s)" if result["warnings"] else "")
+            )
     if not valid:
         raise SystemExit(2)
 
@@ -79,18 +83,36 @@ def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: fl
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--dry-run", is_flag=True, help="Print what would be sent to SageMaker (with --local: what would run here); no network call.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be sent to SageMaker (with --local: what would run here); no network call.",
+)
 @click.option("--wait", is_flag=True, help="After submitting, stream the logs and exit with the job's outcome.")
 @SET
 @OUTPUT
-@click.option("--local", "local", is_flag=True, help="Run the same plan on this machine (processes emulating the hosts).")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir).")
+@click.option(
+    "--local", "local", is_flag=True, help="Run the same plan on this machine (processes emulating the hosts)."
+)
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="--local: where runs are written (spec local.run_dir)."
+)
 @click.option("--channel", "channels", multiple=True, metavar="NAME=PATH", help="--local: read channel NAME from PATH.")
-@click.option("--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds.")
-@click.option("--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them).")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds."
+)
+@click.option(
+    "--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them)."
+)
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
-@click.option("--show-secrets", is_flag=True, help="Print environment values whose names look secret (*KEY*, *TOKEN*, *PASSWORD*...) instead of ****.")
-@click.option("--yes", "-y", is_flag=True, help="Submit without asking (dfm asks only on a terminal, with text output).")
+@click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="Print environment values whose names look secret (*KEY*, *TOKEN*, *PASSWORD*...) instead of ****.",
+)
+@click.option(
+    "--yes", "-y", is_flag=True, help="Submit without asking (dfm asks only on a terminal, with text output)."
+)
 def launch(
     spec_path: str,
     dry_run: bool,
@@ -182,8 +204,7 @@ def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
     from launcher.local import run_local
 
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, echo=echo,
-                     verbose=verbose)
+    code = run_local(plan, echo=echo, verbose=verbose)
     if output == "json":
         click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
     raise SystemExit(code)
@@ -204,7 +225,9 @@ def _submit(plan: Any, wait: bool, output: str, warnings: list[str], ask: bool) 
 
     job_name = attempts.launch(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":
-        click.echo(json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)}))
+        click.echo(
+            json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)})
+        )
 
 
 COMMANDS: list = [validate, schema, launch]

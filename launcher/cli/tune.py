@@ -47,18 +47,50 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
 
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--dry-run", is_flag=True, help="Print the CreateHyperParameterTuningJob request, the ranges and the cost ceiling; no network call.")
-@click.option("--local", "local", is_flag=True, help="Run the search on this machine: each trial a local run on the spec's local: channels.")
-@click.option("--resume", is_flag=True, help="--local: continue the study of --job-name (default: the newest of this spec) after a Ctrl-C.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the CreateHyperParameterTuningJob request, the ranges and the cost ceiling; no network call.",
+)
+@click.option(
+    "--local",
+    "local",
+    is_flag=True,
+    help="Run the search on this machine: each trial a local run on the spec's local: channels.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="--local: continue the study of --job-name (default: the newest of this spec) after a Ctrl-C.",
+)
 @click.option("--job-name", help="The tuning job's name (default: tune.name or the spec's name + -YYMMDD-HHMMSS).")
-@click.option("--wait", is_flag=True, help="After submitting, follow the tuning job to its end: its trials, the best "
-                                           "as a `dfm launch` line and the plot; exit 1 if it failed or was stopped.")
-@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0.0), default=30.0, show_default=True,
-              help="Seconds between polls with --wait.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="After submitting, follow the tuning job to its end: its trials, the best "
+    "as a `dfm launch` line and the plot; exit 1 if it failed or was stopped.",
+)
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds between polls with --wait.",
+)
 @SET
 @OUTPUT
-def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str | None, wait: bool,
-         poll_seconds: float, overrides: tuple[str, ...], output: str) -> None:
+def tune(
+    spec_path: str,
+    dry_run: bool,
+    local: bool,
+    resume: bool,
+    job_name: str | None,
+    wait: bool,
+    poll_seconds: float,
+    overrides: tuple[str, ...],
+    output: str,
+) -> None:
     """Tune a spec's hyperparameters: SageMaker automatic model tuning, or (--local) the same search here."""
     if resume and not local:
         raise DfmError("--resume continues a --local study")
@@ -69,8 +101,18 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
     if resume and job_name is None:
         job_name = _newest_study(spec_path, overrides)
     spec, tplan = compile_tuning(spec_path, overrides, job_name)
-    resume_line = shlex.join(["dfm", "tune", spec_path, "--local", "--resume", "--job-name", tplan.name,
-                              *(arg for override in overrides for arg in ("--set", override))])
+    resume_line = shlex.join(
+        [
+            "dfm",
+            "tune",
+            spec_path,
+            "--local",
+            "--resume",
+            "--job-name",
+            tplan.name,
+            *(arg for override in overrides for arg in ("--set", override)),
+        ]
+    )
     if output == "text":
         echo_findings(warnings=tplan.training.warnings)
     if dry_run:
@@ -85,7 +127,11 @@ def tune(spec_path: str, dry_run: bool, local: bool, resume: bool, job_name: str
         if wait:
             _wait(spec, tplan, output, poll_seconds)
         elif output == "json":
-            click.echo(json.dumps({"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}))
+            click.echo(
+                json.dumps(
+                    {"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}
+                )
+            )
 
 
 def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
@@ -102,7 +148,9 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     tune_report.write_plot(document, folder / tune_report.PLOT_FILE, _echo_err)
     (folder / "study.json").write_text(json.dumps(document, indent=1, default=str))
     summary = {**summary, "launch": document["launch"], "plot": document["plot"]}
-    click.echo(json.dumps(summary, indent=2, default=str) if output == "json" else tune_report.render_sagemaker(summary))
+    click.echo(
+        json.dumps(summary, indent=2, default=str) if output == "json" else tune_report.render_sagemaker(summary)
+    )
     raise_for_outcome(summary)
 
 
@@ -111,8 +159,13 @@ def _dry_run(tplan, output: str) -> None:
     from launcher.sagemaker_backend import tuning
 
     built = tuning.build(tplan)
-    document = {"tuning_job": tplan.name, **built.document(), "ranges": tune_report.ranges_rows(tplan), "cost": tplan.cost,
-                "warnings": list(tplan.training.warnings)}
+    document = {
+        "tuning_job": tplan.name,
+        **built.document(),
+        "ranges": tune_report.ranges_rows(tplan),
+        "cost": tplan.cost,
+        "warnings": list(tplan.training.warnings),
+    }
     if output == "json":
         click.echo(json.dumps(document, indent=2, default=str))
     else:

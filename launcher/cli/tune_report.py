@@ -14,15 +14,19 @@ PLOT_FILE = "study.png"
 
 
 def ranges_rows(tplan: TuningPlan) -> list[dict[str, Any]]:
-    return [{"hyperparameter": r.name, "type": r.kind, "range": r.describe(), "scaling": r.scaling} for r in tplan.ranges]
+    return [
+        {"hyperparameter": r.name, "type": r.kind, "range": r.describe(), "scaling": r.scaling} for r in tplan.ranges
+    ]
 
 
 def render_dry_run(document: dict[str, Any], tplan: TuningPlan) -> str:
     from launcher.cli.render import _table, _value
 
     cost = document["cost"]
-    lines = [f"tuning job {tplan.name}: {tplan.strategy}, {tplan.objective_type.lower()} {tplan.objective_metric}, "
-             f"{tplan.max_jobs} trials, {tplan.max_parallel_jobs} at once, early stopping {tplan.early_stopping.lower()}"]
+    lines = [
+        f"tuning job {tplan.name}: {tplan.strategy}, {tplan.objective_type.lower()} {tplan.objective_metric}, "
+        f"{tplan.max_jobs} trials, {tplan.max_parallel_jobs} at once, early stopping {tplan.early_stopping.lower()}"
+    ]
     table = _table("hyperparameter", "type", "range")
     for row in document["ranges"]:
         table.add_row(row["hyperparameter"], row["type"], row["range"])
@@ -30,9 +34,11 @@ def render_dry_run(document: dict[str, Any], tplan: TuningPlan) -> str:
     for name, value in document["request"]["TrainingJobDefinition"]["StaticHyperParameters"].items():
         static.add_row(name, _value(value))
     usd = f"${cost['max_usd']:,.2f}" if cost.get("max_usd") is not None else "unknown (no price for this type)"
-    tail = [f"cost ceiling: {usd} ({cost['max_jobs']} trials x ${cost['trial_max_usd'] or 0:,.2f})",
-            f"wall time: at most {cost['max_wall_hours']} h ({tplan.rounds} rounds of {tplan.max_parallel_jobs} trials x {cost['trial_max_hours']} h)",
-            "request: dfm tune SPEC --dry-run --output json"]
+    tail = [
+        f"cost ceiling: {usd} ({cost['max_jobs']} trials x ${cost['trial_max_usd'] or 0:,.2f})",
+        f"wall time: at most {cost['max_wall_hours']} h ({tplan.rounds} rounds of {tplan.max_parallel_jobs} trials x {cost['trial_max_hours']} h)",
+        "request: dfm tune SPEC --dry-run --output json",
+    ]
     return "\n".join([*lines, _text(table), _text(static), *tail])
 
 
@@ -56,11 +62,21 @@ def trial_rows(study) -> list[dict[str, Any]]:
         # a pruned trial's value is its last intermediate (training-side) report, not the objective
         objective = t.value if state == "complete" else None
         last = max(t.intermediate_values.items())[1] if t.intermediate_values else None
-        rows.append({"trial": t.number, "hyperparameters": dict(t.params), "objective": objective, "state": state,
-                     "last_report": last,
-                     "seconds": t.user_attrs.get("seconds"), "baseline": bool(t.user_attrs.get("baseline")),
-                     "retry_of": t.user_attrs.get("retry_of"), "job_dir": t.user_attrs.get("job_dir"),
-                     "failure": t.user_attrs.get("failure"), "stopped": t.user_attrs.get("stopped")})
+        rows.append(
+            {
+                "trial": t.number,
+                "hyperparameters": dict(t.params),
+                "objective": objective,
+                "state": state,
+                "last_report": last,
+                "seconds": t.user_attrs.get("seconds"),
+                "baseline": bool(t.user_attrs.get("baseline")),
+                "retry_of": t.user_attrs.get("retry_of"),
+                "job_dir": t.user_attrs.get("job_dir"),
+                "failure": t.user_attrs.get("failure"),
+                "stopped": t.user_attrs.get("stopped"),
+            }
+        )
     return rows
 
 
@@ -84,9 +100,15 @@ def study_document(tplan: TuningPlan, rows: list[dict], folder: Path, spec_path:
     best = best_row(rows, tplan.maximize)
     baseline = next((r for r in rows if r["baseline"] and r["state"] == "complete"), None)
     return {
-        "tuning_job": tplan.name, "folder": str(folder), "objective": tplan.objective_metric, "ranges": ranges_rows(tplan),
-        "goal": tplan.objective_type.lower(), "strategy": tplan.strategy, "trials": rows,
-        "best": best, "baseline_objective": baseline["objective"] if baseline else None,
+        "tuning_job": tplan.name,
+        "folder": str(folder),
+        "objective": tplan.objective_metric,
+        "ranges": ranges_rows(tplan),
+        "goal": tplan.objective_type.lower(),
+        "strategy": tplan.strategy,
+        "trials": rows,
+        "best": best,
+        "baseline_objective": baseline["objective"] if baseline else None,
         "plot": str(folder / PLOT_FILE) if (folder / PLOT_FILE).exists() else None,
         "launch": launch_line(spec_path, best),
     }
@@ -96,33 +118,66 @@ def sagemaker_document(summary: dict[str, Any], spec_path: str = "SPEC") -> dict
     """A submitted tuning job's summary (sagemaker_backend.tuning_jobs) in a local study's shape: its trials as
     rows (numbered in the order of their names), SageMaker's best trial, the `dfm launch` line and the plot's input."""
     listed = sorted(summary.get("trial_list") or [], key=lambda t: t["job_name"])
-    rows = [{"trial": number, "job_name": t["job_name"], "hyperparameters": t["hyperparameters"],
-             "objective": t["objective"], "state": "complete" if t["status"] == "Completed" else (t["status"] or "").lower(),
-             "last_report": None, "seconds": None, "baseline": False, "retry_of": None, "job_dir": None,
-             "failure": t.get("failure_reason"), "stopped": None}
-            for number, t in enumerate(listed)]
+    rows = [
+        {
+            "trial": number,
+            "job_name": t["job_name"],
+            "hyperparameters": t["hyperparameters"],
+            "objective": t["objective"],
+            "state": "complete" if t["status"] == "Completed" else (t["status"] or "").lower(),
+            "last_report": None,
+            "seconds": None,
+            "baseline": False,
+            "retry_of": None,
+            "job_dir": None,
+            "failure": t.get("failure_reason"),
+            "stopped": None,
+        }
+        for number, t in enumerate(listed)
+    ]
     best = summary.get("best")
-    best = next((r for r in rows if best and r["job_name"] == best["job_name"]), None) or \
-        ({"trial": None, "job_name": best["job_name"], "hyperparameters": best["hyperparameters"],
-          "objective": best["objective"]} if best else None)
+    best = next((r for r in rows if best and r["job_name"] == best["job_name"]), None) or (
+        {
+            "trial": None,
+            "job_name": best["job_name"],
+            "hyperparameters": best["hyperparameters"],
+            "objective": best["objective"],
+        }
+        if best
+        else None
+    )
     objective = summary["objective"]
-    return {"tuning_job": summary["job_name"], "objective": objective["metric"], "goal": (objective["type"] or "").lower(),
-            "strategy": summary.get("strategy"), "ranges": summary.get("ranges") or [], "trials": rows, "best": best,
-            "launch": launch_line(spec_path, best), "plot": None}
+    return {
+        "tuning_job": summary["job_name"],
+        "objective": objective["metric"],
+        "goal": (objective["type"] or "").lower(),
+        "strategy": summary.get("strategy"),
+        "ranges": summary.get("ranges") or [],
+        "trials": rows,
+        "best": best,
+        "launch": launch_line(spec_path, best),
+        "plot": None,
+    }
 
 
 def render_sagemaker(summary: dict[str, Any]) -> str:
     """`dfm status` of a tuning job (and the end of `dfm tune --wait`): counts, best, each trial, and the summary's
     `launch` line and `plot` (sagemaker_document's) when it has them."""
     trials, objective = summary["trials"], summary["objective"]
-    lines = [f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
-             f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
-             f"{trials['failed']} failed (of {summary['max_jobs']})"]
+    lines = [
+        f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
+        f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
+        f"{trials['failed']} failed (of {summary['max_jobs']})",
+    ]
     if summary.get("best"):
         best = summary["best"]
-        lines.append(f"best: {best['job_name']} {objective['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}")
+        lines.append(
+            f"best: {best['job_name']} {objective['metric']}={best['objective']} {json.dumps(best['hyperparameters'])}"
+        )
     for trial in summary.get("trial_list", []):
-        lines.append(f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}")
+        lines.append(
+            f"  {trial['job_name']}  {trial['status']}  {trial['objective']}  {json.dumps(trial['hyperparameters'])}"
+        )
     if summary.get("failure_reason"):
         lines.append(f"failure: {summary['failure_reason']}")
     if summary.get("launch"):
@@ -148,7 +203,11 @@ def render_study(document: dict[str, Any]) -> str:
     names = sorted({name for r in document["trials"] for name in r["hyperparameters"]})
     table = _table("trial", *names, document["objective"], "state", "seconds")
     for r in document["trials"]:
-        state = r["state"] + (" (untuned)" if r["baseline"] else "") + (f" (rerun of {r['retry_of']})" if r["retry_of"] is not None else "")
+        state = (
+            r["state"]
+            + (" (untuned)" if r["baseline"] else "")
+            + (f" (rerun of {r['retry_of']})" if r["retry_of"] is not None else "")
+        )
         values = [_short(r["hyperparameters"].get(name)) for name in names]
         objective = f"{r['objective']:.4f}" if r["objective"] is not None else "-"
         if r["state"] == "pruned" and r["last_report"] is not None:
@@ -159,8 +218,14 @@ def render_study(document: dict[str, Any]) -> str:
     if best is None:
         lines.append("no trial completed")
     else:
-        lines.append(f"best: trial {best['trial']}, {document['objective']} = {best['objective']:.4f}"
-                     + (f" (untuned: {document['baseline_objective']:.4f})" if document["baseline_objective"] is not None else ""))
+        lines.append(
+            f"best: trial {best['trial']}, {document['objective']} = {best['objective']:.4f}"
+            + (
+                f" (untuned: {document['baseline_objective']:.4f})"
+                if document["baseline_objective"] is not None
+                else ""
+            )
+        )
         lines.append(f"launch it: {document['launch']}")
     if document["plot"]:
         lines.append(f"plot: {document['plot']}")
@@ -196,7 +261,7 @@ def plot(document: dict[str, Any], path: Path) -> Path | None:
     rows = -(-(1 + len(names)) // columns)
     fig, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
     axes = list(grid.flat)
-    for unused in axes[1 + len(names):]:
+    for unused in axes[1 + len(names) :]:
         unused.set_visible(False)
     first = axes[0]
     numbers, values = [r["trial"] for r in done], [r["objective"] for r in done]

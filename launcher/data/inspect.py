@@ -30,8 +30,10 @@ MULTI_HOT_MIN_SHARE = 0.05  # of a column's non-empty values holding the separat
 SKEWED = 1.0  # sample skewness above which non-negative numbers get log-scaled
 MAX_COUNT_BOUNDARY = (1 << 31) - 1  # the last power-of-two boundary a count column gets
 _DETECT_LINES = 200
-NONFINITE_NOTE = ("categorical, not numeric: {nonfinite} sampled values are not finite (e.g. {nonfinite_example!r}); "
-                  "clean them, or declare the column numeric and such rows become bad rows")
+NONFINITE_NOTE = (
+    "categorical, not numeric: {nonfinite} sampled values are not finite (e.g. {nonfinite_example!r}); "
+    "clean them, or declare the column numeric and such rows become bad rows"
+)
 
 
 class InspectError(ValueError):
@@ -85,16 +87,19 @@ def read_sample(path: Path, rows: int, columns: list[str] | None = None, header:
     width = Counter(len(row) for _, row in body).most_common(1)[0][0] if body else len(names or [])
     if columns is not None:
         if len(columns) != width:
-            raise InspectError(f"--columns names {len(columns)} columns, {path} has {width} "
-                               f"({_delimiter_name(delimiter)}-separated)")
+            raise InspectError(
+                f"--columns names {len(columns)} columns, {path} has {width} ({_delimiter_name(delimiter)}-separated)"
+            )
         names = columns
     elif names is None or len(names) != width:
         names = [f"col{k}" for k in range(width)]
     ragged = [(line, len(row)) for line, row in body if len(row) != width]
     if len(ragged) > RAGGED_TOLERANCE * len(body):
         line, count = ragged[0]
-        raise InspectError(f"{path}:{line}: {count} fields, expected {width}; {len(ragged)} of {len(body)} "
-                           f"sampled rows have another field count (more than {RAGGED_TOLERANCE:.0%})")
+        raise InspectError(
+            f"{path}:{line}: {count} fields, expected {width}; {len(ragged)} of {len(body)} "
+            f"sampled rows have another field count (more than {RAGGED_TOLERANCE:.0%})"
+        )
     kept = [row for _, row in body if len(row) == width]
     if not kept:
         raise InspectError(f"{path} has a header but no data rows")
@@ -108,7 +113,9 @@ def propose(sample: Sample, label: str | None = None) -> Proposal:
     if label is None:
         label = next((name for name, p in profiles.items() if p.get("binary") and not p["missing"]), None)
         if label is None:
-            raise InspectError(f"{sample.path}: no column holds only 0 and 1 in the sample; name the label with --label")
+            raise InspectError(
+                f"{sample.path}: no column holds only 0 and 1 in the sample; name the label with --label"
+            )
     elif label not in profiles:
         raise InspectError(f"--label {label} is not a column (columns: {', '.join(sample.columns)})")
     numeric, categorical, multi_hot, stats = {}, {}, {}, {}
@@ -121,15 +128,28 @@ def propose(sample: Sample, label: str | None = None) -> Proposal:
         stats[name] = {"kind": kind, **{k: v for k, v in profile.items() if k != "binary"}}
         if kind in ("integer", "float"):
             skewed = profile["min"] >= 0 and profile["skew"] > SKEWED and not profile.get("binary")
-            numeric[name] = (count_buckets(profile["max"]) if skewed and kind == "integer"
-                             else {"transform": "log1p" if skewed else "none"})
+            numeric[name] = (
+                count_buckets(profile["max"])
+                if skewed and kind == "integer"
+                else {"transform": "log1p" if skewed else "none"}
+            )
         elif kind == "multi_hot":
-            multi_hot[name] = {"separator": profile["separator"], "hash_buckets": buckets(profile["distinct"]),
-                               "max_length": profile["max_length"], "pooling": "mean"}
+            multi_hot[name] = {
+                "separator": profile["separator"],
+                "hash_buckets": buckets(profile["distinct"]),
+                "max_length": profile["max_length"],
+                "pooling": "mean",
+            }
         else:
             categorical[name] = {"hash_buckets": buckets(profile["distinct"])}
-    features = {"format": FORMATS[sample.delimiter], "label": label, "columns": list(sample.columns),
-                "numeric": numeric, "categorical": categorical, "multi_hot": multi_hot}
+    features = {
+        "format": FORMATS[sample.delimiter],
+        "label": label,
+        "columns": list(sample.columns),
+        "numeric": numeric,
+        "categorical": categorical,
+        "multi_hot": multi_hot,
+    }
     return Proposal(features, stats, sample)
 
 
@@ -175,8 +195,10 @@ def _has_header(rows: list[list[str]]) -> bool:
     columns = list(zip(*[row for row in rest if len(row) == len(first)]))
     if not columns:
         return False
-    numeric_below = any(all(_number(v) is not None for v in column if v.strip()) and any(v.strip() for v in column)
-                        for column in columns)
+    numeric_below = any(
+        all(_number(v) is not None for v in column if v.strip()) and any(v.strip() for v in column)
+        for column in columns
+    )
     return numeric_below or all(name not in column for name, column in zip(first, columns))
 
 
@@ -190,16 +212,33 @@ def _profile(values: list[str]) -> dict:
         std = array.std()
         skew = float(((array - array.mean()) ** 3).mean() / std**3) if std > 0 else 0.0
         low, high = (int(array.min()), int(array.max())) if integer else (float(array.min()), float(array.max()))
-        return {"kind": "integer" if integer else "float", "min": low, "max": high, "missing": missing,
-                "skew": round(skew, 3), "binary": bool(set(np.unique(array)) <= {0.0, 1.0})}
+        return {
+            "kind": "integer" if integer else "float",
+            "min": low,
+            "max": high,
+            "missing": missing,
+            "skew": round(skew, 3),
+            "binary": bool(set(np.unique(array)) <= {0.0, 1.0}),
+        }
     nonfinite = [v for v, n in zip(present, numbers) if n is None and _is_float(v)]
     if nonfinite and len(nonfinite) == sum(n is None for n in numbers):  # numbers, but some inf or nan
-        return {"kind": "categorical", "distinct": len(set(present)), "missing": missing,
-                "nonfinite": len(nonfinite), "nonfinite_example": nonfinite[0]}
+        return {
+            "kind": "categorical",
+            "distinct": len(set(present)),
+            "missing": missing,
+            "nonfinite": len(nonfinite),
+            "nonfinite_example": nonfinite[0],
+        }
     separator, lengths, tokens = _list_shape(present)
     if separator is not None:
-        return {"kind": "multi_hot", "separator": separator, "distinct": len(tokens), "missing": missing,
-                "max_length": max(1, int(math.ceil(np.percentile(lengths, 99)))), "longest": int(max(lengths))}
+        return {
+            "kind": "multi_hot",
+            "separator": separator,
+            "distinct": len(tokens),
+            "missing": missing,
+            "max_length": max(1, int(math.ceil(np.percentile(lengths, 99)))),
+            "longest": int(max(lengths)),
+        }
     return {"kind": "categorical", "distinct": len(set(present)), "missing": missing}
 
 
@@ -239,14 +278,20 @@ def to_yaml(proposal: Proposal) -> str:
     features, stats, sample = proposal.features, proposal.stats, proposal.sample
     lines = []
     if sample is not None:
-        lines.append(f"# proposed by `dfm data inspect` from the first {len(sample.rows)} rows of {sample.path} "
-                     f"({_delimiter_name(sample.delimiter)}-separated"
-                     + (", first line a header: the training input must skip it" if sample.header else ", no header")
-                     + (f"; skipped {sample.ragged} rows with another field count" if sample.ragged else "") + ")")
+        lines.append(
+            f"# proposed by `dfm data inspect` from the first {len(sample.rows)} rows of {sample.path} "
+            f"({_delimiter_name(sample.delimiter)}-separated"
+            + (", first line a header: the training input must skip it" if sample.header else ", no header")
+            + (f"; skipped {sample.ragged} rows with another field count" if sample.ragged else "")
+            + ")"
+        )
     label = features["label"]
-    lines += ["features:", f"  format: {features['format']}",
-              f"  label: {_flow(label)}  # {stats[label]['positive_rate']:.1%} positive",
-              f"  columns: {_flow(features['columns'])}"]
+    lines += [
+        "features:",
+        f"  format: {features['format']}",
+        f"  label: {_flow(label)}  # {stats[label]['positive_rate']:.1%} positive",
+        f"  columns: {_flow(features['columns'])}",
+    ]
     lines += section_lines(features, lambda name: _describe(stats[name]))
     return "\n".join(lines) + "\n"
 
@@ -279,13 +324,15 @@ def _describe(stat: dict) -> str:
     if stat["kind"] == "multi_hot":
         return f"{stat['distinct']} distinct tokens, up to {stat['longest']} per row, {missing}"
     return f"{stat['distinct']} distinct in the sample, {missing}" + (
-        f"; {NONFINITE_NOTE.format(**stat)}" if stat.get("nonfinite") else "")
+        f"; {NONFINITE_NOTE.format(**stat)}" if stat.get("nonfinite") else ""
+    )
 
 
 def notes(proposal: Proposal) -> list[str]:
     """What the reader should know about the proposal: columns of numbers made categorical by inf/nan values."""
-    return [f"{name}: {NONFINITE_NOTE.format(**stat)}" for name, stat in proposal.stats.items()
-            if stat.get("nonfinite")]
+    return [
+        f"{name}: {NONFINITE_NOTE.format(**stat)}" for name, stat in proposal.stats.items() if stat.get("nonfinite")
+    ]
 
 
 def _flow(value: object) -> str:

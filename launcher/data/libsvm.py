@@ -49,8 +49,14 @@ class ConvertReport:
 parse_row = parse_libsvm
 
 
-def _blocks(paths: Iterable[Path], field_size: int, feature_size: int | None, report: ConvertReport,
-            keep_bad: int, on_bytes: Callable[[int], None]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _blocks(
+    paths: Iterable[Path],
+    field_size: int,
+    feature_size: int | None,
+    report: ConvertReport,
+    keep_bad: int,
+    on_bytes: Callable[[int], None],
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(labels, ids, values) of the good rows, a block of lines at a time, parsed as arrays (parse_libsvm_lines)."""
     for path in paths:
         with open_text(path) as (handle, position):
@@ -62,8 +68,10 @@ def _blocks(paths: Iterable[Path], field_size: int, feature_size: int | None, re
                 done = position()
                 labels, ids, values, bad = parse_libsvm_lines(lines, field_size, feature_size, ended=True)
                 report.bad += len(bad)
-                report.first_bad += [BadRow(path, number + index + 1, str(err))
-                                     for index, err in bad[:max(0, keep_bad - len(report.first_bad))]]
+                report.first_bad += [
+                    BadRow(path, number + index + 1, str(err))
+                    for index, err in bad[: max(0, keep_bad - len(report.first_bad))]
+                ]
                 number += len(lines)
                 yield labels, ids, values
 
@@ -75,17 +83,24 @@ def _read_lines(handle, path: Path) -> list[str]:
         raise DamagedInput(f"{path}: damaged gzip data ({err}); check the download (gzip -t {path})") from None
 
 
-def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, prefix: str = "part",
-            feature_size: int | None = None, skip_bad: bool = False, keep_bad: int = 5,
-            on_bytes: Callable[[int], None] = lambda n: None) -> ConvertReport:
+def convert(
+    paths: list[Path],
+    out_dir: Path,
+    field_size: int,
+    files: int = 1,
+    prefix: str = "part",
+    feature_size: int | None = None,
+    skip_bad: bool = False,
+    keep_bad: int = 5,
+    on_bytes: Callable[[int], None] = lambda n: None,
+) -> ConvertReport:
     """Convert libsvm files (plain or gzip) into `files` TFRecord files, rows dealt round-robin (counts differ by at
     most one; fewer files than `files` when there are fewer rows, none empty), encoded and framed a block at a time
     with numpy (no TensorFlow). The files are written under hidden temporary names and renamed when complete; with
     bad rows and not `skip_bad`, with no good rows, or on any failure, nothing stays behind. The caller decides how
     to report `report.bad` and `report.rows`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = ConvertReport(outputs=[out_dir / f"{prefix}-{i:05d}.tfrecord" for i in range(files)],
-                           counts=[0] * files)
+    report = ConvertReport(outputs=[out_dir / f"{prefix}-{i:05d}.tfrecord" for i in range(files)], counts=[0] * files)
     partial = [path.with_name(f".{path.name}.partial") for path in report.outputs]
     crc32c = crc32c_function()
     handles = [open(path, "wb") for path in partial]
@@ -99,7 +114,7 @@ def convert(paths: list[Path], out_dir: Path, field_size: int, files: int = 1, p
             data, lengths = gather(data, lengths, order)
             ends = np.cumsum(lengths)
             for index, first, last in _runs(target[order]):
-                handles[index].write(data[int(ends[first] - lengths[first]):int(ends[last - 1])].tobytes())
+                handles[index].write(data[int(ends[first] - lengths[first]) : int(ends[last - 1])].tobytes())
                 report.counts[index] += last - first
             report.rows += len(labels)
     except BaseException:

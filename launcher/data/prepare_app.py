@@ -202,8 +202,15 @@ def place_partition(items, layout, job):
         for file in np.unique(target).tolist():
             first, last = np.searchsorted(target, [file, file + 1])
             start = int(bounds[first - 1]) if first else 0
-            yield file, (keys[first:last], lengths[first:last], data[start:int(bounds[last - 1])].tobytes(),
-                         int((labels[first:last] > 0.5).sum()))
+            yield (
+                file,
+                (
+                    keys[first:last],
+                    lengths[first:last],
+                    data[start : int(bounds[last - 1])].tobytes(),
+                    int((labels[first:last] > 0.5).sum()),
+                ),
+            )
 
 
 def scratch_folder(path):
@@ -251,9 +258,13 @@ def write_parts(items, paths, job):
         counts[index], positives[index] = count, plus
     reports = {}
     for part, (first, files) in layout.items():
-        mine = counts[first:first + files]
-        reports[part] = {"files": files, "rows": sum(mine), "positives": sum(positives[first:first + files]),
-                         "per_file": mine}
+        mine = counts[first : first + files]
+        reports[part] = {
+            "files": files,
+            "rows": sum(mine),
+            "positives": sum(positives[first : first + files]),
+            "per_file": mine,
+        }
     return reports
 
 
@@ -266,56 +277,89 @@ def statistics(spark, good, job):
 
     if job["input"]["format"] == "libsvm":
         field_size = job["field_size"]
-        schema = T.StructType([T.StructField("label", T.DoubleType())]
-                              + [T.StructField(f"f{k}", T.LongType()) for k in range(field_size)])
+        schema = T.StructType(
+            [T.StructField("label", T.DoubleType())] + [T.StructField(f"f{k}", T.LongType()) for k in range(field_size)]
+        )
         rows = good.map(lambda p: (float(p[0]), *[int(i) for i in p[1]]))
         frame_ = spark.createDataFrame(rows, schema)
         aggs = [F.count(F.lit(1)).alias("rows"), F.avg("label").alias("positive_rate")]
         for k in range(field_size):
             aggs += [F.approx_count_distinct(f"f{k}").alias(f"d{k}"), F.max(f"f{k}").alias(f"m{k}")]
         result = frame_.agg(*aggs).first().asDict()
-        columns = {f"field{k}": {"kind": "indexed", "distinct": int(result[f"d{k}"] or 0),
-                                 "max_id": int(result[f"m{k}"] if result[f"m{k}"] is not None else -1)}
-                   for k in range(field_size)}
-        return {"rows": int(result["rows"]), "positive_rate": float(result["positive_rate"] or 0.0),
-                "columns": columns, "feature_size": 1 + max([c["max_id"] for c in columns.values()] + [-1])}
+        columns = {
+            f"field{k}": {
+                "kind": "indexed",
+                "distinct": int(result[f"d{k}"] or 0),
+                "max_id": int(result[f"m{k}"] if result[f"m{k}"] is not None else -1),
+            }
+            for k in range(field_size)
+        }
+        return {
+            "rows": int(result["rows"]),
+            "positive_rate": float(result["positive_rate"] or 0.0),
+            "columns": columns,
+            "feature_size": 1 + max([c["max_id"] for c in columns.values()] + [-1]),
+        }
     features = job["features"]
     numeric, categorical, bags = features["numeric"], features["categorical"], list(features["multi_hot"])
-    schema = T.StructType([T.StructField("label", T.DoubleType())]
-                          + [T.StructField(f"n{k}", T.DoubleType()) for k in range(len(numeric))]
-                          + [T.StructField(f"c{k}", T.StringType()) for k in range(len(categorical))]
-                          + [T.StructField(f"m{k}", T.ArrayType(T.StringType())) for k in range(len(bags))])
+    schema = T.StructType(
+        [T.StructField("label", T.DoubleType())]
+        + [T.StructField(f"n{k}", T.DoubleType()) for k in range(len(numeric))]
+        + [T.StructField(f"c{k}", T.StringType()) for k in range(len(categorical))]
+        + [T.StructField(f"m{k}", T.ArrayType(T.StringType())) for k in range(len(bags))]
+    )
     frame_ = spark.createDataFrame(good.map(lambda p: (p[0], *p[1], *p[2], *p[3])), schema)
     aggs = [F.count(F.lit(1)).alias("rows"), F.avg("label").alias("positive_rate")]
     for k in range(len(numeric)):
         column = F.col(f"n{k}")
-        aggs += [F.avg(column.isNull().cast("double")).alias(f"n{k}_missing"), F.min(column).alias(f"n{k}_min"),
-                 F.max(column).alias(f"n{k}_max"), F.approx_count_distinct(column).alias(f"n{k}_distinct"),
-                 F.percentile_approx(column, QUANTILES, 10000).alias(f"n{k}_q")]
+        aggs += [
+            F.avg(column.isNull().cast("double")).alias(f"n{k}_missing"),
+            F.min(column).alias(f"n{k}_min"),
+            F.max(column).alias(f"n{k}_max"),
+            F.approx_count_distinct(column).alias(f"n{k}_distinct"),
+            F.percentile_approx(column, QUANTILES, 10000).alias(f"n{k}_q"),
+        ]
     for k in range(len(categorical)):
         column = F.col(f"c{k}")
-        aggs += [F.avg(column.isNull().cast("double")).alias(f"c{k}_missing"),
-                 F.approx_count_distinct(column).alias(f"c{k}_distinct")]
+        aggs += [
+            F.avg(column.isNull().cast("double")).alias(f"c{k}_missing"),
+            F.approx_count_distinct(column).alias(f"c{k}_distinct"),
+        ]
     for k in range(len(bags)):
         length = F.size(F.col(f"m{k}"))
-        aggs += [F.avg((length == 0).cast("double")).alias(f"m{k}_missing"), F.max(length).alias(f"m{k}_longest"),
-                 F.percentile_approx(length, [0.99], 10000).alias(f"m{k}_p99")]
+        aggs += [
+            F.avg((length == 0).cast("double")).alias(f"m{k}_missing"),
+            F.max(length).alias(f"m{k}_longest"),
+            F.percentile_approx(length, [0.99], 10000).alias(f"m{k}_p99"),
+        ]
     result = frame_.agg(*aggs).first().asDict()
     columns = {}
     for k, name in enumerate(numeric):
-        columns[name] = {"kind": "numeric", "missing": round(result[f"n{k}_missing"] or 0.0, 6),
-                         "min": result[f"n{k}_min"], "max": result[f"n{k}_max"],
-                         "distinct": int(result[f"n{k}_distinct"] or 0), "quantiles": result[f"n{k}_q"] or []}
+        columns[name] = {
+            "kind": "numeric",
+            "missing": round(result[f"n{k}_missing"] or 0.0, 6),
+            "min": result[f"n{k}_min"],
+            "max": result[f"n{k}_max"],
+            "distinct": int(result[f"n{k}_distinct"] or 0),
+            "quantiles": result[f"n{k}_q"] or [],
+        }
     for k, name in enumerate(categorical):
-        columns[name] = {"kind": "categorical", "missing": round(result[f"c{k}_missing"] or 0.0, 6),
-                         "distinct": int(result[f"c{k}_distinct"] or 0)}
+        columns[name] = {
+            "kind": "categorical",
+            "missing": round(result[f"c{k}_missing"] or 0.0, 6),
+            "distinct": int(result[f"c{k}_distinct"] or 0),
+        }
     if bags:  # distinct tokens need the bags exploded: a second, narrow pass
         for k, name in enumerate(bags):
             tokens = frame_.select(F.explode(f"m{k}").alias("t")).agg(F.approx_count_distinct("t")).first()[0]
-            columns[name] = {"kind": "multi_hot", "separator": features["multi_hot"][name],
-                             "missing": round(result[f"m{k}_missing"] or 0.0, 6), "distinct": int(tokens or 0),
-                             "longest": int(result[f"m{k}_longest"] or 0),
-                             "max_length": max(1, int((result[f"m{k}_p99"] or [1])[0]))}
+            columns[name] = {
+                "kind": "multi_hot",
+                "separator": features["multi_hot"][name],
+                "missing": round(result[f"m{k}_missing"] or 0.0, 6),
+                "distinct": int(tokens or 0),
+                "longest": int(result[f"m{k}_longest"] or 0),
+                "max_length": max(1, int((result[f"m{k}_p99"] or [1])[0])),
+            }
     return {"rows": int(result["rows"]), "positive_rate": float(result["positive_rate"] or 0.0), "columns": columns}
 
 
@@ -329,11 +373,13 @@ def check_read(part, uri, rows, bad_count, examples, policy):
     hint = GZIP_HINT if any("\\x1f\\x8b" in e or "\\x1f\ufffd" in e for e in examples) else ""
     if not rows:
         found = f"first: {examples[0]}" if examples else "no lines"
-        raise SystemExit(f"{STAGE_PREFIX} no good {name}rows in {uri} ({bad_count} bad; {found}){hint}; "
-                         "nothing written")
+        raise SystemExit(
+            f"{STAGE_PREFIX} no good {name}rows in {uri} ({bad_count} bad; {found}){hint}; nothing written"
+        )
     if bad_count and policy == "fail":
-        raise SystemExit(f"{STAGE_PREFIX} {bad_count} bad {name}rows (bad_rows: fail); first: {examples[0]}{hint}; "
-                         "nothing written")
+        raise SystemExit(
+            f"{STAGE_PREFIX} {bad_count} bad {name}rows (bad_rows: fail); first: {examples[0]}{hint}; nothing written"
+        )
 
 
 def run(spark, job):
@@ -346,10 +392,16 @@ def run(spark, job):
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
-        (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))  # one pass: it also fills the cache
+        (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1])
+    )  # one pass: it also fills the cache
     examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
-    report = {"input": job["input"]["uri"], "rows": rows, "bad_rows": bad_count,
-              "bad_examples": examples, "bad_rows_policy": job["bad_rows"]}
+    report = {
+        "input": job["input"]["uri"],
+        "rows": rows,
+        "bad_rows": bad_count,
+        "bad_examples": examples,
+        "bad_rows_policy": job["bad_rows"],
+    }
     progress.stage("read", f"{rows} good rows, {bad_count} bad")
     check_read("train", job["input"]["uri"], rows, bad_count, examples, job["bad_rows"])
     good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
@@ -357,10 +409,14 @@ def run(spark, job):
     if job.get("eval_uri"):
         eval_parsed = read_parsed(spark, job["eval_uri"], job)
         eval_parsed = eval_parsed.persist(spill)
-        eval_bad_count, eval_rows = eval_parsed.map(lambda item: (1, 0) if item[0] == "bad" else (
-            0, len(item[1][0]))).fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))
-        eval_examples = (eval_parsed.filter(lambda item: item[0] == "bad").map(lambda item: item[1])
-                         .take(SHOWN_BAD_ROWS) if eval_bad_count else [])
+        eval_bad_count, eval_rows = eval_parsed.map(
+            lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))
+        ).fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))
+        eval_examples = (
+            eval_parsed.filter(lambda item: item[0] == "bad").map(lambda item: item[1]).take(SHOWN_BAD_ROWS)
+            if eval_bad_count
+            else []
+        )
         report["eval_bad_rows"] = eval_bad_count
         check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
         eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
@@ -380,9 +436,12 @@ def run(spark, job):
         split = split.union(evaluation.map(lambda item: ("eval", *item)))
     paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
     report.update(write_parts(split, paths, job))
-    progress.stage("write", f"{report['train']['rows']} train rows in {report['train']['files']} files"
-                            + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report
-                               else "") + " (split, balance, encode, shuffle, write)")
+    progress.stage(
+        "write",
+        f"{report['train']['rows']} train rows in {report['train']['files']} files"
+        + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report else "")
+        + " (split, balance, encode, shuffle, write)",
+    )
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")
     report["train_negative_share"] = (train_rows - report["train"]["positives"]) / train_rows if train_rows else 0.0
@@ -416,8 +475,7 @@ def main(argv=None):
     spark = SparkSession.builder.appName("dfm-prepare").getOrCreate()
     job = read_job(spark, args.job)
     report = run(spark, job)
-    print(f"{STAGE_PREFIX} done: {json.dumps({k: report[k] for k in ('rows', 'bad_rows') if k in report})}",
-          flush=True)
+    print(f"{STAGE_PREFIX} done: {json.dumps({k: report[k] for k in ('rows', 'bad_rows') if k in report})}", flush=True)
     spark.stop()
 
 

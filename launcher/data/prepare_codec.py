@@ -130,8 +130,11 @@ def _plain_numbers(text, rows=None):
     ends = np.flatnonzero((data < 45) | (data == 58))
     if rows is not None:
         n, fields = rows
-        if len(ends) != n * (2 * fields + 1) or not _PLAIN_BYTES[data].all() or not np.array_equal(
-                data[ends].reshape(n, -1), np.broadcast_to(_separators(fields), (n, 2 * fields + 1))):
+        if (
+            len(ends) != n * (2 * fields + 1)
+            or not _PLAIN_BYTES[data].all()
+            or not np.array_equal(data[ends].reshape(n, -1), np.broadcast_to(_separators(fields), (n, 2 * fields + 1)))
+        ):
             return None
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 16, ends[:-1] + 1
@@ -141,8 +144,9 @@ def _plain_numbers(text, rows=None):
     k, dot = np.zeros(len(ends), np.int64), np.zeros(len(ends), bool)
     k[dotted], dot[dotted] = np.minimum(ends[dotted] - dots - 1, 16), True  # (past 16 the token is not plain)
     negative = data[starts] == 45
-    if rows is not None and (np.count_nonzero(data == 45) != np.count_nonzero(negative) or (negative | dot).reshape(
-            n, -1)[:, 1::2].any()):  # a '-' inside a token, an id with a sign or a dot
+    if rows is not None and (
+        np.count_nonzero(data == 45) != np.count_nonzero(negative) or (negative | dot).reshape(n, -1)[:, 1::2].any()
+    ):  # a '-' inside a token, an id with a sign or a dot
         return None
     ok = (length <= 16) & (length - negative - dot >= 1)
     ok[dotted[1:][np.diff(dotted) == 0]] = False
@@ -292,8 +296,9 @@ def encode_raw(parsed, features):
     label, numeric, categorical, bags = parsed
     parts = [(features["label"], float_feature([label]))]
     parts += [(name, float_feature([v])) for name, v in zip(features["numeric"], numeric) if v is not None]
-    parts += [(name, bytes_feature([v.encode()])) for name, v in zip(features["categorical"], categorical)
-              if v is not None]
+    parts += [
+        (name, bytes_feature([v.encode()])) for name, v in zip(features["categorical"], categorical) if v is not None
+    ]
     parts += [(name, bytes_feature([t.encode() for t in bag])) for name, bag in zip(features["multi_hot"], bags)]
     return example(parts)
 
@@ -321,7 +326,7 @@ def _constant(block, n):
 
 def _entry_head(name, fields):
     """A float feature's map entry up to its values (constant for a given width)."""
-    return _field(1, _field(1, name.encode()) + _field(2, float_feature([0.0] * fields)))[:-4 * fields]
+    return _field(1, _field(1, name.encode()) + _field(2, float_feature([0.0] * fields)))[: -4 * fields]
 
 
 def encode_libsvm(labels, ids, values):
@@ -338,8 +343,12 @@ def encode_libsvm(labels, ids, values):
         length = length + len(head) + length_bytes[1].sum(1)
     label_bytes = labels.astype("<f4").view(np.uint8).reshape(n, 4)
     value_bytes = values.astype("<f4").view(np.uint8).reshape(n, 4 * fields)
-    body = ids_entry + [_constant(_entry_head("label", 1), n), (label_bytes, np.ones((n, 4), bool)),
-                        _constant(_entry_head("values", fields), n), (value_bytes, np.ones((n, 4 * fields), bool))]
+    body = ids_entry + [
+        _constant(_entry_head("label", 1), n),
+        (label_bytes, np.ones((n, 4), bool)),
+        _constant(_entry_head("values", fields), n),
+        (value_bytes, np.ones((n, 4 * fields), bool)),
+    ]
     body_length = sum(mask.sum(1) for _, mask in body)
     parts = [_constant(b"\x0a", n), varints(body_length)] + body
     data = np.concatenate([np.asarray(b) for b, _ in parts], axis=1)
@@ -370,9 +379,14 @@ def frame(data, lengths, crc32c):
     crcs = np.fromiter((crc32c(blob[a:b]) for a, b in zip((ends - lengths).tolist(), ends.tolist())), np.uint64, n)
     sizes, inverse = np.unique(lengths, return_inverse=True)
     size_crcs = np.array([masked_crc(crc32c(struct.pack("<Q", int(s)))) for s in sizes], np.uint32)
-    head = np.concatenate([lengths.astype("<u8").view(np.uint8).reshape(n, 8),
-                           size_crcs[inverse].astype("<u4").view(np.uint8).reshape(n, 4)], axis=1)
-    masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF))
+    head = np.concatenate(
+        [
+            lengths.astype("<u8").view(np.uint8).reshape(n, 8),
+            size_crcs[inverse].astype("<u4").view(np.uint8).reshape(n, 4),
+        ],
+        axis=1,
+    )
+    masked = (((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF)
     tail = masked.astype("<u4").view(np.uint8).reshape(n, 4)
     framed = lengths + 16
     starts = np.cumsum(framed) - framed

@@ -46,8 +46,12 @@ def prepared_layout(spec: Spec) -> Layout:
     """The training job's layout; files_per_worker auto: the fewest that give the write stage (one task per file)
     a task per vCPU of the processing cluster, so the write follows the cluster, not the training job's size."""
     multi_path = len(spec.train_sources) > 1
-    layout = Layout(hosts=spec.instance.count, workers=spec.processes_per_host, multi_path=multi_path,
-                    channels=len(spec.train_sources) if multi_path else 0)
+    layout = Layout(
+        hosts=spec.instance.count,
+        workers=spec.processes_per_host,
+        multi_path=multi_path,
+        channels=len(spec.train_sources) if multi_path else 0,
+    )
     wanted = spec.prepare.files_per_worker if spec.prepare is not None else 1
     if wanted == "auto":
         unit = layout.files_per_channel() * layout.channel_count  # files per unit of files_per_worker
@@ -63,8 +67,12 @@ def eval_files(spec: Spec) -> int:
 def write_tasks(spec: Spec) -> dict[str, int]:
     """Tasks of the write stages (one per file) against the cluster's vCPUs: what the dry run and the bench show."""
     layout = prepared_layout(spec)
-    return {"train_files": len(layout.paths(Path("."))), "eval_files": eval_files(spec) if wants_eval(spec) else 0,
-            "files_per_worker": layout.files_per_worker, "cluster_vcpus": cluster_vcpus(spec)}
+    return {
+        "train_files": len(layout.paths(Path("."))),
+        "eval_files": eval_files(spec) if wants_eval(spec) else 0,
+        "files_per_worker": layout.files_per_worker,
+        "cluster_vcpus": cluster_vcpus(spec),
+    }
 
 
 def fit(layout: Layout, s3_shard: bool, shard_for) -> Fit:
@@ -74,8 +82,9 @@ def fit(layout: Layout, s3_shard: bool, shard_for) -> Fit:
     counts = []
     for host in range(layout.hosts):
         for rank in range(layout.workers):
-            channels = ([i for i in range(layout.channel_count) if i % layout.workers == rank]
-                        if layout.multi_path else [0])
+            channels = (
+                [i for i in range(layout.channel_count) if i % layout.workers == rank] if layout.multi_path else [0]
+            )
             files = 0
             for _ in channels:
                 on_host = len(range(host, per_channel, layout.hosts)) if s3_shard else per_channel
@@ -95,9 +104,12 @@ def _features(spec: Spec) -> dict[str, Any] | None:
     if section is None:
         return None
     bags = section.get("multi_hot") or {}
-    return {"label": section.get("label"), "numeric": list(section.get("numeric") or {}),
-            "categorical": list(section.get("categorical") or {}),
-            "multi_hot": {name: (entry or {}).get("separator", "|") for name, entry in bags.items()}}
+    return {
+        "label": section.get("label"),
+        "numeric": list(section.get("numeric") or {}),
+        "categorical": list(section.get("categorical") or {}),
+        "multi_hot": {name: (entry or {}).get("separator", "|") for name, entry in bags.items()},
+    }
 
 
 def _sizes(spec: Spec) -> tuple[int, int | None]:
@@ -129,16 +141,22 @@ def job_description(spec: Spec, *, local: bool, stats_only: bool = False) -> dic
         train_paths = [str(Path(folders[p.parts[0]]) / p.name) for p in relative]
         eval_paths = [str(Path(folders[conventions.EVAL_CHANNEL]) / n) for n in eval_names]
         report_dir = str(Path(folders[conventions.TRAIN_CHANNEL]).parent / "prepare")
-        source, eval_source = _local(spec, "prepare.input.local", prepare.input.local), (
-            _local(spec, "prepare.eval.local", prepare.eval.local) if prepare.eval is not None else None)
+        source, eval_source = (
+            _local(spec, "prepare.input.local", prepare.input.local),
+            (_local(spec, "prepare.eval.local", prepare.eval.local) if prepare.eval is not None else None),
+        )
     else:
         train_paths = [f"{CONTAINER_OUTPUT}/{p.parts[0]}/{p.name}" for p in relative]
         eval_paths = [f"{CONTAINER_OUTPUT}/{conventions.EVAL_CHANNEL}/{n}" for n in eval_names]
         report_dir = f"{CONTAINER_OUTPUT}/{REPORT}"
         source, eval_source = prepare.input.uri, prepare.eval.uri if prepare.eval is not None else None
     return {
-        "input": {"uri": source, "format": prepare.input.format, "columns": prepare.input.columns or [],
-                  "header": prepare.input.header},
+        "input": {
+            "uri": source,
+            "format": prepare.input.format,
+            "columns": prepare.input.columns or [],
+            "header": prepare.input.header,
+        },
         "eval_uri": eval_source,
         "eval_fraction": prepare.eval_fraction or 0.0,
         "shuffle": prepare.shuffle,

@@ -24,21 +24,27 @@ def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise DfmError("pyspark is not installed: run `make setup` (or pip install 'dfm[spark]') and install a "
-                       "JDK (apt-get install openjdk-17-jre-headless)", 2) from None
+        raise DfmError(
+            "pyspark is not installed: run `make setup` (or pip install 'dfm[spark]') and install a "
+            "JDK (apt-get install openjdk-17-jre-headless)",
+            2,
+        ) from None
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise DfmError("local Spark needs Java: apt-get install openjdk-17-jre-headless (make setup does it)", 2)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv, not python3
-    spark = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "8")
-             .config("spark.driver.memory", os.environ.get("DFM_SPARK_DRIVER_MEMORY", "2g"))
-             .config("spark.python.worker.reuse", "true")
-             # the JVM's JIT compiling for a run of seconds costs more CPU than it saves: C1 only and the serial
-             # GC cut ~5 CPU s from a 1M-row prepare (~1 s more a million rows once warm; big inputs go to SageMaker)
-             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", os.environ.get("DFM_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.python.worker.reuse", "true")
+        # the JVM's JIT compiling for a run of seconds costs more CPU than it saves: C1 only and the serial
+        # GC cut ~5 CPU s from a 1M-row prepare (~1 s more a million rows once warm; big inputs go to SageMaker)
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -50,18 +56,26 @@ def output_folders(job: dict[str, Any]) -> list[Path]:
     for folder in folders:
         inside = [s for s in sources if s == folder.resolve() or folder.resolve() in s.parents]
         if inside:
-            raise DfmError(f"{folder} (a local.channels folder) holds the input {inside[0]}: prepare writes its "
-                           "channels elsewhere", 2)
+            raise DfmError(
+                f"{folder} (a local.channels folder) holds the input {inside[0]}: prepare writes its "
+                "channels elsewhere",
+                2,
+            )
     return folders
 
 
 def staged_job(job: dict[str, Any], stage: Staged) -> dict[str, Any]:
     """The job with every output under its staging folder (swapped into place when the preparation succeeds)."""
+
     def moved(path: str) -> str:
         return str(stage.path(Path(path).parent) / Path(path).name)
 
-    return {**job, "train_paths": [moved(p) for p in job["train_paths"]],
-            "eval_paths": [moved(p) for p in job["eval_paths"]], "report_dir": str(stage.path(Path(job["report_dir"])))}
+    return {
+        **job,
+        "train_paths": [moved(p) for p in job["train_paths"]],
+        "eval_paths": [moved(p) for p in job["eval_paths"]],
+        "report_dir": str(stage.path(Path(job["report_dir"]))),
+    }
 
 
 def refuse_unnamed_gzip(job: dict[str, Any]) -> None:
@@ -76,8 +90,11 @@ def refuse_unnamed_gzip(job: dict[str, Any]) -> None:
             continue
         for path in input_files([Path(source)]):
             if not path.name.endswith(".gz") and is_gzip(path):
-                raise DfmError(f"{path} is gzip-compressed but not named .gz: Spark decompresses only files whose "
-                               "names end in .gz; rename it", 2)
+                raise DfmError(
+                    f"{path} is gzip-compressed but not named .gz: Spark decompresses only files whose "
+                    "names end in .gz; rename it",
+                    2,
+                )
 
 
 def load_app(spark):
@@ -92,11 +109,18 @@ def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None
     """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json).
     Everything is written beside its place and swapped in only when the preparation succeeds."""
 
-    missing = [name for name in prepare_job.prepared_layout(spec).channel_names()
-               + (["eval"] if prepare_job.wants_eval(spec) else []) if name not in spec.local.channels]
+    missing = [
+        name
+        for name in prepare_job.prepared_layout(spec).channel_names()
+        + (["eval"] if prepare_job.wants_eval(spec) else [])
+        if name not in spec.local.channels
+    ]
     if missing:
-        raise DfmError(f"{spec.where('local.channels')}: local.channels: --local writes each channel's folder: "
-                       f"add {', '.join(f'{m}: data/...' for m in missing)}", 2)
+        raise DfmError(
+            f"{spec.where('local.channels')}: local.channels: --local writes each channel's folder: "
+            f"add {', '.join(f'{m}: data/...' for m in missing)}",
+            2,
+        )
     job = prepare_job.job_description(spec, local=True, stats_only=stats_only)
     for field, source in (("prepare.input.local", job["input"]["uri"]), ("prepare.eval.local", job.get("eval_uri"))):
         if source and not Path(source).exists():
@@ -133,8 +157,10 @@ def summary(report: dict[str, Any]) -> str:
     for part in ("train", "eval"):
         if part in report:
             done = report[part]
-            parts.append(f"{part}: {done['rows']} rows in {done['files']} files "
-                         f"({done['positives'] / max(1, done['rows']):.1%} positive)")
+            parts.append(
+                f"{part}: {done['rows']} rows in {done['files']} files "
+                f"({done['positives'] / max(1, done['rows']):.1%} positive)"
+            )
     if report.get("negative_rate") is not None:
         parts.append(f"negatives kept at {report['negative_rate']}")
     return "; ".join(parts)

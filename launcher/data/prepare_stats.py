@@ -35,10 +35,22 @@ def propose(stats: dict[str, Any], spec: Spec) -> dict[str, Any]:
         elif column["kind"] == "categorical":
             categorical[name] = {"hash_buckets": buckets(column["distinct"])}
         else:
-            multi_hot[name] = {"separator": column["separator"], "hash_buckets": buckets(column["distinct"]),
-                               "max_length": column["max_length"], "pooling": kept.get("pooling", "mean")}
-    return {"features": {"format": "tfrecord", "label": section.get("label"), "numeric": numeric,
-                         "categorical": categorical, "multi_hot": multi_hot, "bad_rows": section.get("bad_rows", "skip")}}
+            multi_hot[name] = {
+                "separator": column["separator"],
+                "hash_buckets": buckets(column["distinct"]),
+                "max_length": column["max_length"],
+                "pooling": kept.get("pooling", "mean"),
+            }
+    return {
+        "features": {
+            "format": "tfrecord",
+            "label": section.get("label"),
+            "numeric": numeric,
+            "categorical": categorical,
+            "multi_hot": multi_hot,
+            "bad_rows": section.get("bad_rows", "skip"),
+        }
+    }
 
 
 def _describe(column: dict[str, Any]) -> str:
@@ -55,13 +67,29 @@ def _describe(column: dict[str, Any]) -> str:
 def proposal_yaml(stats: dict[str, Any], spec: Spec) -> str:
     """The proposal as YAML, each entry's statistics in a comment beside it (as `dfm data inspect` writes it)."""
     proposed = propose(stats, spec)
-    head = f"# proposed by `dfm data prepare` from all {stats['rows']} good rows ({stats['positive_rate']:.1%} positive)"
+    head = (
+        f"# proposed by `dfm data prepare` from all {stats['rows']} good rows ({stats['positive_rate']:.1%} positive)"
+    )
     if "hyperparameters" in proposed:
         values = proposed["hyperparameters"]
-        return "\n".join([head, "hyperparameters:", f"  field_size: {values['field_size']}",
-                          f"  feature_size: {values['feature_size']}  # largest id + 1"]) + "\n"
+        return (
+            "\n".join(
+                [
+                    head,
+                    "hyperparameters:",
+                    f"  field_size: {values['field_size']}",
+                    f"  feature_size: {values['feature_size']}  # largest id + 1",
+                ]
+            )
+            + "\n"
+        )
     features = proposed["features"]
-    lines = [head, "features:", f"  format: {features['format']}", f"  label: {_flow(features['label'])}",
-             f"  bad_rows: {features['bad_rows']}"]
+    lines = [
+        head,
+        "features:",
+        f"  format: {features['format']}",
+        f"  label: {_flow(features['label'])}",
+        f"  bad_rows: {features['bad_rows']}",
+    ]
     lines += section_lines(features, lambda name: _describe(stats["columns"][name]))
     return "\n".join(lines) + "\n"

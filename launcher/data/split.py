@@ -37,8 +37,10 @@ class Layout:
         if self.channels and not self.multi_path:
             raise ValueError("channels only applies with multi-path")
         if self.multi_path and self.channel_count % self.workers:
-            raise ValueError(f"channels ({self.channel_count}) must be a multiple of workers ({self.workers}) "
-                             "so every local worker reads the same number of channels")
+            raise ValueError(
+                f"channels ({self.channel_count}) must be a multiple of workers ({self.workers}) "
+                "so every local worker reads the same number of channels"
+            )
 
     @property
     def channel_count(self) -> int:
@@ -81,9 +83,14 @@ def input_files(inputs: list[Path]) -> list[Path]:
     return files
 
 
-def split(inputs: list[Path], out_dir: Path, layout: Layout, total: int | None = None,
-          on_records: Callable[[int], None] = lambda n: None,
-          place: Callable[[Path], Path] = lambda path: path) -> SplitReport:
+def split(
+    inputs: list[Path],
+    out_dir: Path,
+    layout: Layout,
+    total: int | None = None,
+    on_records: Callable[[int], None] = lambda n: None,
+    place: Callable[[Path], Path] = lambda path: path,
+) -> SplitReport:
     """`total` is the inputs' record count when the caller already has it; `place(path)` is where the file
     `path` of the layout is written (a staging folder); the report names the layout's paths. Inputs may be
     gzip-compressed TFRecords; a damaged one raises tfrecord.DamagedRecords naming it."""

@@ -71,8 +71,11 @@ class Staged:
         if occupied and not self.force:
             target = occupied[0]
             state = "already exists" if target.is_file() else "is not empty"
-            raise DfmError(f"{target} {state}; pass --force to replace it (the new output is written beside it "
-                           "and swapped in when complete)", 2)
+            raise DfmError(
+                f"{target} {state}; pass --force to replace it (the new output is written beside it "
+                "and swapped in when complete)",
+                2,
+            )
         for parent in sorted({t.parent for t in self.targets}):
             check_writable(parent, self.what)
         for target in self.targets:

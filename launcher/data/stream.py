@@ -20,10 +20,17 @@ def _encoder(generator: Generator, fmt: str) -> tuple[str, Callable[[Path], obje
         from launcher.data.tfrecord import quiet_tensorflow, serialize_examples
 
         tf = quiet_tensorflow()
-        return ".tfrecord", lambda path: tf.io.TFRecordWriter(str(path)), \
-            lambda draw, labels: serialize_examples(labels, draw.ids, draw.values)
+        return (
+            ".tfrecord",
+            lambda path: tf.io.TFRecordWriter(str(path)),
+            lambda draw, labels: serialize_examples(labels, draw.ids, draw.values),
+        )
     if fmt == "libsvm":
-        return ".libsvm", lambda path: open(path, "w"), lambda draw, labels: synth.libsvm_lines(labels, draw.ids, draw.values)
+        return (
+            ".libsvm",
+            lambda path: open(path, "w"),
+            lambda draw, labels: synth.libsvm_lines(labels, draw.ids, draw.values),
+        )
     if fmt == "criteo-tsv":
         from launcher.data.raw import Renderer
 
@@ -32,8 +39,13 @@ def _encoder(generator: Generator, fmt: str) -> tuple[str, Callable[[Path], obje
     raise ValueError(f"unknown format {fmt!r}; use tfrecord, libsvm or criteo-tsv")
 
 
-def write_parts(generator: Generator, parts: list[tuple[Path, int, int]], fmt: str = "tfrecord",
-                prefix: str = "part", on_rows: Callable[[int], None] = lambda n: None) -> list[tuple[float, float]]:
+def write_parts(
+    generator: Generator,
+    parts: list[tuple[Path, int, int]],
+    fmt: str = "tfrecord",
+    prefix: str = "part",
+    on_rows: Callable[[int], None] = lambda n: None,
+) -> list[tuple[float, float]]:
     """Draw the rows of all `parts` [(out_dir, rows, files)] as one sequence, chunk by chunk, and write
     each part's rows in order into its equal-size files. -> (teacher AUC, positive rate) per part.
 

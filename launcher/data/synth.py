@@ -72,8 +72,16 @@ class SynthData:
         """Rows [start, stop) with their own teacher AUC (e.g. a train / eval split of one draw)."""
         part = slice(start, stop)
         labels, probs = self.labels[part], self.probs[part]
-        return SynthData(self.ids[part], self.values[part], labels, probs, roc_auc(labels, probs),
-                         self.field_size, self.feature_size, self.seed)
+        return SynthData(
+            self.ids[part],
+            self.values[part],
+            labels,
+            probs,
+            roc_auc(labels, probs),
+            self.field_size,
+            self.feature_size,
+            self.seed,
+        )
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,14 @@ class Draw:
 
     def slice(self, part: slice) -> "Draw":
         pick = lambda a: None if a is None else a[part]  # noqa: E731
-        return Draw(self.ids[part], self.values[part], self.counts[part], pick(self.missing),
-                    pick(self.bag_ids), pick(self.bag_lengths))
+        return Draw(
+            self.ids[part],
+            self.values[part],
+            self.counts[part],
+            pick(self.missing),
+            pick(self.bag_ids),
+            pick(self.bag_lengths),
+        )
 
     def bag_weights(self) -> np.ndarray:
         """float32[rows, max_length]: 1/length on a row's ids (mean pooling), 0 on padding."""
@@ -140,11 +154,15 @@ def _layout(field_size: int, feature_size: int, numeric_fields: int) -> _Layout:
     numeric_ids = numeric_fields * NUMERIC_BUCKETS
     room = feature_size - numeric_ids
     if field_size < 1 or not 0 <= numeric_fields <= field_size:
-        raise ValueError(f"need field_size >= 1 and 0 <= numeric_fields <= field_size, got {field_size}, {numeric_fields}")
+        raise ValueError(
+            f"need field_size >= 1 and 0 <= numeric_fields <= field_size, got {field_size}, {numeric_fields}"
+        )
     if room < 2 * categorical or (categorical == 0 and room < 0):
-        raise ValueError(f"feature_size {feature_size} is too small for {numeric_fields} numeric fields x "
-                         f"{NUMERIC_BUCKETS} buckets and {categorical} categorical fields of at least 2 ids "
-                         f"(need at least {numeric_ids + 2 * categorical})")
+        raise ValueError(
+            f"feature_size {feature_size} is too small for {numeric_fields} numeric fields x "
+            f"{NUMERIC_BUCKETS} buckets and {categorical} categorical fields of at least 2 ids "
+            f"(need at least {numeric_ids + 2 * categorical})"
+        )
     sizes = [NUMERIC_BUCKETS] * numeric_fields
     if categorical:
         # Criteo's vocabularies span orders of magnitude: give fields geometric shares of the room.
@@ -210,8 +228,15 @@ class _Sampler:
 class _Teacher:
     """A factorization machine with its logit standardized, scaled to `signal` and biased to a rate."""
 
-    def __init__(self, feature_size: int, seed: int, sampler: _Sampler, signal: float, positive_rate: float,
-                 deep_share: float = 0.0):
+    def __init__(
+        self,
+        feature_size: int,
+        seed: int,
+        sampler: _Sampler,
+        signal: float,
+        positive_rate: float,
+        deep_share: float = 0.0,
+    ):
         rng = _rng(seed, _STREAM_TEACHER)
         self.linear = rng.normal(0.0, 1.0, feature_size).astype(np.float32)
         self.latent = rng.normal(0.0, 1.0, (feature_size, LATENT_DIM)).astype(np.float32)
@@ -223,8 +248,11 @@ class _Teacher:
         if deep_share > 0:  # weights of a ReLU network over the concatenated latent vectors
             width = (len(sampler.layout.sizes) + (sampler.multi_hot is not None)) * LATENT_DIM
             deep_rng = _rng(seed, _STREAM_DEEP_TEACHER)
-            self.deep = (deep_rng.normal(0.0, 1.0 / np.sqrt(width), (width, DEEP_UNITS)),
-                         deep_rng.normal(0.0, 0.5, DEEP_UNITS), deep_rng.normal(0.0, 1.0, DEEP_UNITS))
+            self.deep = (
+                deep_rng.normal(0.0, 1.0 / np.sqrt(width), (width, DEEP_UNITS)),
+                deep_rng.normal(0.0, 0.5, DEEP_UNITS),
+                deep_rng.normal(0.0, 1.0, DEEP_UNITS),
+            )
         draw = sampler.draw(CALIBRATION_ROWS, _rng(seed, _STREAM_CALIBRATION), _rng(seed, _STREAM_CALIBRATION, 1))
         first, pair, deep = self._terms(draw)
         self.first_stats = (first.mean(), first.std() or 1.0)
@@ -242,7 +270,7 @@ class _Teacher:
             first = first + (self.bag_linear[draw.bag_ids] * weights).sum(axis=1, dtype=np.float64)
             pooled = (self.bag_latent[draw.bag_ids] * weights[:, :, None]).sum(axis=1)
             embedded = np.concatenate([embedded, pooled[:, None, :]], axis=1)
-        pair = 0.5 * (embedded.sum(axis=1) ** 2 - (embedded ** 2).sum(axis=1)).sum(axis=1, dtype=np.float64)
+        pair = 0.5 * (embedded.sum(axis=1) ** 2 - (embedded**2).sum(axis=1)).sum(axis=1, dtype=np.float64)
         deep = None
         if self.deep is not None:
             kernel, bias, out = self.deep
@@ -300,17 +328,30 @@ class Generator:
     """One seed's layout, feature distributions and teacher; draws rows in chunks of `CHUNK_ROWS`,
     chunk k from its own random stream, so a long draw can be written without holding it in memory."""
 
-    def __init__(self, seed: int, field_size: int = DEFAULT_FIELD_SIZE, feature_size: int = DEFAULT_FEATURE_SIZE,
-                 numeric_fields: int | None = None, signal: float = 1.5, positive_rate: float = 0.25,
-                 missing_rate: float = 0.0, multi_hot: MultiHot | None = None, deep_share: float = 0.0):
+    def __init__(
+        self,
+        seed: int,
+        field_size: int = DEFAULT_FIELD_SIZE,
+        feature_size: int = DEFAULT_FEATURE_SIZE,
+        numeric_fields: int | None = None,
+        signal: float = 1.5,
+        positive_rate: float = 0.25,
+        missing_rate: float = 0.0,
+        multi_hot: MultiHot | None = None,
+        deep_share: float = 0.0,
+    ):
         if not 0.0 <= deep_share <= 1.0:
             raise ValueError(f"deep_share must be in [0, 1], got {deep_share}")
         if not 0.0 < positive_rate < 1.0:
             raise ValueError(f"positive_rate must be in (0, 1), got {positive_rate}")
         if not 0.0 <= missing_rate < 1.0:
             raise ValueError(f"missing_rate must be in [0, 1), got {missing_rate}")
-        if multi_hot is not None and (multi_hot.vocabulary < 1 or multi_hot.max_length < 1 or multi_hot.mean_length < 1):
-            raise ValueError(f"a multi-hot bag needs a vocabulary, max_length and mean_length of at least 1, got {multi_hot}")
+        if multi_hot is not None and (
+            multi_hot.vocabulary < 1 or multi_hot.max_length < 1 or multi_hot.mean_length < 1
+        ):
+            raise ValueError(
+                f"a multi-hot bag needs a vocabulary, max_length and mean_length of at least 1, got {multi_hot}"
+            )
         self.seed, self.field_size, self.feature_size = seed, field_size, feature_size
         self.layout = _layout(field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields)
         self.sampler = _Sampler(self.layout, seed, missing_rate, multi_hot)
@@ -332,9 +373,15 @@ class Generator:
             yield draw.ids, draw.values, labels, probs
 
 
-def generate(rows: int, seed: int, field_size: int = DEFAULT_FIELD_SIZE,
-             feature_size: int = DEFAULT_FEATURE_SIZE, numeric_fields: int | None = None,
-             signal: float = 1.5, positive_rate: float = 0.25) -> SynthData:
+def generate(
+    rows: int,
+    seed: int,
+    field_size: int = DEFAULT_FIELD_SIZE,
+    feature_size: int = DEFAULT_FEATURE_SIZE,
+    numeric_fields: int | None = None,
+    signal: float = 1.5,
+    positive_rate: float = 0.25,
+) -> SynthData:
     """Draw `rows` examples in memory. `numeric_fields` defaults to a third of the fields (13 of
     Criteo's 39); `signal` is the spread (std) of the teacher's logit: larger is an easier task."""
     if rows < 1:
@@ -348,8 +395,10 @@ def check_files(rows: int, files: int) -> int:
     if files < 1:
         raise ValueError(f"files must be at least 1, got {files}")
     if rows % files:
-        raise ValueError(f"{rows} rows do not split into {files} files of equal size "
-                         f"(use a row count divisible by {files}, e.g. {rows - rows % files})")
+        raise ValueError(
+            f"{rows} rows do not split into {files} files of equal size "
+            f"(use a row count divisible by {files}, e.g. {rows - rows % files})"
+        )
     return rows // files
 
 

@@ -22,8 +22,9 @@ def is_gzip(path: Path) -> bool:
 
 
 @contextmanager
-def open_text(path: Path, errors: str = "replace",
-              newline: str | None = None) -> Iterator[tuple[TextIO, Callable[[], int]]]:
+def open_text(
+    path: Path, errors: str = "replace", newline: str | None = None
+) -> Iterator[tuple[TextIO, Callable[[], int]]]:
     """(text handle, bytes of the file read so far: compressed bytes for gzip, for a progress bar)."""
     with open(path, "rb") as raw:
         compressed = raw.read(2) == GZIP_MAGIC

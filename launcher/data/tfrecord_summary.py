@@ -36,8 +36,14 @@ def record_files(path: Path) -> list[Path]:
     """The files under a folder (recursively, hidden and bookkeeping files left out), or the file itself."""
     if not path.is_dir():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                  and p.name not in NOT_DATA and not p.name.endswith(".crc"))
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.name not in NOT_DATA
+        and not p.name.endswith(".crc")
+    )
 
 
 def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any]:
@@ -51,8 +57,11 @@ def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any
     files = record_files(path)
     if not files:
         raise SummaryError(f"{path}: no files in this folder")
-    spec = {"label": tf.io.RaggedFeature(tf.float32), "ids": tf.io.RaggedFeature(tf.int64),
-            "values": tf.io.RaggedFeature(tf.float32)}
+    spec = {
+        "label": tf.io.RaggedFeature(tf.float32),
+        "ids": tf.io.RaggedFeature(tf.int64),
+        "values": tf.io.RaggedFeature(tf.float32),
+    }
     rows, positives, other_labels, out_of_range = 0, 0.0, 0, 0
     id_min, id_max, per_row = None, None, set()
     names: set[str] = set()
@@ -75,10 +84,15 @@ def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any
             message = getattr(err, "message", str(err)).splitlines()[0]
             raise SummaryError(f"{file}: not a TFRecord file dfm can read ({message})") from None
     return {
-        "path": str(path), "files": len(files), "bytes": sum(f.stat().st_size for f in files), "rows": rows,
-        "fields": sorted(names), "ids_per_row": sorted(per_row),
+        "path": str(path),
+        "files": len(files),
+        "bytes": sum(f.stat().st_size for f in files),
+        "rows": rows,
+        "fields": sorted(names),
+        "ids_per_row": sorted(per_row),
         "ids": {"min": id_min, "max": id_max, "feature_size": feature_size, "out_of_range": out_of_range},
-        "label_rate": positives / rows if rows else None, "labels_not_0_or_1": other_labels,
+        "label_rate": positives / rows if rows else None,
+        "labels_not_0_or_1": other_labels,
     }
 
 
@@ -86,14 +100,18 @@ def render(summary: dict[str, Any]) -> str:
     ids = summary["ids"]
     per_row = summary["ids_per_row"]
     size = summary["bytes"] / 1024 / 1024
-    in_range = ("all in range" if not ids["out_of_range"]
-                else f"{ids['out_of_range']} ids outside 0..{ids['feature_size'] - 1}: raise feature_size")
+    in_range = (
+        "all in range"
+        if not ids["out_of_range"]
+        else f"{ids['out_of_range']} ids outside 0..{ids['feature_size'] - 1}: raise feature_size"
+    )
     lines = [
         f"{summary['path']}: {summary['rows']} rows in {summary['files']} files, {size:.1f} MB",
         f"fields   {', '.join(summary['fields'])}; ids per row: "
         + (str(per_row[0]) if len(per_row) == 1 else f"{per_row[0]} to {per_row[-1]}" if per_row else "none"),
         f"ids      {ids['min']} to {ids['max']} (feature_size {ids['feature_size']}: {in_range})",
-        "labels   " + (f"{summary['label_rate']:.1%} positive" if summary["label_rate"] is not None else "none")
+        "labels   "
+        + (f"{summary['label_rate']:.1%} positive" if summary["label_rate"] is not None else "none")
         + (f"; {summary['labels_not_0_or_1']} not 0 or 1" if summary["labels_not_0_or_1"] else ""),
     ]
     return "\n".join(lines)

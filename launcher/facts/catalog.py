@@ -33,8 +33,21 @@ class InstanceType:
 
 # Memory per GPU (GiB, as NVIDIA states it and AWS quotes it) of the GPUs below; the p3's V100 is the 16 GB part,
 # the p3dn's the 32 GB one; a K80 board holds two GPUs of 12 GB, which AWS counts as two.
-GPU_MEMORY_GIB = {"K80": 12, "T4": 16, "A10G": 24, "L4": 24, "L40S": 48, "V100": 16, "V100 32GB": 32, "A100 40GB": 40,
-                  "A100 80GB": 80, "H100": 80, "H200": 141, "B200": 180, "B300": 288}
+GPU_MEMORY_GIB = {
+    "K80": 12,
+    "T4": 16,
+    "A10G": 24,
+    "L4": 24,
+    "L40S": 48,
+    "V100": 16,
+    "V100 32GB": 32,
+    "A100 40GB": 40,
+    "A100 80GB": 80,
+    "H100": 80,
+    "H200": 141,
+    "B200": 180,
+    "B300": 288,
+}
 
 
 @dataclass(frozen=True)
@@ -59,8 +72,16 @@ _SPR = "4th-generation Intel Xeon Scalable (Sapphire Rapids): AMX-BF16, AVX512-B
 _GNR = "Intel Xeon 6 (Granite Rapids): AMX-BF16, AVX512-BF16"
 _ICL = "3rd-generation Intel Xeon Scalable (Ice Lake): no bfloat16 instructions"
 FAMILIES: dict[str, Family] = {
-    "m4": Family("Intel Xeon E5 v3/v4 (Haswell / Broadwell): no bfloat16 instructions", False, EC2 + "#General_Purpose (previous generation)"),
-    "c4": Family("Intel Xeon E5-2666 v3 (Haswell): no bfloat16 instructions", False, EC2 + "#Compute_Optimized (previous generation)"),
+    "m4": Family(
+        "Intel Xeon E5 v3/v4 (Haswell / Broadwell): no bfloat16 instructions",
+        False,
+        EC2 + "#General_Purpose (previous generation)",
+    ),
+    "c4": Family(
+        "Intel Xeon E5-2666 v3 (Haswell): no bfloat16 instructions",
+        False,
+        EC2 + "#Compute_Optimized (previous generation)",
+    ),
     "t3": Family(_NO_BF16_XEON, False, EC2 + "t3/"),
     "m5": Family(_NO_BF16_XEON, False, EC2 + "m5/"),
     "c5": Family(_NO_BF16_XEON, False, EC2 + "c5/"),
@@ -96,8 +117,12 @@ FAMILIES: dict[str, Family] = {
     "p6-b200": Family("NVIDIA B200 (Blackwell): bfloat16 tensor cores", True, EC2 + "p6/", gpu="B200"),
     "p6-b300": Family("NVIDIA B300 (Blackwell Ultra): bfloat16 tensor cores", True, EC2 + "p6/ (P6-B300)", gpu="B300"),
     # An Arm (NVIDIA Grace) host: SageMaker's TensorFlow images are x86-64 only, so no step runs there.
-    "p6e-gb200": Family("NVIDIA GB200 (Grace Arm CPUs, Blackwell GPUs)", None, EC2 + "p6/ (P6e-GB200)",
-                        accelerators="4 Blackwell GPUs on an Arm (Grace) host, which the x86-64 TensorFlow images do not run on"),
+    "p6e-gb200": Family(
+        "NVIDIA GB200 (Grace Arm CPUs, Blackwell GPUs)",
+        None,
+        EC2 + "p6/ (P6e-GB200)",
+        accelerators="4 Blackwell GPUs on an Arm (Grace) host, which the x86-64 TensorFlow images do not run on",
+    ),
     # AWS Trainium: Neuron devices, not CUDA GPUs; trn1's host CPU is Ice Lake.
     "trn1": Family("AWS Trainium (Neuron SDK), Intel Ice Lake host", False, EC2 + "trn1/"),
     "trn1n": Family("AWS Trainium (Neuron SDK), Intel Ice Lake host", False, EC2 + "trn1/ (trn1n)"),
@@ -110,21 +135,33 @@ UNCATALOGUED: dict[str, str] = {
 }
 
 # vCPUs of each size: AWS's naming (an xlarge has 4, an Nxlarge N times that).
-SIZE_VCPUS = {"medium": 2, "large": 2, "xlarge": 4, **{f"{n}xlarge": 4 * n for n in (2, 4, 8, 9, 10, 12, 16, 18, 24, 32, 48, 96)}}
+SIZE_VCPUS = {
+    "medium": 2,
+    "large": 2,
+    "xlarge": 4,
+    **{f"{n}xlarge": 4 * n for n in (2, 4, 8, 9, 10, 12, 16, 18, 24, 32, 48, 96)},
+}
 
 
 def _sizes(family: str, rows: list[tuple]) -> dict[str, InstanceType]:
     """`(size, vcpus, memory_gib, gpus, usd)` rows of one family -> `ml.<family>.<size>` entries."""
     kind = FAMILIES[family]
-    return {f"ml.{family}.{size}": InstanceType(vcpus, memory, gpus, kind.gpu if gpus else "", usd,
-                                                accelerators=kind.accelerators)
-            for size, vcpus, memory, gpus, usd in rows}
+    return {
+        f"ml.{family}.{size}": InstanceType(
+            vcpus, memory, gpus, kind.gpu if gpus else "", usd, accelerators=kind.accelerators
+        )
+        for size, vcpus, memory, gpus, usd in rows
+    }
 
 
-def _cpu_sizes(family: str, gib_per_vcpu: float, sizes: str, usd: dict[str, float] | None = None) -> dict[str, InstanceType]:
+def _cpu_sizes(
+    family: str, gib_per_vcpu: float, sizes: str, usd: dict[str, float] | None = None
+) -> dict[str, InstanceType]:
     """A CPU family whose sizes keep AWS's ratios: SIZE_VCPUS vCPUs and `gib_per_vcpu` GiB each."""
-    return _sizes(family, [(size, SIZE_VCPUS[size], SIZE_VCPUS[size] * gib_per_vcpu, 0, (usd or {}).get(size))
-                           for size in sizes.split()])
+    return _sizes(
+        family,
+        [(size, SIZE_VCPUS[size], SIZE_VCPUS[size] * gib_per_vcpu, 0, (usd or {}).get(size)) for size in sizes.split()],
+    )
 
 
 def _priced(sizes: str, prices: str) -> dict[str, float]:
@@ -143,22 +180,47 @@ _R_PRICES = "0.151 0.302 0.605 1.21 2.419 3.629 4.838 7.258"
 
 INSTANCES: dict[str, InstanceType] = {
     # general purpose (4 GiB per vCPU)
-    **_sizes("m4", [("xlarge", 4, 16, 0, None), ("2xlarge", 8, 32, 0, None), ("4xlarge", 16, 64, 0, None),
-                    ("10xlarge", 40, 160, 0, None), ("16xlarge", 64, 256, 0, None)]),
+    **_sizes(
+        "m4",
+        [
+            ("xlarge", 4, 16, 0, None),
+            ("2xlarge", 8, 32, 0, None),
+            ("4xlarge", 16, 64, 0, None),
+            ("10xlarge", 40, 160, 0, None),
+            ("16xlarge", 64, 256, 0, None),
+        ],
+    ),
     **_cpu_sizes("m5", 4, _M5, _priced(_M5, "0.115 0.23 0.461 0.922 2.765 5.53")),
     **_cpu_sizes("m6i", 4, _M6I, _priced(_M6I, "0.115 0.23 0.461 0.922 1.843 2.765 3.686 5.53 7.373")),
     **_cpu_sizes("m7i", 4, _7I, _priced(_7I, "0.121 0.242 0.484 0.968 1.935 2.903 3.871 5.806 11.612")),
     **_cpu_sizes("m7i-flex", 4, _FLEX),
     **_cpu_sizes("m8i", 4, _8I),
     **_cpu_sizes("m8i-flex", 4, _FLEX),
-    **_sizes("t3", [("medium", 2, 4, 0, None), ("large", 2, 8, 0, None), ("xlarge", 4, 16, 0, None),
-                    ("2xlarge", 8, 32, 0, None)]),
+    **_sizes(
+        "t3",
+        [("medium", 2, 4, 0, None), ("large", 2, 8, 0, None), ("xlarge", 4, 16, 0, None), ("2xlarge", 8, 32, 0, None)],
+    ),
     # compute optimized (2 GiB per vCPU; c4 and c5n their own)
-    **_sizes("c4", [("xlarge", 4, 7.5, 0, None), ("2xlarge", 8, 15, 0, None), ("4xlarge", 16, 30, 0, None),
-                    ("8xlarge", 36, 60, 0, None)]),
+    **_sizes(
+        "c4",
+        [
+            ("xlarge", 4, 7.5, 0, None),
+            ("2xlarge", 8, 15, 0, None),
+            ("4xlarge", 16, 30, 0, None),
+            ("8xlarge", 36, 60, 0, None),
+        ],
+    ),
     **_cpu_sizes("c5", 2, _C5, _priced(_C5, "0.204 0.408 0.816 1.836 3.672")),
-    **_sizes("c5n", [("xlarge", 4, 10.5, 0, None), ("2xlarge", 8, 21, 0, None), ("4xlarge", 16, 42, 0, None),
-                     ("9xlarge", 36, 96, 0, None), ("18xlarge", 72, 192, 0, None)]),
+    **_sizes(
+        "c5n",
+        [
+            ("xlarge", 4, 10.5, 0, None),
+            ("2xlarge", 8, 21, 0, None),
+            ("4xlarge", 16, 42, 0, None),
+            ("9xlarge", 36, 96, 0, None),
+            ("18xlarge", 72, 192, 0, None),
+        ],
+    ),
     **_cpu_sizes("c6i", 2, _C6I, _priced(_C6I, "0.204 0.408 0.816 1.632 2.448 3.264 4.896 6.528")),
     **_cpu_sizes("c7i", 2, _7I, _priced(_7I, "0.107 0.214 0.428 0.857 1.714 2.57 3.427 5.141 10.282")),
     **_cpu_sizes("c7i-flex", 2, _FLEX.replace("large ", "", 1)),
@@ -173,17 +235,56 @@ INSTANCES: dict[str, InstanceType] = {
     **_cpu_sizes("r8i-flex", 8, _FLEX),
     # GPU
     **_sizes("p2", [("xlarge", 4, 61, 1, None), ("8xlarge", 32, 488, 8, None), ("16xlarge", 64, 732, 16, None)]),
-    **_sizes("g4dn", [("xlarge", 4, 16, 1, 0.736), ("2xlarge", 8, 32, 1, 0.94), ("4xlarge", 16, 64, 1, 1.505),
-                      ("8xlarge", 32, 128, 1, 2.72), ("12xlarge", 48, 192, 4, 4.89), ("16xlarge", 64, 256, 1, 5.44)]),
-    **_sizes("g5", [("xlarge", 4, 16, 1, 1.408), ("2xlarge", 8, 32, 1, 1.515), ("4xlarge", 16, 64, 1, 2.03),
-                    ("8xlarge", 32, 128, 1, 3.06), ("16xlarge", 64, 256, 1, 5.12), ("12xlarge", 48, 192, 4, 7.09),
-                    ("24xlarge", 96, 384, 4, 10.18), ("48xlarge", 192, 768, 8, 20.36)]),
-    **_sizes("g6", [("xlarge", 4, 16, 1, 1.006), ("2xlarge", 8, 32, 1, 1.222), ("4xlarge", 16, 64, 1, 1.655),
-                    ("8xlarge", 32, 128, 1, 2.52), ("16xlarge", 64, 256, 1, 4.25), ("12xlarge", 48, 192, 4, 5.752),
-                    ("24xlarge", 96, 384, 4, 8.344), ("48xlarge", 192, 768, 8, 16.688)]),
-    **_sizes("g6e", [("xlarge", 4, 32, 1, 2.326), ("2xlarge", 8, 64, 1, 2.803), ("4xlarge", 16, 128, 1, 3.755),
-                     ("8xlarge", 32, 256, 1, 5.661), ("16xlarge", 64, 512, 1, 9.471), ("12xlarge", 48, 384, 4, 13.116),
-                     ("24xlarge", 96, 768, 4, 18.832), ("48xlarge", 192, 1536, 8, 37.664)]),
+    **_sizes(
+        "g4dn",
+        [
+            ("xlarge", 4, 16, 1, 0.736),
+            ("2xlarge", 8, 32, 1, 0.94),
+            ("4xlarge", 16, 64, 1, 1.505),
+            ("8xlarge", 32, 128, 1, 2.72),
+            ("12xlarge", 48, 192, 4, 4.89),
+            ("16xlarge", 64, 256, 1, 5.44),
+        ],
+    ),
+    **_sizes(
+        "g5",
+        [
+            ("xlarge", 4, 16, 1, 1.408),
+            ("2xlarge", 8, 32, 1, 1.515),
+            ("4xlarge", 16, 64, 1, 2.03),
+            ("8xlarge", 32, 128, 1, 3.06),
+            ("16xlarge", 64, 256, 1, 5.12),
+            ("12xlarge", 48, 192, 4, 7.09),
+            ("24xlarge", 96, 384, 4, 10.18),
+            ("48xlarge", 192, 768, 8, 20.36),
+        ],
+    ),
+    **_sizes(
+        "g6",
+        [
+            ("xlarge", 4, 16, 1, 1.006),
+            ("2xlarge", 8, 32, 1, 1.222),
+            ("4xlarge", 16, 64, 1, 1.655),
+            ("8xlarge", 32, 128, 1, 2.52),
+            ("16xlarge", 64, 256, 1, 4.25),
+            ("12xlarge", 48, 192, 4, 5.752),
+            ("24xlarge", 96, 384, 4, 8.344),
+            ("48xlarge", 192, 768, 8, 16.688),
+        ],
+    ),
+    **_sizes(
+        "g6e",
+        [
+            ("xlarge", 4, 32, 1, 2.326),
+            ("2xlarge", 8, 64, 1, 2.803),
+            ("4xlarge", 16, 128, 1, 3.755),
+            ("8xlarge", 32, 256, 1, 5.661),
+            ("16xlarge", 64, 512, 1, 9.471),
+            ("12xlarge", 48, 384, 4, 13.116),
+            ("24xlarge", 96, 768, 4, 18.832),
+            ("48xlarge", 192, 1536, 8, 37.664),
+        ],
+    ),
     **_sizes("p3", [("2xlarge", 8, 61, 1, 3.825), ("8xlarge", 32, 244, 4, 14.688), ("16xlarge", 64, 488, 8, 28.152)]),
     **_sizes("p3dn", [("24xlarge", 96, 768, 8, None)]),
     **_sizes("p4d", [("24xlarge", 96, 1152, 8, 37.688)]),
@@ -198,10 +299,23 @@ INSTANCES: dict[str, InstanceType] = {
     **_sizes("trn1n", [("32xlarge", 128, 512, 0, None)]),
     **_sizes("trn2", [("48xlarge", 192, 2048, 0, None)]),
 }
-_ACCELERATORS = {"ml.trn1.2xlarge": "1 Trainium (Neuron SDK)", "ml.trn1.32xlarge": "16 Trainium (Neuron SDK)",
-                 "ml.trn1n.32xlarge": "16 Trainium (Neuron SDK)", "ml.trn2.48xlarge": "16 Trainium2 (Neuron SDK)"}
-INSTANCES.update({name: InstanceType(INSTANCES[name].vcpus, INSTANCES[name].memory_gib, usd_per_hour=INSTANCES[name].usd_per_hour,
-                                     accelerators=text) for name, text in _ACCELERATORS.items()})
+_ACCELERATORS = {
+    "ml.trn1.2xlarge": "1 Trainium (Neuron SDK)",
+    "ml.trn1.32xlarge": "16 Trainium (Neuron SDK)",
+    "ml.trn1n.32xlarge": "16 Trainium (Neuron SDK)",
+    "ml.trn2.48xlarge": "16 Trainium2 (Neuron SDK)",
+}
+INSTANCES.update(
+    {
+        name: InstanceType(
+            INSTANCES[name].vcpus,
+            INSTANCES[name].memory_gib,
+            usd_per_hour=INSTANCES[name].usd_per_hour,
+            accelerators=text,
+        )
+        for name, text in _ACCELERATORS.items()
+    }
+)
 
 
 def family(name: str) -> Family | None:

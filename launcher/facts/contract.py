@@ -15,8 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["BUNDLED_ENTRY_POINTS", "BundledEntryPoint", "DERIVED_HYPERPARAMETERS", "bundled_cluster", "bundled_features", "bundled_hparams", "bundled_source_dir",
-           "features_delivery", "features_hyperparameter", "FEATURES_FILE"]
+__all__ = [
+    "BUNDLED_ENTRY_POINTS",
+    "BundledEntryPoint",
+    "DERIVED_HYPERPARAMETERS",
+    "bundled_cluster",
+    "bundled_features",
+    "bundled_hparams",
+    "bundled_source_dir",
+    "features_delivery",
+    "features_hyperparameter",
+    "FEATURES_FILE",
+]
 
 
 @dataclass(frozen=True)

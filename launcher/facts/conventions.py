@@ -38,11 +38,15 @@ def channel_sources(spec: Any) -> list[ChannelSource]:
     """Every channel a spec makes, in request order: training paths, eval, named channels, EFS checkpoints."""
     many = isinstance(spec.data.train, list)
     names = training_channel_names(len(spec.train_sources))
-    found = [ChannelSource(name, f"data.train.{i}" if many else "data.train", source, True)
-             for i, (name, source) in enumerate(zip(names, spec.train_sources))]
+    found = [
+        ChannelSource(name, f"data.train.{i}" if many else "data.train", source, True)
+        for i, (name, source) in enumerate(zip(names, spec.train_sources))
+    ]
     if spec.data.eval is not None:
         found.append(ChannelSource(EVAL_CHANNEL, "data.eval", spec.data.eval, False))
-    found += [ChannelSource(name, f"data.channels.{name}", source, False) for name, source in spec.data.channels.items()]
+    found += [
+        ChannelSource(name, f"data.channels.{name}", source, False) for name, source in spec.data.channels.items()
+    ]
     config = spec.checkpoint_config
     if config is not None and config.file_system is not None:
         found.append(ChannelSource(CHECKPOINT_CHANNEL, "checkpoints.file_system", config.file_system, False))
@@ -67,8 +71,14 @@ def container_channel_dir(channel: str) -> str:
 # ------------------------------------------------------------------------------ the SDK's hyperparameters
 # The SDK adds these to every TensorFlow job's hyperparameters, and these per distribution; they count
 # towards the API's limit of 100.
-SDK_HYPERPARAMETERS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_container_log_level",
-                       "sagemaker_job_name", "sagemaker_region", "model_dir")
+SDK_HYPERPARAMETERS = (
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_container_log_level",
+    "sagemaker_job_name",
+    "sagemaker_region",
+    "model_dir",
+)
 SDK_DISTRIBUTION_HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
     "none": (),
     "parameter_server": ("sagemaker_parameter_server_enabled",),

@@ -48,9 +48,19 @@ IMAGES: dict[str, TrainingImage] = {
         TrainingImage("2.16.2", "py310", None, None, "Open MPI 4.1", True, "2025-07-15"),
         TrainingImage("2.18.0", "py310", None, None, "Open MPI 4.1", True, "2026-01-24"),
         TrainingImage("2.19.0", "py312", None, None, "Open MPI 4.1", True, "2026-03-11"),
-        TrainingImage("2.21.0", "py312", None, None, "Open MPI 4.1.8", False, "2027-07-10",
-                      tags=(("cpu", "{version}-cpu-py312-amzn2023-sagemaker"),
-                            ("gpu", "{version}-gpu-py312-cu129-amzn2023-sagemaker"))),
+        TrainingImage(
+            "2.21.0",
+            "py312",
+            None,
+            None,
+            "Open MPI 4.1.8",
+            False,
+            "2027-07-10",
+            tags=(
+                ("cpu", "{version}-cpu-py312-amzn2023-sagemaker"),
+                ("gpu", "{version}-gpu-py312-cu129-amzn2023-sagemaker"),
+            ),
+        ),
     )
 }
 # TensorFlow releases with no SageMaker training image at all.

@@ -40,14 +40,29 @@ _JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
 # Java's POSIX classes and \w \d \s are US-ASCII (without UNICODE_CHARACTER_CLASS). Unicode categories
 # (\p{L}, \p{IsN}, \P{Z}) are left to the `regex` package, which knows them.
 _ASCII_CLASSES = {
-    "Lower": "a-z", "Upper": "A-Z", "ASCII": "\\x00-\\x7f", "Alpha": "a-zA-Z", "Digit": "0-9",
-    "Alnum": "a-zA-Z0-9", "Punct": "!-/:-@\\[-`{-~", "Graph": "!-~", "Print": " -~", "Blank": " \\t",
-    "Cntrl": "\\x00-\\x1f\\x7f", "XDigit": "0-9a-fA-F", "Space": " \\t\\n\\x0b\\f\\r",
-    "w": "a-zA-Z0-9_", "d": "0-9", "s": " \\t\\n\\x0b\\f\\r",
+    "Lower": "a-z",
+    "Upper": "A-Z",
+    "ASCII": "\\x00-\\x7f",
+    "Alpha": "a-zA-Z",
+    "Digit": "0-9",
+    "Alnum": "a-zA-Z0-9",
+    "Punct": "!-/:-@\\[-`{-~",
+    "Graph": "!-~",
+    "Print": " -~",
+    "Blank": " \\t",
+    "Cntrl": "\\x00-\\x1f\\x7f",
+    "XDigit": "0-9a-fA-F",
+    "Space": " \\t\\n\\x0b\\f\\r",
+    "w": "a-zA-Z0-9_",
+    "d": "0-9",
+    "s": " \\t\\n\\x0b\\f\\r",
 }
 _UNTRANSLATED_ESCAPES = set("QEGZRXHVek")  # no equivalent worth emulating here
-_JAVA_ESCAPES = {"z": "\\Z", "h": "[ \\t\\xa0\\u1680\\u180e\\u2000-\\u200a\\u202f\\u205f\\u3000]",
-                 "v": "[\\n\\x0b\\f\\r\\x85\\u2028\\u2029]"}
+_JAVA_ESCAPES = {
+    "z": "\\Z",
+    "h": "[ \\t\\xa0\\u1680\\u180e\\u2000-\\u200a\\u202f\\u205f\\u3000]",
+    "v": "[\\n\\x0b\\f\\r\\x85\\u2028\\u2029]",
+}
 
 
 class ModelUnavailable(Exception):

@@ -22,8 +22,10 @@ def channel_source(channel: Channel) -> Path:
     """The local folder (or single file) that stands in for the channel's S3 prefix / file system path."""
     location = channel.local_path
     if location is None:
-        raise DfmError(f"channel '{channel.name}' reads {channel.uri}; --local needs a local folder for it "
-                       f"(the spec's local: channels: section, or --channel {channel.name}=PATH)")
+        raise DfmError(
+            f"channel '{channel.name}' reads {channel.uri}; --local needs a local folder for it "
+            f"(the spec's local: channels: section, or --channel {channel.name}=PATH)"
+        )
     path = Path(location).expanduser()
     if not path.exists():
         raise DfmError(f"channel '{channel.name}': local data {path} does not exist")
@@ -40,12 +42,15 @@ def list_objects(source: Path) -> list[tuple[str, Path]]:
 
 def empty_channel_problem(channel: Channel, source: Path) -> str:
     """SageMaker fails a job whose channel's S3 prefix holds no object, before any script starts."""
-    return (f"channel '{channel.name}': {source} holds no files, and SageMaker fails a job whose S3 prefix "
-            f"{channel.uri} holds no objects before the script starts; point the channel at data")
+    return (
+        f"channel '{channel.name}': {source} holds no files, and SageMaker fails a job whose S3 prefix "
+        f"{channel.uri} holds no objects before the script starts; point the channel at data"
+    )
 
 
-def files_for_host(objects: list[tuple[str, Path]], distribution: str, host_index: int,
-                   num_hosts: int) -> list[tuple[str, Path]]:
+def files_for_host(
+    objects: list[tuple[str, Path]], distribution: str, host_index: int, num_hosts: int
+) -> list[tuple[str, Path]]:
     if distribution == "ShardedByS3Key":
         return [obj for i, obj in enumerate(objects) if i % num_hosts == host_index]
     return list(objects)
@@ -130,6 +135,6 @@ class PipeFeeder(threading.Thread):
                             return
                         view = memoryview(chunk)
                         while view:
-                            view = view[os.write(fd, view):]
+                            view = view[os.write(fd, view) :]
         except BrokenPipeError:
             pass

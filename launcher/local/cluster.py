@@ -63,5 +63,8 @@ def ps_tf_config(layout: Layout, host: str, *, ps_task: bool = False) -> dict[st
 
 
 def mwms_tf_config(layout: Layout, host: str) -> dict[str, Any]:
-    return {"cluster": {"worker": [layout.script[h] for h in layout.hosts]}, "environment": "cloud",
-            "task": {"index": layout.hosts.index(host), "type": "worker"}}
+    return {
+        "cluster": {"worker": [layout.script[h] for h in layout.hosts]},
+        "environment": "cloud",
+        "task": {"index": layout.hosts.index(host), "type": "worker"},
+    }

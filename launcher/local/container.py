@@ -19,13 +19,22 @@ from launcher.plans.training import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
 TOOLKIT_OWN_HYPERPARAMETERS = (
-    "sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
-    "sagemaker_region", "sagemaker_container_log_level", "sagemaker_job_name",
-    "default_user_module_name", "_tuning_objective_metric", "sagemaker_s3_output",
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_enable_cloudwatch_metrics",
+    "sagemaker_region",
+    "sagemaker_container_log_level",
+    "sagemaker_job_name",
+    "default_user_module_name",
+    "_tuning_objective_metric",
+    "sagemaker_s3_output",
 )
 FRAMEWORK_MODULE = "sagemaker_tensorflow_container.training:main"
-DISTRIBUTION_FLAGS = ("sagemaker_parameter_server_enabled", "sagemaker_mpi_enabled",
-                      "sagemaker_multi_worker_mirrored_strategy_enabled")
+DISTRIBUTION_FLAGS = (
+    "sagemaker_parameter_server_enabled",
+    "sagemaker_mpi_enabled",
+    "sagemaker_multi_worker_mirrored_strategy_enabled",
+)
 
 
 def plan_hosts(plan: Plan) -> list[str]:
@@ -89,7 +98,7 @@ def to_host_path(value: Any, tree: "HostTree") -> Any:
     on SageMaker each host has its own /opt/ml, here each host's tree plays that role.
     """
     if isinstance(value, str) and (value == CONTAINER_BASE_DIR or value.startswith(CONTAINER_BASE_DIR + "/")):
-        return str(tree.base) + value[len(CONTAINER_BASE_DIR):]
+        return str(tree.base) + value[len(CONTAINER_BASE_DIR) :]
     return value
 
 
@@ -117,8 +126,11 @@ def sdk_hyperparameters(plan: Plan, tree: HostTree) -> dict[str, Any]:
     elif dist.kind == "parameter_server":
         sdk["sagemaker_parameter_server_enabled"] = True
     elif dist.kind == "horovod":
-        sdk.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=dist.processes_per_host,
-                   sagemaker_mpi_custom_mpi_options=dist.mpi_options)
+        sdk.update(
+            sagemaker_mpi_enabled=True,
+            sagemaker_mpi_num_of_processes_per_host=dist.processes_per_host,
+            sagemaker_mpi_custom_mpi_options=dist.mpi_options,
+        )
     elif dist.kind == "multi_worker_mirrored":
         sdk["sagemaker_multi_worker_mirrored_strategy_enabled"] = True
     for key, value in sdk.items():
@@ -156,8 +168,9 @@ def config_files(plan: Plan, tree: HostTree) -> dict[str, Any]:
 
 def host_cores(plan: Plan, available: Sequence[int] | None = None) -> cores.CoreLayout:
     """Each simulated host's cores (local.cores_per_host) among `available` (default: this machine's)."""
-    return cores.layout(plan_hosts(plan), cores.machine_cpus() if available is None else available,
-                        plan.local.cores_per_host)
+    return cores.layout(
+        plan_hosts(plan), cores.machine_cpus() if available is None else available, plan.local.cores_per_host
+    )
 
 
 def _env_value(value: Any) -> str:
@@ -169,8 +182,9 @@ def _env_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None,
-                  num_cpus: int | None = None) -> dict[str, str]:
+def container_env(
+    plan: Plan, tree: HostTree, *, current_host: str | None = None, num_cpus: int | None = None
+) -> dict[str, str]:
     """The variables the toolkit exports for the script on `tree.host`, plus the plan's own environment.
     `num_cpus`: the host's cores (SM_NUM_CPUS; default: host_cores on this machine).
 
@@ -181,9 +195,12 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     host = current_host or tree.host
     encoded = encode_hyperparameters(sdk_hyperparameters(plan, tree))
     decoded = {k: json.loads(v) for k, v in encoded.items()}
-    user_hps = {k: v for k, v in decoded.items() if not k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
-    framework_params = {k: v for k, v in decoded.items()
-                        if k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS}
+    user_hps = {
+        k: v for k, v in decoded.items() if not k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS
+    }
+    framework_params = {
+        k: v for k, v in decoded.items() if k.startswith("sagemaker_") and k not in TOOLKIT_OWN_HYPERPARAMETERS
+    }
     channels = sorted(c.name for c in host_channels(plan, host))
     module_name = plan.entry_point[:-3] if plan.entry_point.endswith(".py") else plan.entry_point
     resources = resource_config(plan, host)
@@ -194,17 +211,34 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     distribution_groups = [group] if any(framework_params.get(flag) for flag in DISTRIBUTION_FLAGS) else []
     distribution_hosts = [h for name in distribution_groups for h in groups[name]["hosts"]]
     fields: dict[str, Any] = {
-        "hosts": every_host, "network_interface_name": resources["network_interface_name"], "hps": user_hps,
-        "user_entry_point": plan.entry_point, "framework_params": framework_params,
-        "resource_config": resources, "input_data_config": input_data_config(plan, host),
-        "output_data_dir": str(tree.output_data), "channels": channels, "current_host": host,
-        "current_instance_type": resources["current_instance_type"], "current_instance_group": group,
-        "current_instance_group_hosts": group_hosts, "instance_groups": list(groups),
-        "instance_groups_dict": groups, "distribution_instance_groups": distribution_groups,
-        "is_hetero": len(groups) > 1, "module_name": module_name, "log_level": decoded["sagemaker_container_log_level"],
-        "framework_module": FRAMEWORK_MODULE, "input_dir": str(tree.input), "input_config_dir": str(tree.config),
-        "output_dir": str(tree.output), "num_cpus": num_cpus or host_cores(plan).per_host, "num_gpus": 0, "num_neurons": 0,
-        "model_dir": str(tree.model), "module_dir": decoded["sagemaker_submit_directory"],
+        "hosts": every_host,
+        "network_interface_name": resources["network_interface_name"],
+        "hps": user_hps,
+        "user_entry_point": plan.entry_point,
+        "framework_params": framework_params,
+        "resource_config": resources,
+        "input_data_config": input_data_config(plan, host),
+        "output_data_dir": str(tree.output_data),
+        "channels": channels,
+        "current_host": host,
+        "current_instance_type": resources["current_instance_type"],
+        "current_instance_group": group,
+        "current_instance_group_hosts": group_hosts,
+        "instance_groups": list(groups),
+        "instance_groups_dict": groups,
+        "distribution_instance_groups": distribution_groups,
+        "is_hetero": len(groups) > 1,
+        "module_name": module_name,
+        "log_level": decoded["sagemaker_container_log_level"],
+        "framework_module": FRAMEWORK_MODULE,
+        "input_dir": str(tree.input),
+        "input_config_dir": str(tree.config),
+        "output_dir": str(tree.output),
+        "num_cpus": num_cpus or host_cores(plan).per_host,
+        "num_gpus": 0,
+        "num_neurons": 0,
+        "model_dir": str(tree.model),
+        "module_dir": decoded["sagemaker_submit_directory"],
         "user_args": host_argv(plan, tree),
         "output_intermediate_dir": str(tree.output / "intermediate"),
     }
@@ -212,18 +246,28 @@ def container_env(plan: Plan, tree: HostTree, *, current_host: str | None = None
     renamed = {"hps": "hyperparameters", "framework_params": "additional_framework_parameters"}
     fields["training_env"] = {
         **{renamed.get(k, k): v for k, v in fields.items() if k not in ("user_args", "channels")},
-        "job_name": plan.job_name, "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
-        "distribution_hosts": distribution_hosts, "master_hostname": (distribution_hosts or every_host)[0],
-        "is_master": host == (distribution_hosts or every_host)[0], "is_smddprun_installed": False, "is_smddpmprun_installed": False}
+        "job_name": plan.job_name,
+        "channel_input_dirs": {c: str(tree.channel_dir(c)) for c in channels},
+        "distribution_hosts": distribution_hosts,
+        "master_hostname": (distribution_hosts or every_host)[0],
+        "is_master": host == (distribution_hosts or every_host)[0],
+        "is_smddprun_installed": False,
+        "is_smddpmprun_installed": False,
+    }
     for name in channels:
         fields[f"channel_{name}"] = str(tree.channel_dir(name))
     for key, value in user_hps.items():
         fields[f"hp_{key}"] = value
     env = {f"SM_{k.upper()}": _env_value(v) for k, v in fields.items()}
-    env.update({
-        "SAGEMAKER_BASE_DIR": str(tree.base), "CURRENT_HOST": host, "TRAINING_JOB_NAME": plan.job_name,
-        "SAGEMAKER_JOB_NAME": plan.job_name, "SAGEMAKER_REGION": plan.region,
-        "SAGEMAKER_TRAINING_MODULE": FRAMEWORK_MODULE,
-    })
+    env.update(
+        {
+            "SAGEMAKER_BASE_DIR": str(tree.base),
+            "CURRENT_HOST": host,
+            "TRAINING_JOB_NAME": plan.job_name,
+            "SAGEMAKER_JOB_NAME": plan.job_name,
+            "SAGEMAKER_REGION": plan.region,
+            "SAGEMAKER_TRAINING_MODULE": FRAMEWORK_MODULE,
+        }
+    )
     env.update({str(k): str(v) for k, v in plan.environment.items()})
     return env

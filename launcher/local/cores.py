@@ -34,25 +34,33 @@ def machine_cpus() -> tuple[int, ...]:
     return tuple(sorted(os.sched_getaffinity(0)))
 
 
-def layout(hosts: Sequence[str], available: Sequence[int], cores_per_host: int | None = None,
-           cpu_count: int | None = None) -> CoreLayout:
+def layout(
+    hosts: Sequence[str], available: Sequence[int], cores_per_host: int | None = None, cpu_count: int | None = None
+) -> CoreLayout:
     """Each host's cores among `available` (machine_cpus()). With nothing available (no affinity on this
     platform) the hosts are not confined and get `cpu_count` divided among them."""
     hosts, available = list(hosts), sorted(available)
     total = len(available) or cpu_count or os.cpu_count() or 1
     per_host = cores_per_host or max(1, total // max(1, len(hosts)))
     if not available:
-        return CoreLayout(per_host, {h: () for h in hosts},
-                          "this platform has no CPU affinity: the simulated hosts are not confined to their cores")
+        return CoreLayout(
+            per_host,
+            {h: () for h in hosts},
+            "this platform has no CPU affinity: the simulated hosts are not confined to their cores",
+        )
     width = min(per_host, total)
-    cpus = {host: tuple(sorted(available[(i * width + j) % total] for j in range(width)))
-            for i, host in enumerate(hosts)}
+    cpus = {
+        host: tuple(sorted(available[(i * width + j) % total] for j in range(width))) for i, host in enumerate(hosts)
+    }
     needed = per_host * len(hosts)
     warning = None
     if needed > total:
-        warning = (f"{len(hosts)} simulated host(s) x {per_host} core(s) need {needed} cores, this machine has "
-                   f"{total}: the hosts time-share them (" + "; ".join(f"{h} on {format_cpus(c)}" for h, c in cpus.items())
-                   + "), so their speed is not what separate instances would give")
+        warning = (
+            f"{len(hosts)} simulated host(s) x {per_host} core(s) need {needed} cores, this machine has "
+            f"{total}: the hosts time-share them ("
+            + "; ".join(f"{h} on {format_cpus(c)}" for h, c in cpus.items())
+            + "), so their speed is not what separate instances would give"
+        )
     return CoreLayout(per_host, cpus, warning)
 
 

@@ -50,8 +50,14 @@ def plot(history: Iterable[tuple[str, dict[str, float]]], path: Path, title: str
         axis.set_ylabel(metric)
     best = best_eval(evals)
     if best is not None:
-        auc_axis.plot([best[0]], [best[1]], "*", markersize=14, color="tab:red",
-                      label=f"best eval auc {best[1]:.4f} (step {best[0]})")
+        auc_axis.plot(
+            [best[0]],
+            [best[1]],
+            "*",
+            markersize=14,
+            color="tab:red",
+            label=f"best eval auc {best[1]:.4f} (step {best[0]})",
+        )
     for axis in (auc_axis, loss_axis):
         if axis.lines:
             axis.legend(loc="best", fontsize="small")

@@ -17,7 +17,11 @@ def request_document(request: LocalRequest) -> dict[str, Any]:
 
 
 def _short(name: str, value: str) -> str:
-    return value if len(value) <= LONG_VALUE or not name.startswith("SM_") else f"{value[:LONG_VALUE]}... ({len(value)} chars; --output json has all)"
+    return (
+        value
+        if len(value) <= LONG_VALUE or not name.startswith("SM_")
+        else f"{value[:LONG_VALUE]}... ({len(value)} chars; --output json has all)"
+    )
 
 
 def _env_lines(env: dict[str, str], indent: str, first: str = "") -> list[str]:
@@ -35,8 +39,13 @@ def _process_lines(process: dict[str, Any], launcher: dict[str, str] | None) -> 
         first = "mpirun's" + (", with" if env else "")
     else:
         head = f"  {process['label']}  ({process['role']})"
-    return [head, f"    command  {shlex.join(process['argv'])}", f"    cwd      {process['cwd']}",
-            f"    log      {process['log_file']}", *_env_lines(env, "    ", first)]
+    return [
+        head,
+        f"    command  {shlex.join(process['argv'])}",
+        f"    cwd      {process['cwd']}",
+        f"    log      {process['log_file']}",
+        *_env_lines(env, "    ", first),
+    ]
 
 
 def _channel_line(feed: dict[str, Any]) -> str:
@@ -46,8 +55,9 @@ def _channel_line(feed: dict[str, Any]) -> str:
         return f"  channel {feed['name']}: {feed['mode']}, {how}: {source}"
     keys = [key for key, _ in feed["files"]]
     shown = ", ".join(keys[:4]) + (f", ... ({len(keys)} files)" if len(keys) > 4 else "")
-    return (f"  channel {feed['name']}: {feed['mode']}, {feed['distribution']}, {how} from {source}: "
-            f"{shown or 'no files'}")
+    return (
+        f"  channel {feed['name']}: {feed['mode']}, {feed['distribution']}, {how} from {source}: {shown or 'no files'}"
+    )
 
 
 def _cores_line(cpus: list[int], per_host: int) -> str:
@@ -66,16 +76,23 @@ def render_request(document: dict[str, Any]) -> str:
         f"  runtime      {document['runtime']['note']}: {document['runtime']['python']}",
         f"  job folder   {document['job_dir']}",
         f"  limits       {timeout}; the other scripts may run {document['master_grace_s']:g} s after "
-        f"{document['master']} ends" + (f"; ps servers get {document['ps_grace_s']:g} s once the scripts have ended"
-                                        if any(p["role"] == "ps" for p in processes) else ""),
+        f"{document['master']} ends"
+        + (
+            f"; ps servers get {document['ps_grace_s']:g} s once the scripts have ended"
+            if any(p["role"] == "ps" for p in processes)
+            else ""
+        ),
         f"  checkpoints  {document['checkpoint_store'] or 'not synced (no checkpoint_s3_uri)'}",
         f"  environment  {document['inherits']}",
     ]
     lines += [f"  writes       {path}" for path in document["files"]]
     added = f" + {', '.join(document['source_files'])}" if document["source_files"] else ""
     for host in document["hosts"]:
-        lines += ["", f"host {host['name']}  {host['root']}  (its /opt/ml; code/ from {document['source_dir']}{added}; "
-                      f"input/config/{', '.join(host['config_files'])})"]
+        lines += [
+            "",
+            f"host {host['name']}  {host['root']}  (its /opt/ml; code/ from {document['source_dir']}{added}; "
+            f"input/config/{', '.join(host['config_files'])})",
+        ]
         lines.append(_cores_line(host["cpus"], document["cores_per_host"]))
         lines += [_channel_line(feed) for feed in host["channels"]]
         if host["checkpoint_dir"]:

@@ -32,12 +32,18 @@ CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSI
 
 class _OptionsParser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print usage and exit the toolkit; say it as dfm says things
-        raise DfmError(f"distribution.horovod.mpi_options: the container toolkit cannot read these options "
-                       f"({message}); it reads `--NCCL_DEBUG LEVEL` and passes everything else to mpirun", 2)
+        raise DfmError(
+            f"distribution.horovod.mpi_options: the container toolkit cannot read these options "
+            f"({message}); it reads `--NCCL_DEBUG LEVEL` and passes everything else to mpirun",
+            2,
+        )
 
     def exit(self, status=0, message=None):
-        raise DfmError("distribution.horovod.mpi_options: `-h`/`--help` would make the container toolkit print "
-                       "its usage and exit instead of training; remove it", 2)
+        raise DfmError(
+            "distribution.horovod.mpi_options: `-h`/`--help` would make the container toolkit print "
+            "its usage and exit instead of training; remove it",
+            2,
+        )
 
 
 def parse_custom_mpi_options(custom_options: str) -> tuple[str, list[str]]:
@@ -57,31 +63,79 @@ def script_command(runtime: "Runtime", entry_point: str, argv: list[str]) -> lis
     return [runtime.python, entry_point, *argv]
 
 
-def rank_hosts_layout(processes_per_host: int,
-                      hosts: list[tuple[Mapping[str, str], "HostTree", tuple[int, ...]]]) -> dict:
+def rank_hosts_layout(
+    processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree", tuple[int, ...]]]
+) -> dict:
     """What rank_exec.py reads to place a rank on its host: env, code dir, the tree standing in for /opt/ml,
     and the host's cores (empty: not confined)."""
-    return {"processes_per_host": processes_per_host, "container_base": CONTAINER_BASE_DIR,
-            "hosts": [{"env": dict(env), "cwd": str(tree.code), "base": str(tree.base), "cpus": list(cpus)}
-                      for env, tree, cpus in hosts]}
+    return {
+        "processes_per_host": processes_per_host,
+        "container_base": CONTAINER_BASE_DIR,
+        "hosts": [
+            {"env": dict(env), "cwd": str(tree.code), "base": str(tree.base), "cpus": list(cpus)}
+            for env, tree, cpus in hosts
+        ],
+    }
 
 
-def launcher_command(*, ranks: int, rank_hosts: Path, program: list[str], exported: list[str],
-                     custom_options: str, runtime: "Runtime", environ: Mapping[str, str]) -> list[str]:
+def launcher_command(
+    *,
+    ranks: int,
+    rank_hosts: Path,
+    program: list[str],
+    exported: list[str],
+    custom_options: str,
+    runtime: "Runtime",
+    environ: Mapping[str, str],
+) -> list[str]:
     """mpirun (or horovodrun) for `ranks` ranks of `program`, each through rank_exec.py. `exported`: the
     variables the toolkit sets for the script; `environ`: mpirun's own environment."""
     wrapped = [runtime.python, str(RANK_EXEC), str(rank_hosts), *program]
     mpirun = runtime.executable("mpirun") or shutil.which("mpirun", path=environ.get("PATH"))
     if mpirun:
         nccl_debug, extra = parse_custom_mpi_options(custom_options)
-        cmd = [mpirun, "--host", f"localhost:{ranks}", "-np", str(ranks), "--allow-run-as-root", "--oversubscribe",
-               "--display-map", "--tag-output",
-               "-mca", "btl_tcp_if_include", LOOPBACK_INTERFACE, "-mca", "oob_tcp_if_include", LOOPBACK_INTERFACE,
-               "-mca", "plm_rsh_no_tree_spawn", "1", "-bind-to", "none", "-map-by", "slot",
-               "-mca", "pml", "ob1", "-mca", "btl", "^openib", "-mca", "orte_abort_on_non_zero_status", "1",
-               "-mca", "btl_vader_single_copy_mechanism", "none",
-               "-x", "NCCL_MIN_NRINGS=4", "-x", f"NCCL_SOCKET_IFNAME={LOOPBACK_INTERFACE}",
-               "-x", f"NCCL_DEBUG={nccl_debug}"]
+        cmd = [
+            mpirun,
+            "--host",
+            f"localhost:{ranks}",
+            "-np",
+            str(ranks),
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--display-map",
+            "--tag-output",
+            "-mca",
+            "btl_tcp_if_include",
+            LOOPBACK_INTERFACE,
+            "-mca",
+            "oob_tcp_if_include",
+            LOOPBACK_INTERFACE,
+            "-mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+            "-bind-to",
+            "none",
+            "-map-by",
+            "slot",
+            "-mca",
+            "pml",
+            "ob1",
+            "-mca",
+            "btl",
+            "^openib",
+            "-mca",
+            "orte_abort_on_non_zero_status",
+            "1",
+            "-mca",
+            "btl_vader_single_copy_mechanism",
+            "none",
+            "-x",
+            "NCCL_MIN_NRINGS=4",
+            "-x",
+            f"NCCL_SOCKET_IFNAME={LOOPBACK_INTERFACE}",
+            "-x",
+            f"NCCL_DEBUG={nccl_debug}",
+        ]
         for name in SYSTEM_VARIABLES:
             if name in environ:
                 cmd += ["-x", name]

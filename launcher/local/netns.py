@@ -20,8 +20,11 @@ def wanted() -> bool:
 
 
 def possible() -> bool:
-    return (hasattr(os, "geteuid") and os.geteuid() == 0
-            and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip")))
+    return (
+        hasattr(os, "geteuid")
+        and os.geteuid() == 0
+        and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip"))
+    )
 
 
 class LoopbackNamespace:
@@ -35,8 +38,12 @@ class LoopbackNamespace:
         try:
             self.holder = subprocess.Popen(
                 ["unshare", "--net", "sh", "-c", "ip link set lo up && echo ready && exec sleep infinity"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
         except OSError:
             return False
         ready = self.holder.stdout.readline().strip() == "ready"

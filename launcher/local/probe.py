@@ -26,10 +26,15 @@ class LocalProbeRequest:
     runs: tuple[tuple[int, LocalRequest], ...]  # (candidate number, its local run)
 
     def document(self) -> dict[str, Any]:
-        return {"probe": self.probe.name, "max_steps": self.probe.max_steps,
-                "runs": [{"candidate": number, **request_document(run)} for number, run in self.runs],
-                "refused": [{"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
-                            for c in self.probe.refused]}
+        return {
+            "probe": self.probe.name,
+            "max_steps": self.probe.max_steps,
+            "runs": [{"candidate": number, **request_document(run)} for number, run in self.runs],
+            "refused": [
+                {"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
+                for c in self.probe.refused
+            ],
+        }
 
 
 def dryrun(probe: ProbePlan) -> LocalProbeRequest:
@@ -55,7 +60,9 @@ class ProbeRun(LocalRun):
         return metric
 
 
-def execute(probe_request: LocalProbeRequest, *, echo: Echo = print, run_class: type[ProbeRun] = ProbeRun) -> list[Measurement]:
+def execute(
+    probe_request: LocalProbeRequest, *, echo: Echo = print, run_class: type[ProbeRun] = ProbeRun
+) -> list[Measurement]:
     done: list[Measurement] = []
     total = len(probe_request.runs)
     for position, (number, request) in enumerate(probe_request.runs, start=1):
@@ -70,9 +77,17 @@ def execute(probe_request: LocalProbeRequest, *, echo: Echo = print, run_class: 
         startup = run.first_metric - run.started if run.first_metric is not None else None
         status = "Completed" if result.exit_code == 0 else "Failed"
         reason = None if result.exit_code == 0 else (run.first_cause or result.reason)
-        done.append(Measurement(number, status, request.job_name, reason=reason,
-                                examples_per_sec=steady_examples_per_sec(run.samples), startup_s=startup,
-                                wall_s=ended - run.started))
+        done.append(
+            Measurement(
+                number,
+                status,
+                request.job_name,
+                reason=reason,
+                examples_per_sec=steady_examples_per_sec(run.samples),
+                startup_s=startup,
+                wall_s=ended - run.started,
+            )
+        )
         if result.reason.startswith(f"stopped by {signal.Signals.SIGINT.name}"):
             raise ProbeInterrupted(done)
     return done

@@ -24,8 +24,10 @@ def _metric_patterns() -> tuple[tuple[str, str, re.Pattern], ...]:
 # The header of a TensorFlow C++ log record, group 1 or 2 the level: TF's own format
 # ("2026-11-21 21:20:07.390735: I tensorflow/core/util/port.cc:111] ...") or absl's (newer TF:
 # "I1121 21:20:07.390735   1234 port.cc:113] ...", "I0000 00:00:1732224007.390735 ..." before absl's init).
-_TF_RECORD = re.compile(r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])|([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+)"
-                        r" \S+:\d+\] ")
+_TF_RECORD = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF])|([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+)"
+    r" \S+:\d+\] "
+)
 # What the rest of a multi-line record looks like: blank or indented lines, protobuf text
 # (`name {`, `}`, `name: value`, as in the ps servers' SessionOptions dumps) and the second line of
 # the CPU-feature banner. Any other line ends the record (and is shown).

@@ -41,11 +41,16 @@ def main():
     import tensorflow as tf
 
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(config["cluster"]), job_name="ps", task_index=config["task"]["index"],
+        tf.train.ClusterSpec(config["cluster"]),
+        job_name="ps",
+        task_index=config["task"]["index"],
         config=tf.compat.v1.ConfigProto(device_count={"GPU": 0}, inter_op_parallelism_threads=inter_op_threads()),
-        start=True)
-    print(f"ps server {config['task']['index']} listening on {server.target} (TF {tf.__version__}, {sys.executable})",
-          flush=True)
+        start=True,
+    )
+    print(
+        f"ps server {config['task']['index']} listening on {server.target} (TF {tf.__version__}, {sys.executable})",
+        flush=True,
+    )
     wait_for_launcher_to_go(launcher_pid)
     print("ps server stopping: the launcher has gone", flush=True)
     # server.join() never returns and a started server keeps the interpreter from exiting normally.

@@ -33,8 +33,10 @@ def main(argv):
     os.chdir(host["cwd"])
     # Arguments naming container paths (--model_dir /opt/ml/model) point into this rank's host tree.
     container = layout["container_base"]
-    program = [host["base"] + arg[len(container):] if arg == container or arg.startswith(container + "/") else arg
-               for arg in program]
+    program = [
+        host["base"] + arg[len(container) :] if arg == container or arg.startswith(container + "/") else arg
+        for arg in program
+    ]
     os.execv(program[0], program)
 
 

@@ -29,8 +29,9 @@ def why(result: RunResult) -> str:
     return result.reason
 
 
-def run_recovering(plan, *, echo: Callable[[str], None] = print, verbose: bool = False,
-                   sleep: Callable[[float], None] = time.sleep) -> list[RunResult]:
+def run_recovering(
+    plan, *, echo: Callable[[str], None] = print, verbose: bool = False, sleep: Callable[[float], None] = time.sleep
+) -> list[RunResult]:
     """Attempts of `plan` until one is not interrupted or plan.operations.recovery.max_restarts are used up."""
     recovery = plan.operations.recovery
     results: list[RunResult] = []
@@ -43,8 +44,10 @@ def run_recovering(plan, *, echo: Callable[[str], None] = print, verbose: bool =
         if result.signal is None or restart == recovery.max_restarts:
             break
         wait = attempts.backoff_seconds(recovery.backoff_s, restart + 1)
-        echo(f"[dfm local] attempt {restart + 1}/{total} ended: {why(result)}; restarting in {wait:g} s "
-             f"from the checkpoints")
+        echo(
+            f"[dfm local] attempt {restart + 1}/{total} ended: {why(result)}; restarting in {wait:g} s "
+            f"from the checkpoints"
+        )
         sleep(wait)
     echo("[dfm local] attempts:")
     for number, result in enumerate(results, start=1):

@@ -23,8 +23,17 @@ from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import cluster, mpi
 from launcher.local import runtime as runtimes
-from launcher.local.container import (HostTree, channel_mode, config_files, container_env, host_argv, host_channels,
-                                      host_cores, plan_hosts, to_host_path)
+from launcher.local.container import (
+    HostTree,
+    channel_mode,
+    config_files,
+    container_env,
+    host_argv,
+    host_channels,
+    host_cores,
+    plan_hosts,
+    to_host_path,
+)
 from launcher.local.cores import CoreLayout
 from launcher.local.runtime import Runtime
 from launcher.plans.training import Plan
@@ -141,8 +150,9 @@ def log_file(log_dir: Path, label: str) -> str:
     return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
-def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None,
-                  cpus: Sequence[int] | None = None) -> LocalRequest:
+def build_request(
+    plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None, cpus: Sequence[int] | None = None
+) -> LocalRequest:
     """The local run of `plan` (under its local.run_dir, stopped after local.timeout_s); DfmError for what no run
     of this plan could do. `environ`: the launcher's environment (default os.environ); `runtime`: the Python of
     the job (default: the image's runtime); `cpus`: the cores the hosts share out (default: this machine's)."""
@@ -165,13 +175,24 @@ def build_request(plan, *, environ: Mapping[str, str] | None = None, runtime: Ru
     processes, master, files = _processes(plan, trees, runtime, environ, job_dir, owned)
     files = {str(job_dir / PLAN_FILE): plan.to_dict(), **files}
     return LocalRequest(
-        job_name=plan.job_name, job_dir=str(job_dir), log_dir=str(job_dir / "logs"), source_dir=plan.source_dir,
-        runtime=runtime, hosts=host_requests, processes=processes, master=master,
+        job_name=plan.job_name,
+        job_dir=str(job_dir),
+        log_dir=str(job_dir / "logs"),
+        source_dir=plan.source_dir,
+        runtime=runtime,
+        hosts=host_requests,
+        processes=processes,
+        master=master,
         timeout_s=plan.local.timeout_s,
-        master_grace_s=plan.local.master_grace_s, checkpoint_store=str(store) if store else None, files=files,
+        master_grace_s=plan.local.master_grace_s,
+        checkpoint_store=str(store) if store else None,
+        files=files,
         stall_timeout_s=plan.operations.stall_timeout_s,
-        source_files=dict(plan.source_files), cores_per_host=owned.per_host,
-        warnings=tuple(warnings), problems=tuple(problems))
+        source_files=dict(plan.source_files),
+        cores_per_host=owned.per_host,
+        warnings=tuple(warnings),
+        problems=tuple(problems),
+    )
 
 
 def bfloat16_problem(plan, environ: Mapping[str, str]) -> str | None:
@@ -183,8 +204,10 @@ def bfloat16_problem(plan, environ: Mapping[str, str]) -> str | None:
     precision = contract.bundled_precision()
     if precision.cpu_bfloat16_flag(environ):
         return None
-    return (f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
-            f"({' or '.join(precision.BFLOAT16_FLAGS)} in /proc/cpuinfo): use auto or false for --local runs here")
+    return (
+        f"hyperparameters.mixed_precision: bfloat16, but this machine's CPU has no bfloat16 instructions "
+        f"({' or '.join(precision.BFLOAT16_FLAGS)} in /proc/cpuinfo): use auto or false for --local runs here"
+    )
 
 
 # ---- hosts and channels ----
@@ -215,17 +238,39 @@ def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]
         source = sources[channel.name]
         mode = channel_mode(plan, channel)
         if channel.kind in ("efs", "fsx"):  # a mounted file system: shared by the hosts, writable
-            feeds.append(ChannelFeed(channel.name, mode, "mount", channel.distribution, source and source[0],
-                                     str(tree.channel_dir(channel.name))))
+            feeds.append(
+                ChannelFeed(
+                    channel.name,
+                    mode,
+                    "mount",
+                    channel.distribution,
+                    source and source[0],
+                    str(tree.channel_dir(channel.name)),
+                )
+            )
             continue
         files = ch.files_for_host(source[1], channel.distribution, index, count) if source else []
         if source and not files:
             warnings.append(f"{tree.host}: channel '{channel.name}' has no files on this host")
-        feeds.append(ChannelFeed(channel.name, mode, "pipe" if mode == "Pipe" else "link", channel.distribution,
-                                 source and source[0], str(tree.channel_dir(channel.name)),
-                                 tuple((key, str(path)) for key, path in files)))
-    return LocalHost(tree.host, str(tree.base), config_files(plan, tree), tuple(feeds),
-                     _checkpoint_dir(plan, tree) if store is not None else None, cpus)
+        feeds.append(
+            ChannelFeed(
+                channel.name,
+                mode,
+                "pipe" if mode == "Pipe" else "link",
+                channel.distribution,
+                source and source[0],
+                str(tree.channel_dir(channel.name)),
+                tuple((key, str(path)) for key, path in files),
+            )
+        )
+    return LocalHost(
+        tree.host,
+        str(tree.base),
+        config_files(plan, tree),
+        tuple(feeds),
+        _checkpoint_dir(plan, tree) if store is not None else None,
+        cpus,
+    )
 
 
 def _checkpoint_dir(plan, tree: HostTree) -> str:
@@ -240,12 +285,15 @@ def _checkpoint_dir(plan, tree: HostTree) -> str:
 # ---- processes ----
 def _base_env(runtime: Runtime, environ: Mapping[str, str]) -> dict[str, str]:
     # the runtime's bin first, as in an activated virtual environment: `python` there is the job's Python
-    return {"PATH": os.pathsep.join([str(runtime.bin_dir), *filter(None, [environ.get("PATH")])]),
-            "PYTHONUNBUFFERED": "1"}  # lines reach the terminal as they are written
+    return {
+        "PATH": os.pathsep.join([str(runtime.bin_dir), *filter(None, [environ.get("PATH")])]),
+        "PYTHONUNBUFFERED": "1",
+    }  # lines reach the terminal as they are written
 
 
-def _host_env(plan, tree: HostTree, environ: Mapping[str, str], owned: CoreLayout,
-              current_host: str | None = None) -> dict[str, str]:
+def _host_env(
+    plan, tree: HostTree, environ: Mapping[str, str], owned: CoreLayout, current_host: str | None = None
+) -> dict[str, str]:
     """What the toolkit sets for the script: SM_* and the rest (container_env), and PYTHONPATH, its own sys.path
     with the code dir first (here the host's code dir, then the launcher's PYTHONPATH, if any)."""
     env = container_env(plan, tree, current_host=current_host, num_cpus=owned.per_host)
@@ -253,18 +301,27 @@ def _host_env(plan, tree: HostTree, environ: Mapping[str, str], owned: CoreLayou
     return env
 
 
-def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path,
-               owned: CoreLayout):
+def _processes(
+    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
+):
     """(processes, the master's label, files to write) for the plan's distribution."""
     kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
 
-    def script(tree: HostTree, label: str, role: str, tf_config: dict | None = None,
-               extra_env: Mapping[str, str] | None = None) -> LocalProcess:
+    def script(
+        tree: HostTree, label: str, role: str, tf_config: dict | None = None, extra_env: Mapping[str, str] | None = None
+    ) -> LocalProcess:
         env = {**base, **_host_env(plan, tree, environ, owned), **(extra_env or {})}
         if tf_config is not None:
             env["TF_CONFIG"] = json.dumps(tf_config)
-        return LocalProcess(label, tree.host, role, (runtime.python, plan.entry_point, *host_argv(plan, tree)), env,
-                            str(tree.code), log_file(logs, label))
+        return LocalProcess(
+            label,
+            tree.host,
+            role,
+            (runtime.python, plan.entry_point, *host_argv(plan, tree)),
+            env,
+            str(tree.code),
+            log_file(logs, label),
+        )
 
     if kind == "horovod":
         return _mpi_processes(plan, trees, runtime, environ, job_dir, owned)
@@ -277,12 +334,23 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
         layout = cluster.Layout.allocate([t.host for t in trees], with_ps=True)
         # The job's environment reaches the toolkit's process, and so its ps server (TF_NUM_INTRAOP_THREADS...).
         job_env = {str(k): str(v) for k, v in plan.environment.items()}
-        servers = [LocalProcess(f"{t.host}/ps", t.host, "ps", (runtime.python, str(PS_SERVER)),
-                                {**base, **job_env, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
-                                str(t.base), log_file(logs, f"{t.host}/ps"), "ps") for t in trees]
+        servers = [
+            LocalProcess(
+                f"{t.host}/ps",
+                t.host,
+                "ps",
+                (runtime.python, str(PS_SERVER)),
+                {**base, **job_env, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
+                str(t.base),
+                log_file(logs, f"{t.host}/ps"),
+                "ps",
+            )
+            for t in trees
+        ]
         roles = {t.host: "master" if t.host == layout.master else "worker" for t in trees}
-        scripts = [script(t, f"{t.host}/{roles[t.host]}", roles[t.host], cluster.ps_tf_config(layout, t.host))
-                   for t in trees]
+        scripts = [
+            script(t, f"{t.host}/{roles[t.host]}", roles[t.host], cluster.ps_tf_config(layout, t.host)) for t in trees
+        ]
         return (*servers, *scripts), f"{layout.master}/master", {}
     if kind == "multi_worker_mirrored":
         layout = cluster.Layout.allocate([t.host for t in trees], with_ps=False)
@@ -293,8 +361,9 @@ def _processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[s
     return tuple(scripts), scripts[0].label, {}
 
 
-def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path,
-                   owned: CoreLayout):
+def _mpi_processes(
+    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
+):
     """The first host's toolkit runs mpirun, exporting its own environment to every rank; rank_exec.py then
     gives each rank its host's tree and cores (the rank's host is rank // processes_per_host)."""
     per_host, first, logs = plan.distribution.processes_per_host, trees[0], job_dir / "logs"
@@ -304,16 +373,33 @@ def _mpi_processes(plan, trees: list[HostTree], runtime: Runtime, environ: Mappi
     # the toolkit exports what it sets for the script (SM_*, PYTHONPATH); PYTHONUNBUFFERED is dfm's own
     exported = sorted(n for n in envs[first.host] if n.startswith("SM_")) + ["PYTHONPATH", "PYTHONUNBUFFERED"]
     program = mpi.script_command(runtime, plan.entry_point, list(plan.argv))
-    cmd = mpi.launcher_command(ranks=per_host * len(trees), rank_hosts=rank_hosts, program=program,
-                               exported=exported, custom_options=plan.distribution.mpi_options, runtime=runtime,
-                               environ={**inherited_env(environ), **mpirun_env})
-    processes = [LocalProcess("mpirun", first.host, "mpirun", tuple(cmd), mpirun_env, str(first.code),
-                              log_file(logs, "mpirun"))]
+    cmd = mpi.launcher_command(
+        ranks=per_host * len(trees),
+        rank_hosts=rank_hosts,
+        program=program,
+        exported=exported,
+        custom_options=plan.distribution.mpi_options,
+        runtime=runtime,
+        environ={**inherited_env(environ), **mpirun_env},
+    )
+    processes = [
+        LocalProcess("mpirun", first.host, "mpirun", tuple(cmd), mpirun_env, str(first.code), log_file(logs, "mpirun"))
+    ]
     for rank in range(per_host * len(trees)):
         tree = trees[rank // per_host]
         label = f"{tree.host}/rank{rank}"
-        processes.append(LocalProcess(label, tree.host, "rank", tuple(to_host_path(a, tree) for a in program),
-                                      {**mpirun_env, **envs[tree.host]}, str(tree.code), log_file(logs, label),
-                                      "rank", rank))
+        processes.append(
+            LocalProcess(
+                label,
+                tree.host,
+                "rank",
+                tuple(to_host_path(a, tree) for a in program),
+                {**mpirun_env, **envs[tree.host]},
+                str(tree.code),
+                log_file(logs, label),
+                "rank",
+                rank,
+            )
+        )
     layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t, owned.cpus[t.host]) for t in trees])
     return tuple(processes), "mpirun", {str(rank_hosts): layout}

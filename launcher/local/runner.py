@@ -48,7 +48,9 @@ def _file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
     """relative path -> (mtime_ns, size) of every file under `folder`."""
     if not folder.is_dir():
         return {}
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def write_host_tree(host: LocalHost, source_dir: str, source_files: Mapping[str, str] | None = None) -> None:
@@ -97,8 +99,10 @@ class LocalRun:
         try:
             Path(request.log_dir).mkdir(parents=True)
         except OSError as err:
-            raise DfmError(f"cannot create the run directory {self.job_dir}: {err.strerror or err}; "
-                           f"give a writable folder as local.run_dir (or --run-dir)") from None
+            raise DfmError(
+                f"cannot create the run directory {self.job_dir}: {err.strerror or err}; "
+                f"give a writable folder as local.run_dir (or --run-dir)"
+            ) from None
         store = Path(request.checkpoint_store) if request.checkpoint_store else None
         for host in request.hosts:
             write_host_tree(host, request.source_dir, request.source_files)
@@ -130,10 +134,17 @@ class LocalRun:
             rank_labels = None
             if process.role == "mpirun":
                 logs.update({p.label: p.log_file for p in ranks.values()})
-                rank_labels = (lambda rank: ranks[rank].label if rank in ranks else f"rank{rank}")
-            sup.start(process.label, process.supervision, list(process.argv), env={**base, **process.env},
-                      cwd=Path(process.cwd), log_files=logs, rank_labels=rank_labels,
-                      cpus=self.request.host(process.host).cpus)
+                rank_labels = lambda rank: ranks[rank].label if rank in ranks else f"rank{rank}"
+            sup.start(
+                process.label,
+                process.supervision,
+                list(process.argv),
+                env={**base, **process.env},
+                cwd=Path(process.cwd),
+                log_files=logs,
+                rank_labels=rank_labels,
+                cpus=self.request.host(process.host).cpus,
+            )
 
     # ---- supervision ----
     def _on_line(self, label: str, line: str) -> None:
@@ -197,8 +208,10 @@ class LocalRun:
                     return self._stalled(sup, now)
             if master_done_at is not None and now - master_done_at > request.master_grace_s:
                 names = ", ".join(c.label for c in sup.running("script"))
-                return 1, (f"{names} still running {request.master_grace_s:.0f} s after the master finished "
-                           f"(on SageMaker this job would run until max_run)")
+                return 1, (
+                    f"{names} still running {request.master_grace_s:.0f} s after the master finished "
+                    f"(on SageMaker this job would run until max_run)"
+                )
             self.display.progress(self.progress, now)
 
     def _stalled(self, sup: Supervisor, now: float) -> tuple[int, str]:
@@ -227,8 +240,10 @@ class LocalRun:
         isolated = netns.wanted() and netns.possible() and namespace.start()
         holder = {namespace.pid} - {None}
         if not isolated:
-            self.echo("[dfm local] note: processes share this machine's network (TensorFlow servers bind 0.0.0.0); "
-                      "a loopback-only namespace needs root, unshare, nsenter and ip")
+            self.echo(
+                "[dfm local] note: processes share this machine's network (TensorFlow servers bind 0.0.0.0); "
+                "a loopback-only namespace needs root, unshare, nsenter and ip"
+            )
         sup = self.supervisor = Supervisor(self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
         code, reason, interruption = 1, "not started", None
@@ -236,9 +251,11 @@ class LocalRun:
             for feeder in self.feeders:
                 feeder.start()
             self.start_processes(sup)
-            self.echo(f"[dfm local] {self.request.job_name}: {len(sup.children)} processes on "
-                      f"{len(self.request.hosts)} simulated host(s); {self.request.runtime.note}; "
-                      f"logs in {self.request.log_dir}")
+            self.echo(
+                f"[dfm local] {self.request.job_name}: {len(sup.children)} processes on "
+                f"{len(self.request.hosts)} simulated host(s); {self.request.runtime.note}; "
+                f"logs in {self.request.log_dir}"
+            )
             with self.display:
                 code, reason = self.supervise(sup)
             interruption = self._interruption()  # before the stop: the processes dfm stops are no interruption
@@ -280,7 +297,9 @@ class LocalRun:
 
     def _hidden_note(self) -> str:
         hidden = self.terminal.hidden
-        return f" (all lines; {hidden} TensorFlow INFO lines were not shown here, --verbose shows them)" if hidden else ""
+        return (
+            f" (all lines; {hidden} TensorFlow INFO lines were not shown here, --verbose shows them)" if hidden else ""
+        )
 
     def _report(self, code: int, reason: str, wall_s: float) -> None:
         sup = self.supervisor
@@ -289,21 +308,26 @@ class LocalRun:
             child = self.culprit
             if child is not None:
                 # mpirun's ranks have their own labels: show each of them when mpirun is the one that failed
-                labels = [label for label in sup.tails if label == child.label
-                          or (child.rank_labels is not None and "/rank" in label)]
+                labels = [
+                    label
+                    for label in sup.tails
+                    if label == child.label or (child.rank_labels is not None and "/rank" in label)
+                ]
                 for label in labels:
                     self.echo(f"[dfm local] last lines of {label}:")
                     for line in list(sup.tails[label])[-12:]:
                         self.echo(f"    {line}")
         p = self.progress
         speed = p.mean_examples_per_sec
-        lines = [f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
-                 f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
-                 self._train_loss_line(),
-                 "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
-                 f"  ran on: {self.request.runtime.note}",
-                 f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
-                 f"  logs: {self.request.log_dir}" + self._hidden_note()]
+        lines = [
+            f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
+            f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
+            self._train_loss_line(),
+            "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
+            f"  ran on: {self.request.runtime.note}",
+            f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
+            f"  logs: {self.request.log_dir}" + self._hidden_note(),
+        ]
         lines += [f"  exported: {path}" for path in p.exported]
         lines += self._curves_lines()
         if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
@@ -318,9 +342,12 @@ class LocalRun:
 
     def tensorboard_dirs(self) -> list[Path]:
         """The hosts' TensorBoard folders (TensorBoardOutputConfig.LocalPath) that hold event files."""
-        relative = conventions.TENSORBOARD_LOCAL_PATH[len(conventions.CONTAINER_BASE_DIR) + 1:]
-        return [folder for folder in (Path(h.root) / relative for h in self.request.hosts)
-                if folder.is_dir() and any(folder.glob("events.out.tfevents.*"))]
+        relative = conventions.TENSORBOARD_LOCAL_PATH[len(conventions.CONTAINER_BASE_DIR) + 1 :]
+        return [
+            folder
+            for folder in (Path(h.root) / relative for h in self.request.hosts)
+            if folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
+        ]
 
     def _curves_lines(self) -> list[str]:
         lines = []

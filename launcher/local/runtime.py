@@ -52,7 +52,7 @@ def runtimes_root() -> Path:
 
 
 def major_minor(version: str | None) -> str | None:
-    """"2.12.0" -> "2.12"; "2.12" -> "2.12"; anything else None."""
+    """ "2.12.0" -> "2.12"; "2.12" -> "2.12"; anything else None."""
     parts = str(version or "").split(".")
     if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
         return f"{int(parts[0])}.{int(parts[1])}"
@@ -81,8 +81,13 @@ def choose_runtime(image_tf: str | None, *, root: Path, own_python: str, own_tf:
     own_name = f"tf-{own_mm}" if own_mm else "launcher"
     own_tf_text = f"TF {own_tf}" if own_tf else "no TensorFlow"
     if wanted is None:
-        return Runtime(own_python, own_tf, own_name, True,
-                       f"{own_tf_text} (the launcher's Python; the image's TF version is not known)")
+        return Runtime(
+            own_python,
+            own_tf,
+            own_name,
+            True,
+            f"{own_tf_text} (the launcher's Python; the image's TF version is not known)",
+        )
     if wanted == own_mm:
         return Runtime(own_python, own_tf, own_name, True, f"TF {own_tf} (runtime {own_name}: the launcher's Python)")
     name = f"tf-{wanted}"
@@ -91,12 +96,17 @@ def choose_runtime(image_tf: str | None, *, root: Path, own_python: str, own_tf:
     tf_version = tf_version_in(_runtime_site_dirs(folder)) if (folder / READY_MARKER).is_file() else None
     if python.exists() and major_minor(tf_version) == wanted:
         return Runtime(str(python), tf_version, name, False, f"TF {tf_version} (runtime {name})")
-    return Runtime(own_python, own_tf, own_name, True,
-                   f"image has TF {wanted} but runtime {name} is not set up (scripts/runtime.sh {name}): "
-                   f"running on {own_tf_text}")
+    return Runtime(
+        own_python,
+        own_tf,
+        own_name,
+        True,
+        f"image has TF {wanted} but runtime {name} is not set up (scripts/runtime.sh {name}): running on {own_tf_text}",
+    )
 
 
 def for_plan(plan) -> Runtime:
     """The runtime for `plan`'s image: its framework version (also given with a custom image_uri), if any."""
-    return choose_runtime(plan.framework_version, root=runtimes_root(), own_python=sys.executable,
-                          own_tf=tf_version_in())
+    return choose_runtime(
+        plan.framework_version, root=runtimes_root(), own_python=sys.executable, own_tf=tf_version_in()
+    )

@@ -52,8 +52,12 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, on_line: Callable[[str, str], None], tail: int = 25,
-                 wrap: Callable[[list[str]], list[str]] = lambda cmd: cmd):
+    def __init__(
+        self,
+        on_line: Callable[[str, str], None],
+        tail: int = 25,
+        wrap: Callable[[list[str]], list[str]] = lambda cmd: cmd,
+    ):
         self.wrap = wrap  # e.g. run inside the run's network namespace
         self.on_line = on_line  # (label, line) for every line of every process, in arrival order
         self.children: list[Child] = []
@@ -63,13 +67,29 @@ class Supervisor:
         self._tracked: dict[int, psutil.Process] = {}
         self._readers: list[threading.Thread] = []
 
-    def start(self, label: str, role: str, cmd: list[str], *, env: dict[str, str], cwd: Path,
-              log_files: dict[str, str], rank_labels: Callable[[int], str] | None = None,
-              cpus: Sequence[int] = ()) -> Child:
+    def start(
+        self,
+        label: str,
+        role: str,
+        cmd: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log_files: dict[str, str],
+        rank_labels: Callable[[int], str] | None = None,
+        cpus: Sequence[int] = (),
+    ) -> Child:
         """`cpus`: the cores the process and its descendants run on (empty: wherever the launcher runs)."""
         with confined(cpus):
-            popen = subprocess.Popen(self.wrap(cmd), env=env, cwd=str(cwd), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            popen = subprocess.Popen(
+                self.wrap(cmd),
+                env=env,
+                cwd=str(cwd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         child = Child(label, role, popen, dict(log_files), rank_labels)
         child.log_for(label)  # one log per process, even a silent one
         self.children.append(child)
@@ -90,7 +110,7 @@ class Supervisor:
         if child.rank_labels is not None:
             match = _RANK_TAG.match(line)
             if match:
-                label, line = child.rank_labels(int(match.group(1))), _ANY_TAG.sub("", line[match.end():])
+                label, line = child.rank_labels(int(match.group(1))), _ANY_TAG.sub("", line[match.end() :])
         handle = child.log_for(label)
         handle.write(line + "\n")
         handle.flush()

@@ -109,14 +109,23 @@ class LocalTuning:
         self.folder.mkdir(parents=True, exist_ok=True)
         storage = JournalStorage(JournalFileBackend(str(journal)))
         direction = "maximize" if self.tplan.maximize else "minimize"
-        study = optuna.create_study(study_name=self.tplan.name, storage=storage, direction=direction, load_if_exists=resume,
-                                    sampler=search.sampler(self.tplan), pruner=search.pruner(self.tplan))
+        study = optuna.create_study(
+            study_name=self.tplan.name,
+            storage=storage,
+            direction=direction,
+            load_if_exists=resume,
+            sampler=search.sampler(self.tplan),
+            pruner=search.pruner(self.tplan),
+        )
         if resume:
             study.sampler = search.sampler(self.tplan, trials_so_far=len(study.get_trials(deepcopy=False)))
         if not resume:
-            (self.folder / PLAN_FILE).write_text(json.dumps({"spec": self.spec.path, "name": self.tplan.name,
-                                                             "fixed": fixed}, indent=1))
-            first = search.baseline(self.tplan, {**contract.bundled_hparams().DEFAULTS, **self.tplan.training.hyperparameters})
+            (self.folder / PLAN_FILE).write_text(
+                json.dumps({"spec": self.spec.path, "name": self.tplan.name, "fixed": fixed}, indent=1)
+            )
+            first = search.baseline(
+                self.tplan, {**contract.bundled_hparams().DEFAULTS, **self.tplan.training.hyperparameters}
+            )
             if first is not None and self.tplan.strategy != "Grid":
                 study.enqueue_trial(first, user_attrs={"baseline": True})
         self._requeue_interrupted(study)
@@ -126,8 +135,10 @@ class LocalTuning:
         stored = json.loads((self.folder / PLAN_FILE).read_text()).get("fixed")
         changed = changed_settings(stored, fixed) if stored is not None else []
         if changed:
-            raise DfmError(f"--resume: {self.tplan.name}'s trials ran with other fixed settings ({'; '.join(changed)}): "
-                           f"resume with the settings it began with, or drop --resume to start a new study")
+            raise DfmError(
+                f"--resume: {self.tplan.name}'s trials ran with other fixed settings ({'; '.join(changed)}): "
+                f"resume with the settings it began with, or drop --resume to start a new study"
+            )
 
     @staticmethod
     def _requeue_interrupted(study) -> None:
@@ -159,7 +170,9 @@ class LocalTuning:
             return False
         values = [t.value for t in complete]
         best = max(values) if self.tplan.maximize else min(values)
-        if self.tplan.target is not None and (best >= self.tplan.target if self.tplan.maximize else best <= self.tplan.target):
+        if self.tplan.target is not None and (
+            best >= self.tplan.target if self.tplan.maximize else best <= self.tplan.target
+        ):
             return True
         patience = self.tplan.no_improvement_jobs
         if patience is not None and len(values) > patience:
@@ -217,7 +230,9 @@ class LocalTuning:
         active.thread.join()
         trial = active.trial
         trial.set_user_attr("seconds", round(self.clock() - active.started, 1))
-        (Path(active.run.request.job_dir).parent / f"{active.run.request.job_name}.txt").write_text("\n".join(active.run.lines) + "\n")
+        (Path(active.run.request.job_dir).parent / f"{active.run.request.job_name}.txt").write_text(
+            "\n".join(active.run.lines) + "\n"
+        )
         objective = self._objective(active.run)
         if active.stop_reason == "pruned":
             study.tell(trial, state=State.PRUNED)
@@ -244,8 +259,11 @@ class LocalTuning:
         if active.trial.should_prune():
             active.stop_reason = "pruned"
             active.run.stop("pruned")
-        elif self.tplan.hyperband is not None and step >= self.tplan.hyperband[1] \
-                and active.run.reports.kind == self.tplan.objective_metric.partition(":")[0]:
+        elif (
+            self.tplan.hyperband is not None
+            and step >= self.tplan.hyperband[1]
+            and active.run.reports.kind == self.tplan.objective_metric.partition(":")[0]
+        ):
             active.stop_reason, active.value_at_stop = MAX_RESOURCE, value  # SageMaker stops it there too
             active.run.stop(MAX_RESOURCE)
 
@@ -261,7 +279,9 @@ class LocalTuning:
         counted = self.counted(study)
         pruned = sum(1 for t in counted if t.state == optuna.trial.TrialState.PRUNED)
         best = [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
-        text = f"[dfm tune] {len(counted)}/{self.tplan.max_jobs} trials done ({pruned} pruned), {len(self.active)} running"
+        text = (
+            f"[dfm tune] {len(counted)}/{self.tplan.max_jobs} trials done ({pruned} pruned), {len(self.active)} running"
+        )
         if best:
             top = study.best_trial
             text += f", best {self.tplan.objective_metric}={top.value:.4f} (trial {top.number})"
@@ -277,6 +297,7 @@ class LocalTuning:
         session_start = self.clock()
         previous = {}
         if threading.current_thread() is threading.main_thread():
+
             def on_signal(signum, _frame):
                 self.stop_all(INTERRUPTED)
 
@@ -284,14 +305,22 @@ class LocalTuning:
         try:
             while True:
                 if not self.stopping and self._out_of_time(study, session_start):
-                    self.echo(f"[dfm tune] max_runtime_s ({self.tplan.max_runtime_s} s) ran out: "
-                              f"{len(self.active)} running trial(s) stopped, no more started")
+                    self.echo(
+                        f"[dfm tune] max_runtime_s ({self.tplan.max_runtime_s} s) ran out: "
+                        f"{len(self.active)} running trial(s) stopped, no more started"
+                    )
                     self.stop_all(MAX_RUNTIME)
                 enough = len(self.counted(study)) + len(self.active) >= self.tplan.max_jobs
-                while not self.stopping and not enough and len(self.active) < self.tplan.max_parallel_jobs \
-                        and not self._completion_met(study):
+                while (
+                    not self.stopping
+                    and not enough
+                    and len(self.active) < self.tplan.max_parallel_jobs
+                    and not self._completion_met(study)
+                ):
                     self._start(study)
-                    self.echo(f"[dfm tune] trial {max(self.active)} started: {json.dumps(self.active[max(self.active)].hyperparameters)}")
+                    self.echo(
+                        f"[dfm tune] trial {max(self.active)} started: {json.dumps(self.active[max(self.active)].hyperparameters)}"
+                    )
                     enough = len(self.counted(study)) + len(self.active) >= self.tplan.max_jobs
                 if self.stopping:  # a signal that came while a trial was being started reaches it too
                     self.stop_all(self.stopping)

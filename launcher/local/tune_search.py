@@ -64,7 +64,9 @@ def suggest(trial, tplan: TuningPlan) -> dict[str, Any]:
         elif rng.kind == "integer":
             values[rng.name] = trial.suggest_int(rng.name, int(rng.min), int(rng.max), log=rng.scaling == "Logarithmic")
         else:
-            values[rng.name] = trial.suggest_float(rng.name, float(rng.min), float(rng.max), log=rng.scaling == "Logarithmic")
+            values[rng.name] = trial.suggest_float(
+                rng.name, float(rng.min), float(rng.max), log=rng.scaling == "Logarithmic"
+            )
     return values
 
 
@@ -105,8 +107,9 @@ def report_plan(tplan: TuningPlan, defaults: dict[str, Any]) -> tuple[str, int |
         if tplan.strategy == "Hyperband" or not eval_steps:
             return tplan.objective_metric, None
         return tplan.objective_metric, _largest_batch(tplan, hyperparameters) * eval_steps
-    return intermediate_metric(tplan.objective_metric), \
-        _largest_batch(tplan, hyperparameters) * int(hyperparameters["log_steps"])
+    return intermediate_metric(tplan.objective_metric), _largest_batch(tplan, hyperparameters) * int(
+        hyperparameters["log_steps"]
+    )
 
 
 class Reports:

@@ -29,7 +29,9 @@ class Silence:
         if self.stopped_pid is None:
             state = f"CPU idle for {self.cpu_idle_s:.0f} s"
         else:
-            state = "stopped by a signal" + (f": its process {self.stopped_pid}" if self.stopped_pid != self.pid else "")
+            state = "stopped by a signal" + (
+                f": its process {self.stopped_pid}" if self.stopped_pid != self.pid else ""
+            )
         said = f'last line {self.line_age_s:.0f} s ago: "{self.last_line}"' if self.last_line else "no line yet"
         return f"{self.label} (pid {self.pid}, {state}, {said})"
 
@@ -79,8 +81,11 @@ class StallWatchdog:
 
     def _last_line(self, child, now: float) -> tuple[float, str]:
         """The child's own last line, or its ranks' (mpirun writes theirs under their labels), or none."""
-        mine = [v for label, v in self.lines.items()
-                if label == child.label or (child.rank_labels is not None and "/rank" in label)]
+        mine = [
+            v
+            for label, v in self.lines.items()
+            if label == child.label or (child.rank_labels is not None and "/rank" in label)
+        ]
         return max(mine) if mine else (self.started, "")
 
 

@@ -57,8 +57,10 @@ def one_group(instance_type: str, count: int) -> tuple[InstanceGroup, ...]:
 def layout(worker_type: str, worker_count: int, ps_type: str, ps_count: int) -> tuple[InstanceGroup, ...]:
     """The two groups of a heterogeneous ps job: workers first (SageMaker numbers hosts algo-1.. in the
     order of the request's groups, so the chief, the first worker host, is algo-1), then the ps."""
-    return (InstanceGroup(WORKER_GROUP, worker_type, worker_count, "worker"),
-            InstanceGroup(PS_GROUP, ps_type, ps_count, "ps"))
+    return (
+        InstanceGroup(WORKER_GROUP, worker_type, worker_count, "worker"),
+        InstanceGroup(PS_GROUP, ps_type, ps_count, "ps"),
+    )
 
 
 def max_groups() -> int:
@@ -115,30 +117,40 @@ def resource_configs(groups: Iterable[InstanceGroup]) -> dict[str, dict[str, Any
     groups = list(groups)
     hosts = host_names(groups)
     every_host = [h for g in groups for h in hosts[g.name]]
-    described = [{"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": hosts[g.name]}
-                 for g in groups]
+    described = [
+        {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": hosts[g.name]} for g in groups
+    ]
     configs = {}
     for group in groups:
         for host in hosts[group.name]:
             configs[host] = {
-                "current_host": host, "current_instance_type": group.instance_type,
-                "current_group_name": group.name, "hosts": list(every_host),
+                "current_host": host,
+                "current_instance_type": group.instance_type,
+                "current_group_name": group.name,
+                "hosts": list(every_host),
                 "instance_groups": [dict(d, hosts=list(d["hosts"])) for d in described],
                 "network_interface_name": NETWORK_INTERFACE,
             }
     return configs
 
 
-def costs(groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: float = 0.0, *, spot: bool = False) -> dict[str, Any]:
+def costs(
+    groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: float = 0.0, *, spot: bool = False
+) -> dict[str, Any]:
     """The cost ceiling per group and in all: on-demand list price x count x (max_run + warm pool)."""
     hours = (max_run_s + warm_pool_s) / 3600
     rows, total = [], 0.0
     for group in groups:
         info = catalog.instance(group.instance_type)
         price = info.usd_per_hour if info is not None else None
-        row = {"group": group.name, "role": group.role, "instance_type": group.instance_type,
-               "instance_count": group.count, "instance_hourly_usd": price,
-               "max_usd": round(price * group.count * hours, 2) if price is not None else None}
+        row = {
+            "group": group.name,
+            "role": group.role,
+            "instance_type": group.instance_type,
+            "instance_count": group.count,
+            "instance_hourly_usd": price,
+            "max_usd": round(price * group.count * hours, 2) if price is not None else None,
+        }
         if price is None:
             row["note"] = f"{group.instance_type} is not in dfm's price table"
             total = math.nan
@@ -152,11 +164,18 @@ def costs(groups: Iterable[InstanceGroup], max_run_s: float, warm_pool_s: float 
         note = "on-demand ceiling: spot bills the spot price (often 60-90% less) for the time actually trained"
     else:
         note = "ceiling: on-demand us-east-1 list price x count x (max_run + warm pool); billed per second used"
-    return {"groups": rows, "max_hours": round(max_run_s / 3600, 3), "warm_pool_hours": round(warm_pool_s / 3600, 3),
-            "max_usd": None if math.isnan(total) else round(total, 2), "spot": spot, "note": note}
+    return {
+        "groups": rows,
+        "max_hours": round(max_run_s / 3600, 3),
+        "warm_pool_hours": round(warm_pool_s / 3600, 3),
+        "max_usd": None if math.isnan(total) else round(total, 2),
+        "spot": spot,
+        "note": note,
+    }
 
 
 # ---- embedding memory ----
+
 
 def embedding_bytes(feature_size: int, embedding_size: int, optimizer: str) -> int:
     """The two tables (first-order weights and embeddings: feature_size x (1 + embedding_size) float32)
@@ -168,8 +187,9 @@ def gib(value: float) -> str:
     return f"{value / GIB:,.1f} GiB"
 
 
-def embedding_memory_findings(feature_size: int, embedding_size: int, optimizer: str,
-                              ps: InstanceGroup) -> list[tuple[str, str]]:
+def embedding_memory_findings(
+    feature_size: int, embedding_size: int, optimizer: str, ps: InstanceGroup
+) -> list[tuple[str, str]]:
     """[(severity, message)]: "error" when the tables and slots exceed the ps group's memory, "warning"
     above WARN_FRACTION of it; nothing for an instance type dfm does not know."""
     info = catalog.instance(ps.instance_type)
@@ -178,19 +198,31 @@ def embedding_memory_findings(feature_size: int, embedding_size: int, optimizer:
     needed = embedding_bytes(feature_size, embedding_size, optimizer)
     available = info.memory_gib * GIB * ps.count
     slots = OPTIMIZER_SLOTS[optimizer]
-    how = (f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
-           f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})")
+    how = (
+        f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
+        f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})"
+    )
     have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {gib(available)}"
     share = needed / available
     per_instance = info.memory_gib * GIB * WARN_FRACTION
     enough = max(ps.count + 1, math.ceil(needed / per_instance))
     if share > 1:
-        return [("error", f"the embedding tables need {gib(needed)} ({how}), more than the ps group's {have}: "
-                          f"use count {enough} or a larger memory instance for the ps, or a smaller feature_size")]
+        return [
+            (
+                "error",
+                f"the embedding tables need {gib(needed)} ({how}), more than the ps group's {have}: "
+                f"use count {enough} or a larger memory instance for the ps, or a smaller feature_size",
+            )
+        ]
     if share > WARN_FRACTION:
-        return [("warning", f"the embedding tables need {gib(needed)} ({how}), {share:.0%} of the ps group's "
-                            f"{have}: the ps processes need headroom; count {enough} keeps them under "
-                            f"{WARN_FRACTION:.0%}")]
+        return [
+            (
+                "warning",
+                f"the embedding tables need {gib(needed)} ({how}), {share:.0%} of the ps group's "
+                f"{have}: the ps processes need headroom; count {enough} keeps them under "
+                f"{WARN_FRACTION:.0%}",
+            )
+        ]
     return []
 
 

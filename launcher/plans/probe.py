@@ -64,9 +64,12 @@ class ProbePlan:
         """The sum of each probe's max_run x its price (on-demand list prices)."""
         ceilings = [c.plan.cost.get("max_usd") for c in self.runnable]
         known = [usd for usd in ceilings if usd is not None]
-        return {"max_usd": round(sum(known), 2) if len(known) == len(ceilings) else None,
-                "probes": len(ceilings), "max_run_s": self.max_run,
-                "note": "each probe's max_run x its on-demand price; a probe ends at max_steps, usually far sooner"}
+        return {
+            "max_usd": round(sum(known), 2) if len(known) == len(ceilings) else None,
+            "probes": len(ceilings),
+            "max_run_s": self.max_run,
+            "note": "each probe's max_run x its on-demand price; a probe ends at max_steps, usually far sooner",
+        }
 
 
 # ------------------------------------------------------------------------------------------ candidates
@@ -110,8 +113,10 @@ def candidate_settings(tries: Iterable[str], variants: Iterable[Any] = ()) -> li
     spec as it is (one candidate)."""
     parsed = [parse_try(text) for text in tries]
     if parsed:
-        return [tuple(f"{key}={value}" for key, value in zip([k for k, _ in parsed], combo))
-                for combo in itertools.product(*[values for _, values in parsed])]
+        return [
+            tuple(f"{key}={value}" for key, value in zip([k for k, _ in parsed], combo))
+            for combo in itertools.product(*[values for _, values in parsed])
+        ]
     found = [variant_lines(v) for v in variants]
     return found or [()]
 
@@ -131,13 +136,26 @@ def follow_distribution(settings: tuple[str, ...], entry_point: str) -> tuple[st
     return settings
 
 
-def probe_settings(name: str, number: int, max_steps: int, max_run: int, bundled: bool,
-                   data: Mapping[str, str] = (), local: bool = False) -> tuple[str, ...]:
+def probe_settings(
+    name: str,
+    number: int,
+    max_steps: int,
+    max_run: int,
+    bundled: bool,
+    data: Mapping[str, str] = (),
+    local: bool = False,
+) -> tuple[str, ...]:
     """What makes a candidate a probe: capped, no export, no resubmission, tagged, maybe on smaller data (locally
     the run's timeout is the bound)."""
     lines = [f"local.timeout_s={max_run}"] if local else []
-    lines += [f"max_run={max_run}", "recover=null", f"tags.{KIND_TAG}={KIND}", f"tags.{GROUP_TAG}={name}",
-             f"tags.dfm:candidate='{number}'", f"hyperparameters.max_steps={max_steps}"]
+    lines += [
+        f"max_run={max_run}",
+        "recover=null",
+        f"tags.{KIND_TAG}={KIND}",
+        f"tags.{GROUP_TAG}={name}",
+        f"tags.dfm:candidate='{number}'",
+        f"hyperparameters.max_steps={max_steps}",
+    ]
     if bundled:  # repeat the (maybe small) data until max_steps; the probe's model is not wanted
         lines += ["hyperparameters.epochs=0", "hyperparameters.export=false"]
     lines += [f"data.{channel}={uri}" for channel, uri in dict(data).items()]
@@ -156,8 +174,16 @@ def job_name(name: str, number: int) -> str:
 Compile = Callable[[tuple[str, ...], str], "tuple[Plan | None, Sequence[str]]"]
 
 
-def build_probe_plan(spec: Any, compile_candidate: Compile, *, tries: Iterable[str] = (), base_settings: Sequence[str] = (),
-                     name: str | None = None, rows: int | None = None, local: bool = False) -> ProbePlan:
+def build_probe_plan(
+    spec: Any,
+    compile_candidate: Compile,
+    *,
+    tries: Iterable[str] = (),
+    base_settings: Sequence[str] = (),
+    name: str | None = None,
+    rows: int | None = None,
+    local: bool = False,
+) -> ProbePlan:
     """Every candidate compiled through the rules, as a probe of the spec's `probe:` settings (or their defaults)."""
     from launcher.spec.probe import Probe
 
@@ -168,13 +194,24 @@ def build_probe_plan(spec: Any, compile_candidate: Compile, *, tries: Iterable[s
     candidates = []
     for number, lines in enumerate(candidate_settings(tries, settings.variants), start=1):
         lines = follow_distribution(lines, spec.entry_point)
-        capped = probe_settings(name, number, settings.max_steps, max_run, bundled, {} if local else settings.data, local)
+        capped = probe_settings(
+            name, number, settings.max_steps, max_run, bundled, {} if local else settings.data, local
+        )
         plan, errors = compile_candidate((*base_settings, *lines, *capped), job_name(name, number))
         candidates.append(Candidate(number, lines, plan, tuple(errors)))
     default = contract.bundled_hparams().DEFAULTS["epochs"] if bundled else 1
     epochs = int(spec.hyperparameters.get("epochs", default) or default)
-    return ProbePlan(name, spec.path, tuple(base_settings), tuple(candidates), settings.max_steps, max_run,
-                     settings.max_parallel, epochs, rows or settings.rows)
+    return ProbePlan(
+        name,
+        spec.path,
+        tuple(base_settings),
+        tuple(candidates),
+        settings.max_steps,
+        max_run,
+        settings.max_parallel,
+        epochs,
+        rows or settings.rows,
+    )
 
 
 def usd_per_hour(plan: Plan) -> float | None:

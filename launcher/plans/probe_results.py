@@ -13,7 +13,9 @@ from launcher.facts import conventions
 from launcher.plans.probe import Candidate, ProbePlan
 
 WARMUP_SHARE = 0.2  # the first fifth of the steps (and always the first window) is warm-up: graph building, caches
-LOW_CPU_PERCENT = 50.0  # below this average CPU utilization a candidate's input pipeline, not its hardware, is the limit
+LOW_CPU_PERCENT = (
+    50.0  # below this average CPU utilization a candidate's input pipeline, not its hardware, is the limit
+)
 _STEP = re.compile(r"\[dfm\] train step=(\d+)")
 _SPEED = re.compile(next(m["Regex"] for m in conventions.METRIC_DEFINITIONS if m["Name"] == "train:examples_per_sec"))
 
@@ -77,16 +79,23 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
     price = candidate.usd_per_hour
     speed = measurement.examples_per_sec if measurement else None
     out: dict[str, Any] = {
-        "candidate": candidate.number, "settings": list(candidate.settings),
+        "candidate": candidate.number,
+        "settings": list(candidate.settings),
         "instances": " + ".join(f"{g.count} x {g.instance_type}" for g in plan.instance_groups),
-        "distribution": plan.distribution.kind, "job_name": plan.job_name,
+        "distribution": plan.distribution.kind,
+        "job_name": plan.job_name,
         "status": measurement.status if measurement else "not run",
         "reason": measurement.reason if measurement else None,
-        "examples_per_sec": _round(speed, 1), "usd_per_hour": _round(price, 3),
+        "examples_per_sec": _round(speed, 1),
+        "usd_per_hour": _round(price, 3),
         "startup_s": _round(measurement.startup_s, 0) if measurement else None,
         "billable_s": measurement.billable_s if measurement else None,
         "utilization": dict(measurement.utilization) if measurement else {},
-        "usd_per_million_examples": None, "epoch_s": None, "epoch_usd": None, "job_s": None, "job_usd": None,
+        "usd_per_million_examples": None,
+        "epoch_s": None,
+        "epoch_usd": None,
+        "job_s": None,
+        "job_usd": None,
         "note": None,
     }
     if speed:
@@ -96,11 +105,16 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
             epoch_s = probe.rows / speed
             out.update(epoch_s=round(epoch_s, 1), job_s=round(epoch_s * probe.epochs, 1))
             if price is not None:
-                out.update(epoch_usd=_round(epoch_s / 3600 * price, 4), job_usd=_round(epoch_s * probe.epochs / 3600 * price, 4))
+                out.update(
+                    epoch_usd=_round(epoch_s / 3600 * price, 4),
+                    job_usd=_round(epoch_s * probe.epochs / 3600 * price, 4),
+                )
     cpu = out["utilization"].get("CPUUtilization")
     if cpu is not None and cpu < LOW_CPU_PERCENT:
-        out["note"] = (f"CPU {cpu:.0f}% on average: the input pipeline, not the hardware, looks like the limit "
-                       "(more data threads, prefetch, Pipe/FastFile or more files before more or larger instances)")
+        out["note"] = (
+            f"CPU {cpu:.0f}% on average: the input pipeline, not the hardware, looks like the limit "
+            "(more data threads, prefetch, Pipe/FastFile or more files before more or larger instances)"
+        )
     return out
 
 
@@ -132,21 +146,35 @@ def _time_cost(entry: Mapping[str, Any]) -> tuple[float, float] | None:
 def pareto_front(table: Iterable[Mapping[str, Any]]) -> set[int]:
     """The candidates no other one beats on both time and cost."""
     points = {e["candidate"]: p for e in table if (p := _time_cost(e)) is not None}
-    return {n for n, (t, c) in points.items()
-            if not any(t2 <= t and c2 <= c and (t2, c2) != (t, c) for m, (t2, c2) in points.items() if m != n)}
+    return {
+        n
+        for n, (t, c) in points.items()
+        if not any(t2 <= t and c2 <= c and (t2, c2) != (t, c) for m, (t2, c2) in points.items() if m != n)
+    }
 
 
-def recommend(table: list[Mapping[str, Any]], probe: ProbePlan, *, deadline_h: float | None = None,
-              budget_usd: float | None = None) -> dict[str, Any] | None:
+def recommend(
+    table: list[Mapping[str, Any]],
+    probe: ProbePlan,
+    *,
+    deadline_h: float | None = None,
+    budget_usd: float | None = None,
+) -> dict[str, Any] | None:
     """The cheapest candidate whose full job ends within the deadline, the fastest whose full job costs at most the
     budget, or (neither given) the cheapest per epoch; with the --set lines to use. None: no candidate fits."""
     measured = [e for e in table if _time_cost(e) is not None]
     if deadline_h is not None:
         fits = [e for e in measured if e["job_s"] is not None and e["job_s"] <= deadline_h * 3600]
-        chosen, why = (min(fits, key=lambda e: _time_cost(e)[1]) if fits else None), f"the cheapest within {deadline_h:g} h"
+        chosen, why = (
+            (min(fits, key=lambda e: _time_cost(e)[1]) if fits else None),
+            f"the cheapest within {deadline_h:g} h",
+        )
     elif budget_usd is not None:
         fits = [e for e in measured if e["job_usd"] is not None and e["job_usd"] <= budget_usd]
-        chosen, why = (min(fits, key=lambda e: _time_cost(e)[0]) if fits else None), f"the fastest within ${budget_usd:g}"
+        chosen, why = (
+            (min(fits, key=lambda e: _time_cost(e)[0]) if fits else None),
+            f"the fastest within ${budget_usd:g}",
+        )
     else:
         chosen, why = (min(measured, key=lambda e: _time_cost(e)[1]) if measured else None), "the cheapest per epoch"
     if chosen is None:

@@ -73,5 +73,12 @@ def attempt_plan(plan: Plan, attempt: int, source_uri: str | None = None) -> Pla
         hyperparameters["model_dir"] = conventions.model_dir(plan.output_path, name, distribution="none", bundled=False)
     source = {"source_dir": source_uri, "source_files": {}} if source_uri else {}
     cost = hosts.costs(groups, plan.max_run, plan.warm_pool_seconds, spot=plan.spot_max_wait is not None)
-    return dataclasses.replace(plan, job_name=name, instance_groups=groups, hyperparameters=hyperparameters,
-                               cost=cost, tags={**plan.tags, FIRST_ATTEMPT_TAG: plan.job_name}, **source)
+    return dataclasses.replace(
+        plan,
+        job_name=name,
+        instance_groups=groups,
+        hyperparameters=hyperparameters,
+        cost=cost,
+        tags={**plan.tags, FIRST_ATTEMPT_TAG: plan.job_name},
+        **source,
+    )

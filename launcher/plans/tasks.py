@@ -56,10 +56,12 @@ def script_cluster(plan: Any) -> Any:
     config = next(iter(hosts.resource_configs(plan.instance_groups).values()))
     # as many parameter servers per host as the script is told (a script of yours: the script's default, unless
     # your hyperparameters say ps_per_host)
-    per_host = plan.hyperparameters.get(hosts.PS_PER_HOST_HYPERPARAMETER,
-                                        contract.bundled_hparams().DEFAULTS[hosts.PS_PER_HOST_HYPERPARAMETER])
-    return contract.bundled_cluster().build_cluster(config, hosts.PS_GROUP, ps_per_host=per_host,
-                                                    workers_per_host=_ps_workers_per_host(plan))
+    per_host = plan.hyperparameters.get(
+        hosts.PS_PER_HOST_HYPERPARAMETER, contract.bundled_hparams().DEFAULTS[hosts.PS_PER_HOST_HYPERPARAMETER]
+    )
+    return contract.bundled_cluster().build_cluster(
+        config, hosts.PS_GROUP, ps_per_host=per_host, workers_per_host=_ps_workers_per_host(plan)
+    )
 
 
 def tasks_by_host(plan: Any) -> dict[str, list[str]]:
@@ -94,5 +96,13 @@ def container_addresses(plan: Any) -> list[str]:
 def describe(plan: Any) -> list[dict[str, Any]]:
     """Each instance group with its hosts and what runs on each, for the dry run."""
     by_group, tasks = hosts.host_names(plan.instance_groups), tasks_by_host(plan)
-    return [{"group": g.name, "role": g.role, "instance_type": g.instance_type, "instance_count": g.count,
-             "hosts": {host: tasks[host] for host in by_group[g.name]}} for g in plan.instance_groups]
+    return [
+        {
+            "group": g.name,
+            "role": g.role,
+            "instance_type": g.instance_type,
+            "instance_count": g.count,
+            "hosts": {host: tasks[host] for host in by_group[g.name]},
+        }
+        for g in plan.instance_groups
+    ]

@@ -259,7 +259,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         entry_point, source_dir = bundled.script, contract.bundled_source_dir()
     elif spec.source_dir is not None:
         entry_point = spec.entry_point
-        source_dir = spec.source_dir if spec.source_dir.startswith("s3://") else spec.resolve_path("source_dir", spec.source_dir)
+        source_dir = (
+            spec.source_dir if spec.source_dir.startswith("s3://") else spec.resolve_path("source_dir", spec.source_dir)
+        )
     else:
         script = spec.resolve_path("entry_point", spec.entry_point)
         entry_point, source_dir = os.path.basename(script), os.path.dirname(script)
@@ -287,7 +289,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
         hyperparameters["negative_rate"] = spec.prepare.balance.negative_rate
     source_files: dict[str, str] = {}
     if spec.features is not None:
-        hyperparameters["features"], source_files = contract.features_delivery(spec.features, _max_hyperparameter_value())
+        hyperparameters["features"], source_files = contract.features_delivery(
+            spec.features, _max_hyperparameter_value()
+        )
     # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
     hyperparameters["model_dir"] = model_dir
 
@@ -302,7 +306,9 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
             image_uri = images.image_uri(image, spec.region, "gpu" if gpu else "cpu")
             framework_version = image.version
 
-    mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
+    mpi_options = (
+        spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
+    )
     tensorboard_s3_uri = _tensorboard_uri(spec.tensorboard, output_path, job_name)
     if bundled is not None and tensorboard_s3_uri is not None:  # where the chief writes its summaries
         hyperparameters["tensorboard_dir"] = conventions.TENSORBOARD_LOCAL_PATH
@@ -363,7 +369,8 @@ def operations(spec: Any, tensorboard_s3_uri: str | None) -> Operations:
     return Operations(
         retry_attempts=spec.retry.max_attempts if spec.retry is not None else None,
         recovery=Recovery(recover.max_restarts, float(recover.backoff_s), tuple(recover.instance_types))
-        if recover is not None else None,
+        if recover is not None
+        else None,
         stall_timeout_s=spec.stall_timeout,
         tensorboard_s3_uri=tensorboard_s3_uri,
         mlflow=mlflow,

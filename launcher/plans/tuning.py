@@ -73,17 +73,22 @@ def fixed_settings(tplan: TuningPlan) -> dict[str, Any]:
     ran different jobs. Keys name the spec's fields."""
     training = tplan.training
     tuned = {r.name for r in tplan.ranges}
-    fixed: dict[str, Any] = {f"hyperparameters.{k}": v for k, v in sorted(training.hyperparameters.items())
-                             if k not in tuned and k != "model_dir"}
+    fixed: dict[str, Any] = {
+        f"hyperparameters.{k}": v
+        for k, v in sorted(training.hyperparameters.items())
+        if k not in tuned and k != "model_dir"
+    }
     fixed.update({f"tune.ranges.{r.name}": r.describe() for r in tplan.ranges})
-    fixed.update({
-        "tune.objective": f"{tplan.objective_type.lower()} {tplan.objective_metric}",
-        "tune.strategy": tplan.strategy,
-        "instance": [f"{g.count} x {g.instance_type}" for g in training.instance_groups],
-        "distribution": training.distribution.kind,
-        "image": training.image_uri or f"{training.framework_version} {training.py_version}",
-        "entry_point": training.entry_point,
-    })
+    fixed.update(
+        {
+            "tune.objective": f"{tplan.objective_type.lower()} {tplan.objective_metric}",
+            "tune.strategy": tplan.strategy,
+            "instance": [f"{g.count} x {g.instance_type}" for g in training.instance_groups],
+            "distribution": training.distribution.kind,
+            "image": training.image_uri or f"{training.framework_version} {training.py_version}",
+            "entry_point": training.entry_point,
+        }
+    )
     fixed.update({f"local.channels.{c.name}": c.local_path for c in training.channels})
     return json.loads(json.dumps(fixed, default=str))  # as it reads back from the study's file
 
@@ -91,8 +96,11 @@ def fixed_settings(tplan: TuningPlan) -> dict[str, Any]:
 def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """'key: before -> now' for each fixed setting that differs."""
     missing = "(not set)"
-    return [f"{key}: {stored.get(key, missing)} -> {now.get(key, missing)}"
-            for key in sorted(set(stored) | set(now)) if stored.get(key, missing) != now.get(key, missing)]
+    return [
+        f"{key}: {stored.get(key, missing)} -> {now.get(key, missing)}"
+        for key in sorted(set(stored) | set(now))
+        if stored.get(key, missing) != now.get(key, missing)
+    ]
 
 
 def tuning_base_name(spec: Any) -> str:
@@ -127,12 +135,13 @@ def _cost(training: Plan, max_jobs: int, rounds: int) -> dict[str, Any]:
         "trial_max_hours": round(training.max_run / 3600, 3),
         "max_wall_hours": round(rounds * training.max_run / 3600, 3),
         "note": f"ceiling: {max_jobs} trials x one trial's ceiling; wall time at most {rounds} rounds of parallel "
-                "trials x max_run (a tuning job's max_runtime_s may cut it shorter)",
+        "trials x max_run (a tuning job's max_runtime_s may cut it shorter)",
     }
 
 
-def build_tuning_plan(spec: Any, training: Plan, *, schedule: tuple[bool, int | None],
-                      name: str | None = None) -> TuningPlan:
+def build_tuning_plan(
+    spec: Any, training: Plan, *, schedule: tuple[bool, int | None], name: str | None = None
+) -> TuningPlan:
     """The tuning job of a validated spec (run the rules first) whose trial is `training`; `schedule` is what the
     rules found of the trials' objective lines (`rules.tune.objective_schedule`)."""
     tune = spec.tune

@@ -20,11 +20,20 @@ from launcher.rules.operations import check_recover, check_stall_timeout
 from launcher.rules.images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules.features import check_features
 from launcher.rules.ps_group import check_ps_group
-from launcher.rules.hparams import check_boolean_hyperparameters, check_bundled_hyperparameters, check_evaluation_schedule
+from launcher.rules.hparams import (
+    check_boolean_hyperparameters,
+    check_bundled_hyperparameters,
+    check_evaluation_schedule,
+)
 from launcher.rules.tune import TUNE_RULES
 from launcher.rules.prepare import check_prepare, check_prepared_layout, prepared_layout_fits
-from launcher.rules.gpu import (check_gpu_memory, check_mixed_precision_on_cpu, check_one_host_ps_gpus,
-                                check_ps_pipe_channels, one_host_ps_gpus)
+from launcher.rules.gpu import (
+    check_gpu_memory,
+    check_mixed_precision_on_cpu,
+    check_one_host_ps_gpus,
+    check_ps_pipe_channels,
+    one_host_ps_gpus,
+)
 from launcher.rules.memory import check_host_memory
 from launcher.rules.precision import check_bfloat16_hardware
 from launcher.rules.recovery_types import check_recovery_types
@@ -49,13 +58,28 @@ def check_entry_point(spec: Spec) -> list[Finding]:
     if bundled is not None:
         problems = []
         if spec.source_dir is not None:
-            problems.append(error("source_dir", f"{spec.entry_point} ships its own source dir: drop source_dir, or give your own script as entry_point"))
+            problems.append(
+                error(
+                    "source_dir",
+                    f"{spec.entry_point} ships its own source dir: drop source_dir, or give your own script as entry_point",
+                )
+            )
         if kind not in bundled.distributions:
-            problems.append(error("distribution", f"{spec.entry_point} runs with distribution {' or '.join(bundled.distributions)}, not {kind}"))
+            problems.append(
+                error(
+                    "distribution",
+                    f"{spec.entry_point} runs with distribution {' or '.join(bundled.distributions)}, not {kind}",
+                )
+            )
         return problems
     if spec.entry_point.startswith("deepfm"):
         hint = did_you_mean(spec.entry_point, contract.BUNDLED_ENTRY_POINTS)
-        return [error("entry_point", f"no bundled entry point '{spec.entry_point}'{hint}; bundled: {', '.join(contract.BUNDLED_ENTRY_POINTS)}")]
+        return [
+            error(
+                "entry_point",
+                f"no bundled entry point '{spec.entry_point}'{hint}; bundled: {', '.join(contract.BUNDLED_ENTRY_POINTS)}",
+            )
+        ]
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):
         return []
     field = "entry_point"
@@ -72,7 +96,12 @@ def check_entry_point(spec: Spec) -> list[Finding]:
     except (OSError, ValueError) as err:  # a name too long for the file system, a NUL in it
         return [error(field, f"not a usable path: {getattr(err, 'strerror', None) or err}")]
     if not found:
-        return [error("entry_point", f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your script's path")]
+        return [
+            error(
+                "entry_point",
+                f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your script's path",
+            )
+        ]
     return []
 
 
@@ -84,7 +113,10 @@ def check_pipe_channels_per_worker(spec: Spec) -> list[Finding]:
     if channels >= ranks:
         return []
     return [
-        error("data.train", f"Pipe mode with {ranks} processes per host needs at least {ranks} training paths (one FIFO per process), got {channels}: list {ranks} paths (the same path may repeat), or use File/FastFile")
+        error(
+            "data.train",
+            f"Pipe mode with {ranks} processes per host needs at least {ranks} training paths (one FIFO per process), got {channels}: list {ranks} paths (the same path may repeat), or use File/FastFile",
+        )
     ]
 
 
@@ -96,11 +128,26 @@ def check_processes_per_host(spec: Spec) -> list[Finding]:
         return []
     ranks = spec.processes_per_host
     if info.gpus and ranks > info.gpus:
-        return [error("distribution.horovod.processes_per_host", f"{ranks} processes, but {spec.instance.type} has {info.gpus} GPUs: use at most {info.gpus}")]
+        return [
+            error(
+                "distribution.horovod.processes_per_host",
+                f"{ranks} processes, but {spec.instance.type} has {info.gpus} GPUs: use at most {info.gpus}",
+            )
+        ]
     if not info.gpus and ranks > info.vcpus:
-        return [error("distribution.horovod.processes_per_host", f"{ranks} processes, but {spec.instance.type} has {info.vcpus} vCPUs: use at most {info.vcpus}")]
+        return [
+            error(
+                "distribution.horovod.processes_per_host",
+                f"{ranks} processes, but {spec.instance.type} has {info.vcpus} vCPUs: use at most {info.vcpus}",
+            )
+        ]
     if info.gpus and ranks < info.gpus:
-        return [warning("distribution.horovod.processes_per_host", f"{ranks} processes on {info.gpus} GPUs leaves {info.gpus - ranks} idle: use {info.gpus}")]
+        return [
+            warning(
+                "distribution.horovod.processes_per_host",
+                f"{ranks} processes on {info.gpus} GPUs leaves {info.gpus - ranks} idle: use {info.gpus}",
+            )
+        ]
     return []
 
 
@@ -110,14 +157,27 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
     problems = []
     hosts = spec.instance.count + (spec.ps_group.count if spec.ps_group is not None else 0)
     if hosts == 1 and one_host_ps_gpus(spec) <= 1:  # with several GPUs check_one_host_ps_gpus says more
-        problems.append(warning("instance.count", "a parameter server on one host only adds overhead: use count >= 2, or distribution: none"))
+        problems.append(
+            warning(
+                "instance.count",
+                "a parameter server on one host only adds overhead: use count >= 2, or distribution: none",
+            )
+        )
     info = catalog.instance(spec.instance.type)
     if info is not None and info.gpus > 1 and spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
         problems.append(
-            warning("instance.type", f"SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle")
+            warning(
+                "instance.type",
+                f"SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle",
+            )
         )
     if hosts > 1 and spec.checkpoint_config is None:
-        problems.append(error("checkpoints", "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)"))
+        problems.append(
+            error(
+                "checkpoints",
+                "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)",
+            )
+        )
     return problems
 
 
@@ -126,11 +186,23 @@ def check_spot(spec: Spec) -> list[Finding]:
         return []
     problems = []
     if spec.spot.max_wait < spec.max_run:
-        problems.append(error("spot.max_wait", f"{spec.spot.max_wait} is less than max_run {spec.max_run}: max_wait counts the run too; use max_wait >= {spec.max_run}"))
+        problems.append(
+            error(
+                "spot.max_wait",
+                f"{spec.spot.max_wait} is less than max_run {spec.max_run}: max_wait counts the run too; use max_wait >= {spec.max_run}",
+            )
+        )
     if spec.checkpoint_config is None:
-        problems.append(error("checkpoints", "spot jobs are interrupted and resume from checkpoints: remove `checkpoints: false`"))
+        problems.append(
+            error("checkpoints", "spot jobs are interrupted and resume from checkpoints: remove `checkpoints: false`")
+        )
     if spec.warm_pool_seconds:
-        problems.append(error("warm_pool_seconds", "SageMaker managed warm pools cannot be used with spot instances: drop warm_pool_seconds, or spot"))
+        problems.append(
+            error(
+                "warm_pool_seconds",
+                "SageMaker managed warm pools cannot be used with spot instances: drop warm_pool_seconds, or spot",
+            )
+        )
     return problems
 
 
@@ -142,7 +214,10 @@ def check_s3_shard(spec: Spec) -> list[Finding]:
     if spec.instance.count == 1 or prepared_layout_fits(spec):
         return []
     return [
-        warning("data.s3_shard", f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)")
+        warning(
+            "data.s3_shard",
+            f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)",
+        )
     ]
 
 
@@ -150,13 +225,21 @@ def check_file_systems(spec: Spec) -> list[Finding]:
     used = [channel.field for channel in conventions.channel_sources(spec) if isinstance(channel.source, FileSystem)]
     if not used or spec.vpc is not None:
         return []
-    return [error(used[0], "EFS/FSx channels are reached inside your VPC: add vpc: {subnets: [...], security_group_ids: [...]}")]
+    return [
+        error(
+            used[0],
+            "EFS/FSx channels are reached inside your VPC: add vpc: {subnets: [...], security_group_ids: [...]}",
+        )
+    ]
 
 
 def check_local_channels(spec: Spec) -> list[Finding]:
     names = channel_names(spec)
     return [
-        error(f"local.channels.{name}", f"no channel '{name}' in this spec{did_you_mean(name, names)}; channels: {', '.join(names)}")
+        error(
+            f"local.channels.{name}",
+            f"no channel '{name}' in this spec{did_you_mean(name, names)}; channels: {', '.join(names)}",
+        )
         for name in spec.local.channels
         if name not in names
     ]
@@ -219,7 +302,9 @@ def check(spec: Spec, job_name: str | None = None) -> list[Finding]:
     recovery type. The job name checked is `job_name` (--job-name, the full name) when given, else the spec's base
     name with the timestamp dfm appends."""
     name = check_job_name(spec) if job_name is None else check_job_name_override(job_name)
-    return name + [finding for rule in RULES for finding in rule(spec)] + check_recovery_types(spec, INSTANCE_TYPE_RULES)
+    return (
+        name + [finding for rule in RULES for finding in rule(spec)] + check_recovery_types(spec, INSTANCE_TYPE_RULES)
+    )
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

@@ -12,8 +12,13 @@ def check_features(spec: Spec) -> list[Finding]:
     if spec.features is None:
         return []
     if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
-        return [error("features", "raw features are read by the bundled entry points (deepfm-ps, ...); "
-                                  "with your own script drop `features:` and pass what it needs as hyperparameters")]
+        return [
+            error(
+                "features",
+                "raw features are read by the bundled entry points (deepfm-ps, ...); "
+                "with your own script drop `features:` and pass what it needs as hyperparameters",
+            )
+        ]
     problems = []
     if spec.data.mode == "Pipe":
         problems.append(error("features", "raw features are read in File or FastFile mode: set data.mode to File"))

@@ -17,7 +17,11 @@ class Finding:
     def render(self, spec: Spec) -> str:
         if self.field.startswith("--"):  # a command-line option: no place in the file
             return f"{self.field}: {self.message}"
-        return f"{spec.where(self.field)}: {self.field}: {self.message}" if self.field else f"{spec.where('')}: {self.message}"
+        return (
+            f"{spec.where(self.field)}: {self.field}: {self.message}"
+            if self.field
+            else f"{spec.where('')}: {self.message}"
+        )
 
 
 def error(field: str, message: str) -> Finding:

@@ -31,8 +31,13 @@ def check_mixed_precision_on_cpu(spec: Spec) -> list[Finding]:
     info = catalog.instance(spec.instance.type)
     if values is None or info is None or info.gpus or values.mixed_precision != "float16":
         return []
-    return [error(MIXED_PRECISION, f"{spec.instance.type} has no GPU, and float16 on a CPU runs several times slower "
-                                   "than float32: use mixed_precision: auto (float16 only on GPUs) or false, or a GPU instance type")]
+    return [
+        error(
+            MIXED_PRECISION,
+            f"{spec.instance.type} has no GPU, and float16 on a CPU runs several times slower "
+            "than float32: use mixed_precision: auto (float16 only on GPUs) or false, or a GPU instance type",
+        )
+    ]
 
 
 def replicas(spec: Spec) -> int:
@@ -59,21 +64,26 @@ def replica_bytes(rows: int, embedding_size: int, optimizer: str, dense_gradient
     tables = hosts.embedding_bytes(rows, embedding_size, optimizer)
     broadcast = BROADCAST_COPIES * rows * embedding_size * hosts.FLOAT_BYTES
     dense = DENSE_GRADIENT_COPIES * rows * (1 + embedding_size) * hosts.FLOAT_BYTES if dense_gradients else 0
-    how = (f"feature_size {rows:,} x (1 + embedding_size {embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
-           f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}), plus ")
+    how = (
+        f"feature_size {rows:,} x (1 + embedding_size {embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
+        f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}), plus "
+    )
     if dense > broadcast:
-        how += (f"{DENSE_GRADIENT_COPIES} dense gradients in a step's all-reduce (the gradient, its pack, the "
-                "reduced pack)")
+        how += (
+            f"{DENSE_GRADIENT_COPIES} dense gradients in a step's all-reduce (the gradient, its pack, the reduced pack)"
+        )
     else:
-        how += (f"{BROADCAST_COPIES} copies of the {rows:,} x {embedding_size} embedding table in the start-up "
-                "broadcast")
+        how += f"{BROADCAST_COPIES} copies of the {rows:,} x {embedding_size} embedding table in the start-up broadcast"
     return tables + max(broadcast, dense), how
 
 
 def _bigger_gpu(needed: int) -> str | None:
     """The catalogue's cheapest instance whose GPU keeps `needed` under the headroom fraction."""
-    fits = [(info.usd_per_hour or float("inf"), name, info) for name, info in catalog.INSTANCES.items()
-            if info.gpu_memory_gib and needed <= info.gpu_memory_gib * hosts.GIB * hosts.WARN_FRACTION]
+    fits = [
+        (info.usd_per_hour or float("inf"), name, info)
+        for name, info in catalog.INSTANCES.items()
+        if info.gpu_memory_gib and needed <= info.gpu_memory_gib * hosts.GIB * hosts.WARN_FRACTION
+    ]
     if not fits:
         return None
     _, name, info = min(fits)
@@ -83,9 +93,15 @@ def _bigger_gpu(needed: int) -> str | None:
 def replica_need(spec: Spec, values: Any, rows: int) -> tuple[int, str, str]:
     """What one replica (a Horovod rank, an MWMS replica) holds at its peak for the tables, how it was counted,
     and how its embedding gradients travel (dense or gather)."""
-    mode = contract.bundled_hparams().resolve_sparse_allreduce(values.sparse_allreduce, rows, values.embedding_size,
-                                                                values.batch_size, values.field_size, replicas(spec),
-                                                                values.optimizer)
+    mode = contract.bundled_hparams().resolve_sparse_allreduce(
+        values.sparse_allreduce,
+        rows,
+        values.embedding_size,
+        values.batch_size,
+        values.field_size,
+        replicas(spec),
+        values.optimizer,
+    )
     needed, how = replica_bytes(rows, values.embedding_size, values.optimizer, mode == "dense")
     return needed, how, mode
 
@@ -110,15 +126,23 @@ def check_gpu_memory(spec: Spec) -> list[Finding]:
     have = info.gpu_memory_gib * hosts.GIB
     where = f"one {info.gpu} of {spec.instance.type} ({info.gpu_memory_gib} GiB)"
     bigger = _bigger_gpu(needed)
-    fix = ("put the tables on parameter servers (entry_point: deepfm-ps, distribution: {parameter_server: {ps: "
-           "{type: ml.r5.4xlarge, count: N}}})" + (f", a GPU with more memory ({bigger})" if bigger else "")
-           + ", or a smaller feature_size" + (" or sparse_allreduce: gather" if mode == "dense" else ""))
+    fix = (
+        "put the tables on parameter servers (entry_point: deepfm-ps, distribution: {parameter_server: {ps: "
+        "{type: ml.r5.4xlarge, count: N}}})"
+        + (f", a GPU with more memory ({bigger})" if bigger else "")
+        + ", or a smaller feature_size"
+        + (" or sparse_allreduce: gather" if mode == "dense" else "")
+    )
     each = f"each {REPLICATED[kind]} holds the whole embedding tables: {hosts.gib(needed)} ({how})"
     if needed > have:
         return [error(table_field(spec), f"{each}, more than {where}: {fix}")]
     if needed > have * hosts.WARN_FRACTION:
-        return [warning(table_field(spec), f"{each}, {needed / have:.0%} of {where}, leaving little for activations "
-                                      f"and the CUDA context: {fix}")]
+        return [
+            warning(
+                table_field(spec),
+                f"{each}, {needed / have:.0%} of {where}, leaving little for activations and the CUDA context: {fix}",
+            )
+        ]
     return []
 
 
@@ -127,8 +151,13 @@ def one_host_ps_gpus(spec: Spec) -> int:
     SageMaker's toolkit writes a TF_CONFIG (and starts a ps) only with more than one host, so such a job is
     one process training on one GPU (train_ps.train_single_host): G - 1 of G GPUs idle."""
     info = catalog.instance(spec.instance.type)
-    if (spec.distribution_kind != "parameter_server" or spec.entry_point != "deepfm-ps" or spec.instance.count != 1
-            or spec.ps_group is not None or info is None):
+    if (
+        spec.distribution_kind != "parameter_server"
+        or spec.entry_point != "deepfm-ps"
+        or spec.instance.count != 1
+        or spec.ps_group is not None
+        or info is None
+    ):
         return 0
     return info.gpus
 
@@ -137,12 +166,17 @@ def check_one_host_ps_gpus(spec: Spec) -> list[Finding]:
     gpus = one_host_ps_gpus(spec)
     if gpus <= 1:
         return []
-    return [error("instance.count", f"a parameter-server job on one host gets no parameter server: SageMaker's toolkit "
-                                    f"starts one only with several hosts, so deepfm-ps trains as one process on 1 of "
-                                    f"{spec.instance.type}'s {gpus} GPUs ({gpus - 1} idle): use entry_point: "
-                                    "deepfm-mirrored with distribution: multi_worker_mirrored (one process drives "
-                                    "every GPU), instance.count >= 2 (a worker task per GPU on each host), or a "
-                                    "single-GPU instance type with distribution: none")]
+    return [
+        error(
+            "instance.count",
+            f"a parameter-server job on one host gets no parameter server: SageMaker's toolkit "
+            f"starts one only with several hosts, so deepfm-ps trains as one process on 1 of "
+            f"{spec.instance.type}'s {gpus} GPUs ({gpus - 1} idle): use entry_point: "
+            "deepfm-mirrored with distribution: multi_worker_mirrored (one process drives "
+            "every GPU), instance.count >= 2 (a worker task per GPU on each host), or a "
+            "single-GPU instance type with distribution: none",
+        )
+    ]
 
 
 def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
@@ -154,6 +188,11 @@ def check_ps_pipe_channels(spec: Spec) -> list[Finding]:
     channels = len(spec.train_sources)
     if per_host <= 1 or channels >= per_host:
         return []
-    return [error("data.train", f"deepfm-ps runs {per_host} worker tasks on each {spec.instance.type} (one per GPU), and "
-                                f"each reads its own Pipe-mode FIFO: list at least {per_host} training paths (the same "
-                                "path may repeat), or use File/FastFile")]
+    return [
+        error(
+            "data.train",
+            f"deepfm-ps runs {per_host} worker tasks on each {spec.instance.type} (one per GPU), and "
+            f"each reads its own Pipe-mode FIFO: list at least {per_host} training paths (the same "
+            "path may repeat), or use File/FastFile",
+        )
+    ]

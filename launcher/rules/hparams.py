@@ -25,7 +25,9 @@ def _converted(spec: Spec) -> tuple[dict[str, Any], list[Finding]]:
     for name, value in spec.hyperparameters.items():
         field = f"hyperparameters.{name}"
         if name not in hparams.DEFAULTS:
-            problems.append(error(field, f"{spec.entry_point} has no hyperparameter '{name}'{did_you_mean(name, hparams.DEFAULTS)}"))
+            problems.append(
+                error(field, f"{spec.entry_point} has no hyperparameter '{name}'{did_you_mean(name, hparams.DEFAULTS)}")
+            )
         elif name in contract.DERIVED_HYPERPARAMETERS:
             problems.append(error(field, f"{contract.DERIVED_HYPERPARAMETERS[name]}: drop this hyperparameter"))
         else:
@@ -34,8 +36,9 @@ def _converted(spec: Spec) -> tuple[dict[str, Any], list[Finding]]:
             except hparams.HyperparameterError as err:
                 problems.append(error(field, str(err).split(": ", 1)[-1]))
     typed = Namespace(**{**hparams.DEFAULTS, **values})
-    problems += [error(f"hyperparameters.{name}", message)
-                 for name, message in hparams.value_problems(typed) if name in values]
+    problems += [
+        error(f"hyperparameters.{name}", message) for name, message in hparams.value_problems(typed) if name in values
+    ]
     return values, problems
 
 
@@ -59,7 +62,10 @@ def check_boolean_hyperparameters(spec: Spec) -> list[Finding]:
     if spec.entry_point in contract.BUNDLED_ENTRY_POINTS:
         return []
     return [
-        warning(f"hyperparameters.{name}", f"arrives as the string '{value}': parse it explicitly (argparse type=bool reads 'False' as true)")
+        warning(
+            f"hyperparameters.{name}",
+            f"arrives as the string '{value}': parse it explicitly (argparse type=bool reads 'False' as true)",
+        )
         for name, value in spec.hyperparameters.items()
         if isinstance(value, bool)
     ]
@@ -77,8 +83,7 @@ def pipe_mode_eval(spec: Spec) -> bool:
 def evaluates_while_training(spec: Spec, values: Namespace) -> bool:
     """Whether a bundled script evaluates before its end: an eval channel read in File or FastFile mode, and
     evaluations every eval_steps steps or after each of several epochs (epochs 0: until max_steps)."""
-    return spec.data.eval is not None and not pipe_mode_eval(spec) and \
-        bool(values.eval_steps or values.epochs != 1)
+    return spec.data.eval is not None and not pipe_mode_eval(spec) and bool(values.eval_steps or values.epochs != 1)
 
 
 def check_evaluation_schedule(spec: Spec) -> list[Finding]:
@@ -89,10 +94,19 @@ def check_evaluation_schedule(spec: Spec) -> list[Finding]:
     if not given or values is None or not any(getattr(values, name) for name in given):
         return []
     if spec.data.eval is None:
-        return [warning(f"hyperparameters.{given[0]}", "nothing is evaluated without an eval channel: add "
-                                                       f"data.eval, or drop {', '.join(given)}")]
+        return [
+            warning(
+                f"hyperparameters.{given[0]}",
+                f"nothing is evaluated without an eval channel: add data.eval, or drop {', '.join(given)}",
+            )
+        ]
     during = [name for name in ("eval_steps", "early_stopping_patience") if getattr(values, name)]
     if during and pipe_mode_eval(spec):
-        return [warning(f"hyperparameters.{during[0]}", "a Pipe-mode eval channel is read once, after training, so "
-                        f"{' and '.join(during)} cannot act: use data.mode File or FastFile to evaluate during training")]
+        return [
+            warning(
+                f"hyperparameters.{during[0]}",
+                "a Pipe-mode eval channel is read once, after training, so "
+                f"{' and '.join(during)} cannot act: use data.mode File or FastFile to evaluate during training",
+            )
+        ]
     return []

@@ -53,15 +53,40 @@ def check_framework(spec: Spec) -> list[Finding]:
     if image is None:
         known = ", ".join(images.IMAGES)
         if images.short_version(version) in images.NO_IMAGE:
-            return [error("framework.version", f"TensorFlow {version} has no SageMaker training image: use one of {known}, or an image_uri")]
-        return [error("framework.version", f"no SageMaker TensorFlow training image {version}: use one of {known}, or an image_uri")]
+            return [
+                error(
+                    "framework.version",
+                    f"TensorFlow {version} has no SageMaker training image: use one of {known}, or an image_uri",
+                )
+            ]
+        return [
+            error(
+                "framework.version",
+                f"no SageMaker TensorFlow training image {version}: use one of {known}, or an image_uri",
+            )
+        ]
     if not image.sdk_v2 and images.image_uri(image, spec.region, "cpu") is None:
-        return [error("region", f"the TensorFlow {image.short} image is not published in {spec.region}: use another region or an image_uri")]
+        return [
+            error(
+                "region",
+                f"the TensorFlow {image.short} image is not published in {spec.region}: use another region or an image_uri",
+            )
+        ]
     if spec.framework.python is not None and spec.framework.python != image.python:
-        return [error("framework.python", f"TensorFlow {image.version} images have {image.python}, not {spec.framework.python}")]
+        return [
+            error(
+                "framework.python",
+                f"TensorFlow {image.version} images have {image.python}, not {spec.framework.python}",
+            )
+        ]
     if datetime.date.fromisoformat(image.end_of_support) < today():
         newest = images.newest()
-        return [warning("framework.version", f"TensorFlow {image.short} images are past end of support ({image.end_of_support}): no more security patches; the newest is {newest.short}")]
+        return [
+            warning(
+                "framework.version",
+                f"TensorFlow {image.short} images are past end of support ({image.end_of_support}): no more security patches; the newest is {newest.short}",
+            )
+        ]
     return []
 
 
@@ -71,13 +96,22 @@ def check_horovod_in_image(spec: Spec) -> list[Finding]:
         return []
     has = _image_has(spec, "horovod")
     if has is None and spec.image_uri is not None:
-        return [warning("image_uri", "dfm cannot see whether this image holds Horovod: say image_provides: [horovod] if it does")]
+        return [
+            warning(
+                "image_uri", "dfm cannot see whether this image holds Horovod: say image_provides: [horovod] if it does"
+            )
+        ]
     if has is not False:
         return []
     where = "image_provides" if spec.image_uri is not None else "framework.version"
     what = "this image has" if spec.image_uri is not None else f"TensorFlow {spec.framework.version} images have"
     instead = "entry_point: deepfm-mirrored with " if spec.entry_point in contract.BUNDLED_ENTRY_POINTS else ""
-    return [error(where, f'{what} no Horovod (the last image with Horovod is TF {images.LAST_HOROVOD_TF}): use framework.version "{images.LAST_HOROVOD_TF}", or {instead}distribution: multi_worker_mirrored')]
+    return [
+        error(
+            where,
+            f'{what} no Horovod (the last image with Horovod is TF {images.LAST_HOROVOD_TF}): use framework.version "{images.LAST_HOROVOD_TF}", or {instead}distribution: multi_worker_mirrored',
+        )
+    ]
 
 
 def check_pipe_mode(spec: Spec) -> list[Finding]:
@@ -87,14 +121,28 @@ def check_pipe_mode(spec: Spec) -> list[Finding]:
     has = _image_has(spec, "pipe_mode")
     bundled = spec.entry_point in contract.BUNDLED_ENTRY_POINTS
     if has is None:
-        hint = "say image_provides: [pipe_mode] if it does" if spec.image_uri is not None else "make sure the image has it"
-        return [warning("data.mode", f"Pipe mode needs PipeModeDataset (sagemaker-tensorflow), built up to TF 2.14: {hint}")]
+        hint = (
+            "say image_provides: [pipe_mode] if it does" if spec.image_uri is not None else "make sure the image has it"
+        )
+        return [
+            warning("data.mode", f"Pipe mode needs PipeModeDataset (sagemaker-tensorflow), built up to TF 2.14: {hint}")
+        ]
     if has:
         return []
     what = "this image" if spec.image_uri is not None else f"the TF {spec.framework.version} image"
     if bundled:
-        return [error("data.mode", f"Pipe mode needs PipeModeDataset, which {what} lacks (the last with it is TF 2.14): use FastFile, or TF 2.14")]
-    return [warning("data.mode", f"{what} has no PipeModeDataset: your script must read the FIFOs /opt/ml/input/data/<channel>_<epoch> itself")]
+        return [
+            error(
+                "data.mode",
+                f"Pipe mode needs PipeModeDataset, which {what} lacks (the last with it is TF 2.14): use FastFile, or TF 2.14",
+            )
+        ]
+    return [
+        warning(
+            "data.mode",
+            f"{what} has no PipeModeDataset: your script must read the FIFOs /opt/ml/input/data/<channel>_<epoch> itself",
+        )
+    ]
 
 
 def check_mirrored(spec: Spec) -> list[Finding]:

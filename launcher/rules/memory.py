@@ -38,8 +38,10 @@ def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None
     """What one host of `spec.instance` holds for the tables, or None where another rule checks it."""
     kind, count = spec.distribution_kind, spec.instance.count
     tables = hosts.embedding_bytes(rows, values.embedding_size, values.optimizer)
-    how = (f"feature_size {rows:,} x (1 + embedding_size {values.embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
-           f"(1 + {_slots(values.optimizer)})")
+    how = (
+        f"feature_size {rows:,} x (1 + embedding_size {values.embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
+        f"(1 + {_slots(values.optimizer)})"
+    )
     per_host_fit = memory_gib * hosts.GIB * hosts.WARN_FRACTION
     if kind in ("horovod", "multi_worker_mirrored"):
         host = tasks.host_tasks(spec.instance.type, kind, spec.processes_per_host)
@@ -48,29 +50,47 @@ def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None
         copies = host.replicas
         replica, replica_how, _ = replica_need(spec, values, rows)
         fitting = int(per_host_fit // replica) if replica else copies
-        fewer = (f"processes_per_host {fitting} (each rank holds the whole tables), " if kind == "horovod" and 1 <= fitting < copies
-                 else "")
+        fewer = (
+            f"processes_per_host {fitting} (each rank holds the whole tables), "
+            if kind == "horovod" and 1 <= fitting < copies
+            else ""
+        )
         each = "rank" if kind == "horovod" else "replica"
-        return HostNeed(replica * copies, replica_how, f"{copies} whole cop{'ies' if copies != 1 else 'y'}, one per {each}",
-                        f"{fewer}parameter servers, which split the tables over the hosts (entry_point: deepfm-ps, "
-                        f"distribution: parameter_server)")
+        return HostNeed(
+            replica * copies,
+            replica_how,
+            f"{copies} whole cop{'ies' if copies != 1 else 'y'}, one per {each}",
+            f"{fewer}parameter servers, which split the tables over the hosts (entry_point: deepfm-ps, "
+            f"distribution: parameter_server)",
+        )
     if kind == "parameter_server" and spec.ps_group is None and count > 1:
         enough = max(count + 1, math.ceil(tables / per_host_fit))
-        return HostNeed(math.ceil(tables / count), how, f"split over the {count} hosts' parameter servers",
-                        f"instance.count {enough} (more ps to split them over), or the ps on their own memory-"
-                        "optimized instances (distribution: {parameter_server: {ps: {type: ml.r5.24xlarge, count: N}}})")
+        return HostNeed(
+            math.ceil(tables / count),
+            how,
+            f"split over the {count} hosts' parameter servers",
+            f"instance.count {enough} (more ps to split them over), or the ps on their own memory-"
+            "optimized instances (distribution: {parameter_server: {ps: {type: ml.r5.24xlarge, count: N}}})",
+        )
     if kind in ("none", "parameter_server") and spec.ps_group is None:
         enough = max(2, math.ceil(tables / per_host_fit))
-        return HostNeed(tables, how, "all on one process" if count == 1 else "whole on each host",
-                        f"parameter servers on {enough} hosts, which split the tables (distribution: parameter_server, "
-                        f"instance.count: {enough})")
+        return HostNeed(
+            tables,
+            how,
+            "all on one process" if count == 1 else "whole on each host",
+            f"parameter servers on {enough} hosts, which split the tables (distribution: parameter_server, "
+            f"instance.count: {enough})",
+        )
     return None
 
 
 def _bigger_host(needed: int) -> str | None:
     """The catalogue's cheapest instance type whose memory keeps `needed` under the headroom fraction."""
-    fits = [(info.usd_per_hour or float("inf"), name, info) for name, info in catalog.INSTANCES.items()
-            if needed <= info.memory_gib * hosts.GIB * hosts.WARN_FRACTION]
+    fits = [
+        (info.usd_per_hour or float("inf"), name, info)
+        for name, info in catalog.INSTANCES.items()
+        if needed <= info.memory_gib * hosts.GIB * hosts.WARN_FRACTION
+    ]
     if not fits:
         return None
     _, name, info = min(fits)
@@ -90,13 +110,20 @@ def check_host_memory(spec: Spec) -> list[Finding]:
         return []
     have = info.memory_gib * hosts.GIB
     bigger = _bigger_host(need.needed)
-    fix = need.fix + (f", an instance type with more memory ({bigger})" if bigger else "") + ", or a smaller feature_size"
-    each = (f"the embedding tables need {hosts.gib(need.needed)} on each {spec.instance.type} ({need.layout}: "
-            f"{need.how})")
+    fix = (
+        need.fix + (f", an instance type with more memory ({bigger})" if bigger else "") + ", or a smaller feature_size"
+    )
+    each = (
+        f"the embedding tables need {hosts.gib(need.needed)} on each {spec.instance.type} ({need.layout}: {need.how})"
+    )
     where = f"{spec.instance.type}'s {info.memory_gib} GiB"
     if need.needed > have:
         return [error(table_field(spec), f"{each}, more than {where}: use {fix}")]
     if need.needed > have * hosts.WARN_FRACTION:
-        return [warning(table_field(spec), f"{each}, {need.needed / have:.0%} of {where}, leaving little for the "
-                                           f"processes and the OS: use {fix}")]
+        return [
+            warning(
+                table_field(spec),
+                f"{each}, {need.needed / have:.0%} of {where}, leaving little for the processes and the OS: use {fix}",
+            )
+        ]
     return []

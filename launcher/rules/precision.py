@@ -19,6 +19,11 @@ def check_bfloat16_hardware(spec: Spec) -> list[Finding]:
     values = script_values(spec)  # None: not the bundled scripts, or a bad value (reported on its own)
     if values is None or values.mixed_precision != "bfloat16" or catalog.has_bfloat16(spec.instance.type) is not False:
         return []
-    return [error(MIXED_PRECISION, f"{spec.instance.type} has no bfloat16 hardware, where bfloat16 runs slower than "
-                                   f"float32: use an instance type of {', '.join(catalog.bfloat16_families())}, "
-                                   "or mixed_precision: auto or false")]
+    return [
+        error(
+            MIXED_PRECISION,
+            f"{spec.instance.type} has no bfloat16 hardware, where bfloat16 runs slower than "
+            f"float32: use an instance type of {', '.join(catalog.bfloat16_families())}, "
+            "or mixed_precision: auto or false",
+        )
+    ]

@@ -22,26 +22,41 @@ def check_prepare(spec: Spec) -> list[Finding]:
     raw = prepare.input.format != "libsvm"
     features = spec.features
     if not raw and features is not None:
-        problems.append(error("features", "prepare.input.format libsvm writes pre-indexed (label, ids, values) "
-                                          "records: drop features:, or prepare raw tsv/csv/parquet input"))
+        problems.append(
+            error(
+                "features",
+                "prepare.input.format libsvm writes pre-indexed (label, ids, values) "
+                "records: drop features:, or prepare raw tsv/csv/parquet input",
+            )
+        )
     if raw and (features is None or features.get("format") != "tfrecord"):
-        problems.append(error("features.format" if features is not None else "prepare.input.format",
-                              f"prepare writes the {prepare.input.format} columns as tf.train.Examples: set "
-                              "features.format: tfrecord (and name the label and feature columns in features:)"))
+        problems.append(
+            error(
+                "features.format" if features is not None else "prepare.input.format",
+                f"prepare writes the {prepare.input.format} columns as tf.train.Examples: set "
+                "features.format: tfrecord (and name the label and feature columns in features:)",
+            )
+        )
     if prepare.input.format in ("tsv", "csv"):
         columns = prepare.input.columns or []
         if not columns:
-            problems.append(error("prepare.input", f"{prepare.input.format} input needs columns: [label, i1, c1, ...] "
-                                                   "(the names in file order)"))
+            problems.append(
+                error(
+                    "prepare.input",
+                    f"{prepare.input.format} input needs columns: [label, i1, c1, ...] (the names in file order)",
+                )
+            )
         elif features is not None:
-            wanted = [features.get("label")] + [name for section in ("numeric", "categorical", "multi_hot")
-                                                 for name in (features.get(section) or {})]
+            wanted = [features.get("label")] + [
+                name for section in ("numeric", "categorical", "multi_hot") for name in (features.get(section) or {})
+            ]
             absent = [name for name in wanted if isinstance(name, str) and name not in columns]
             if absent:
                 problems.append(error("prepare.input.columns", f"{', '.join(absent)} not among the columns"))
     elif prepare.input.columns is not None:
-        problems.append(error("prepare.input.columns", f"{prepare.input.format} input names its own columns: "
-                                                       "drop columns"))
+        problems.append(
+            error("prepare.input.columns", f"{prepare.input.format} input names its own columns: drop columns")
+        )
     wants_eval = prepare.eval is not None or bool(prepare.eval_fraction)
     if wants_eval and spec.data.eval is None:
         problems.append(error("data.eval", "prepare holds rows out for evaluation: give data.eval, where they go"))
@@ -51,12 +66,21 @@ def check_prepare(spec: Spec) -> list[Finding]:
         if channel.name == conventions.EVAL_CHANNEL and not wants_eval:
             continue
         if not isinstance(channel.source, str):
-            problems.append(error(channel.field, "prepare writes to S3 prefixes (ProcessingOutputs); "
-                                                 "an EFS/FSx channel cannot be its output"))
+            problems.append(
+                error(
+                    channel.field,
+                    "prepare writes to S3 prefixes (ProcessingOutputs); an EFS/FSx channel cannot be its output",
+                )
+            )
     outputs = len(spec.train_sources) + int(wants_eval) + 1 + int(prepare.event_logs is not None)  # + the report
     if outputs > MAX_PROCESSING_OUTPUTS:
-        problems.append(error("data.train", f"prepare writes {outputs} outputs (channels + eval + report + event logs); a "
-                                            f"processing job takes at most {MAX_PROCESSING_OUTPUTS}"))
+        problems.append(
+            error(
+                "data.train",
+                f"prepare writes {outputs} outputs (channels + eval + report + event logs); a "
+                f"processing job takes at most {MAX_PROCESSING_OUTPUTS}",
+            )
+        )
     if "negative_rate" in spec.hyperparameters and prepare.balance is not None:
         problems.append(error("hyperparameters.negative_rate", "set by prepare.balance.negative_rate: drop it"))
     return problems
@@ -75,8 +99,13 @@ def check_prepared_layout(spec: Spec) -> list[Finding]:
     found = prepare_job.fit(layout, spec.data.s3_shard, prepare_job.shard_table())
     if found.min_files_per_worker >= 1:
         return []
-    return [error("prepare.files_per_worker", f"with {found.files_per_channel} files per channel some workers of "
-                                              "the job would read none: raise files_per_worker")]
+    return [
+        error(
+            "prepare.files_per_worker",
+            f"with {found.files_per_channel} files per channel some workers of "
+            "the job would read none: raise files_per_worker",
+        )
+    ]
 
 
 def prepared_layout_fits(spec: Spec) -> bool:

@@ -35,22 +35,40 @@ def check_ps_group(spec: Spec) -> list[Finding]:
     try:
         if ps.type not in service_model.enum("TrainingInstanceType"):
             known = service_model.enum("TrainingInstanceType")
-            problems.append(error(f"{PS_FIELD}.type", service_model.enum_message(
-                "TrainingInstanceType", ps.type, "a training instance type", did_you_mean(ps.type, known))))
+            problems.append(
+                error(
+                    f"{PS_FIELD}.type",
+                    service_model.enum_message(
+                        "TrainingInstanceType", ps.type, "a training instance type", did_you_mean(ps.type, known)
+                    ),
+                )
+            )
     except service_model.ModelUnavailable:
         pass
     info = catalog.instance(ps.type)
     if info is not None and (info.gpus or info.accelerators):
-        problems.append(warning(f"{PS_FIELD}.type", f"{ps.type} has {info.gpus or info.accelerators} GPUs/accelerators a "
-                                                    "parameter server never uses: pick a memory-optimized CPU type (ml.r5, ml.r6i, ml.r7i)"))
+        problems.append(
+            warning(
+                f"{PS_FIELD}.type",
+                f"{ps.type} has {info.gpus or info.accelerators} GPUs/accelerators a "
+                "parameter server never uses: pick a memory-optimized CPU type (ml.r5, ml.r6i, ml.r7i)",
+            )
+        )
     if spec.entry_point not in contract.BUNDLED_ENTRY_POINTS:
-        problems.append(warning(PS_FIELD, "on instance groups SageMaker's TensorFlow toolkit sets no TF_CONFIG and starts no "
-                                          "parameter server: your script must build the cluster itself from "
-                                          "/opt/ml/input/config/resourceconfig.json (as deepfm-ps does)"))
+        problems.append(
+            warning(
+                PS_FIELD,
+                "on instance groups SageMaker's TensorFlow toolkit sets no TF_CONFIG and starts no "
+                "parameter server: your script must build the cluster itself from "
+                "/opt/ml/input/config/resourceconfig.json (as deepfm-ps does)",
+            )
+        )
         return problems
     values = script_values(spec)  # None: a bad value, which check_bundled_hyperparameters reports
     rows = table_rows(spec, values) if values is not None else 0
     if rows:
-        for severity, message in hosts.embedding_memory_findings(rows, values.embedding_size, values.optimizer, groups[-1]):
+        for severity, message in hosts.embedding_memory_findings(
+            rows, values.embedding_size, values.optimizer, groups[-1]
+        ):
             problems.append(error(PS_FIELD, message) if severity == "error" else warning(PS_FIELD, message))
     return problems

@@ -31,7 +31,11 @@ def check_recovery_types(spec: Spec, rules: Iterable[Rule]) -> list[Finding]:
             if (finding.field, finding.message) in seen:
                 continue
             seen.add((finding.field, finding.message))
-            found.append(Finding(f"recover.instance_types.{index}",
-                                 f"a recovery attempt on {instance_type}: {finding.field}: {finding.message}",
-                                 finding.severity))
+            found.append(
+                Finding(
+                    f"recover.instance_types.{index}",
+                    f"a recovery attempt on {instance_type}: {finding.field}: {finding.message}",
+                    finding.severity,
+                )
+            )
     return found

@@ -50,7 +50,12 @@ def _checkpoint_entries(spec: Spec) -> Iterator[Entry]:
         return
     if config.s3 == "auto":
         uri = f"{spec.output.rstrip('/')}/{spec.name}{TIMESTAMPED}/checkpoints"
-        yield Entry("CheckpointConfig.S3Uri", uri, "output", "checkpoints go to <output>/<job name>/checkpoints: use a shorter output")
+        yield Entry(
+            "CheckpointConfig.S3Uri",
+            uri,
+            "output",
+            "checkpoints go to <output>/<job name>/checkpoints: use a shorter output",
+        )
     else:
         yield Entry("CheckpointConfig.S3Uri", config.s3, "checkpoints")
     yield Entry("CheckpointConfig.LocalPath", config.local_path, "checkpoints.local_path")
@@ -67,7 +72,11 @@ def _hyperparameter_entries(spec: Spec) -> Iterator[Entry]:
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):
         yield Entry("HyperParameters.value", json.dumps(spec.source_dir), "source_dir")
     if spec.distribution_kind == "horovod" and spec.distribution.horovod.mpi_options:
-        yield Entry("HyperParameters.value", json.dumps(spec.distribution.horovod.mpi_options), "distribution.horovod.mpi_options")
+        yield Entry(
+            "HyperParameters.value",
+            json.dumps(spec.distribution.horovod.mpi_options),
+            "distribution.horovod.mpi_options",
+        )
 
 
 def _operations_entries(spec: Spec) -> Iterator[Entry]:
@@ -108,7 +117,12 @@ def entries(spec: Spec) -> Iterator[Entry]:
         yield Entry("Environment", dict(spec.environment), "environment")
     for name, value in spec.environment.items():
         yield Entry("Environment.key", name, f"environment.{name}")
-        yield Entry("Environment.value", str(value), f"environment.{name}", "pass long values in a file (a channel, or the source dir)")
+        yield Entry(
+            "Environment.value",
+            str(value),
+            f"environment.{name}",
+            "pass long values in a file (a channel, or the source dir)",
+        )
     if spec.tags:
         yield Entry("Tags", [{"Key": k, "Value": v} for k, v in spec.tags.items()], "tags")
     for key, value in spec.tags.items():

@@ -9,6 +9,21 @@ from launcher.sagemaker_backend.jobs import describe, list_jobs, raise_for_outco
 from launcher.sagemaker_backend.logs import stream_logs
 from launcher.sagemaker_backend.request import TrainingRequest, build, dry_run, estimator_kwargs
 
-__all__ = ["MAX_ATTEMPTS", "aws_errors", "boto_session", "client", "console_url", "resolve_region", "describe",
-           "list_jobs", "raise_for_outcome", "stop", "submit", "stream_logs", "dry_run",
-           "estimator_kwargs", "build", "TrainingRequest"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "aws_errors",
+    "boto_session",
+    "client",
+    "console_url",
+    "resolve_region",
+    "describe",
+    "list_jobs",
+    "raise_for_outcome",
+    "stop",
+    "submit",
+    "stream_logs",
+    "dry_run",
+    "estimator_kwargs",
+    "build",
+    "TrainingRequest",
+]

@@ -28,15 +28,24 @@ def follow(plan: Plan, job_name: str, echo: Echo, poll_seconds: float) -> str:
         raise DfmError(stalled.stopped(job_name), 1) from None
 
 
-def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, poll_seconds: float = 10.0,
-           sleep: Callable[[float], None] = time.sleep) -> str:
+def launch(
+    plan: Plan,
+    *,
+    wait: bool,
+    echo: Echo = print,
+    warn: Echo = print,
+    poll_seconds: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Build each attempt's request (refusing an invalid job before anything is uploaded) and submit exactly it;
     with `wait`, follow it to the end and recover it as `recover:` says. Returns the last attempt's job name;
     exit 1 (DfmError) when the last attempt failed or was stopped."""
     if not wait:
         if plan.operations.recovery is not None or plan.operations.stall_timeout_s:
-            warn("recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
-                 "(or dfm logs JOB --follow --stall-timeout N)")
+            warn(
+                "recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
+                "(or dfm logs JOB --follow --stall-timeout N)"
+            )
         return jobs.submit(request.build(plan), echo=echo, warn=warn)
     options = plan.operations.recovery
     attempt, source_uri = 0, None
@@ -47,7 +56,9 @@ def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, po
             source_uri = built.upload.uri
         job_name = jobs.submit(built, echo=echo, warn=warn)
         status = follow(current, job_name, echo, poll_seconds)
-        summary = jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
+        summary = (
+            jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
+        )
         why = recovery.recoverable(summary)
         restarts_left = (options.max_restarts - attempt) if options is not None else 0
         ending = f"{status}" + (f": {summary['failure_reason']}" if summary.get("failure_reason") else "")
@@ -58,7 +69,9 @@ def launch(plan: Plan, *, wait: bool, echo: Echo = print, warn: Echo = print, po
             jobs.raise_for_outcome(summary)
             return job_name
         delay = recovery.backoff_seconds(options.backoff_s, attempt + 1)
-        echo(f"[dfm] {why}: resubmitting in {delay:.0f} s as attempt {attempt + 2} of at most "
-             f"{options.max_restarts + 1}, resuming from {plan.checkpoint_s3_uri or 'its checkpoints'}")
+        echo(
+            f"[dfm] {why}: resubmitting in {delay:.0f} s as attempt {attempt + 2} of at most "
+            f"{options.max_restarts + 1}, resuming from {plan.checkpoint_s3_uri or 'its checkpoints'}"
+        )
         sleep(delay)
         attempt += 1

@@ -23,11 +23,18 @@ from botocore.exceptions import (
 
 from launcher.errors import DfmError
 
-MAX_ATTEMPTS = 8  # in all, first try included: botocore "standard" retries throttling and transient errors, with backoff
-THROTTLING_CODES = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
-                    "SlowDown"}
-CREDENTIAL_CODES = {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
-                    "SignatureDoesNotMatch", "InvalidAccessKeyId"}
+MAX_ATTEMPTS = (
+    8  # in all, first try included: botocore "standard" retries throttling and transient errors, with backoff
+)
+THROTTLING_CODES = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "SlowDown"}
+CREDENTIAL_CODES = {
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+}
 
 
 def client_config() -> Config:
@@ -76,7 +83,8 @@ def _not_found(err: ClientError) -> bool:
     error = err.response.get("Error", {})
     code, message = error.get("Code", "Unknown"), one_line(error.get("Message", ""))
     return code in {"ResourceNotFound", "ResourceNotFoundException", "NoSuchBucket"} or bool(
-        code == "ValidationException" and re.search(r"could not find|does not exist|not found", message, re.I))
+        code == "ValidationException" and re.search(r"could not find|does not exist|not found", message, re.I)
+    )
 
 
 def _client_error_message(err: ClientError, action: str, job_name: str | None, region: str | None) -> str:
@@ -87,8 +95,10 @@ def _client_error_message(err: ClientError, action: str, job_name: str | None, r
     if code in CREDENTIAL_CODES:
         return f"AWS refused the credentials ({code}): refresh them (aws sso login, or new keys) and retry"
     if code in {"AccessDenied", "AccessDeniedException"}:
-        return (f"AWS denied {action}: {message} (grant these credentials the sagemaker/s3/logs permissions, "
-                "and iam:PassRole on the job's role)")
+        return (
+            f"AWS denied {action}: {message} (grant these credentials the sagemaker/s3/logs permissions, "
+            "and iam:PassRole on the job's role)"
+        )
     not_found = _not_found(err)
     if not_found:
         return f"{action}: not found ({code}): {message}"
@@ -101,13 +111,17 @@ def aws_errors(action: str, *, job_name: str | None = None, region: str | None =
     try:
         yield
     except (NoCredentialsError, PartialCredentialsError) as err:
-        raise DfmError(f"no usable AWS credentials for {action} ({one_line(err)}): set AWS_PROFILE or "
-                       "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`", 2) from err
+        raise DfmError(
+            f"no usable AWS credentials for {action} ({one_line(err)}): set AWS_PROFILE or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`",
+            2,
+        ) from err
     except NoRegionError as err:
         raise DfmError("no AWS region: pass --region, or set AWS_REGION", 2) from err
     except BotoConnectionError as err:
-        raise DfmError(f"cannot reach AWS for {action} ({one_line(err)}): check the network, proxy "
-                       "and region", 1) from err
+        raise DfmError(
+            f"cannot reach AWS for {action} ({one_line(err)}): check the network, proxy and region", 1
+        ) from err
     except ClientError as err:
         if job_name and _not_found(err):
             raise JobNotFound(f"no job named {job_name} in {region}: check the name and --region", 1) from err
@@ -123,17 +137,33 @@ def instance_groups(resource_config: dict) -> list[dict]:
     or the one group of identical hosts (a heterogeneous job has no InstanceType/InstanceCount)."""
     groups = resource_config.get("InstanceGroups") or []
     if groups:
-        return [{"group": g.get("InstanceGroupName"), "instance_type": g.get("InstanceType"),
-                 "instance_count": g.get("InstanceCount", 0)} for g in groups]
-    return [{"group": None, "instance_type": resource_config.get("InstanceType"),
-             "instance_count": resource_config.get("InstanceCount", 1)}]
+        return [
+            {
+                "group": g.get("InstanceGroupName"),
+                "instance_type": g.get("InstanceType"),
+                "instance_count": g.get("InstanceCount", 0),
+            }
+            for g in groups
+        ]
+    return [
+        {
+            "group": None,
+            "instance_type": resource_config.get("InstanceType"),
+            "instance_count": resource_config.get("InstanceCount", 1),
+        }
+    ]
 
 
-def newest(region: str | None, operation: str, summaries: str, name_contains: str | None, max_results: int) -> list[dict]:
+def newest(
+    region: str | None, operation: str, summaries: str, name_contains: str | None, max_results: int
+) -> list[dict]:
     """The summaries of a List*Jobs operation (e.g. list_training_jobs, "TrainingJobSummaries"), newest first."""
     region = resolve_region(region)
-    query: dict = {"SortBy": "CreationTime", "SortOrder": "Descending",
-                   "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)}}
+    query: dict = {
+        "SortBy": "CreationTime",
+        "SortOrder": "Descending",
+        "PaginationConfig": {"MaxItems": max_results, "PageSize": min(max_results, 100)},
+    }
     if name_contains:
         query["NameContains"] = name_contains
     found: list[dict] = []

@@ -24,8 +24,13 @@ def upload_source(upload: request.SourceUpload, session) -> None:
     from sagemaker.fw_utils import tar_and_upload_dir
 
     with source_dir_with_files(upload.directory, upload.files) as directory:
-        tar_and_upload_dir(session=session, bucket=upload.bucket, s3_key_prefix=upload.key_prefix,
-                           script=upload.script, directory=directory)
+        tar_and_upload_dir(
+            session=session,
+            bucket=upload.bucket,
+            s3_key_prefix=upload.key_prefix,
+            script=upload.script,
+            directory=directory,
+        )
 
 
 def upload_source_dir(plan: Plan, hyperparameters: Mapping[str, Any], session) -> None:
@@ -57,7 +62,9 @@ def _hosts_of(arguments: Mapping[str, Any], groups: list | None) -> int:
     resources = arguments["ResourceConfig"]
     if "InstanceCount" in resources:
         return resources["InstanceCount"]
-    return sum(g["InstanceCount"] for g in resources["InstanceGroups"] if not groups or g["InstanceGroupName"] in groups)
+    return sum(
+        g["InstanceCount"] for g in resources["InstanceGroups"] if not groups or g["InstanceGroupName"] in groups
+    )
 
 
 def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
@@ -71,13 +78,15 @@ def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
         if hosts < 2:
             continue
         uri = source["S3Uri"]
-        bucket, _, prefix = uri[len("s3://"):].partition("/")
+        bucket, _, prefix = uri[len("s3://") :].partition("/")
         with aws.aws_errors(f"listing {uri}", region=training.region):
             listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=hosts + 1)
         count = sum(1 for item in listed.get("Contents", []) if not item["Key"].endswith("/"))
         if count < hosts:
-            found.append(f"channel {channel['ChannelName']}: {uri} holds {count} object(s) for {hosts} "
-                         f"hosts; with ShardedByS3Key {hosts - count} host(s) get no data")
+            found.append(
+                f"channel {channel['ChannelName']}: {uri} holds {count} object(s) for {hosts} "
+                f"hosts; with ShardedByS3Key {hosts - count} host(s) get no data"
+            )
     return found
 
 
@@ -145,8 +154,12 @@ def _attempts(sagemaker_client, description: dict, region: str) -> list[str]:
     with aws.aws_errors(f"listing the attempts of {job_name}", region=region):
         tags = sagemaker_client.list_tags(ResourceArn=description["TrainingJobArn"]).get("Tags", [])
         first = next((tag["Value"] for tag in tags if tag["Key"] == recovery.FIRST_ATTEMPT_TAG), job_name)
-        found = sagemaker_client.get_paginator("search").paginate(Resource="TrainingJob", SearchExpression={
-            "Filters": [{"Name": f"Tags.{recovery.FIRST_ATTEMPT_TAG}", "Operator": "Equals", "Value": first}]})
+        found = sagemaker_client.get_paginator("search").paginate(
+            Resource="TrainingJob",
+            SearchExpression={
+                "Filters": [{"Name": f"Tags.{recovery.FIRST_ATTEMPT_TAG}", "Operator": "Equals", "Value": first}]
+            },
+        )
         tagged = [result["TrainingJob"]["TrainingJobName"] for page in found for result in page["Results"]]
     return [first, *tagged] if tagged else []
 
@@ -168,6 +181,13 @@ def stop(job_name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest training jobs first."""
-    return [{"job_name": job["TrainingJobName"], "kind": "training", "status": job["TrainingJobStatus"],
-             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("TrainingEndTime"))}
-            for job in aws.newest(region, "list_training_jobs", "TrainingJobSummaries", name_contains, max_results)]
+    return [
+        {
+            "job_name": job["TrainingJobName"],
+            "kind": "training",
+            "status": job["TrainingJobStatus"],
+            "created": _iso(job.get("CreationTime")),
+            "ended": _iso(job.get("TrainingEndTime")),
+        }
+        for job in aws.newest(region, "list_training_jobs", "TrainingJobSummaries", name_contains, max_results)
+    ]

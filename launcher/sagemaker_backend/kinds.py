@@ -51,4 +51,3 @@ def find(job_name: str, region: str | None, kind: str | None = None) -> tuple[Jo
     names = list(KINDS)
     kinds = kind or f"{', '.join(names[:-1])} or {names[-1]}"
     raise DfmError(f"no {kinds} job named {job_name} in {region}: check the name, --kind and --region", 1)
-

@@ -45,7 +45,8 @@ class _LogCursor:
     def _streams(self) -> list[str]:
         names = []
         pages = self.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/")
+            logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/"
+        )
         for page in pages:
             names += [stream["logStreamName"] for stream in page["logStreams"]]
         return names
@@ -60,7 +61,8 @@ class _LogCursor:
         events = []
         for first in range(0, len(streams), 100):  # FilterLogEvents takes at most 100 stream names
             pages = self.logs.get_paginator("filter_log_events").paginate(
-                logGroupName=self.log_group, logStreamNames=streams[first:first + 100], startTime=self.start_ms)
+                logGroupName=self.log_group, logStreamNames=streams[first : first + 100], startTime=self.start_ms
+            )
             for page in pages:
                 events += page["events"]
         fresh = [e for e in events if e["eventId"] not in self.ids_at_start]
@@ -116,8 +118,10 @@ class StallWatch:
         self._advance()
         counted, self.phase = self._counts(), phase
         if self.started and counted and not self._counts():
-            return (f"[dfm] stall watch: waiting while the job is {phase}; only time in {TRAINING_PHASE} counts "
-                    f"toward stall_timeout")
+            return (
+                f"[dfm] stall watch: waiting while the job is {phase}; only time in {TRAINING_PHASE} counts "
+                f"toward stall_timeout"
+            )
         return None
 
     def saw(self, host: str, message: str) -> None:
@@ -131,8 +135,10 @@ class StallWatch:
         if not self.started or self.silent_s <= self.timeout_s:
             return
         host, (when, line) = min((self.last_line or {}).items(), key=lambda item: item[1][0])
-        raise Stalled(f"no metric line for {self.silent_s:.0f} s in {self.phase or 'the job'} (stall_timeout "
-                      f"{self.timeout_s:.0f} s); silent longest: {host}, {now - when:.0f} s since its last line: {line}")
+        raise Stalled(
+            f"no metric line for {self.silent_s:.0f} s in {self.phase or 'the job'} (stall_timeout "
+            f"{self.timeout_s:.0f} s); silent longest: {host}, {now - when:.0f} s since its last line: {line}"
+        )
 
 
 def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
@@ -146,7 +152,9 @@ def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
 def _progress_line(description: dict) -> str:
     secondary = description.get("SecondaryStatus") or description["TrainingJobStatus"]
     transitions = description.get("SecondaryStatusTransitions") or []
-    message = transitions[-1].get("StatusMessage") if transitions and transitions[-1].get("Status") == secondary else None
+    message = (
+        transitions[-1].get("StatusMessage") if transitions and transitions[-1].get("Status") == secondary else None
+    )
     return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
 
 
@@ -160,9 +168,17 @@ def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool, st
 TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
 
 
-def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: Echo = print, *,
-                poll_seconds: float = 10.0, as_json: bool = False, source: LogSource = TRAINING,
-                stall: StallWatch | None = None) -> str:
+def stream_logs(
+    job_name: str,
+    region: str | None,
+    follow: bool = False,
+    echo: Echo = print,
+    *,
+    poll_seconds: float = 10.0,
+    as_json: bool = False,
+    source: LogSource = TRAINING,
+    stall: StallWatch | None = None,
+) -> str:
     """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status. With a
     `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout in Training.
 
@@ -199,5 +215,3 @@ def stream_logs(job_name: str, region: str | None, follow: bool = False, echo: E
                 return status
             was_running = True
             time.sleep(poll_seconds)
-
-

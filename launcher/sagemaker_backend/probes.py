@@ -37,13 +37,23 @@ class ProbeRequest:
         """The dry run: every probe's request, the refused candidates with their reasons, the cost ceiling."""
         settings = {c.number: list(c.settings) for c in self.probe.candidates}
         return {
-            "probe": self.probe.name, "max_steps": self.probe.max_steps, "max_parallel": self.probe.max_parallel,
-            "requests": [{"candidate": number, "settings": settings[number], "job_name": built.job_name,
-                          "cost": dict(built.plan.cost or {}), **{k: v for k, v in built.document().items()
-                                                                   if k in ("request", "uploads", "warnings")}}
-                         for number, built in self.trainings],
-            "refused": [{"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
-                        for c in self.probe.refused],
+            "probe": self.probe.name,
+            "max_steps": self.probe.max_steps,
+            "max_parallel": self.probe.max_parallel,
+            "requests": [
+                {
+                    "candidate": number,
+                    "settings": settings[number],
+                    "job_name": built.job_name,
+                    "cost": dict(built.plan.cost or {}),
+                    **{k: v for k, v in built.document().items() if k in ("request", "uploads", "warnings")},
+                }
+                for number, built in self.trainings
+            ],
+            "refused": [
+                {"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)}
+                for c in self.probe.refused
+            ],
             "cost_ceiling": self.probe.cost_ceiling(),
         }
 
@@ -92,16 +102,28 @@ def instance_metrics(job_name: str, region: str, plan, description: dict) -> dic
         for m, metric in enumerate(INSTANCE_METRICS):
             key = f"m{h}_{m}"
             keys[key] = (host, metric)
-            queries.append({"Id": key, "ReturnData": True, "MetricStat": {
-                "Metric": {"Namespace": NAMESPACE, "MetricName": metric,
-                           "Dimensions": [{"Name": "Host", "Value": f"{job_name}/{host}"}]},
-                "Period": 60, "Stat": "Average"}})
+            queries.append(
+                {
+                    "Id": key,
+                    "ReturnData": True,
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": NAMESPACE,
+                            "MetricName": metric,
+                            "Dimensions": [{"Name": "Host", "Value": f"{job_name}/{host}"}],
+                        },
+                        "Period": 60,
+                        "Stat": "Average",
+                    },
+                }
+            )
     cloudwatch = aws.client("cloudwatch", region)
     found: dict[str, dict[str, float]] = {}
     with aws.aws_errors(f"reading the instance metrics of {job_name}", region=region):
         for first in range(0, len(queries), 500):  # GetMetricData takes at most 500 queries
             pages = cloudwatch.get_paginator("get_metric_data").paginate(
-                MetricDataQueries=queries[first:first + 500], StartTime=start - margin, EndTime=end + margin)
+                MetricDataQueries=queries[first : first + 500], StartTime=start - margin, EndTime=end + margin
+            )
             for page in pages:
                 for result in page["MetricDataResults"]:
                     if not result.get("Values"):
@@ -131,20 +153,36 @@ def measure(number: int, built: request.TrainingRequest, description: dict, warn
     per_host = _or_nothing(lambda: instance_metrics(job_name, region, built.plan, description), warn) or {}
     samples = _or_nothing(lambda: metric_lines(job_name, region), warn) or {}
     metrics = sorted({metric for values in per_host.values() for metric in values})
-    utilization = {metric: round(sum(v[metric] for v in per_host.values() if metric in v)
-                                 / sum(1 for v in per_host.values() if metric in v), 1) for metric in metrics}
+    utilization = {
+        metric: round(
+            sum(v[metric] for v in per_host.values() if metric in v) / sum(1 for v in per_host.values() if metric in v),
+            1,
+        )
+        for metric in metrics
+    }
     return Measurement(
-        number, status, job_name,
+        number,
+        status,
+        job_name,
         reason=aws.one_line(description["FailureReason"]) if description.get("FailureReason") else None,
         examples_per_sec=steady_examples_per_sec(samples),
-        startup_s=startup_seconds(description), billable_s=description.get("BillableTimeInSeconds"),
+        startup_s=startup_seconds(description),
+        billable_s=description.get("BillableTimeInSeconds"),
         wall_s=_seconds(description.get("TrainingEndTime"), description.get("CreationTime")),
-        utilization=utilization, hosts=per_host)
+        utilization=utilization,
+        hosts=per_host,
+    )
 
 
 # ------------------------------------------------------------------------------------------- executing
-def execute(probe_request: ProbeRequest, *, echo: Echo = print, warn: Echo = print, poll_seconds: float = 30.0,
-            sleep: Callable[[float], None] = time.sleep) -> list[Measurement]:
+def execute(
+    probe_request: ProbeRequest,
+    *,
+    echo: Echo = print,
+    warn: Echo = print,
+    poll_seconds: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Measurement]:
     """Submit the probes, at most max_parallel running at once, follow each to its end and measure it. A probe that
     fails is measured with its reason and the others go on; Ctrl-C stops every probe still running (ProbeInterrupted)."""
     pending = list(probe_request.trainings)

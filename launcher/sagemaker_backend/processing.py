@@ -51,14 +51,22 @@ class ProcessingPlan:
 
     def document(self) -> dict[str, Any]:
         """The dry run's document (JSON-able)."""
-        return json.loads(json.dumps({
-            "processor": {"class": PROCESSOR_CLASS, "kwargs": dict(self.processor_kwargs)}, "write": dict(self.write),
-            "run": dict(self.run_kwargs), "uploads": sorted(self.uploads), "request": dict(self.request)}))
+        return json.loads(
+            json.dumps(
+                {
+                    "processor": {"class": PROCESSOR_CLASS, "kwargs": dict(self.processor_kwargs)},
+                    "write": dict(self.write),
+                    "run": dict(self.run_kwargs),
+                    "uploads": sorted(self.uploads),
+                    "request": dict(self.request),
+                }
+            )
+        )
 
 
 def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
     stamp = job_timestamp(now.timestamp() if now else None)
-    return f"{spec.name[:63 - len('-prep-') - len(stamp)]}-prep-{stamp}"
+    return f"{spec.name[: 63 - len('-prep-') - len(stamp)]}-prep-{stamp}"
 
 
 def _bucket(spec: Spec) -> str:
@@ -68,26 +76,39 @@ def _bucket(spec: Spec) -> str:
 def spark_configuration(spec: Spec) -> list[dict[str, Any]]:
     """EMR-style classifications: parallelism from the cluster's cores (two tasks per vCPU)."""
     cores = prepare_job.cluster_vcpus(spec)
-    return [{"Classification": "spark-defaults", "Properties": {
-        "spark.default.parallelism": str(2 * cores), "spark.sql.shuffle.partitions": str(2 * cores),
-        "spark.python.worker.reuse": "true"}}]
+    return [
+        {
+            "Classification": "spark-defaults",
+            "Properties": {
+                "spark.default.parallelism": str(2 * cores),
+                "spark.sql.shuffle.partitions": str(2 * cores),
+                "spark.python.worker.reuse": "true",
+            },
+        }
+    ]
 
 
 def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
     prepare = spec.prepare
     kwargs: dict[str, Any] = {
-        "role": spec.role, "instance_type": prepare.instance.type, "instance_count": prepare.instance.count,
-        "framework_version": prepare.spark.version, "py_version": PY_VERSION,
+        "role": spec.role,
+        "instance_type": prepare.instance.type,
+        "instance_count": prepare.instance.count,
+        "framework_version": prepare.spark.version,
+        "py_version": PY_VERSION,
         "container_version": CONTAINER_VERSION,
-        "volume_size_in_gb": prepare.instance.volume_gb, "max_runtime_in_seconds": prepare.max_runtime,
+        "volume_size_in_gb": prepare.instance.volume_gb,
+        "max_runtime_in_seconds": prepare.max_runtime,
         "base_job_name": name,
         # The SDK puts <job name>/input/conf and /input/py-files under these: the job's own output prefix.
         "configuration_location": spec.output.rstrip("/"),
         "dependency_location": spec.output.rstrip("/"),
     }
     if spec.vpc is not None:  # a NetworkConfig in build(): the SDK's type, imported with the SDK
-        kwargs["network_config"] = {"subnets": list(spec.vpc.subnets),
-                                    "security_group_ids": list(spec.vpc.security_group_ids)}
+        kwargs["network_config"] = {
+            "subnets": list(spec.vpc.subnets),
+            "security_group_ids": list(spec.vpc.security_group_ids),
+        }
     if spec.tags:
         kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
     if spec.environment:
@@ -166,11 +187,17 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
         sdk_kwargs["network_config"] = NetworkConfig(**kwargs["network_config"])
     job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
     job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
-    outputs = [ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri,
-                                output_name=channel)
-               for channel, uri in prepare_job.channel_uris(spec).items()]
-    outputs.append(ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{prepare_job.REPORT}",
-                                    destination=prepare_job.report_uri(spec, name), output_name=prepare_job.REPORT))
+    outputs = [
+        ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri, output_name=channel)
+        for channel, uri in prepare_job.channel_uris(spec).items()
+    ]
+    outputs.append(
+        ProcessingOutput(
+            source=f"{prepare_job.CONTAINER_OUTPUT}/{prepare_job.REPORT}",
+            destination=prepare_job.report_uri(spec, name),
+            output_name=prepare_job.REPORT,
+        )
+    )
     uploads: dict[str, bytes] = {job_uri: json.dumps(job, indent=2).encode()}
     captured: dict[str, Any] = {}
     session.process = lambda **args: captured.update(session._get_process_request(**args))
@@ -179,9 +206,16 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
         shutil.copy(prepare_job.APP, app)
         modules = [shutil.copy(path, Path(folder) / path.name) for path in prepare_job.APP_MODULES]
         py_files = [*map(str, modules), _crc32c_package(Path(folder)), *_crc32c_wheel(Path(folder))]
-        run_kwargs = {"submit_app": str(app), "submit_py_files": py_files,
-                      "arguments": ["--job", job_uri], "configuration": spark_configuration(spec),
-                      "outputs": outputs, "wait": False, "logs": False, "job_name": name}
+        run_kwargs = {
+            "submit_app": str(app),
+            "submit_py_files": py_files,
+            "arguments": ["--job", job_uri],
+            "configuration": spark_configuration(spec),
+            "outputs": outputs,
+            "wait": False,
+            "logs": False,
+            "job_name": name,
+        }
         if spec.prepare.event_logs is not None:
             run_kwargs["spark_event_logs_s3_uri"] = spec.prepare.event_logs
         try:
@@ -191,13 +225,22 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
         except (ValueError, TypeError) as err:
             raise DfmError(f"the SageMaker SDK refused the processing job: {aws.one_line(err)}", 2) from err
     validate(session.sagemaker_client, captured)
-    shown = {**run_kwargs, "submit_app": app.name, "submit_py_files": [Path(p).name for p in py_files],
-             "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name}
-                         for o in outputs]}
+    shown = {
+        **run_kwargs,
+        "submit_app": app.name,
+        "submit_py_files": [Path(p).name for p in py_files],
+        "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name} for o in outputs],
+    }
     frozen = json.loads(json.dumps(captured))
-    return ProcessingPlan(name, spec.region, MappingProxyType(kwargs), MappingProxyType(shown),
-                          MappingProxyType(frozen), MappingProxyType(uploads),
-                          MappingProxyType(prepare_job.write_tasks(spec)))
+    return ProcessingPlan(
+        name,
+        spec.region,
+        MappingProxyType(kwargs),
+        MappingProxyType(shown),
+        MappingProxyType(frozen),
+        MappingProxyType(uploads),
+        MappingProxyType(prepare_job.write_tasks(spec)),
+    )
 
 
 def validate(sagemaker_client, built: dict) -> None:
@@ -235,8 +278,12 @@ def submit(plan: ProcessingPlan, *, wait: bool, echo: Echo = print) -> str:
 def read_object(uri: str, region: str | None) -> bytes:
     parts = urlparse(uri)
     with aws.aws_errors(f"reading {uri}", region=region):
-        return aws.boto_session(region).client("s3").get_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"))[
-            "Body"].read()
+        return (
+            aws.boto_session(region)
+            .client("s3")
+            .get_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"))["Body"]
+            .read()
+        )
 
 
 def write_object(uri: str, body: bytes, region: str | None) -> None:
@@ -251,14 +298,23 @@ def describe(name: str, region: str | None) -> dict:
     with aws.aws_errors(f"describing {name}", job_name=name, region=region):
         found = aws.client("sagemaker", region).describe_processing_job(ProcessingJobName=name)
     cluster = found.get("ProcessingResources", {}).get("ClusterConfig", {})
-    return {"job_name": found["ProcessingJobName"], "kind": "processing", "status": found["ProcessingJobStatus"],
-            "failure_reason": found.get("FailureReason") or found.get("ExitMessage"),
-            "instance_type": cluster.get("InstanceType"), "instance_count": cluster.get("InstanceCount"),
-            "image": found.get("AppSpecification", {}).get("ImageUri"),
-            "outputs": {o["OutputName"]: o.get("S3Output", {}).get("S3Uri")
-                        for o in found.get("ProcessingOutputConfig", {}).get("Outputs", [])},
-            "created": _iso(found.get("CreationTime")), "ended": _iso(found.get("ProcessingEndTime")),
-            "arn": found.get("ProcessingJobArn"), "console_url": console_url(found["ProcessingJobName"], region)}
+    return {
+        "job_name": found["ProcessingJobName"],
+        "kind": "processing",
+        "status": found["ProcessingJobStatus"],
+        "failure_reason": found.get("FailureReason") or found.get("ExitMessage"),
+        "instance_type": cluster.get("InstanceType"),
+        "instance_count": cluster.get("InstanceCount"),
+        "image": found.get("AppSpecification", {}).get("ImageUri"),
+        "outputs": {
+            o["OutputName"]: o.get("S3Output", {}).get("S3Uri")
+            for o in found.get("ProcessingOutputConfig", {}).get("Outputs", [])
+        },
+        "created": _iso(found.get("CreationTime")),
+        "ended": _iso(found.get("ProcessingEndTime")),
+        "arn": found.get("ProcessingJobArn"),
+        "console_url": console_url(found["ProcessingJobName"], region),
+    }
 
 
 def stop(name: str, region: str | None) -> dict:
@@ -270,9 +326,16 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest processing jobs first."""
-    return [{"job_name": job["ProcessingJobName"], "kind": "processing", "status": job["ProcessingJobStatus"],
-             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("ProcessingEndTime"))}
-            for job in aws.newest(region, "list_processing_jobs", "ProcessingJobSummaries", name_contains, max_results)]
+    return [
+        {
+            "job_name": job["ProcessingJobName"],
+            "kind": "processing",
+            "status": job["ProcessingJobStatus"],
+            "created": _iso(job.get("CreationTime")),
+            "ended": _iso(job.get("ProcessingEndTime")),
+        }
+        for job in aws.newest(region, "list_processing_jobs", "ProcessingJobSummaries", name_contains, max_results)
+    ]
 
 
 def _state(sagemaker_client, name: str) -> tuple[str, str, bool, None]:
@@ -291,4 +354,3 @@ def stream_logs(name: str, region: str | None, **options) -> str:
 
 def console_url(name: str, region: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{name}"
-

@@ -122,8 +122,12 @@ class TrainingRequest:
             "request": self.arguments(),
             "uploads": [self.upload.uri] if self.upload is not None else [],  # as the processing dry run lists them
             "cost": dict(plan.cost or {}),
-            "watch": _jsonable({"recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
-                                "stall_timeout_s": plan.operations.stall_timeout_s}),
+            "watch": _jsonable(
+                {
+                    "recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
+                    "stall_timeout_s": plan.operations.stall_timeout_s,
+                }
+            ),
             "warnings": list(plan.warnings),
         }
         if plan.source_files:  # shipped in the source dir beside the scripts
@@ -168,8 +172,9 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
         kwargs["framework_version"] = plan.framework_version
     if plan.py_version is not None:
         kwargs["py_version"] = plan.py_version
-    distribution = conventions.sdk_distribution(plan.toolkit_distribution, plan.distribution.processes_per_host,
-                                                plan.distribution.mpi_options)
+    distribution = conventions.sdk_distribution(
+        plan.toolkit_distribution, plan.distribution.processes_per_host, plan.distribution.mpi_options
+    )
     if distribution is not None:
         kwargs["distribution"] = distribution
     if plan.checkpoint_s3_uri is not None:
@@ -200,8 +205,10 @@ def _operations_kwargs(plan: Plan) -> dict[str, Any]:
     if plan.operations.retry_attempts is not None:
         kwargs["max_retry_attempts"] = plan.operations.retry_attempts
     if plan.operations.tensorboard_s3_uri is not None:
-        kwargs["tensorboard_output_config"] = {"s3_output_path": plan.operations.tensorboard_s3_uri,
-                                               "container_local_output_path": conventions.TENSORBOARD_LOCAL_PATH}
+        kwargs["tensorboard_output_config"] = {
+            "s3_output_path": plan.operations.tensorboard_s3_uri,
+            "container_local_output_path": conventions.TENSORBOARD_LOCAL_PATH,
+        }
     return kwargs
 
 
@@ -276,8 +283,11 @@ def _estimator_parameters(estimator_class) -> set[str]:
     for cls in estimator_class.__mro__:
         init = cls.__dict__.get("__init__")
         if init is not None:
-            names |= {p.name for p in inspect.signature(init).parameters.values()
-                      if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+            names |= {
+                p.name
+                for p in inspect.signature(init).parameters.values()
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+            }
     return names - {"self"}
 
 
@@ -311,17 +321,27 @@ def _channel_input(channel: Channel):
     sagemaker = _sdk()
     if channel.kind == "s3":
         groups = list(channel.instance_groups) if channel.instance_groups else None
-        return sagemaker.inputs.TrainingInput(s3_data=channel.uri, distribution=channel.distribution,
-                                              input_mode=channel.input_mode, instance_groups=groups)
+        return sagemaker.inputs.TrainingInput(
+            s3_data=channel.uri,
+            distribution=channel.distribution,
+            input_mode=channel.input_mode,
+            instance_groups=groups,
+        )
     if channel.kind in FILE_SYSTEM_TYPES:
         if not channel.file_system_id:
             raise DfmError(f"channel {channel.name}: {channel.kind} needs a file_system_id", 2)
         # No per-channel input mode exists for file systems: the job's input mode applies.
         return sagemaker.inputs.FileSystemInput(
-            file_system_id=channel.file_system_id, file_system_type=FILE_SYSTEM_TYPES[channel.kind],
-            directory_path=channel.uri, file_system_access_mode=channel.access_mode)
-    raise DfmError(f"channel {channel.name}: {channel.uri} is a local path; SageMaker reads s3://, EFS or "
-                   "FSx (or run it with --local)", 2)
+            file_system_id=channel.file_system_id,
+            file_system_type=FILE_SYSTEM_TYPES[channel.kind],
+            directory_path=channel.uri,
+            file_system_access_mode=channel.access_mode,
+        )
+    raise DfmError(
+        f"channel {channel.name}: {channel.uri} is a local path; SageMaker reads s3://, EFS or "
+        "FSx (or run it with --local)",
+        2,
+    )
 
 
 def _would_be_source_uri(estimator) -> str:
@@ -363,11 +383,12 @@ def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUploa
     if plan.source_dir.startswith("s3://"):
         return None
     uri = json.loads(hyperparameters["sagemaker_submit_directory"])
-    bucket, _, key = uri[len("s3://"):].partition("/")
+    bucket, _, key = uri[len("s3://") :].partition("/")
     if not uri.startswith("s3://") or not key.endswith(f"/{SOURCE_ARCHIVE}"):
         raise DfmError(f"the request names {uri} as the source dir, not an s3:// {SOURCE_ARCHIVE}", 2)
-    return SourceUpload(plan.source_dir, plan.entry_point, bucket, key[: -len(SOURCE_ARCHIVE) - 1],
-                        freeze(dict(plan.source_files)))
+    return SourceUpload(
+        plan.source_dir, plan.entry_point, bucket, key[: -len(SOURCE_ARCHIVE) - 1], freeze(dict(plan.source_files))
+    )
 
 
 def build(plan: Plan) -> TrainingRequest:
@@ -383,8 +404,13 @@ def build(plan: Plan) -> TrainingRequest:
     if plan.operations.mlflow:  # CreateTrainingJob's MlflowConfig, which SDK v2's estimator does not take
         request["MlflowConfig"] = dict(plan.operations.mlflow)
     validate(session.sagemaker_client, request)
-    return TrainingRequest(plan, freeze(kwargs), freeze({name: dict(value.config) for name, value in inputs.items()}),
-                           freeze(_jsonable(request)), source_upload(plan, request["HyperParameters"]))
+    return TrainingRequest(
+        plan,
+        freeze(kwargs),
+        freeze({name: dict(value.config) for name, value in inputs.items()}),
+        freeze(_jsonable(request)),
+        source_upload(plan, request["HyperParameters"]),
+    )
 
 
 def validate(sagemaker_client, request: dict, operation: str = "CreateTrainingJob") -> None:

@@ -70,16 +70,22 @@ class SourceListing:
         return sorted(self.files, key=lambda item: (-item[1], item[0]))[:count]
 
     def document(self) -> dict:
-        return {"directory": self.directory, "files": len(self.files), "bytes": self.total_bytes,
-                "biggest": [{"path": path, "bytes": size} for path, size in self.biggest()],
-                "skipped": list(self.skipped)}
+        return {
+            "directory": self.directory,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "biggest": [{"path": path, "bytes": size} for path, size in self.biggest()],
+            "skipped": list(self.skipped),
+        }
 
     def warning(self) -> str | None:
         if self.total_bytes <= LARGE_BYTES:
             return None
         big = ", ".join(f"{path} ({human_bytes(size)})" for path, size in self.biggest())
-        return (f"source dir {self.directory}: {human_bytes(self.total_bytes)} to upload with every job ({big}); "
-                f"name what the job does not need in {IGNORE_FILE} (gitignore syntax)")
+        return (
+            f"source dir {self.directory}: {human_bytes(self.total_bytes)} to upload with every job ({big}); "
+            f"name what the job does not need in {IGNORE_FILE} (gitignore syntax)"
+        )
 
 
 def list_source(directory: str) -> SourceListing:

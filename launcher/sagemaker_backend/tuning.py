@@ -73,13 +73,16 @@ def _tuner(tplan: TuningPlan, job):
         extra["strategy_config"] = StrategyConfig(HyperbandStrategyConfig(max_resource=high, min_resource=low))
     if tplan.warm_start_type is not None:
         warm_start = WarmStartConfig(WarmStartTypes(tplan.warm_start_type), parents=set(tplan.warm_start_parents))
-        warm_start.parents = list(tplan.warm_start_parents)  # the SDK keeps a set: the request's order would vary per run
+        warm_start.parents = list(
+            tplan.warm_start_parents
+        )  # the SDK keeps a set: the request's order would vary per run
         extra["warm_start_config"] = warm_start
     if tplan.no_improvement_jobs is not None or tplan.target is not None or tplan.convergence:
         extra["completion_criteria_config"] = TuningJobCompletionCriteriaConfig(
             max_number_of_training_jobs_not_improving=tplan.no_improvement_jobs,
             complete_on_convergence=True if tplan.convergence else None,
-            target_objective_metric_value=tplan.target)
+            target_objective_metric_value=tplan.target,
+        )
     del sagemaker
     try:
         return HyperparameterTuner(job, hyperparameter_ranges=_parameter_ranges(tplan), **tuner_kwargs(tplan), **extra)
@@ -103,9 +106,11 @@ class TuningRequest:
 
     def document(self) -> dict[str, Any]:
         """{tuner, estimator, request}, the dry run's JSON."""
-        return {"tuner": {"class": TUNER_CLASS, "kwargs": json.loads(self.tuner_kwargs_json)},
-                "estimator": {"class": request.ESTIMATOR_CLASS, "kwargs": json.loads(self.estimator_kwargs_json)},
-                "request": self.request}
+        return {
+            "tuner": {"class": TUNER_CLASS, "kwargs": json.loads(self.tuner_kwargs_json)},
+            "estimator": {"class": request.ESTIMATOR_CLASS, "kwargs": json.loads(self.estimator_kwargs_json)},
+            "request": self.request,
+        }
 
 
 def build(tplan: TuningPlan) -> TuningRequest:

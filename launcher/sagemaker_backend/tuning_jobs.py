@@ -11,8 +11,11 @@ from launcher.sagemaker_backend import aws
 from launcher.sagemaker_backend.jobs import _iso
 
 FINAL_STATUSES = ("Completed", "Failed", "Stopped")
-RANGE_KINDS = {"ContinuousParameterRanges": "continuous", "IntegerParameterRanges": "integer",
-               "CategoricalParameterRanges": "categorical"}
+RANGE_KINDS = {
+    "ContinuousParameterRanges": "continuous",
+    "IntegerParameterRanges": "integer",
+    "CategoricalParameterRanges": "categorical",
+}
 
 
 def _hyperparameters(tuned: dict) -> dict[str, Any]:
@@ -51,7 +54,8 @@ def trials(name: str, region: str | None, max_results: int = 100) -> list[dict]:
     found: list[dict] = []
     with aws.aws_errors(f"listing the trials of {name}", job_name=name, region=region):
         pages = client.get_paginator("list_training_jobs_for_hyper_parameter_tuning_job").paginate(
-            HyperParameterTuningJobName=name, PaginationConfig={"MaxItems": max_results})
+            HyperParameterTuningJobName=name, PaginationConfig={"MaxItems": max_results}
+        )
         for page in pages:
             found += [_trial(summary) for summary in page["TrainingJobSummaries"]]
     return found
@@ -74,9 +78,12 @@ def describe(name: str, region: str | None, *, with_trials: bool = True) -> dict
         "objective": {"metric": objective.get("MetricName"), "type": objective.get("Type")},
         "max_jobs": config.get("ResourceLimits", {}).get("MaxNumberOfTrainingJobs"),
         "max_parallel_jobs": config.get("ResourceLimits", {}).get("MaxParallelTrainingJobs"),
-        "trials": {"completed": counters.get("Completed", 0), "running": counters.get("InProgress", 0),
-                   "stopped": counters.get("Stopped", 0),
-                   "failed": counters.get("RetryableError", 0) + counters.get("NonRetryableError", 0)},
+        "trials": {
+            "completed": counters.get("Completed", 0),
+            "running": counters.get("InProgress", 0),
+            "stopped": counters.get("Stopped", 0),
+            "failed": counters.get("RetryableError", 0) + counters.get("NonRetryableError", 0),
+        },
         "best": _trial(best) if best else None,
         "ranges": _ranges(config.get("ParameterRanges") or {}),
         "failure_reason": description.get("FailureReason"),
@@ -91,23 +98,37 @@ def describe(name: str, region: str | None, *, with_trials: bool = True) -> dict
 
 def _ranges(ranges: dict) -> list[dict[str, Any]]:
     """The job's ParameterRanges as the rows `tune_report` draws from (name, type, scaling)."""
-    return [{"hyperparameter": r["Name"], "type": kind,
-             "range": ", ".join(r["Values"]) if "Values" in r else f"{r['MinValue']} .. {r['MaxValue']}",
-             "scaling": r.get("ScalingType", "Auto")}
-            for key, kind in RANGE_KINDS.items() for r in ranges.get(key, [])]
+    return [
+        {
+            "hyperparameter": r["Name"],
+            "type": kind,
+            "range": ", ".join(r["Values"]) if "Values" in r else f"{r['MinValue']} .. {r['MaxValue']}",
+            "scaling": r.get("ScalingType", "Auto"),
+        }
+        for key, kind in RANGE_KINDS.items()
+        for r in ranges.get(key, [])
+    ]
 
 
 def progress_line(summary: dict) -> str:
     trials = summary["trials"]
-    line = (f"[dfm tune] {summary['job_name']}: {summary['status']}, {trials['completed']} completed, "
-            f"{trials['running']} running, {trials['stopped']} stopped, {trials['failed']} failed (of {summary['max_jobs']})")
+    line = (
+        f"[dfm tune] {summary['job_name']}: {summary['status']}, {trials['completed']} completed, "
+        f"{trials['running']} running, {trials['stopped']} stopped, {trials['failed']} failed (of {summary['max_jobs']})"
+    )
     if summary.get("best"):
         line += f", best {summary['objective']['metric']}={summary['best']['objective']}"
     return line
 
 
-def wait(name: str, region: str | None, *, echo: Callable[[str], None] = print, poll_seconds: float = 30.0,
-         sleep: Callable[[float], None] = time.sleep) -> dict:
+def wait(
+    name: str,
+    region: str | None,
+    *,
+    echo: Callable[[str], None] = print,
+    poll_seconds: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
     """Follow a tuning job to its end, a line each time its trial counts change; -> its summary with every trial."""
     last = None
     while True:
@@ -132,11 +153,19 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest tuning jobs first."""
-    return [{"job_name": job["HyperParameterTuningJobName"], "kind": "tuning",
-             "status": job["HyperParameterTuningJobStatus"], "strategy": job.get("Strategy"),
-             "created": _iso(job.get("CreationTime")), "ended": _iso(job.get("HyperParameterTuningEndTime"))}
-            for job in aws.newest(region, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries",
-                                  name_contains, max_results)]
+    return [
+        {
+            "job_name": job["HyperParameterTuningJobName"],
+            "kind": "tuning",
+            "status": job["HyperParameterTuningJobStatus"],
+            "strategy": job.get("Strategy"),
+            "created": _iso(job.get("CreationTime")),
+            "ended": _iso(job.get("HyperParameterTuningEndTime")),
+        }
+        for job in aws.newest(
+            region, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", name_contains, max_results
+        )
+    ]
 
 
 def trial_to_follow(summary: dict) -> str | None:

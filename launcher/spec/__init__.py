@@ -85,7 +85,9 @@ class PsGroup(_Strict):
 
 
 class ParameterServer(_Strict):
-    ps: PsGroup | None = Field(None, description="put the parameter servers on their own instances; omitted: one ps on every host")
+    ps: PsGroup | None = Field(
+        None, description="put the parameter servers on their own instances; omitted: one ps on every host"
+    )
 
 
 class ParameterServerDistribution(_Strict):
@@ -199,11 +201,15 @@ class Local(_Strict):
     run_dir: str = Field("runs", description="where local runs write their $SAGEMAKER_BASE_DIR trees")
     timeout_s: int | None = Field(None, ge=1, description="stop the local run after this many seconds")
     master_grace_s: float = Field(
-        60, gt=0, description="fail the run when another host's script is still running this long after the master's ended"
+        60,
+        gt=0,
+        description="fail the run when another host's script is still running this long after the master's ended",
     )
     cores_per_host: int | None = Field(
-        None, ge=1, description="cores each simulated host owns (its processes run only on them; its SM_NUM_CPUS); "
-        "default: this machine's cores divided among the hosts"
+        None,
+        ge=1,
+        description="cores each simulated host owns (its processes run only on them; its SM_NUM_CPUS); "
+        "default: this machine's cores divided among the hosts",
     )
 
 
@@ -244,13 +250,15 @@ class Spec(_Strict):
     role: RoleArn = Field(description="the SageMaker execution role ARN")
     region: Region
     entry_point: str = Field(
-        min_length=1, description="deepfm-ps | deepfm-horovod | deepfm-mirrored, or your script (relative to source_dir)"
+        min_length=1,
+        description="deepfm-ps | deepfm-horovod | deepfm-mirrored, or your script (relative to source_dir)",
     )
     source_dir: str | None = Field(None, description="folder shipped with your script (relative to this file)")
     framework: Framework | None = None
     image_uri: str | None = Field(None, min_length=1, description="an explicit training image instead of framework")
     image_provides: list[ImageFeature] | None = Field(
-        None, description="with image_uri: what that image holds (horovod, pipe_mode), so dfm can check the job against it"
+        None,
+        description="with image_uri: what that image holds (horovod, pipe_mode), so dfm can check the job against it",
     )
     instance: Instance
     distribution: Distribution = "none"
@@ -261,25 +269,42 @@ class Spec(_Strict):
     max_run: int = Field(86400, ge=1, le=2419200, description="seconds before SageMaker stops the job")
     hyperparameters: dict[str, HyperparameterValue] = Field(default_factory=dict)
     features: dict[str, Any] | None = Field(
-        None, description="raw features for the bundled DeepFM (format, label, columns, numeric, categorical, multi_hot, bad_rows)"
+        None,
+        description="raw features for the bundled DeepFM (format, label, columns, numeric, categorical, multi_hot, bad_rows)",
     )
     vpc: Vpc | None = None
     warm_pool_seconds: int = Field(
-        0, ge=0, description="keep the hosts warm this long after the job (at most the API's KeepAlivePeriodInSeconds maximum)"
+        0,
+        ge=0,
+        description="keep the hosts warm this long after the job (at most the API's KeepAlivePeriodInSeconds maximum)",
     )
     environment: dict[EnvName, EnvValue] = Field(default_factory=dict)
-    tags: dict[Annotated[str, StringConstraints(min_length=1, max_length=128)], Annotated[str, StringConstraints(max_length=256)]] = Field(
-        default_factory=dict, max_length=50
+    tags: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=128)],
+        Annotated[str, StringConstraints(max_length=256)],
+    ] = Field(default_factory=dict, max_length=50)
+    retry: Retry | None = Field(
+        None, description="SageMaker retries a job that failed with an internal error (RetryStrategy)"
     )
-    retry: Retry | None = Field(None, description="SageMaker retries a job that failed with an internal error (RetryStrategy)")
-    recover: Recover | None = Field(None, description="dfm launch --wait resubmits a job that lost its capacity, resuming from its checkpoints")
+    recover: Recover | None = Field(
+        None, description="dfm launch --wait resubmits a job that lost its capacity, resuming from its checkpoints"
+    )
     stall_timeout: int | None = Field(
-        None, ge=1, le=2419200, description="seconds without a metric line from the chief before the job is stopped as stalled"
+        None,
+        ge=1,
+        le=2419200,
+        description="seconds without a metric line from the chief before the job is stopped as stalled",
     )
-    tensorboard: TensorBoard = Field(False, description="true/auto (<output>/<job>/tensorboard) or an S3 URI: the scripts' summaries synced there")
-    mlflow: Mlflow | None = Field(None, description="SageMaker managed MLflow tracking (MlflowConfig; SageMaker side only)")
+    tensorboard: TensorBoard = Field(
+        False, description="true/auto (<output>/<job>/tensorboard) or an S3 URI: the scripts' summaries synced there"
+    )
+    mlflow: Mlflow | None = Field(
+        None, description="SageMaker managed MLflow tracking (MlflowConfig; SageMaker side only)"
+    )
     local: Local = Field(default_factory=Local)
-    tune: Tune | None = Field(None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch")
+    tune: Tune | None = Field(
+        None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch"
+    )
     prepare: Prepare | None = Field(None, description="dfm data prepare: click logs -> this job's data on Spark")
     probe: Probe | None = Field(None, description="dfm probe: candidate setups to measure; ignored by dfm launch")
 
@@ -313,7 +338,11 @@ class Spec(_Strict):
     @property
     def ps_group(self) -> PsGroup | None:
         """The parameter servers' own instance group, when the job is a heterogeneous cluster."""
-        return self.distribution.parameter_server.ps if isinstance(self.distribution, ParameterServerDistribution) else None
+        return (
+            self.distribution.parameter_server.ps
+            if isinstance(self.distribution, ParameterServerDistribution)
+            else None
+        )
 
     @property
     def processes_per_host(self) -> int:
@@ -358,8 +387,9 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "dfm job spec"}
 
 
-def load_spec(source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (),
-              env: Mapping[str, str] | None = None) -> Spec:
+def load_spec(
+    source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = (), env: Mapping[str, str] | None = None
+) -> Spec:
     """Read, merge, override and validate a spec file (or a mapping of spec data: tests, programs). Raises
     SpecError (exit 2) listing every problem."""
     data, lines = read_spec_data(source, overrides, env)
@@ -371,4 +401,3 @@ def load_spec(source: str | os.PathLike | Mapping[str, Any], overrides: Iterable
     spec._path = path
     spec._lines = lines
     return spec
-

@@ -96,7 +96,11 @@ def _interpolate(text: str, line: int, field: str, file: str, env: Mapping[str, 
         if default is not None:
             return default
         raise _Problem(
-            Problem(Location(file, line), field, f"environment variable {name} is not set: export it, or write ${{{name}:-default}}")
+            Problem(
+                Location(file, line),
+                field,
+                f"environment variable {name} is not set: export it, or write ${{{name}:-default}}",
+            )
         )
 
     return _ENV.sub(replace, text)
@@ -121,9 +125,21 @@ class _Builder:
                     raise _Problem(Problem(where, field, "merge keys (<<) are not allowed: use extends:"))
                 key = self.scalar(key_node, path)
                 if not isinstance(key, str):
-                    raise _Problem(Problem(Location(self.file, key_node.start_mark.line + 1), field, f"key {key!r} is not a string: quote it"))
+                    raise _Problem(
+                        Problem(
+                            Location(self.file, key_node.start_mark.line + 1),
+                            field,
+                            f"key {key!r} is not a string: quote it",
+                        )
+                    )
                 if key in out:
-                    raise _Problem(Problem(Location(self.file, key_node.start_mark.line + 1), ".".join(map(str, path + (key,))), "duplicate key"))
+                    raise _Problem(
+                        Problem(
+                            Location(self.file, key_node.start_mark.line + 1),
+                            ".".join(map(str, path + (key,))),
+                            "duplicate key",
+                        )
+                    )
                 self.lines[path + (key,)] = Location(self.file, key_node.start_mark.line + 1)
                 out[key] = self.build(value_node, path + (key,))
             return out
@@ -168,7 +184,9 @@ def _parse(text: str, file: str, env: Mapping[str, str] | None) -> tuple[Any, di
         loader = _Loader(text)
     except yaml.reader.ReaderError as err:
         line = text.count("\n", 0, err.position) + 1
-        raise SpecError([Problem(Location(file, line), "", f"not a YAML text file: character #x{err.character:04x} is not allowed")]) from None
+        raise SpecError(
+            [Problem(Location(file, line), "", f"not a YAML text file: character #x{err.character:04x} is not allowed")]
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -232,7 +250,9 @@ def _read_text(path: Path, shown: str) -> str:
         reason = getattr(err, "strerror", None) or str(err)
         raise SpecError([Problem(Location(shown), "", f"cannot read: {reason}")]) from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError([Problem(Location(shown), "", f"over {MAX_SPEC_BYTES} bytes: a spec is at most {MAX_SPEC_BYTES}")])
+        raise SpecError(
+            [Problem(Location(shown), "", f"over {MAX_SPEC_BYTES} bytes: a spec is at most {MAX_SPEC_BYTES}")]
+        )
     if b"\0" in raw:
         raise SpecError([Problem(Location(shown), "", "binary file, not a YAML spec")])
     try:
@@ -258,7 +278,9 @@ def _deep_merge(base: dict, child: dict, base_lines: dict, path: tuple = ()) -> 
 def _load_file(path: Path, shown: str, env: Mapping[str, str], chain: tuple[Path, ...]) -> tuple[dict, dict]:
     data, lines = _parse(_read_text(path, shown), shown, env)
     if data is None:
-        raise SpecError([Problem(Location(shown), "", "the file is empty: a spec is a YAML mapping (name:, role:, ...)")])
+        raise SpecError(
+            [Problem(Location(shown), "", "the file is empty: a spec is a YAML mapping (name:, role:, ...)")]
+        )
     if not isinstance(data, dict):
         raise SpecError([Problem(Location(shown, 1), "", "a spec is a YAML mapping (name:, role:, ...)")])
     base_ref = data.pop("extends", None)

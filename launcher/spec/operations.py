@@ -13,8 +13,10 @@ from launcher.spec.value_types import InstanceTypeName, S3OrAuto, _by_shape, _pa
 class Retry(_Strict):
     """SageMaker's own retry of a job that failed with an internal error (RetryStrategy)."""
 
-    max_attempts: int = Field(description="RetryStrategy.MaximumRetryAttempts: reruns after the first run of a job "
-                                          "that failed with an internal server error; N means up to N+1 runs")
+    max_attempts: int = Field(
+        description="RetryStrategy.MaximumRetryAttempts: reruns after the first run of a job "
+        "that failed with an internal server error; N means up to N+1 runs"
+    )
 
 
 class Recover(_Strict):
@@ -23,8 +25,10 @@ class Recover(_Strict):
     max_restarts: int = Field(3, ge=1, le=100, description="resubmissions at most, after the first attempt")
     backoff_s: float = Field(60, ge=0, le=3600, description="wait before the first resubmission; doubled after each")
     instance_types: list[InstanceTypeName] = Field(
-        default_factory=list, max_length=10,
-        description="types to move to, in order, after a capacity failure (empty: stay on instance.type)")
+        default_factory=list,
+        max_length=10,
+        description="types to move to, in order, after a capacity failure (empty: stay on instance.type)",
+    )
 
 
 TensorBoard = Annotated[
@@ -34,8 +38,11 @@ TensorBoard = Annotated[
 
 MlflowArn = Annotated[
     str,
-    _pattern(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:mlflow-[a-z\-]+/\S+", "mlflow_arn",
-             "a SageMaker MLflow tracking server ARN like arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/name"),
+    _pattern(
+        r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:mlflow-[a-z\-]+/\S+",
+        "mlflow_arn",
+        "a SageMaker MLflow tracking server ARN like arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/name",
+    ),
 ]
 
 

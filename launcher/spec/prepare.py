@@ -17,7 +17,8 @@ INPUT_FORMATS = ("libsvm", "tsv", "csv", "parquet")
 class PrepareInput(_Strict):
     uri: S3Uri = Field(description="the click logs (a prefix or file; Spark reads s3:// directly)")
     format: Literal["libsvm", "tsv", "csv", "parquet"] = Field(
-        description="libsvm: pre-indexed rows; tsv/csv/parquet: raw columns (features: names them)")
+        description="libsvm: pre-indexed rows; tsv/csv/parquet: raw columns (features: names them)"
+    )
     columns: list[str] | None = Field(None, description="tsv/csv: the column names in file order")
     header: bool = Field(False, description="tsv/csv: each file's first line names the columns (skipped)")
     local: str | None = Field(None, description="--local: a folder (or file) on this machine instead of uri")
@@ -54,8 +55,10 @@ class Prepare(_Strict):
     bad_rows: Literal["skip", "fail"] = Field("skip", description="skip: drop and count; fail: stop, write nothing")
     stats: bool = Field(True, description="also compute stats.json and a proposed features: section (one more pass)")
     files_per_worker: int | Literal["auto"] = Field(
-        "auto", description="files per worker (per channel); auto: enough that the write stage has a task per vCPU "
-                            "of instance (one task writes one file)")
+        "auto",
+        description="files per worker (per channel); auto: enough that the write stage has a task per vCPU "
+        "of instance (one task writes one file)",
+    )
     instance: PrepareInstance = Field(default_factory=PrepareInstance)
     spark: SparkVersion = Field(default_factory=SparkVersion)
     report: S3Uri | None = Field(None, description="where prepare.json and stats.json go; default <output>/prepare/")

@@ -33,7 +33,10 @@ SDK_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "image_uri": (("framework",), "image_uri at the top level"),
     "max_retry_attempts": (("",), "retry.max_attempts"),
     "tensorboard_output_config": (("",), "tensorboard: s3://... (or true: <output>/<job name>/tensorboard)"),
-    "instance_groups": (("",), "distribution: {parameter_server: {ps: {type: ..., count: N}}} (instance: is the worker group)"),
+    "instance_groups": (
+        ("",),
+        "distribution: {parameter_server: {ps: {type: ..., count: N}}} (instance: is the worker group)",
+    ),
     "model_dir": (("",), "nothing: dfm gives the script its --model_dir"),
     "role_arn": (("",), "role"),
     "environment_variables": (("",), "environment"),
@@ -41,8 +44,11 @@ SDK_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "source": (("",), "source_dir"),
     "entry_point_script": (("",), "entry_point"),
     "custom_mpi_options": (("distribution.horovod",), "distribution.horovod.mpi_options"),
-    "enabled": (("distribution.parameter_server",), "distribution: parameter_server (a word: a ps and a worker on "
-                                                    "every host), or drop enabled to keep the ps group"),
+    "enabled": (
+        ("distribution.parameter_server",),
+        "distribution: parameter_server (a word: a ps and a worker on "
+        "every host), or drop enabled to keep the ps group",
+    ),
     "s3_data": (("data",), "data.train (or data.eval, data.channels)"),
     "distribution": (("data",), "data.s3_shard: true (ShardedByS3Key)"),
 }
@@ -50,12 +56,12 @@ SDK_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
 # Keys of the SDK's `distribution=` dict -> the dfm form; N is processes_per_host when the value gives it.
 SDK_DISTRIBUTIONS: dict[str, str] = {
     "parameter_server": "distribution: parameter_server (a word: a ps and a worker on every host), or "
-                        "{parameter_server: {ps: {type: ..., count: N}}} for the ps on their own instances",
+    "{parameter_server: {ps: {type: ..., count: N}}} for the ps on their own instances",
     "mpi": "distribution: {horovod: {processes_per_host: N}} (mpirun options in mpi_options), with "
-           "entry_point: deepfm-horovod",
+    "entry_point: deepfm-horovod",
     "multi_worker_mirrored_strategy": "distribution: multi_worker_mirrored (a word), with entry_point: deepfm-mirrored",
     "smdistributed": "parameter_server, horovod or multi_worker_mirrored: dfm does not run SageMaker's "
-                     "data/model parallel libraries",
+    "data/model parallel libraries",
     "torch_distributed": "parameter_server, horovod or multi_worker_mirrored: dfm runs TensorFlow",
     "pytorchddp": "parameter_server, horovod or multi_worker_mirrored: dfm runs TensorFlow",
 }
@@ -85,4 +91,3 @@ def distribution_problem(value: Any) -> str | None:
         use = SDK_DISTRIBUTIONS[given[0]].replace("processes_per_host: N", f"processes_per_host: {per_host or 'N'}")
         return f"the SDK's {{{given[0]}: ...}}: use {use}"
     return None
-

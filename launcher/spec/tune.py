@@ -18,7 +18,10 @@ Scalar = Union[bool, int, float, str]
 SCALING_TYPES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reverse_log": "ReverseLogarithmic"}
 # spec word -> the API's (and the SDK's) strategy name
 STRATEGIES = {"bayesian": "Bayesian", "random": "Random", "hyperband": "Hyperband", "grid": "Grid"}
-WARM_START_TYPES = {"identical_data_and_algorithm": "IdenticalDataAndAlgorithm", "transfer_learning": "TransferLearning"}
+WARM_START_TYPES = {
+    "identical_data_and_algorithm": "IdenticalDataAndAlgorithm",
+    "transfer_learning": "TransferLearning",
+}
 
 
 class ContinuousRange(_Strict):
@@ -57,8 +60,11 @@ Range = Annotated[
         Annotated[IntegerRange, Tag("~integer")],
         Annotated[CategoricalRange, Tag("~categorical")],
     ],
-    Discriminator(_range_kind, custom_error_type="wrong_shape",
-                  custom_error_message="expected {min, max[, scaling]}, {min, max, type: integer} or {values: [...]}"),
+    Discriminator(
+        _range_kind,
+        custom_error_type="wrong_shape",
+        custom_error_message="expected {min, max[, scaling]}, {min, max, type: integer} or {values: [...]}",
+    ),
 ]
 
 
@@ -73,7 +79,9 @@ class WarmStart(_Strict):
 
 
 class Completion(_Strict):
-    no_improvement_jobs: int | None = Field(None, ge=1, description="stop after this many trials without a better objective")
+    no_improvement_jobs: int | None = Field(
+        None, ge=1, description="stop after this many trials without a better objective"
+    )
     target: float | None = Field(None, description="stop once a trial reaches this objective")
     convergence: bool = Field(False, description="let SageMaker stop the job when it detects convergence")
 

@@ -38,15 +38,21 @@ def _s3_or_auto(value: str) -> str:
 S3OrAuto = Annotated[str, AfterValidator(_s3_or_auto)]
 RoleArn = Annotated[
     str,
-    _pattern(r"arn:aws[a-z\-]*:iam::\d{12}:role/\S+", "role_arn", "an IAM role ARN like arn:aws:iam::123456789012:role/Name"),
+    _pattern(
+        r"arn:aws[a-z\-]*:iam::\d{12}:role/\S+", "role_arn", "an IAM role ARN like arn:aws:iam::123456789012:role/Name"
+    ),
 ]
 Region = Annotated[str, _pattern(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", "region", "an AWS region like us-east-1")]
 InstanceTypeName = Annotated[
     str, _pattern(r"ml\.[a-z0-9\-]+\.[a-z0-9]+", "instance_type", "a SageMaker instance type like ml.c5.18xlarge")
 ]
-FileSystemId = Annotated[str, _pattern(r"fs-[0-9a-f]{8,17}", "file_system_id", "a file system id like fs-0123456789abcdef0")]
+FileSystemId = Annotated[
+    str, _pattern(r"fs-[0-9a-f]{8,17}", "file_system_id", "a file system id like fs-0123456789abcdef0")
+]
 SubnetId = Annotated[str, _pattern(r"subnet-[0-9a-f]{8,17}", "subnet", "a subnet id like subnet-0123456789abcdef0")]
-SecurityGroupId = Annotated[str, _pattern(r"sg-[0-9a-f]{8,17}", "security_group", "a security group id like sg-0123456789abcdef0")]
+SecurityGroupId = Annotated[
+    str, _pattern(r"sg-[0-9a-f]{8,17}", "security_group", "a security group id like sg-0123456789abcdef0")
+]
 ChannelName = Annotated[
     str, _pattern(r"[A-Za-z0-9.\-_]{1,64}", "channel_name", "a channel name (letters, digits, . - _; at most 64)")
 ]

@@ -25,7 +25,9 @@ parser.add_argument("--interrupt", default="never")  # first | always: the chief
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
-host = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")))["current_host"]
+host = json.load(open(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")))[
+    "current_host"
+]
 rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("HOROVOD_RANK"))
 name = host + (f"-rank{rank}" if rank is not None else "")
 data_dir = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "input", "data")
@@ -40,12 +42,28 @@ for channel, spec in config.items():
                 pipes[channel].append(hashlib.sha256(fifo.read()).hexdigest())
     else:
         root = os.path.join(data_dir, channel)
-        files[channel] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root, followlinks=True) for f in fs)
+        files[channel] = sorted(
+            os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root, followlinks=True) for f in fs
+        )
 
-report = {"host": host, "rank": rank, "pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
-          "python": sys.executable, "path": os.environ.get("PATH", ""), "pythonpath": os.environ.get("PYTHONPATH", ""),
-          "env": {k: v for k, v in os.environ.items() if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))},
-          "files": files, "pipes": pipes, "num_cpus": os.environ.get("SM_NUM_CPUS")}
+report = {
+    "host": host,
+    "rank": rank,
+    "pid": os.getpid(),
+    "argv": sys.argv[1:],
+    "cwd": os.getcwd(),
+    "python": sys.executable,
+    "path": os.environ.get("PATH", ""),
+    "pythonpath": os.environ.get("PYTHONPATH", ""),
+    "env": {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("SM_", "TF_CONFIG", "SAGEMAKER_", "DFM_", "CURRENT_HOST", "TRAINING_JOB_NAME"))
+    },
+    "files": files,
+    "pipes": pipes,
+    "num_cpus": os.environ.get("SM_NUM_CPUS"),
+}
 if hasattr(os, "sched_getaffinity"):  # the cores this process, a thread of it and a child of it may run on
     import threading
 
@@ -64,9 +82,11 @@ if host == "algo-1" and rank in (None, "0"):  # the chief keeps a run counter as
         handle.write(str(report["resumed_from"] + 1))
     if args.interrupt == "always" or args.interrupt == "first" and report["resumed_from"] == 0:
         import signal
+
         os.kill(os.getpid(), signal.SIGKILL)
 if args.listen == "True":
     import socket
+
     listener = socket.socket()
     listener.bind(("0.0.0.0", 0))
     listener.listen()
@@ -114,6 +134,7 @@ for step in (10, 20):
 mine = args.on_host in ("", host)
 if args.stop_on == host:
     import signal
+
     os.kill(os.getpid(), signal.SIGSTOP)
 if mine and args.behave == "sleep":
     time.sleep(args.sleep_s)
