@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 DFM := $(VENV)/bin/dfm
 SAMPLE := data/sample
 
-.PHONY: setup test test-slow test-matrix test-fast fuzz demo demo-horovod bench bench-quick bench-deps validate clean
+.PHONY: setup lint test test-slow test-matrix test-fast fuzz demo demo-horovod bench bench-quick bench-deps validate clean
 
 setup:
 	@bash scripts/setup.sh
@@ -30,9 +30,13 @@ test-matrix: setup
 	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
 	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
 
-# The unit tests only (no TensorFlow processes), on both cores: a minute or two.
-test-fast: setup
+# The linter and formatter's check (seconds), then the unit tests only (no TensorFlow processes), on both cores.
+test-fast: lint
 	$(PY) -m pytest -q -n 2 -m "not slow and not horovod"
+
+lint: setup
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
 
 # Longer random spec fuzzing, for humans: a new seed each day (make test runs the same derandomized examples every time).
 fuzz: setup

@@ -37,8 +37,9 @@ from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-cars.CollectiveAllReduceExtended._initialize_local_devices = (
-    lambda self, cluster_resolver, worker_device: (tuple(f"{{worker_device}}/device:CPU:{{i}}" for i in range(2)), "CPU"))
+def two_cpus(self, cluster_resolver, worker_device):
+    return tuple(f"{{worker_device}}/device:CPU:{{i}}" for i in range(2)), "CPU"
+cars.CollectiveAllReduceExtended._initialize_local_devices = two_cpus
 from deepfm_collectives import MirroredCollectives
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()

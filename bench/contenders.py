@@ -50,7 +50,8 @@ def bundled(
     regularized: bool = True,
 ):
     """The entry points' DeepFM and Trainer.train_step (with its streaming metrics), regularized (L2_EMBEDDING,
-    DROPOUT, L2_DENSE; regularized=False: none of them, to show what the regularization costs), stepped as a one-host run steps it: windows of `sync_check_steps` steps, each window
+    DROPOUT, L2_DENSE; regularized=False: none of them, to show what the regularization costs), stepped as a one-host
+    run steps it: windows of `sync_check_steps` steps, each window
     one compiled loop with the in-step end-of-data check (deepfm_sync_steps.window_runner).
 
     dense_updates=True turns each embedding gradient into a dense tensor first, so the optimizer takes

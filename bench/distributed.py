@@ -225,7 +225,7 @@ def measure(quick: bool, context: dict) -> dict:
                 done, wall, by_role = _launch(config, common + sets, channels, work / "runs", 300 if quick else 900)
                 rate, reports = throughput(done.stdout + done.stderr)
                 if done.returncode != 0 or not reports:
-                    tail = [l for l in (done.stdout + done.stderr).strip().splitlines() if l.strip()]
+                    tail = [line for line in (done.stdout + done.stderr).strip().splitlines() if line.strip()]
                     failures[key] = f"exit {done.returncode}" + (f": {tail[-1][:200]}" if tail else "")
                     continue
                 rates[key].append(rate)

@@ -109,7 +109,8 @@ VARIANTS = {
     ],
 }
 # The recipe in float32, and again in bfloat16 on a CPU that has it (`auto` picks bfloat16 there).
-# bfloat16 needs an instance type with it (dfm validate): locally the type changes nothing else (CPUs are this machine's).
+# bfloat16 needs an instance type with it (dfm validate): locally the type changes nothing else (CPUs are this
+# machine's).
 FLOAT32 = "hyperparameters.mixed_precision=false"
 BFLOAT16 = ["hyperparameters.mixed_precision=bfloat16", "instance.type=ml.c7i.16xlarge"]
 BF16_AUC_GAP = 0.003
@@ -428,7 +429,8 @@ def measure(quick: bool, context: dict) -> dict:
         "dfm's final AUC is that of the exported model: `best_of: eval:auc` (the default) keeps the model of the "
         "best evaluation, and the run repeats that evaluation's metric line last.",
         "Precision: the recipe runs with `mixed_precision: false` (float32), and on a CPU with bfloat16 instructions "
-        f"(here: {bf16_flag or 'none'}) again with `bfloat16` (the MLP's training steps in bfloat16; evaluation and the "
+        f"(here: {bf16_flag or 'none'}) again with `bfloat16` (the MLP's training steps in bfloat16; evaluation and "
+        "the "
         "export compute in float32). The variants run in the default `auto`.",
         f"deep8: `dfm data synth {' '.join(SAMPLES['deep8'][1])}` (half the teacher's logit from a ReLU network over "
         "the latent vectors: the MLP has something to learn that no FM holds), trained with "

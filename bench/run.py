@@ -1,4 +1,5 @@
-"""`python -m bench.run [--quick] [--out BENCHMARKS.md] [--only a,b] [--repetitions N]`: run every item, write the report.
+"""`python -m bench.run [--quick] [--out BENCHMARKS.md] [--only a,b] [--repetitions N]`: run every item, write the
+report.
 
 Each item runs in a child process (`--item NAME`), so a crash, a hang or one item's TensorFlow thread
 pools never reach another; an item that fails is reported as "not run: <reason>", never as a number.

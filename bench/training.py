@@ -55,9 +55,11 @@ def measure(quick: bool, context: dict) -> dict:
         "Training throughput",
         f"the float32 and the bfloat16 step each >= {CEILING_GOAL:.0%} of its estimated 2-core ceiling; bfloat16 >= "
         f"{BF16_SPEEDUP_GOAL}x float32 at batch 4096 (bundled vs DeepCTR recorded beside them)",
-        "training steps as a one-host run takes them (windows of sync_check_steps=16 steps per compiled call) on in-memory synthetic data (39 fields, MLP 400-400-400, Adagrad "
+        "training steps as a one-host run takes them (windows of sync_check_steps=16 steps per compiled call) on "
+        "in-memory synthetic data (39 fields, MLP 400-400-400, Adagrad "
         f"lr 0.01, regularized: dropout 0.2, L2 on looked-up embedding rows and MLP kernels), "
-        f"{examples_per_window:,} examples per timed window, float32 and `mixed_precision: bfloat16`; `bench/training.py`",
+        f"{examples_per_window:,} examples per timed window, float32 and `mixed_precision: bfloat16`; "
+        "`bench/training.py`",
     )
     data = synthetic(4096 * (4 if quick else 8), FEATURE_SIZE)
     rows, detail_rows, per_config = [], [], {}
@@ -225,13 +227,15 @@ def measure(quick: bool, context: dict) -> dict:
         "core; the `rest of step` is small elementwise ops (bias, ReLU, FM term, loss), the gather + id dedup "
         "+ sparse update, and Python call overhead per compiled step. Tried and slower: XLA (`jit_compile`; "
         "its CPU matmul was slower than oneDNN's, and `tf.unique` does not compile), one concatenated "
-        "[feature_size, 1+k] table, a hand-written FM gradient. Several steps per compiled call (the scripts' own windows, now what this "
+        "[feature_size, 1+k] table, a hand-written FM gradient. Several steps per compiled call (the scripts' own "
+        "windows, now what this "
         "item times) gave 13-14% more examples/s at batch 512 than one step per call (one process, alternating, "
         "quiet machine, 2026-11-25).",
         "Finding of timed variants of the step (one process, alternating, k8/b4096): tf.nn.dropout's random "
         "generation (one 32-bit Philox word per element, 3 x batch x 400 a step) was about 7 of the 43 ms; the "
         "bundled model's dropout (`deepfm_model.dropout`) keeps its law exactly from one random byte per element "
-        "(5-12% more examples/s at every configuration; on GPU hosts the model keeps tf.nn.dropout). Each 4% of the step or less, so left as they are: the "
+        "(5-12% more examples/s at every configuration; on GPU hosts the model keeps tf.nn.dropout). Each 4% of the "
+        "step or less, so left as they are: the "
         "streaming metrics, the L2 terms, the id dedup of the two tables; folding dropout's scale into its "
         "gradient was no faster. Reading each table row once per distinct id (one tf.unique for both tables) was "
         "no faster in one process either; the model reads each distinct id once since 2026-11-26 (a tf.unique per "

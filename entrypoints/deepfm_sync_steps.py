@@ -4,7 +4,8 @@ Every step a worker takes its next batch if it has one, the workers agree in-gra
 collective) whether all have one, and the step trains only if they do.
 A window of such steps (`sync_check_steps`, or fewer up to the next log, checkpoint, evaluation or
 max_steps boundary: deepfm_loop chooses it) runs as one traced loop, and the host waits once per window for
-its count instead of on the check before each step. The loop stops at the first step some worker has no batch for, on every
+its count instead of on the check before each step. The loop stops at the first step some worker has no batch for, on
+every
 worker alike, so no worker waits on another and every worker counts the same steps.
 """
 

@@ -16,7 +16,8 @@ equal (rank 0's values broadcast) and stay equal. Scaling, stated:
 - per-replica batch = batch_size; global batch = batch_size x replicas (replicas = hosts x local GPUs);
 - learning rate = learning_rate x replicas when scale_lr (the default), else learning_rate unchanged.
 The steps (uneven shards, sharded evaluation) are deepfm_sync's, shared with the Horovod script, driven by
-the one training loop (deepfm_loop: rank-0 checkpoints and export); its collectives (deepfm_collectives.MirroredCollectives) count workers (one
+the one training loop (deepfm_loop: rank-0 checkpoints and export); its collectives
+(deepfm_collectives.MirroredCollectives) count workers (one
 contribution per host), not replicas.
 """
 
@@ -46,7 +47,8 @@ def replica_input(hp, env, strategy, where, local_replicas, num_gpus):
     """-> train_input(skip_steps, epoch) for deepfm_sync.SyncSteps: a distributed dataset whose elements hold
     one `batch_size` batch per local replica, already on that replica's device. None (deepfm_sync's plain
     input) for a worker without GPUs and one replica: its batches are already where it runs, and the
-    distributed input's machinery costs ~7% of small steps (316 vs 341 steps/s, MLP 64-32, batch 256). The worker's one pipeline (its
+    distributed input's machinery costs ~7% of small steps (316 vs 341 steps/s, MLP 64-32, batch 256). The worker's one
+    pipeline (its
     host's shard, one Pipe-mode FIFO reader) batches at `batch_size`; its replicas take batches in turn,
     so a step trains on the same rows as one device would on `batch_size x local replicas` ones."""
     if local_replicas == 1 and not num_gpus:

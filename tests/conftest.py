@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from launcher.plans.training import Plan
 
 REGION = "us-east-1"
 BUCKET = "dfm-test-bucket"

@@ -4,7 +4,8 @@
 learns the teacher's signal in the first epochs and then memorizes the training rows, so the eval AUC
 peaks early (epoch 2 on one host: 0.709) and falls every epoch after (0.689 at epoch 3, 0.659 at epoch 6),
 far beyond the noise of shuffling or of summation order across workers. (At 0.02, two MWMS workers, which
-take half the steps per epoch, declined by only 0.003 in two epochs on TF 2.21.) The best evaluation is therefore never the
+take half the steps per epoch, declined by only 0.003 in two epochs on TF 2.21.) The best evaluation is therefore never
+the
 last one, and a run with patience P stops P evaluations after it.
 """
 

@@ -193,7 +193,9 @@ def test_list_merges_every_kind_newest_first(stubbed_sagemaker, capsys):
             "HyperParameterTuningJobSummaries": [
                 {
                     "HyperParameterTuningJobName": "deepfm-tune-1",
-                    "HyperParameterTuningJobArn": "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1",
+                    "HyperParameterTuningJobArn": (
+                        "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/deepfm-tune-1"
+                    ),
                     "HyperParameterTuningJobStatus": "InProgress",
                     "Strategy": "Bayesian",
                     "CreationTime": day.replace(hour=3),

@@ -104,11 +104,10 @@ def test_missing_cells_appear_at_the_requested_rate(tmp_path, rate):
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
         _synth(tmp_path / name, "--multi-hot", "tags", seed=seed)
-    read = lambda name: [
-        p.read_bytes()
-        for folder in ("train", "eval")  # noqa: E731
-        for p in sorted((tmp_path / name / folder).iterdir())
-    ]
+
+    def read(name):
+        return [p.read_bytes() for folder in ("train", "eval") for p in sorted((tmp_path / name / folder).iterdir())]
+
     assert read("a") == read("b")
     assert read("a") != read("c")
 

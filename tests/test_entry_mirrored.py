@@ -239,7 +239,8 @@ _COMMUNICATION_CHECK = """
 import tensorflow as tf
 from deepfm_collectives import MirroredCollectives, communication_options, sparse_as_dense
 
-NCCL, RING = tf.distribute.experimental.CommunicationImplementation.NCCL, tf.distribute.experimental.CommunicationImplementation.RING
+implementations = tf.distribute.experimental.CommunicationImplementation
+NCCL, RING = implementations.NCCL, implementations.RING
 assert communication_options(tf, 4).implementation == NCCL and communication_options(tf, 0).implementation == RING
 strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options(tf, 2))
 assert strategy.extended._communication_options.implementation == NCCL  # what the strategy will use

@@ -140,7 +140,10 @@ def test_two_gpu_hosts_run_four_worker_tasks_each_batch_counted_once(tmp_path):
     assert "training data exhausted on every worker" in chief  # all 4 tasks reported their end
     # 8 vCPUs split over each host's processes, logged once by each: the master host runs the toolkit's ps
     # server, the chief and 2 worker tasks, the other host the ps server and 2 worker tasks
-    master = "intra_op_threads=2 inter_op_threads=2 data_threads=2 KMP_AFFINITY=granularity=fine,compact,1,0 OMP_NUM_THREADS=2"
+    master = (
+        "intra_op_threads=2 inter_op_threads=2 data_threads=2 KMP_AFFINITY=granularity=fine,compact,1,0 "
+        "OMP_NUM_THREADS=2"
+    )
     assert (
         chief.count(master) == 3
         and chief.count("(8 vCPUs / 4 processes on this host: ps server, chief, 2 workers)") == 3

@@ -2,7 +2,8 @@
 never a traceback or a hang.
 
 Forms (tests/spec_forms.py): each member of each union of the pydantic schema, each Literal value, each optional
-section, the bundled scripts' choice hyperparameters, as `--set` overrides. Mutations: lines deleted, duplicated or re-indented; keys renamed; values replaced by other types, odd
+section, the bundled scripts' choice hyperparameters, as `--set` overrides. Mutations: lines deleted, duplicated or
+re-indented; keys renamed; values replaced by other types, odd
 text and over-long strings; `extends:` pointed at special files (a FIFO, /dev/zero, a folder, a name too
 long for the file system, a cycle). Hypothesis shrinks whatever fails to a small reproducer.
 """

@@ -146,7 +146,8 @@ import json, os, sys
 import sagemaker_training.environment as environment
 out = {}
 for host, config in json.loads(sys.argv[1]).items():
-    env = environment.Environment(resource_config=config, hyperparameters={"epochs": 1},  # empty ones are read from disk
+    # empty hyperparameters would be read from disk
+    env = environment.Environment(resource_config=config, hyperparameters={"epochs": 1},
                                   input_data_config={"train": {"TrainingInputMode": "File"}})
     out[host] = {"group": env.current_instance_group, "type": env.current_instance_type,
                  "group_hosts": env.current_instance_group_hosts, "groups": env.instance_groups,

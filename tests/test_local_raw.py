@@ -189,7 +189,8 @@ def test_one_host_trains_raw_rows_near_the_teacher_skipping_bad_ones_and_serves_
 
 def test_two_host_parameter_server_trains_raw_rows_near_the_teacher_counting_bad_ones_per_worker(tmp_path, raw_sample):
     """Each host's worker reads one of the two files, each with the bad lines."""
-    # Asynchronous updates from two workers: a smaller step than one host uses (0.3 with 4 or 6 epochs missed the margin).
+    # Asynchronous updates from two workers: a smaller step than one host uses (0.3 with 4 or 6 epochs missed the
+    # margin).
     spec = raw_spec(
         tmp_path,
         raw_sample,
@@ -288,6 +289,9 @@ def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
     assert run.wait() == 1, run.output[-3000:]
     error = [line for line in run.output.splitlines() if "[dfm] error:" in line]
     # the first bad row the reader met, whichever file it was in, named by its text
-    named = r"bad row \(tsv, \d+ columns expected; [^)]*\)(?: in \S+)?: \]? \[?(1.{1,2}not-a-number|0.{1,2}too.{1,2}few.{1,2}columns)"
+    named = (
+        r"bad row \(tsv, \d+ columns expected; [^)]*\)(?: in \S+)?: \]? \[?"
+        r"(1.{1,2}not-a-number|0.{1,2}too.{1,2}few.{1,2}columns)"
+    )
     assert error and re.search(named, error[0]), run.output[-3000:]
     assert_no_survivors(run.pids)

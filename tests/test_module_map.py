@@ -113,7 +113,8 @@ def test_modules_called_pure_start_no_process_thread_or_connection():
 
 def test_a_pure_module_that_loads_impure_ones_fails():
     """local/request.py reaches processes and threads through the modules it loads: it is not pure. (Its ports are
-    bound by the bundled hetero_cluster, loaded at call time through facts.contract, which this reading does not follow.)"""
+    bound by the bundled hetero_cluster, loaded at call time through facts.contract, which this reading does not
+    follow.)"""
     assert sorted(impure({"launcher.local.request"})) == [
         "launcher.local.request is called Pure but imports subprocess (through launcher.local.runtime)",
         "launcher.local.request is called Pure but imports threading (through launcher.local.channels)",

@@ -178,8 +178,8 @@ def test_the_report_prints_the_table_the_set_lines_the_refused_and_draws_the_fro
     assert [e["candidate"] for e in document["candidates"]] == [3, 1]  # 2 and 4 (bfloat16 on c5) refused
     assert [e["candidate"] for e in document["refused"]] == [2, 4]
     assert (
-        "recommended (the cheapest per epoch): candidate 3\n  --set instance.count=2\n  --set hyperparameters.mixed_precision=false"
-        in text
+        "recommended (the cheapest per epoch): candidate 3\n  --set instance.count=2\n  --set "
+        "hyperparameters.mixed_precision=false" in text
     )
     assert "refused: candidate 2 (instance.count=1 hyperparameters.mixed_precision=bfloat16):" in text
     assert "rank layouts on this machine's" in text and f"plot: {tmp_path}" in text

@@ -45,7 +45,8 @@ def probe_request(aws):
 
 @pytest.fixture
 def on_submit(monkeypatch):
-    """on_submit(change): `change(job_name)` runs right after each probe is created in moto (which creates it Completed)."""
+    """on_submit(change): `change(job_name)` runs right after each probe is created in moto (which creates it
+    Completed)."""
     submitted: list[str] = []
     hooks = []
     real = jobs.submit

@@ -375,7 +375,8 @@ CASES = [
         (
             "error",
             "framework.version",
-            'TensorFlow 2.14 images have no Horovod (the last image with Horovod is TF 2.12): use framework.version "2.12", or entry_point: deepfm-mirrored with distribution: multi_worker_mirrored',
+            "TensorFlow 2.14 images have no Horovod (the last image with Horovod is TF 2.12): use framework.version "
+            '"2.12", or entry_point: deepfm-mirrored with distribution: multi_worker_mirrored',
         ),
     ),
     (

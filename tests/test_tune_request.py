@@ -324,8 +324,8 @@ def test_tune_wait_follows_the_job_to_its_end_and_reports_it_as_a_local_study(mo
         ["Completed", " 2 completed"],
     ]
     assert (
-        f"launch it: dfm launch {CONFIG} --set hyperparameters.learning_rate=0.004 --set hyperparameters.batch_size=1024"
-        in captured.out
+        f"launch it: dfm launch {CONFIG} --set hyperparameters.learning_rate=0.004 --set "
+        "hyperparameters.batch_size=1024" in captured.out
     )
     assert (tmp_path / NAME / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     document = json.loads((tmp_path / NAME / "study.json").read_text())

@@ -102,7 +102,8 @@ STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text,
 @REGION
 @OUTPUT
 def status(job_name: str | None, kind: str | None, region: str | None, output: str, plot_path: str | None) -> None:
-    """Show a job's state (a tuning job's: trials, the best and its `dfm launch` line). Exits 1 when it failed or was stopped.
+    """Show a job's state (a tuning job's: trials, the best and its `dfm launch` line). Exits 1 when it failed or was
+    stopped.
 
     Without JOB: the recent jobs, as `dfm list` shows them."""
     from launcher.sagemaker_backend.jobs import raise_for_outcome

@@ -36,7 +36,8 @@ def render_dry_run(document: dict[str, Any], tplan: TuningPlan) -> str:
     usd = f"${cost['max_usd']:,.2f}" if cost.get("max_usd") is not None else "unknown (no price for this type)"
     tail = [
         f"cost ceiling: {usd} ({cost['max_jobs']} trials x ${cost['trial_max_usd'] or 0:,.2f})",
-        f"wall time: at most {cost['max_wall_hours']} h ({tplan.rounds} rounds of {tplan.max_parallel_jobs} trials x {cost['trial_max_hours']} h)",
+        f"wall time: at most {cost['max_wall_hours']} h ({tplan.rounds} rounds of {tplan.max_parallel_jobs} trials x "
+        f"{cost['trial_max_hours']} h)",
         "request: dfm tune SPEC --dry-run --output json",
     ]
     return "\n".join([*lines, _text(table), _text(static), *tail])
@@ -165,7 +166,8 @@ def render_sagemaker(summary: dict[str, Any]) -> str:
     `launch` line and `plot` (sagemaker_document's) when it has them."""
     trials, objective = summary["trials"], summary["objective"]
     lines = [
-        f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} {objective['metric']})",
+        f"{summary['job_name']}: {summary['status']} ({summary['strategy']}, {objective['type']} "
+        f"{objective['metric']})",
         f"trials: {trials['completed']} completed, {trials['running']} running, {trials['stopped']} stopped, "
         f"{trials['failed']} failed (of {summary['max_jobs']})",
     ]
@@ -235,7 +237,8 @@ def render_study(document: dict[str, Any]) -> str:
 def no_trial_completed(document: dict[str, Any]) -> str:
     """The one line of a study whose trials all failed: each trial's reason."""
     reasons = "; ".join(f"trial {r['trial']}: {r['failure'] or r['stopped'] or r['state']}" for r in document["trials"])
-    return f"no trial of {document['tuning_job']} completed ({reasons or 'none ran'}); its runs are in {document['folder']}"
+    runs = document["folder"]
+    return f"no trial of {document['tuning_job']} completed ({reasons or 'none ran'}); its runs are in {runs}"
 
 
 def _short(value: Any) -> str:

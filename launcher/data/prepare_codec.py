@@ -331,7 +331,8 @@ def _entry_head(name, fields):
 
 def encode_libsvm(labels, ids, values):
     """(labels[n], ids[n, F], values[n, F]) -> (bytes uint8[total], lengths int64[n]) of n serialized Examples
-    holding ids, label and values: byte for byte what protobuf's deterministic serialization writes (map keys sorted)."""
+    holding ids, label and values: byte for byte what protobuf's deterministic serialization writes (map keys
+    sorted)."""
     n, fields = ids.shape
     payload, payload_mask = varints(ids.reshape(-1))
     ids_entry = [(payload.reshape(n, -1), payload_mask.reshape(n, -1))]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 def run_local(plan, *, echo=print, verbose: bool = False) -> int:
-    """Run `plan` locally (under its local.run_dir); 0 when every script succeeded, 1 when a process failed, timed out or was stopped.
+    """Run `plan` locally (under its local.run_dir); 0 when every script succeeded, 1 when a process failed, timed out
+    or was stopped.
     `verbose`: the terminal also gets TensorFlow's INFO log records (the log files always do)."""
     if plan.operations.recovery is not None:  # recover: an interrupted run is run again from its checkpoints
         from launcher.local.recovery import run_recovering

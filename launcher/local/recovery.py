@@ -4,7 +4,8 @@
 An interruption here is what a lost instance looks like from the inside: a process killed by a signal that dfm
 did not send (SIGKILL of a host's processes). A script that fails by itself, a stall, the timeout or Ctrl-C end
 the run as they are: running them again would end the same way. Each attempt is a run of its own
-planned as on SageMaker by `launcher.plans.recovery.attempt_plan` (`<job>`, then `<job>-r1`, ...), sharing the checkpoint
+planned as on SageMaker by `launcher.plans.recovery.attempt_plan` (`<job>`, then `<job>-r1`, ...), sharing the
+checkpoint
 store of the first attempt's checkpoint_s3_uri, which every attempt fills at its end as SageMaker uploads
 /opt/ml/checkpoints; the wait before restart n is `launcher.plans.recovery.backoff_seconds`. The exit code is the last
 attempt's.

@@ -274,7 +274,8 @@ def _host(plan, tree: HostTree, sources, store: Path | None, warnings: list[str]
 
 
 def _checkpoint_dir(plan, tree: HostTree) -> str:
-    """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by default)."""
+    """The host folder SageMaker syncs with checkpoint_s3_uri (checkpoint_local_path, /opt/ml/checkpoints by
+    default)."""
     local_path = plan.checkpoint_local_path or conventions.CONTAINER_CHECKPOINT_DIR
     mapped = to_host_path(local_path, tree)
     if mapped == local_path:

@@ -134,7 +134,10 @@ class LocalRun:
             rank_labels = None
             if process.role == "mpirun":
                 logs.update({p.label: p.log_file for p in ranks.values()})
-                rank_labels = lambda rank: ranks[rank].label if rank in ranks else f"rank{rank}"
+
+                def rank_labels(rank: int) -> str:
+                    return ranks[rank].label if rank in ranks else f"rank{rank}"
+
             sup.start(
                 process.label,
                 process.supervision,

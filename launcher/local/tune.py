@@ -319,7 +319,8 @@ class LocalTuning:
                 ):
                     self._start(study)
                     self.echo(
-                        f"[dfm tune] trial {max(self.active)} started: {json.dumps(self.active[max(self.active)].hyperparameters)}"
+                        f"[dfm tune] trial {max(self.active)} started: "
+                        f"{json.dumps(self.active[max(self.active)].hyperparameters)}"
                     )
                     enough = len(self.counted(study)) + len(self.active) >= self.tplan.max_jobs
                 if self.stopping:  # a signal that came while a trial was being started reaches it too

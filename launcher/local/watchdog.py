@@ -56,7 +56,8 @@ class StallWatchdog:
     def reason(self, now: float) -> str:
         if self.last_metric is None:
             return f"no metric line from the chief in the first {self.timeout_s:.0f} s (stall_timeout); stopped"
-        return f"no metric line from the chief for {now - self.last_metric:.0f} s (stall_timeout {self.timeout_s:.0f} s); stopped"
+        silent = now - self.last_metric
+        return f"no metric line from the chief for {silent:.0f} s (stall_timeout {self.timeout_s:.0f} s); stopped"
 
     def sample(self, children, now: float) -> None:
         """Note whose CPU time still grows (call often; reads the trees once a second)."""

@@ -2,7 +2,8 @@
 
 Per host, by instance type (`host_tasks`, pure): the bundled deepfm-ps runs one worker task per GPU (a worker
 that saw several would run each batch once per GPU), Horovod one rank per process, MultiWorkerMirrored one
-process driving every GPU. A parameter-server job on its own ps group is laid out by the bundled script itself: its own cluster
+process driving every GPU. A parameter-server job on its own ps group is laid out by the bundled script itself: its own
+cluster
 builder (entrypoints/hetero_cluster.py, loaded by `contract.bundled_cluster`) reads the resourceconfig.json
 SageMaker writes (`hosts.resource_configs`), so the launcher shows exactly the tasks the script will start.
 Every other layout is the SageMaker TensorFlow toolkit's.

@@ -62,7 +62,8 @@ class Recovery:
 
 @dataclass(frozen=True)
 class Operations:
-    """How the job survives and is watched: SageMaker's retry, dfm's recovery and stall watchdog, TensorBoard, MLflow."""
+    """How the job survives and is watched: SageMaker's retry, dfm's recovery and stall watchdog, TensorBoard,
+    MLflow."""
 
     retry_attempts: int | None = None  # RetryStrategy.MaximumRetryAttempts
     recovery: Recovery | None = None

@@ -61,7 +61,8 @@ def check_entry_point(spec: Spec) -> list[Finding]:
             problems.append(
                 error(
                     "source_dir",
-                    f"{spec.entry_point} ships its own source dir: drop source_dir, or give your own script as entry_point",
+                    f"{spec.entry_point} ships its own source dir: drop source_dir, or give your own script as "
+                    "entry_point",
                 )
             )
         if kind not in bundled.distributions:
@@ -77,7 +78,8 @@ def check_entry_point(spec: Spec) -> list[Finding]:
         return [
             error(
                 "entry_point",
-                f"no bundled entry point '{spec.entry_point}'{hint}; bundled: {', '.join(contract.BUNDLED_ENTRY_POINTS)}",
+                f"no bundled entry point '{spec.entry_point}'{hint}; bundled: "
+                f"{', '.join(contract.BUNDLED_ENTRY_POINTS)}",
             )
         ]
     if spec.source_dir is not None and spec.source_dir.startswith("s3://"):
@@ -99,7 +101,8 @@ def check_entry_point(spec: Spec) -> list[Finding]:
         return [
             error(
                 "entry_point",
-                f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your script's path",
+                f"{script} not found: give a bundled name ({', '.join(contract.BUNDLED_ENTRY_POINTS)}) or your "
+                "script's path",
             )
         ]
     return []
@@ -115,7 +118,8 @@ def check_pipe_channels_per_worker(spec: Spec) -> list[Finding]:
     return [
         error(
             "data.train",
-            f"Pipe mode with {ranks} processes per host needs at least {ranks} training paths (one FIFO per process), got {channels}: list {ranks} paths (the same path may repeat), or use File/FastFile",
+            f"Pipe mode with {ranks} processes per host needs at least {ranks} training paths (one FIFO per process), "
+            f"got {channels}: list {ranks} paths (the same path may repeat), or use File/FastFile",
         )
     ]
 
@@ -168,14 +172,16 @@ def check_parameter_server(spec: Spec) -> list[Finding]:
         problems.append(
             warning(
                 "instance.type",
-                f"SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle",
+                "SageMaker starts one worker per host, so unless your script starts one worker task per GPU (as "
+                f"deepfm-ps does), {info.gpus - 1} of {info.gpus} GPUs idle",
             )
         )
     if hosts > 1 and spec.checkpoint_config is None:
         problems.append(
             error(
                 "checkpoints",
-                "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, or give checkpoints.file_system (EFS)",
+                "a multi-host parameter server needs a shared model/checkpoint location: remove `checkpoints: false`, "
+                "or give checkpoints.file_system (EFS)",
             )
         )
     return problems
@@ -189,7 +195,8 @@ def check_spot(spec: Spec) -> list[Finding]:
         problems.append(
             error(
                 "spot.max_wait",
-                f"{spec.spot.max_wait} is less than max_run {spec.max_run}: max_wait counts the run too; use max_wait >= {spec.max_run}",
+                f"{spec.spot.max_wait} is less than max_run {spec.max_run}: max_wait counts the run too; use max_wait "
+                f">= {spec.max_run}",
             )
         )
     if spec.checkpoint_config is None:
@@ -216,7 +223,8 @@ def check_s3_shard(spec: Spec) -> list[Finding]:
     return [
         warning(
             "data.s3_shard",
-            f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)",
+            f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs "
+            f"at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)",
         )
     ]
 

@@ -69,7 +69,8 @@ def check_framework(spec: Spec) -> list[Finding]:
         return [
             error(
                 "region",
-                f"the TensorFlow {image.short} image is not published in {spec.region}: use another region or an image_uri",
+                f"the TensorFlow {image.short} image is not published in {spec.region}: use another region or an "
+                "image_uri",
             )
         ]
     if spec.framework.python is not None and spec.framework.python != image.python:
@@ -84,7 +85,8 @@ def check_framework(spec: Spec) -> list[Finding]:
         return [
             warning(
                 "framework.version",
-                f"TensorFlow {image.short} images are past end of support ({image.end_of_support}): no more security patches; the newest is {newest.short}",
+                f"TensorFlow {image.short} images are past end of support ({image.end_of_support}): no more security "
+                f"patches; the newest is {newest.short}",
             )
         ]
     return []
@@ -109,7 +111,8 @@ def check_horovod_in_image(spec: Spec) -> list[Finding]:
     return [
         error(
             where,
-            f'{what} no Horovod (the last image with Horovod is TF {images.LAST_HOROVOD_TF}): use framework.version "{images.LAST_HOROVOD_TF}", or {instead}distribution: multi_worker_mirrored',
+            f"{what} no Horovod (the last image with Horovod is TF {images.LAST_HOROVOD_TF}): use framework.version "
+            f'"{images.LAST_HOROVOD_TF}", or {instead}distribution: multi_worker_mirrored',
         )
     ]
 
@@ -134,13 +137,15 @@ def check_pipe_mode(spec: Spec) -> list[Finding]:
         return [
             error(
                 "data.mode",
-                f"Pipe mode needs PipeModeDataset, which {what} lacks (the last with it is TF 2.14): use FastFile, or TF 2.14",
+                f"Pipe mode needs PipeModeDataset, which {what} lacks (the last with it is TF 2.14): use FastFile, or "
+                "TF 2.14",
             )
         ]
     return [
         warning(
             "data.mode",
-            f"{what} has no PipeModeDataset: your script must read the FIFOs /opt/ml/input/data/<channel>_<epoch> itself",
+            f"{what} has no PipeModeDataset: your script must read the FIFOs /opt/ml/input/data/<channel>_<epoch> "
+            "itself",
         )
     ]
 

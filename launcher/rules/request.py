@@ -31,7 +31,8 @@ def check_job_name(spec: Spec) -> list[Finding]:
         problems.append(
             error(
                 "name",
-                f"{len(spec.name)} characters, at most {MAX_BASE_NAME}: dfm appends -YYYY-MM-DD-HH-MM-SS-mmm and job names stop at {MAX_JOB_NAME}",
+                f"{len(spec.name)} characters, at most {MAX_BASE_NAME}: dfm appends -YYYY-MM-DD-HH-MM-SS-mmm and job "
+                f"names stop at {MAX_JOB_NAME}",
             )
         )
     return problems
@@ -44,7 +45,8 @@ def check_job_name_override(job_name: str) -> list[Finding]:
     return [
         error(
             "--job-name",
-            f"'{job_name}' is not a SageMaker job name: at most {MAX_JOB_NAME} letters, digits and '-', not at either end",
+            f"'{job_name}' is not a SageMaker job name: at most {MAX_JOB_NAME} letters, digits and '-', not at either "
+            "end",
         )
     ]
 
@@ -56,7 +58,8 @@ def check_channels(spec: Spec) -> list[Finding]:
         problems.append(
             error(
                 "data",
-                f"{len(names)} channels, SageMaker allows {conventions.MAX_CHANNELS}: use fewer training paths or channels",
+                f"{len(names)} channels, SageMaker allows {conventions.MAX_CHANNELS}: use fewer training paths or "
+                "channels",
             )
         )
     reserved = {conventions.TRAIN_CHANNEL, conventions.EVAL_CHANNEL, conventions.CHECKPOINT_CHANNEL}
@@ -102,7 +105,8 @@ def check_instance_known(spec: Spec) -> list[Finding]:
         return [
             warning(
                 "instance.type",
-                f"{spec.instance.type} trains on {info.accelerators}, which SageMaker's TensorFlow images do not use: pick a CPU or GPU type",
+                f"{spec.instance.type} trains on {info.accelerators}, which SageMaker's TensorFlow images do not use: "
+                "pick a CPU or GPU type",
             )
         ]
     if info is not None:

@@ -7,6 +7,7 @@ service refuses the job after the source dir was uploaded, or worse, a trial fai
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from launcher.facts import contract
 from launcher.facts import conventions
@@ -150,7 +151,8 @@ def check_tune_range_values(spec: Spec) -> list[Finding]:
             problems.append(
                 error(
                     field,
-                    f"min {rng.min} is not below max {rng.max}: swap them, or fix the value with hyperparameters.{name}",
+                    f"min {rng.min} is not below max {rng.max}: swap them, or fix the value with "
+                    f"hyperparameters.{name}",
                 )
             )
         if rng.scaling in ("log", "reverse_log") and rng.min <= 0:
@@ -251,7 +253,8 @@ def check_tune_limits(spec: Spec) -> list[Finding]:
         problems.append(
             error(
                 "hyperparameters",
-                f"{static} static hyperparameters per trial (the SDK and the tuner add some), SageMaker allows {allowed}",
+                f"{static} static hyperparameters per trial (the SDK and the tuner add some), SageMaker allows "
+                f"{allowed}",
             )
         )
     return problems
@@ -275,14 +278,16 @@ def check_tune_objective(spec: Spec) -> list[Finding]:
         return [
             error(
                 "tune.objective.metric",
-                f"'{metric}' is not one of the job's metrics{did_you_mean(metric, names)}: use one of {', '.join(names)}",
+                f"'{metric}' is not one of the job's metrics{did_you_mean(metric, names)}: use one of "
+                f"{', '.join(names)}",
             )
         ]
     if metric.startswith("train:"):
         return [
             warning(
                 "tune.objective.metric",
-                f"{metric} is measured on the training data: a search on it rewards overfitting; eval:auc or eval:loss ranks trials on held-out data",
+                f"{metric} is measured on the training data: a search on it rewards overfitting; eval:auc or "
+                "eval:loss ranks trials on held-out data",
             )
         ]
     return []
@@ -334,7 +339,8 @@ def check_tune_strategy(spec: Spec) -> list[Finding]:
             problems.append(
                 error(
                     f"tune.ranges.{name}",
-                    "grid search takes categorical ranges only: list the values ({values: [...]}) or use bayesian/random",
+                    "grid search takes categorical ranges only: list the values ({values: [...]}) or use "
+                    "bayesian/random",
                 )
             )
         if not numeric:
@@ -343,7 +349,8 @@ def check_tune_strategy(spec: Spec) -> list[Finding]:
                 problems.append(
                     error(
                         "tune.max_jobs",
-                        f"a grid over these ranges is {size} trials, SageMaker runs each once: drop max_jobs (dfm computes {size})",
+                        f"a grid over these ranges is {size} trials, SageMaker runs each once: drop max_jobs (dfm "
+                        f"computes {size})",
                     )
                 )
             if tune.max_parallel_jobs > size:

@@ -184,7 +184,8 @@ def execute(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[Measurement]:
     """Submit the probes, at most max_parallel running at once, follow each to its end and measure it. A probe that
-    fails is measured with its reason and the others go on; Ctrl-C stops every probe still running (ProbeInterrupted)."""
+    fails is measured with its reason and the others go on; Ctrl-C stops every probe still running
+    (ProbeInterrupted)."""
     pending = list(probe_request.trainings)
     active: dict[int, request.TrainingRequest] = {}
     states: dict[int, str] = {}

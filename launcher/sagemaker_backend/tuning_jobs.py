@@ -114,7 +114,8 @@ def progress_line(summary: dict) -> str:
     trials = summary["trials"]
     line = (
         f"[dfm tune] {summary['job_name']}: {summary['status']}, {trials['completed']} completed, "
-        f"{trials['running']} running, {trials['stopped']} stopped, {trials['failed']} failed (of {summary['max_jobs']})"
+        f"{trials['running']} running, {trials['stopped']} stopped, {trials['failed']} failed (of "
+        f"{summary['max_jobs']})"
     )
     if summary.get("best"):
         line += f", best {summary['objective']['metric']}={summary['best']['objective']}"

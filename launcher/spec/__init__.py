@@ -270,7 +270,8 @@ class Spec(_Strict):
     hyperparameters: dict[str, HyperparameterValue] = Field(default_factory=dict)
     features: dict[str, Any] | None = Field(
         None,
-        description="raw features for the bundled DeepFM (format, label, columns, numeric, categorical, multi_hot, bad_rows)",
+        description="raw features for the bundled DeepFM (format, label, columns, numeric, categorical, multi_hot, "
+        "bad_rows)",
     )
     vpc: Vpc | None = None
     warm_pool_seconds: int = Field(

@@ -41,7 +41,8 @@ MlflowArn = Annotated[
     _pattern(
         r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:mlflow-[a-z\-]+/\S+",
         "mlflow_arn",
-        "a SageMaker MLflow tracking server ARN like arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/name",
+        "a SageMaker MLflow tracking server ARN like "
+        "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/name",
     ),
 ]
 
