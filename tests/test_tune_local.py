@@ -382,8 +382,10 @@ def test_ctrl_c_then_resume_completes_the_study_without_a_duplicate_trial(tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sample):
-    """Hyperband's resource is the count of objective values (SageMaker's): a trial that would print about six
-    eval lines (eval_steps 4, ~23 steps) stops after its 2nd, with that line's value as its objective."""
+    """Hyperband's resource is the count of objective values (SageMaker's): a trial that would print about 115
+    eval lines (eval_steps 4, 20 epochs of ~23 steps) stops after its 2nd, with that line's value as its objective.
+    The stop reaches the trial's processes a moment after the line: the trial is long enough that it is never
+    over by then, however busy the machine."""
     spec = tiny_spec(
         tmp_path,
         sample,
@@ -394,7 +396,7 @@ def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sampl
         ranges={"learning_rate": {"min": 0.001, "max": 0.1}},
     )
     config = yaml.safe_load(spec.read_text())
-    config["hyperparameters"] = {**config["hyperparameters"], "eval_steps": 4, "batch_size": 128}
+    config["hyperparameters"] = {**config["hyperparameters"], "eval_steps": 4, "batch_size": 128, "epochs": 20}
     spec.write_text(yaml.safe_dump(config))
     result = dfm("tune", str(spec), "--local", "--output", "json", "--job-name", "tiny-261124-000002", timeout=380)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -402,7 +404,7 @@ def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sampl
     assert trial["state"] == "complete" and trial["stopped"] == "reached max_resource 2"
     log = "".join(p.read_text() for p in (Path(trial["job_dir"]) / "logs").glob("*.log"))
     evals = [parse_metric_line(line)[1]["auc"] for line in log.splitlines() if line.startswith("[dfm] eval step=")]
-    assert 2 <= len(evals) < 5 and trial["objective"] == pytest.approx(evals[1])  # stopped long before its end
+    assert 2 <= len(evals) < 50 and trial["objective"] == pytest.approx(evals[1])  # stopped long before its end
 
 
 @pytest.mark.slow
