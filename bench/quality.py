@@ -85,7 +85,7 @@ SAMPLES = {
         ["instance.count=1", "distribution=none", *(f"hyperparameters.{k}={v}" for k, v in DEEP8_HPS.items())],
     ),
 }
-OLD_L2_DENSE = ("the same with l2_dense 0.03 (the default before issue 28)", ["hyperparameters.l2_dense=0.03"])
+OLD_L2_DENSE = ("the same with l2_dense 0.03", ["hyperparameters.l2_dense=0.03"])
 # Variants of a sample's recipe run beside it (label, --set items): what a changed default bought.
 VARIANTS = {
     "demo": [
@@ -117,7 +117,7 @@ BF16_AUC_GAP = 0.003
 # A default must not cost more than this against the same run with it turned off (deep8's variants).
 DEFAULT_COST = 0.003
 EPOCHS = max(epochs for _, _, epochs, _ in SAMPLES.values())  # the table's epoch columns; DeepCTR runs 3
-# DeepCTR's DeepFM twice: the settings base.yaml had before issue 17 (a 400x3 MLP, no dropout), and dfm's
+# DeepCTR's DeepFM twice: a 400x3 MLP with no dropout (the seed sample's settings), and dfm's
 # recipe (the scripts' defaults) carried over to DeepCTR's own arguments.
 DEEPCTR = {
     "DeepCTR DeepFM, MLP 400x3, Adam 1e-3, batch 1024": dict(

@@ -25,8 +25,8 @@ DEFAULTS = {
     "dropout": 0.2,
     "batch_norm": False,
     "l2_reg": 1e-5,  # L2 on the embedding and first-order rows each batch looks up (sparse: only those rows)
-    # L2 on the MLP kernels. 0: 0.03 (the default before issue 28) shut the MLP off, which cost nothing on FM-teacher
-    # samples but 0.0095 AUC on held-out real data and 0.0078 on bench/quality.py's deep8 sample
+    # L2 on the MLP kernels. 0: 0.03 shuts the MLP off, which costs nothing on FM-teacher samples but 0.0095 AUC on
+    # held-out real data and 0.0078 on bench/quality.py's deep8 sample
     "l2_dense": 0.0,
     # training
     "optimizer": "adam",

@@ -129,7 +129,7 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)  # the chief's own worker child included
     # No closure result is copied back from a worker: such a copy instantiated a remote function per worker
-    # while the other workers' closures ran, which races inside TensorFlow (issue 28, deepfm_coordinator).
+    # while the other workers' closures ran, which races inside TensorFlow (deepfm_coordinator).
     instantiated = [line for line in chief.splitlines() if "CFLR::Instantiate" in line]
     assert instantiated and not [line for line in instantiated if " on /job:worker/" in line], instantiated
     assert "embeddings in 2 shard(s)" in chief

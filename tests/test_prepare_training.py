@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 dfm = functools.partial(spec_helpers.dfm, check=True, timeout=400)  # every step here must succeed
 
 FIELDS, FEATURES = 10, 1000
-# l2_dense 0.03 (the default before issue 28): with Adam and no MLP regularization this small model overfits its
+# l2_dense 0.03: with Adam and no MLP regularization this small model overfits its
 # 32k rows in 2 epochs, and an overfit model's mean prediction drifts from the rate whatever the export's
 # correction does (measured: 0.228 against 0.255); the calibration test is about the correction.
 MODEL = {

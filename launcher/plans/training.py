@@ -307,9 +307,7 @@ def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str
             image_uri = images.image_uri(image, spec.region, "gpu" if gpu else "cpu")
             framework_version = image.version
 
-    mpi_options = (
-        spec.distribution.horovod.mpi_options if kind == "horovod" and not isinstance(spec.distribution, str) else ""
-    )
+    mpi_options = spec.distribution.horovod.mpi_options if kind == "horovod" else ""
     tensorboard_s3_uri = _tensorboard_uri(spec.tensorboard, output_path, job_name)
     if bundled is not None and tensorboard_s3_uri is not None:  # where the chief writes its summaries
         hyperparameters["tensorboard_dir"] = conventions.TENSORBOARD_LOCAL_PATH
