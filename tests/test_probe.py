@@ -150,6 +150,7 @@ def test_dry_run_lists_every_request_and_the_cost_ceiling_offline(no_aws_env, no
     assert document["cost_ceiling"]["max_usd"] == pytest.approx(sum(r["cost"]["max_usd"] for r in requests))
     code, out, _ = run(capsys, "probe", "configs/ps.yaml", "--dry-run", "--try", "instance.count=1,2")
     assert code == 0 and "cost ceiling: $" in out
+    assert [line for line in out.splitlines() if line != line.rstrip()] == []  # no padding after the last column
 
 
 def test_every_candidate_refused_is_exit_2_with_the_reasons(tmp_path, no_aws_env, no_network, capsys):

@@ -25,7 +25,7 @@ def _text(table) -> str:
 
     console = Console(width=170, record=True, file=open(os.devnull, "w"))  # noqa: SIM115 (recorded, not shown)
     console.print(table)
-    return console.export_text().rstrip()
+    return "\n".join(line.rstrip() for line in console.export_text().rstrip().splitlines())
 
 
 def _money(value: float | None, digits: int = 2) -> str:
