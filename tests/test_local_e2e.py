@@ -65,14 +65,17 @@ def e2e_spec(
     name: str,
     entry_point: str,
     distribution,
-    count: int,
-    mode: str,
-    train,
-    channels: dict[str, Path],
     hyperparameters: dict,
+    sample: Path | None = None,
+    channels: dict[str, Path] | None = None,
+    count: int = 2,
+    mode: str = "File",
+    train="s3://dfm-test/train/",
     checkpoints=None,
     framework="2.14",
 ) -> Path:
+    """A local job's spec on SMALL_MODEL: by default two hosts in File mode on `sample`'s train and eval folders."""
+    channels = channels or {"train": sample / "train", "eval": sample / "eval"}
     changes = {
         "name": name,
         "framework": {"version": framework},
@@ -138,10 +141,7 @@ def test_two_host_parameter_server_job(tmp_path, sample):
         name="e2e-ps",
         entry_point="deepfm-ps",
         distribution="parameter_server",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 30},
     )
     run = WatchedRun("launch", str(spec), "--local")
@@ -164,10 +164,7 @@ def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
         name="e2e-mwms",
         entry_point="deepfm-mirrored",
         distribution="multi_worker_mirrored",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 6},
     )
     run = WatchedRun("launch", str(spec), "--local")
@@ -262,10 +259,7 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
         name="e2e-kill",
         entry_point="deepfm-ps",
         distribution="parameter_server",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 100000, "epochs": 1000},
     )
     run = WatchedRun("launch", str(spec), "--local")
@@ -285,9 +279,7 @@ def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
             entry_point="deepfm-ps",
             distribution="none",
             count=1,
-            mode="File",
-            train="s3://dfm-test/train/",
-            channels={"train": sample / "train", "eval": sample / "eval"},
+            sample=sample,
             hyperparameters={"max_steps": max_steps, "checkpoint_steps": 5, "epochs": 5},
             checkpoints="s3://dfm-test/checkpoints/e2e-resume/",
         )
@@ -312,10 +304,7 @@ def test_parameter_servers_on_their_own_group(tmp_path, sample):
         name="e2e-hetero",
         entry_point="deepfm-ps",
         distribution=HETERO,
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 30},
     )
     run = WatchedRun("launch", str(spec), "--local")
@@ -337,10 +326,7 @@ def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
         name="e2e-hetero-kill",
         entry_point="deepfm-ps",
         distribution=HETERO,
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 100000, "epochs": 1000},
     )
     run = WatchedRun("launch", str(spec), "--local")

@@ -83,10 +83,7 @@ def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves
         name="ops-tb",
         entry_point="deepfm-ps",
         distribution="parameter_server",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 20, "eval_steps": 10, "best_of": "last"},
     )
     run = WatchedRun("launch", str(with_sections(spec, tensorboard=True)), "--local")
@@ -159,10 +156,7 @@ def test_the_chief_fails_with_a_line_when_a_worker_task_dies(tmp_path, sample): 
         name="ops-dead-worker",
         entry_point="deepfm-ps",
         distribution="parameter_server",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 100000, "epochs": 1000},
     )
     run = WatchedRun("launch", str(with_sections(spec, environment={"DFM_WORKER_WAIT_S": "5"})), "--local")
@@ -253,10 +247,7 @@ def test_a_run_that_lost_a_host_resumes_from_its_checkpoint_and_finishes(tmp_pat
         name="ops-recover",
         entry_point="deepfm-ps",
         distribution="parameter_server",
-        count=2,
-        mode="File",
-        train="s3://dfm-test/train/",
-        channels={"train": sample / "train", "eval": sample / "eval"},
+        sample=sample,
         hyperparameters={"max_steps": 200, "epochs": 100, "checkpoint_steps": 20},
         checkpoints="s3://dfm-test/checkpoints/ops-recover/",
     )
