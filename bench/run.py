@@ -32,6 +32,7 @@ ITEMS = {
     "raw_training": ("bench.raw_training", 300, 1200),
     "quality": ("bench.quality", 1500, 2400),
     "tuning": ("bench.tuning", 1800, 3600),
+    "tune_example": ("bench.tune_example", 1800, 1800),
     "prepare": ("bench.prepare", 600, 1800),
     "broadcast_memory": ("bench.broadcast_memory", 300, 900),
     "sync_steps": ("bench.sync_steps", 300, 900),

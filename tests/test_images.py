@@ -66,10 +66,32 @@ def test_a_uri_for_the_image_sdk_v2_lacks_uses_the_dlc_registry_of_the_region():
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.21.0-gpu-py312-cu129-amzn2023-sagemaker"
     )
     assert images.image_uri(image, "us-east-1", "cpu").endswith(":2.21.0-cpu-py312-amzn2023-sagemaker")
-    accounts = sdk_training_config()["versions"][images.REGISTRY_SOURCE_VERSION]["registries"]
+    accounts = dict(image.registries)
     region = next(r for r in accounts if r.startswith("cn-"))
     assert images.image_uri(image, region, "cpu").startswith(f"{accounts[region]}.dkr.ecr.{region}.amazonaws.com.cn/")
     assert images.image_uri(image, "xx-nowhere-1", "cpu") is None
+
+
+def test_the_2_21_registries_are_the_dlc_accounts_the_sdk_uses_in_each_region():
+    """A region's DLC registry account is the same for every DLC image: where SDK v2 publishes 2.19, its account
+    for the region must be the one dfm writes into the 2.21 URI."""
+    sdk = sdk_training_config()["versions"]["2.19.0"]["registries"]
+    ours = dict(images.find("2.21").registries)
+    assert ours and {region: sdk[region] for region in ours if region in sdk} == {
+        region: account for region, account in ours.items() if region in sdk
+    }
+
+
+@pytest.mark.parametrize("region", ["me-west-1", "us-gov-west-1", "cn-northwest-1"])
+def test_2_21_validates_exactly_in_the_regions_of_its_registry_table(tmp_path, region):
+    """The table, not another version's SDK entry, decides where 2.21 runs (SDK v3's config lists no me-west-1)."""
+    from spec_helpers import write_spec
+
+    from launcher.compile import compile_spec
+
+    compiled = compile_spec(write_spec(tmp_path, {"region": region, "framework": {"version": "2.21"}}), env={})
+    refused = [e for e in compiled.errors if "is not published in" in e]
+    assert bool(refused) == (region not in dict(images.find("2.21").registries)), compiled.errors
 
 
 def test_the_sdk_builds_the_same_uri_scheme_for_the_images_it_knows():

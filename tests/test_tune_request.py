@@ -47,7 +47,7 @@ def test_dry_run_is_offline_and_botocore_accepts_it(capsys, monkeypatch, no_aws_
     ranges = config["ParameterRanges"]
     assert {r["Name"]: r["ScalingType"] for r in ranges["ContinuousParameterRanges"]} == {
         "learning_rate": "Logarithmic",
-        "l2_dense": "Logarithmic",
+        "l2_dense": "Auto",
         "dropout": "Auto",
     }
     assert [r["Name"] for r in ranges["IntegerParameterRanges"]] == ["embedding_size"]
@@ -254,7 +254,7 @@ def test_dry_run_text_shows_the_ranges_and_the_ceilings(capsys, monkeypatch, no_
     assert cli.main(["tune", CONFIG, "--dry-run", "--job-name", NAME]) == 0
     out = capsys.readouterr().out
     assert f"tuning job {NAME}: Bayesian, maximize eval:auc, 20 trials, 2 at once, early stopping auto" in out
-    assert "learning_rate   continuous   0.0005 .. 0.01 (logarithmic)" in out
+    assert "learning_rate   continuous   0.1 .. 0.5 (logarithmic)" in out
     assert "cost ceiling: $146.80 (20 trials x $7.34)" in out
     assert "wall time: at most 1" in out and "(10 rounds of 2 trials x 1.0 h)" in out
 

@@ -253,6 +253,21 @@ def test_the_example_config_has_no_tuning_findings_and_its_plan_bounds_cost_and_
     assert tplan.rounds == 10 and tplan.cost["max_usd"] == round(20 * compiled.plan.cost["max_usd"], 2)
 
 
+def test_the_example_search_is_centred_on_the_ps_recipe():
+    """configs/tune-ps.yaml searches around configs/ps.yaml's recipe: each range holds ps.yaml's value (so the
+    recipe is a point of the search) and what it fixes (optimizer, epochs) is ps.yaml's."""
+    from launcher.facts import contract
+    from launcher.local import tune_search
+
+    example = compile_spec(str(REPO / "configs" / "tune-ps.yaml"), env={})
+    recipe = compile_spec(str(REPO / "configs" / "ps.yaml"), env={})
+    tplan = build_tuning_plan(example.spec, example.plan, schedule=objective_schedule(example.spec), name="t")
+    ps_values = {**contract.bundled_hparams().DEFAULTS, **recipe.spec.hyperparameters}
+    assert tune_search.baseline(tplan, ps_values) is not None, [(r.name, ps_values.get(r.name)) for r in tplan.ranges]
+    fixed = example.spec.hyperparameters
+    assert {k: fixed[k] for k in ("optimizer", "epochs")} == {k: ps_values[k] for k in ("optimizer", "epochs")}
+
+
 def test_grid_size_is_the_product_of_the_value_counts(tmp_path):
     path = write_spec(
         tmp_path,

@@ -3,17 +3,14 @@
 Read from the Deep Learning Containers sources (Dockerfiles, core_packages.json, release notes) in 2026-11:
 Horovod ships only up to TF 2.12; PipeModeDataset (`sagemaker-tensorflow`) only up to 2.14; 2.15, 2.17 and
 2.20 have no training image; 2.21 exists (Amazon Linux 2023, Python 3.12) but SDK v2 does not know it, so
-dfm writes its URI itself. Every image has Open MPI and mpi4py. End of support is the DLC "end of patch"
-date (one year after GA); a test keeps this table consistent with the installed SDK's image config.
+dfm writes its URI itself, in the regions SDK v3's image config lists for it. Every image has Open MPI and
+mpi4py. End of support is the DLC "end of patch" date (one year after GA); a test keeps this table consistent
+with the installed SDK's image config.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 LAST_HOROVOD_TF = "2.12"
 DLC_REPOSITORY = "tensorflow-training"
@@ -28,13 +25,60 @@ class TrainingImage:
     mpi: str  # the MPI the image ships (mpirun is what the toolkit starts for distribution: horovod)
     sdk_v2: bool  # SDK v2's image config knows it; otherwise dfm passes the image URI itself
     end_of_support: str  # ISO date: DLC end of patch
-    # For images SDK v2 lacks: the DLC tag per device, as published ({version} filled in).
+    # For images SDK v2 lacks: the DLC tag per device, as published ({version} filled in), and the DLC registry's
+    # account per region where the image is published.
     tags: tuple[tuple[str, str], ...] = ()
+    registries: tuple[tuple[str, str], ...] = ()
 
     @property
     def short(self) -> str:
         return ".".join(self.version.split(".")[:2])
 
+
+# TF 2.21's regions and accounts: SDK v3's image config, `training.versions["2.21.0"].registries` in
+# aws/sagemaker-python-sdk sagemaker-core/src/sagemaker/core/image_uri_config/tensorflow.json (commit a3d9a471,
+# read 2026-11-27): the same 38 regions and accounts as its 2.19.0 entry and SDK v2's; no me-west-1.
+_DLC = "763104351884"
+REGISTRIES_2_21 = {
+    "af-south-1": "626614931356",
+    "ap-east-1": "871362719292",
+    "ap-east-2": "975050140332",
+    "ap-northeast-1": _DLC,
+    "ap-northeast-2": _DLC,
+    "ap-northeast-3": "364406365360",
+    "ap-south-1": _DLC,
+    "ap-south-2": "772153158452",
+    "ap-southeast-1": _DLC,
+    "ap-southeast-2": _DLC,
+    "ap-southeast-3": "907027046896",
+    "ap-southeast-4": "457447274322",
+    "ap-southeast-5": "550225433462",
+    "ap-southeast-6": "633930458069",
+    "ap-southeast-7": "590183813437",
+    "ca-central-1": _DLC,
+    "ca-west-1": "204538143572",
+    "cn-north-1": "727897471807",
+    "cn-northwest-1": "727897471807",
+    "eu-central-1": _DLC,
+    "eu-central-2": "380420809688",
+    "eu-north-1": _DLC,
+    "eu-south-1": "692866216735",
+    "eu-south-2": "503227376785",
+    "eu-west-1": _DLC,
+    "eu-west-2": _DLC,
+    "eu-west-3": _DLC,
+    "il-central-1": "780543022126",
+    "me-central-1": "914824155844",
+    "me-south-1": "217643126080",
+    "mx-central-1": "637423239942",
+    "sa-east-1": _DLC,
+    "us-east-1": _DLC,
+    "us-east-2": _DLC,
+    "us-gov-east-1": "446045086412",
+    "us-gov-west-1": "442386744353",
+    "us-west-1": _DLC,
+    "us-west-2": _DLC,
+}
 
 IMAGES: dict[str, TrainingImage] = {
     image.short: image
@@ -60,13 +104,12 @@ IMAGES: dict[str, TrainingImage] = {
                 ("cpu", "{version}-cpu-py312-amzn2023-sagemaker"),
                 ("gpu", "{version}-gpu-py312-cu129-amzn2023-sagemaker"),
             ),
+            registries=tuple(REGISTRIES_2_21.items()),
         ),
     )
 }
 # TensorFlow releases with no SageMaker training image at all.
 NO_IMAGE = ("2.15", "2.17", "2.20")
-# The SDK's image config entry whose registries (account per region) dfm reuses for the images it lacks.
-REGISTRY_SOURCE_VERSION = "2.19.0"
 
 
 def short_version(version: str) -> str:
@@ -96,20 +139,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-@functools.cache
-def sdk_image_config() -> dict:
-    """The installed SDK's `image_uri_config/tensorflow.json` training scope, read as data (no SDK import)."""
-    spec = importlib.util.find_spec("sagemaker")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / "image_uri_config" / "tensorflow.json"
-        if path.is_file():
-            return json.loads(path.read_text())["training"]
-    return {}
-
-
 def image_uri(image: TrainingImage, region: str, device: str) -> str | None:
     """The DLC URI of an image SDK v2 lacks, in `region`; None where the DLC registry has no account."""
-    account = sdk_image_config().get("versions", {}).get(REGISTRY_SOURCE_VERSION, {}).get("registries", {}).get(region)
+    account = dict(image.registries).get(region)
     tag = dict(image.tags).get(device)
     if account is None or tag is None:
         return None
