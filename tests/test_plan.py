@@ -127,8 +127,8 @@ def test_efs_ps_plan():
 
 
 def test_default_job_name_is_timestamped_and_valid(tmp_path):
-    plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 39}), job_name=None)
-    assert len(plan.job_name) == 53 and re.fullmatch(r"d{39}-\d{6}-\d{6}", plan.job_name)
+    plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 49}), job_name=None)  # the longest base name
+    assert len(plan.job_name) == 63 and re.fullmatch(r"d{49}-\d{6}-\d{6}", plan.job_name)
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", plan.job_name)
     assert job_timestamp(0.25) == "700101-000000"
 

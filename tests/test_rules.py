@@ -79,7 +79,7 @@ ADAM = {"hyperparameters": {"optimizer": "adam"}}
 PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
-    (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
+    (rules.check_job_name, {"name": "d" * 49}, {"name": "d" * 50}, ("error", "name", "at most 49")),
     (rules.check_job_name, {"name": "a-b--c9"}, {"name": "-deepfm"}, ("error", "name", "not a SageMaker job name")),
     (
         rules.check_channels,

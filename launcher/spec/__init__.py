@@ -246,7 +246,7 @@ class Spec(_Strict):
     """A dfm job spec. See docs/spec.md."""
 
     extends: str | None = Field(None, description="a base spec (path relative to this file) to deep-merge onto")
-    name: str = Field(min_length=1, description="base job name; dfm appends a timestamp (at most 39 characters)")
+    name: str = Field(min_length=1, description="base job name; dfm appends a timestamp (at most 49 characters)")
     role: RoleArn = Field(description="the SageMaker execution role ARN")
     region: Region
     entry_point: str = Field(
