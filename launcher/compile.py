@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from launcher import rules
 from launcher.errors import DfmError
-from launcher.plans.training import Plan, build_plan
+from launcher.plans.training_plan import Plan, build_plan
 from launcher.spec import SpecError, load_spec
 
 

@@ -17,8 +17,8 @@ import pytest
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.compile import compile_spec
-from launcher.plans.training import Plan, job_timestamp
-from launcher.sagemaker_backend.request import estimator_kwargs
+from launcher.plans.training_plan import Plan, job_timestamp
+from launcher.sagemaker_backend.training_request import estimator_kwargs
 from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
 
@@ -193,9 +193,9 @@ def test_every_configs_plan_round_trips_through_plain_json(config):
 
 def test_a_value_holding_a_plan_round_trips_too():
     """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
-    from launcher.plans.training import from_data, to_data
-    from launcher.plans.tuning import TuningPlan, build_tuning_plan
-    from launcher.rules.tune import objective_schedule
+    from launcher.plans.training_plan import from_data, to_data
+    from launcher.plans.tuning_plan import TuningPlan, build_tuning_plan
+    from launcher.rules.tuning_rules import objective_schedule
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
     tplan = build_tuning_plan(
@@ -214,7 +214,7 @@ def test_a_stored_plan_that_does_not_fit_is_named():
 def test_a_local_run_stores_the_plan_it_ran(tmp_path):
     from local_plans import local_run, standin_plan
 
-    from launcher.local.request import PLAN_FILE, stored_plan
+    from launcher.local.local_request import PLAN_FILE, stored_plan
 
     run = local_run(standin_plan(tmp_path, hosts=2), tmp_path)
     run.prepare()
@@ -516,7 +516,7 @@ def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
     import datetime as dt
     from types import SimpleNamespace
 
-    from launcher.plans.tuning import MAX_TUNING_JOB_NAME, tuning_job_name
+    from launcher.plans.tuning_plan import MAX_TUNING_JOB_NAME, tuning_job_name
     from launcher.sagemaker_backend import processing
 
     now = dt.datetime(2026, 11, 27, 1, 2, 3, tzinfo=dt.timezone.utc)

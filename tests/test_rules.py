@@ -8,7 +8,7 @@ import pytest
 
 from launcher.facts import contract
 from launcher import rules
-from launcher.rules import images as rules_images
+from launcher.rules import image_rules as rules_images
 from launcher.spec import load_spec
 from spec_helpers import BASE, CONFIGS, DELETE, line_of, merged, write_spec
 from test_tune_rules import TUNE_CASES

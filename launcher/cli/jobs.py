@@ -106,7 +106,7 @@ def status(job_name: str | None, kind: str | None, region: str | None, output: s
     stopped.
 
     Without JOB: the recent jobs, as `dfm list` shows them."""
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
 
     if job_name is None:
         if plot_path:
@@ -164,7 +164,7 @@ def logs(
     With --output json: one JSON object per line (timestamp in ms, host, message).
     """
     from launcher.errors import DfmError
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
     from launcher.sagemaker_backend.logs import StallWatch, Stalled
 
     if stall_timeout is not None and not follow:

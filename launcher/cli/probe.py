@@ -53,7 +53,7 @@ def plan_probe(
     """The probe plan: the spec read with the --set lines (and `probe_overrides`, which change the probe: section
     only), every candidate compiled through the rules."""
     from launcher.compile import compile_spec
-    from launcher.plans.probe import build_probe_plan
+    from launcher.plans.probe_plan import build_probe_plan
     from launcher.spec import SpecError, load_spec
 
     try:
@@ -179,7 +179,7 @@ def _dry_run(probe_plan, local: bool, output: str) -> None:
     from launcher.cli.spec import show_dry_run
 
     if local:
-        from launcher.local import probe as local_probe
+        from launcher.local import probe_runs as local_probe
 
         show_dry_run(local_probe.dryrun(probe_plan).document(), probe_report.render_local_dry_run, output, False)
         return
@@ -196,7 +196,7 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
     interrupted = False
     try:
         if local:
-            from launcher.local import probe as local_probe
+            from launcher.local import probe_runs as local_probe
 
             measurements = local_probe.execute(local_probe.dryrun(probe_plan), echo=echo)
         else:

@@ -190,7 +190,7 @@ def _dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) ->
 
 def _local_dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
     from launcher.local.describe import render_request, request_document
-    from launcher.local.request import build_request
+    from launcher.local.local_request import build_request
 
     request = build_request(plan)
     # Refusals first, on stderr, before the long listing.

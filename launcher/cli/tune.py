@@ -25,16 +25,16 @@ def _echo_err(message: str) -> None:
 def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None):
     """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise."""
     from launcher.compile import compile_spec
-    from launcher.plans.training import build_plan
-    from launcher.plans.tuning import build_tuning_plan, tuning_job_name
-    from launcher.rules.tune import objective_schedule
+    from launcher.plans.training_plan import build_plan
+    from launcher.plans.tuning_plan import build_tuning_plan, tuning_job_name
+    from launcher.rules.tuning_rules import objective_schedule
 
     compiled = compile_spec(spec_path, overrides)
     errors = list(compiled.errors)
     if compiled.spec is not None and compiled.spec.tune is None and not errors:
         errors.append(f"{spec_path}: no tune: section: add one (docs/tune.md), or run the job with dfm launch")
     if job_name is not None:
-        from launcher.rules.tune import check_tuning_job_name_override
+        from launcher.rules.tuning_rules import check_tuning_job_name_override
 
         errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
     if errors:
@@ -120,16 +120,20 @@ def tune(
     elif local:
         _local(spec, tplan, output, resume, resume_line)
     else:
-        from launcher.sagemaker_backend import tuning
+        from launcher.sagemaker_backend import tuning_request
 
         echo = click.echo if output == "text" else _echo_err
-        name = tuning.submit(tuning.build(tplan), echo=echo)
+        name = tuning_request.submit(tuning_request.build(tplan), echo=echo)
         if wait:
             _wait(spec, tplan, output, poll_seconds)
         elif output == "json":
             click.echo(
                 json.dumps(
-                    {"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}
+                    {
+                        "job_name": name,
+                        "kind": "tuning",
+                        "console_url": tuning_request.console_url(name, tplan.training.region),
+                    }
                 )
             )
 
@@ -139,7 +143,7 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     <local.run_dir>/<tuning job>/, the trials and the best trial's `dfm launch` line."""
     from launcher.cli import tune_report
     from launcher.sagemaker_backend import tuning_jobs
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
 
     summary = tuning_jobs.wait(tplan.name, tplan.training.region, echo=_echo_err, poll_seconds=poll_seconds)
     document = tune_report.sagemaker_document(summary, spec.path)
@@ -156,9 +160,9 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
 
 def _dry_run(tplan, output: str) -> None:
     from launcher.cli import tune_report
-    from launcher.sagemaker_backend import tuning
+    from launcher.sagemaker_backend import tuning_request
 
-    built = tuning.build(tplan)
+    built = tuning_request.build(tplan)
     document = {
         "tuning_job": tplan.name,
         **built.document(),
@@ -173,9 +177,9 @@ def _dry_run(tplan, output: str) -> None:
 
 
 def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
-    from launcher.local.tune import PLAN_FILE
+    from launcher.local.tuning_study import PLAN_FILE
     from launcher.spec import SpecError, load_spec
-    from launcher.plans.tuning import tuning_base_name
+    from launcher.plans.tuning_plan import tuning_base_name
 
     try:
         spec = load_spec(spec_path, overrides)
@@ -195,7 +199,7 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
 
 def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
     from launcher.cli import tune_report
-    from launcher.local.tune import INTERRUPTED, LocalTuning
+    from launcher.local.tuning_study import INTERRUPTED, LocalTuning
 
     try:
         import optuna  # noqa: F401

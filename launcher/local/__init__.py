@@ -1,6 +1,6 @@
 """`dfm launch SPEC --local`: the Plan run on this machine, emulating SageMaker's TensorFlow container.
 
-request.py turns the Plan into a LocalRequest (hosts, channels, processes: all computed, nothing started);
+local_request.py turns the Plan into a LocalRequest (hosts, channels, processes: all computed, nothing started);
 runner.py executes it; describe.py prints it for `--local --dry-run`. Importing this package stays light
 (no TensorFlow): TensorFlow runs only in the child processes.
 """
@@ -13,7 +13,7 @@ def run_local(plan, *, echo=print, verbose: bool = False) -> int:
     or was stopped.
     `verbose`: the terminal also gets TensorFlow's INFO log records (the log files always do)."""
     if plan.operations.recovery is not None:  # recover: an interrupted run is run again from its checkpoints
-        from launcher.local.recovery import run_recovering
+        from launcher.local.local_recovery import run_recovering
 
         return run_recovering(plan, echo=echo, verbose=verbose)[-1].exit_code
     from launcher.local.runner import run_local as _run_local

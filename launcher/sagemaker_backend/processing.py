@@ -23,9 +23,9 @@ from urllib.parse import urlparse
 
 from launcher.data import prepare_job
 from launcher.errors import DfmError
-from launcher.plans.training import job_timestamp
-from launcher.sagemaker_backend import aws, logs, request
-from launcher.sagemaker_backend.jobs import _iso, raise_for_outcome
+from launcher.plans.training_plan import job_timestamp
+from launcher.sagemaker_backend import aws, logs, training_request
+from launcher.sagemaker_backend.training_jobs import _iso, raise_for_outcome
 from launcher.spec import Spec
 
 PROCESSOR_CLASS = "sagemaker.spark.processing.PySparkProcessor"
@@ -170,11 +170,11 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
 
 def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
-    request._sdk()  # imported quietly
+    training_request._sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
-    session = request.session_for(spec.region, _bucket(spec))
+    session = training_request.session_for(spec.region, _bucket(spec))
     session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
     # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
     # a role scoped to that prefix can read it.

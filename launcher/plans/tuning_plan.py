@@ -1,7 +1,7 @@
 """Spec + training Plan -> TuningPlan: a tuning job as one immutable value. Pure: no I/O, no SageMaker import.
 
-The SageMaker backend turns it into a CreateHyperParameterTuningJob request (sagemaker_backend/tuning.py),
-the local backend into an Optuna study (local/tune.py); both read only this, so they cannot disagree.
+The SageMaker backend turns it into a CreateHyperParameterTuningJob request (sagemaker_backend/tuning_request.py),
+the local backend into an Optuna study (local/tuning_study.py); both read only this, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.plans.training import Plan, job_timestamp
-from launcher.spec.tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
+from launcher.plans.training_plan import Plan, job_timestamp
+from launcher.spec.tuning_spec import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
 # What HyperparameterTuner adds to every trial's static hyperparameters (besides the estimator's own).
@@ -143,7 +143,7 @@ def build_tuning_plan(
     spec: Any, training: Plan, *, schedule: tuple[bool, int | None], name: str | None = None
 ) -> TuningPlan:
     """The tuning job of a validated spec (run the rules first) whose trial is `training`; `schedule` is what the
-    rules found of the trials' objective lines (`rules.tune.objective_schedule`)."""
+    rules found of the trials' objective lines (`rules.tuning_rules.objective_schedule`)."""
     tune = spec.tune
     max_jobs = grid_size(tune) if tune.strategy == "grid" else tune.max_jobs
     completion = tune.completion

@@ -9,7 +9,7 @@ from launcher.facts import catalog
 from launcher.facts import conventions
 from launcher.rules import request_limits
 from launcher.facts import service_model
-from launcher.plans.training import job_timestamp
+from launcher.plans.training_plan import job_timestamp
 from launcher.rules.findings import Finding, error, warning
 from launcher.spec import Spec
 

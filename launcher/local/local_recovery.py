@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from launcher.plans import recovery as attempts
-from launcher.local.request import build_request
+from launcher.local.local_request import build_request
 from launcher.local.runner import LocalRun, RunResult
 
 

@@ -36,7 +36,7 @@ from launcher.local.container import (
 )
 from launcher.local.cores import CoreLayout
 from launcher.local.runtime import Runtime
-from launcher.plans.training import Plan
+from launcher.plans.training_plan import Plan
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 PLAN_FILE = "plan.json"  # in the run folder: the plan the run ran (Plan.to_dict)

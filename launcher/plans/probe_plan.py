@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from launcher.facts import contract
-from launcher.plans.training import Plan
+from launcher.plans.training_plan import Plan
 
 KIND_TAG = "dfm:kind"
 KIND = "probe"
@@ -185,7 +185,7 @@ def build_probe_plan(
     local: bool = False,
 ) -> ProbePlan:
     """Every candidate compiled through the rules, as a probe of the spec's `probe:` settings (or their defaults)."""
-    from launcher.spec.probe import Probe
+    from launcher.spec.probe_spec import Probe
 
     settings = spec.probe or Probe()
     name = name or probe_name(spec.name)
