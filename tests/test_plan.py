@@ -517,7 +517,7 @@ def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
     from types import SimpleNamespace
 
     from launcher.plans.tuning_plan import MAX_TUNING_JOB_NAME, tuning_job_name
-    from launcher.sagemaker_backend import processing
+    from launcher.plans import prepare_plan
 
     now = dt.datetime(2026, 11, 27, 1, 2, 3, tzinfo=dt.timezone.utc)
     spec = SimpleNamespace(name="deepfm", tune=SimpleNamespace(name="t" * 18))
@@ -525,4 +525,4 @@ def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
     assert stamp == "261127-010203"
     assert tuning_job_name(spec, now.timestamp()) == f"{'t' * 18}-{stamp}"
     assert len(tuning_job_name(spec, now.timestamp())) == MAX_TUNING_JOB_NAME
-    assert processing.job_name(spec, now) == f"deepfm-prep-{stamp}"
+    assert prepare_plan.job_name(spec, now.timestamp()) == f"deepfm-prep-{stamp}"

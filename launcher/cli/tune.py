@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 
 import click
@@ -16,6 +17,10 @@ import click
 from launcher.cli.options import OUTPUT, SET
 from launcher.cli.compile_errors import echo_findings, refuse
 from launcher.errors import DfmError
+
+if TYPE_CHECKING:
+    from launcher.backends import Backend
+    from launcher.plans.tuning_plan import TuningPlan
 
 
 def _echo_err(message: str) -> None:
@@ -115,27 +120,32 @@ def tune(
     )
     if output == "text":
         echo_findings(warnings=tplan.training.warnings)
-    if dry_run:
-        _dry_run(tplan, output)
-    elif local:
-        _local(spec, tplan, output, resume, resume_line)
-    else:
-        from launcher.sagemaker_backend import tuning_request
+    from launcher.backends import backend_named
 
-        echo = click.echo if output == "text" else _echo_err
-        name = tuning_request.submit(tuning_request.build(tplan), echo=echo)
-        if wait:
-            _wait(spec, tplan, output, poll_seconds)
-        elif output == "json":
-            click.echo(
-                json.dumps(
-                    {
-                        "job_name": name,
-                        "kind": "tuning",
-                        "console_url": tuning_request.console_url(name, tplan.training.region),
-                    }
-                )
+    backend = backend_named("tuning", local)
+    if local:
+        _local(backend, spec, tplan, output, resume, resume_line)
+        return
+    request = backend.dryrun(tplan)
+    if dry_run:
+        _dry_run(backend, request, tplan, output)
+        return
+    echo = click.echo if output == "text" else _echo_err
+    name = backend.execute(request, echo=echo)
+    if wait:
+        _wait(spec, tplan, output, poll_seconds)
+    elif output == "json":
+        from launcher.sagemaker_backend.tuning_jobs import console_url
+
+        click.echo(
+            json.dumps(
+                {
+                    "job_name": name,
+                    "kind": "tuning",
+                    "console_url": console_url(name, tplan.training.region),
+                }
             )
+        )
 
 
 def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
@@ -158,14 +168,12 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     raise_for_outcome(summary)
 
 
-def _dry_run(tplan, output: str) -> None:
+def _dry_run(backend: Backend, request, tplan: TuningPlan, output: str) -> None:
     from launcher.cli import tune_report
-    from launcher.sagemaker_backend import tuning_request
 
-    built = tuning_request.build(tplan)
     document = {
         "tuning_job": tplan.name,
-        **built.document(),
+        **backend.document(request),
         "ranges": tune_report.ranges_rows(tplan),
         "cost": tplan.cost,
         "warnings": list(tplan.training.warnings),
@@ -197,9 +205,9 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
     return found[-1]  # the names end in -YYMMDD-HHMMSS: the newest sorts last
 
 
-def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
+def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool, resume_line: str) -> None:
     from launcher.cli import tune_report
-    from launcher.local.tuning_study import INTERRUPTED, LocalTuning
+    from launcher.local.tuning_study import INTERRUPTED
 
     try:
         import optuna  # noqa: F401
@@ -209,8 +217,9 @@ def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
     status = _status_line(output)
     from launcher.compile import compile_trial
 
-    tuning = LocalTuning(tplan, spec, Path(tplan.training.local.run_dir), compile_trial, echo=echo, status=status)
-    study = tuning.run(resume=resume)
+    tuning, study = backend.execute(
+        backend.dryrun(tplan), spec=spec, compile_trial=compile_trial, echo=echo, status=status, resume=resume
+    )
     status("")
     rows = tune_report.trial_rows(study)
     document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)

@@ -21,4 +21,18 @@ def run_local(plan, *, echo=print, verbose: bool = False) -> int:
     return _run_local(plan, echo=echo, verbose=verbose)
 
 
-__all__ = ["run_local"]
+def run_request(request, *, echo=print, verbose: bool = False) -> int:
+    """Run a built LocalRequest, as `run_local` runs its plan (a `recover:` plan's first attempt is this request)."""
+    from launcher.local.local_request import request_plan
+
+    plan = request_plan(request)
+    if plan.operations.recovery is not None:
+        from launcher.local.local_recovery import run_recovering
+
+        return run_recovering(plan, echo=echo, verbose=verbose, first=request)[-1].exit_code
+    from launcher.local.runner import LocalRun
+
+    return LocalRun(request, echo=echo, verbose=verbose).run().exit_code
+
+
+__all__ = ["run_local", "run_request"]

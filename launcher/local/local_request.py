@@ -150,6 +150,11 @@ def log_file(log_dir: Path, label: str) -> str:
     return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
+def request_plan(request: LocalRequest) -> Plan:
+    """The plan a request was built from (among its files: the run folder's plan.json)."""
+    return Plan.from_dict(request.files[str(Path(request.job_dir) / PLAN_FILE)])
+
+
 def build_request(
     plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None, cpus: Sequence[int] | None = None
 ) -> LocalRequest:

@@ -36,22 +36,24 @@ def launch(
     warn: Echo = print,
     poll_seconds: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
+    first: training_request.TrainingRequest | None = None,
 ) -> str:
     """Build each attempt's request (refusing an invalid job before anything is uploaded) and submit exactly it;
     with `wait`, follow it to the end and recover it as `recover:` says. Returns the last attempt's job name;
-    exit 1 (DfmError) when the last attempt failed or was stopped."""
+    exit 1 (DfmError) when the last attempt failed or was stopped. `first`: the first attempt's request, already
+    built from `plan` (the one the dry run printed), sent as it is."""
     if not wait:
         if plan.operations.recovery is not None or plan.operations.stall_timeout_s:
             warn(
                 "recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
                 "(or dfm logs JOB --follow --stall-timeout N)"
             )
-        return training_jobs.submit(training_request.build(plan), echo=echo, warn=warn)
+        return training_jobs.submit(first or training_request.build(plan), echo=echo, warn=warn)
     options = plan.operations.recovery
     attempt, source_uri = 0, None
     while True:
         current = recovery.attempt_plan(plan, attempt, source_uri)
-        built = training_request.build(current)
+        built = first if attempt == 0 and first is not None else training_request.build(current)
         if attempt == 0 and built.upload is not None:  # every attempt runs the source this one uploads
             source_uri = built.upload.uri
         job_name = training_jobs.submit(built, echo=echo, warn=warn)
