@@ -7,8 +7,14 @@ runner.py executes it; describe.py prints it for `--local --dry-run`. Importing 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
 
-def run_local(plan, *, echo=print, verbose: bool = False) -> int:
+if TYPE_CHECKING:
+    from launcher.local.local_request import LocalRequest
+    from launcher.plans.training_plan import Plan
+
+
+def run_local(plan: Plan, *, echo: Callable[[str], None] = print, verbose: bool = False) -> int:
     """Run `plan` locally (under its local.run_dir); 0 when every script succeeded, 1 when a process failed, timed out
     or was stopped.
     `verbose`: the terminal also gets TensorFlow's INFO log records (the log files always do)."""
@@ -21,7 +27,7 @@ def run_local(plan, *, echo=print, verbose: bool = False) -> int:
     return _run_local(plan, echo=echo, verbose=verbose)
 
 
-def run_request(request, *, echo=print, verbose: bool = False) -> int:
+def run_request(request: LocalRequest, *, echo: Callable[[str], None] = print, verbose: bool = False) -> int:
     """Run a built LocalRequest, as `run_local` runs its plan (a `recover:` plan's first attempt is this request)."""
     from launcher.local.local_request import request_plan
 

@@ -156,7 +156,11 @@ def request_plan(request: LocalRequest) -> Plan:
 
 
 def build_request(
-    plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None, cpus: Sequence[int] | None = None
+    plan: Plan,
+    *,
+    environ: Mapping[str, str] | None = None,
+    runtime: Runtime | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> LocalRequest:
     """The local run of `plan` (under its local.run_dir, stopped after local.timeout_s); DfmError for what no run
     of this plan could do. `environ`: the launcher's environment (default os.environ); `runtime`: the Python of
