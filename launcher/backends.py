@@ -261,6 +261,21 @@ def backend_for(kind: str, name: str) -> Backend:
         raise ValueError(f"no {name} backend for {kind} jobs (kinds: {KINDS}; backends: {BACKENDS})") from None
 
 
+def find_job(job_name: str, region: str | None, kind: str | None = None) -> tuple[JobKind, dict]:
+    """(the jobs of its kind, the job's summary) of a submitted job: the kind given, else the kind SageMaker knows
+    the name as (the local backend keeps no jobs)."""
+    from launcher.sagemaker_backend import kinds
+
+    return kinds.find(job_name, region, kind)
+
+
+def job_kind(job_name: str, region: str | None, kind: str | None = None) -> JobKind:
+    """The jobs of a submitted job's kind: the kind given (no call), else as `find_job`."""
+    from launcher.sagemaker_backend import kinds
+
+    return kinds.kind_of(job_name, region, kind)
+
+
 def backend_named(kind: str, local: bool) -> Backend:
     """The CLI's choice: --local or SageMaker."""
     return backend_for(kind, "local" if local else "sagemaker")
