@@ -11,13 +11,13 @@ from typing import Any, Iterable, Mapping
 
 from launcher import rules
 from launcher.errors import DfmError
-from launcher.plans.training import Plan, build_plan
-from launcher.spec import SpecError, load_spec
+from launcher.plans.training_plan import Plan, build_plan
+from launcher.spec import Spec, SpecError, load_spec
 
 
 @dataclass(frozen=True)
 class Compiled:
-    spec: Any  # the validated Spec; None when the file could not be read or validated
+    spec: Spec | None  # None when the file could not be read or validated
     plan: Plan | None  # None when there are errors
     errors: tuple[str, ...]  # rendered `file:line: field: message` lines
     refused_warnings: tuple[str, ...] = ()  # the warnings of a spec with errors (a plan holds its own)
@@ -54,7 +54,7 @@ def compile_spec(
     return Compiled(spec, build_plan(spec, job_name=job_name, warnings=warnings), ())
 
 
-def compile_trial(spec: Any, values: Mapping[str, Any], job_name: str, run_dir: str) -> Plan:
+def compile_trial(spec: Spec, values: Mapping[str, Any], job_name: str, run_dir: str) -> Plan:
     """A tuning trial's plan: the spec with the trial's hyperparameters (and no tune: section: a trial is a training
     job), checked by the same rules as `dfm validate` (a value they refuse fails the trial with their message,
     exit 2), run under `run_dir`."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from launcher.plans.training import Plan
+    from launcher.plans.training_plan import Plan
 
 # make test runs TensorFlow tests side by side on two cores: an Open MPI rank waiting for a message spins unless told
 # to yield, and the Horovod tests' spinning ranks took the cores from every other test (a 35 s test took 117 s).

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-from launcher.local.request import build_request
+from launcher.local.local_request import build_request
 from launcher.local.runner import LocalRun
-from launcher.plans.training import Plan, build_plan
+from launcher.plans.training_plan import Plan, build_plan
 from launcher.spec import load_spec
 
 STANDIN = Path(__file__).with_name("local_scripts") / "standin.py"

@@ -243,14 +243,16 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
 
 def test_local_launch_passes_the_plan_with_overrides(capsys, monkeypatch, tmp_path):
     import launcher.local
+    from launcher.local.local_request import request_plan
 
     calls = []
 
-    def record(plan, *, echo, verbose):
+    def record(request, *, echo, verbose):
+        plan = request_plan(request)
         calls.append((plan, plan.local.run_dir, plan.local.timeout_s, verbose))
         return 3
 
-    monkeypatch.setattr(launcher.local, "run_local", record)
+    monkeypatch.setattr(launcher.local, "run_request", record)
     code, _, _ = run(
         capsys,
         "launch",

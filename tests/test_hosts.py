@@ -14,7 +14,7 @@ from local_plans import toolkit_pythonpath
 from launcher.facts import catalog
 from launcher.plans import hosts
 from launcher.plans import tasks
-from launcher.plans.training import build_plan
+from launcher.plans.training_plan import build_plan
 from launcher.spec import load_spec
 from entry_support import entrypoint_module
 from spec_helpers import write_spec

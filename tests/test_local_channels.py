@@ -9,7 +9,7 @@ from local_plans import make_channel_data
 
 from launcher.errors import DfmError
 from launcher.local.channels import PipeFeeder, channel_source, files_for_host, link_files, list_objects
-from launcher.plans.training import Channel
+from launcher.plans.training_plan import Channel
 
 
 @pytest.mark.parametrize("num_files,num_hosts", [(7, 3), (2, 3), (8, 2)])

@@ -8,7 +8,7 @@ import pytest
 from local_plans import make_channel_data, standin_plan, toolkit_pythonpath, toolkit_versions_off_pin
 
 from launcher.local.container import HostTree, container_env
-from launcher.local.request import build_request
+from launcher.local.local_request import build_request
 from launcher.local.runner import write_host_tree
 
 

@@ -147,7 +147,7 @@ def test_mpi_listing_shows_mpirun_and_what_each_rank_changes(tmp_path):
     from local_plans import standin_plan
 
     from launcher.local.describe import render_request, request_document
-    from launcher.local.request import build_request
+    from launcher.local.local_request import build_request
 
     plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=1)
     text = render_request(request_document(build_request(plan)))

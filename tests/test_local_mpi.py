@@ -15,7 +15,7 @@ from local_plans import in_run_dir, standin_plan, toolkit_pythonpath
 from launcher.errors import DfmError
 from launcher.local import mpi
 from launcher.local.container import HostTree, to_host_path
-from launcher.local.request import build_request
+from launcher.local.local_request import build_request
 from launcher.local.runner import write_host_tree
 
 needs_toolkit = pytest.mark.skipif(

@@ -18,7 +18,7 @@ from test_local_e2e import WatchedRun, e2e_spec, kill_once, sample  # noqa: F401
 from launcher.facts import contract
 from launcher.local import curves
 from launcher.local.progress import Progress
-from launcher.plans.training import build_plan
+from launcher.plans.training_plan import build_plan
 from launcher.spec import load_spec
 
 
@@ -189,7 +189,7 @@ def chief_report(result) -> dict:
 
 
 def test_an_interrupted_local_run_is_run_again_from_its_checkpoints(tmp_path):
-    from launcher.local.recovery import run_recovering
+    from launcher.local.local_recovery import run_recovering
 
     lines, waits = [], []
     results = run_recovering(recovering_plan(tmp_path, "first"), echo=lines.append, sleep=waits.append)
@@ -209,7 +209,7 @@ def test_an_interrupted_local_run_is_run_again_from_its_checkpoints(tmp_path):
 
 
 def test_recovery_gives_up_after_max_restarts_with_the_last_exit_code(tmp_path):
-    from launcher.local.recovery import run_recovering
+    from launcher.local.local_recovery import run_recovering
 
     lines, waits = [], []
     results = run_recovering(recovering_plan(tmp_path, "always", max_restarts=2), echo=lines.append, sleep=waits.append)

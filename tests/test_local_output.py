@@ -76,7 +76,7 @@ def test_launch_verbose_reaches_the_local_run_and_needs_local(capsys, monkeypatc
     import launcher.local
 
     calls = []
-    monkeypatch.setattr(launcher.local, "run_local", lambda plan, **kwargs: calls.append(kwargs) or 0)
+    monkeypatch.setattr(launcher.local, "run_request", lambda request, **kwargs: calls.append(kwargs) or 0)
     args = [
         "launch",
         str(REPO / "configs" / "ps.yaml"),

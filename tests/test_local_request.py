@@ -1,4 +1,4 @@
-"""A local run as data (launcher/local/request.py): hosts, channels, and every process's command, environment,
+"""A local run as data (launcher/local/local_request.py): hosts, channels, and every process's command, environment,
 working directory and log file, checked without starting anything. The e2e and supervision tests check that
 the processes really get what the request says."""
 
@@ -14,7 +14,7 @@ from local_plans import in_run_dir, local_run, make_channel_data, standin_plan
 
 from launcher.errors import DfmError
 from launcher.local import mpi
-from launcher.local.request import PS_SERVER, build_request
+from launcher.local.local_request import PS_SERVER, build_request
 from launcher.local.runner import write_host_tree
 from launcher.local.runtime import Runtime
 
@@ -192,7 +192,7 @@ def horovod_runtime():
     horovod_runtime() is None, reason="runtime tf-2.12 with mpi4py not built (scripts/runtime.sh tf-2.12)"
 )
 def test_horovod_ranks_run_mpi4py_with_the_tf_2_12_runtimes_python(tmp_path):
-    from launcher.plans.training import build_plan
+    from launcher.plans.training_plan import build_plan
     from launcher.spec import load_spec
     from spec_helpers import REPO
 

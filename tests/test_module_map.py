@@ -89,37 +89,37 @@ def test_an_import_against_the_table_fails(tmp_path, added, arrow):
     """plan.py, pure, with one more import (a function-level one too)."""
     modules = launcher_modules()
     changed = tmp_path / "plan.py"
-    changed.write_text(modules["launcher.plans.training"].read_text() + "\n" + added + "\n")
-    added_problems = set(problems(MAP, {**modules, "launcher.plans.training": changed})) - set(problems(MAP))
-    assert added_problems == {f"launcher.plans.training imports {arrow}, which its row does not allow"}
+    changed.write_text(modules["launcher.plans.training_plan"].read_text() + "\n" + added + "\n")
+    added_problems = set(problems(MAP, {**modules, "launcher.plans.training_plan": changed})) - set(problems(MAP))
+    assert added_problems == {f"launcher.plans.training_plan imports {arrow}, which its row does not allow"}
 
 
 def test_a_module_missing_from_the_table_fails():
-    without = problems({k: v for k, v in MAP.items() if k != "launcher.plans.training"})
-    assert set(without) - set(problems(MAP)) == {"launcher.plans.training: no row in docs/CONTRACT.md"}
+    without = problems({k: v for k, v in MAP.items() if k != "launcher.plans.training_plan"})
+    assert set(without) - set(problems(MAP)) == {"launcher.plans.training_plan: no row in docs/CONTRACT.md"}
 
 
 def test_an_allowed_import_no_longer_made_fails():
-    allowed = {**MAP, "launcher.plans.training": MAP["launcher.plans.training"] | {"launcher.cli.render"}}
+    allowed = {**MAP, "launcher.plans.training_plan": MAP["launcher.plans.training_plan"] | {"launcher.cli.render"}}
     assert set(problems(allowed)) - set(problems(MAP)) == {
-        "launcher.plans.training: its row allows launcher.cli.render, which it does not import"
+        "launcher.plans.training_plan: its row allows launcher.cli.render, which it does not import"
     }
 
 
 def test_modules_called_pure_start_no_process_thread_or_connection():
-    assert pure_modules(TEXT) >= {"launcher.plans.training", "launcher.plans.hosts"}
+    assert pure_modules(TEXT) >= {"launcher.plans.training_plan", "launcher.plans.hosts"}
     assert impure(pure_modules(TEXT)) == []
 
 
 def test_a_pure_module_that_loads_impure_ones_fails():
-    """local/request.py reaches processes and threads through the modules it loads: it is not pure. (Its ports are
+    """local/local_request.py reaches processes and threads through the modules it loads: it is not pure. (Its ports are
     bound by the bundled hetero_cluster, loaded at call time through facts.contract, which this reading does not
     follow.)"""
-    assert sorted(impure({"launcher.local.request"})) == [
-        "launcher.local.request is called Pure but imports subprocess (through launcher.local.runtime)",
-        "launcher.local.request is called Pure but imports threading (through launcher.local.channels)",
+    assert sorted(impure({"launcher.local.local_request"})) == [
+        "launcher.local.local_request is called Pure but imports subprocess (through launcher.local.runtime)",
+        "launcher.local.local_request is called Pure but imports threading (through launcher.local.channels)",
     ]
-    assert "launcher.local.request" not in pure_modules(TEXT)
+    assert "launcher.local.local_request" not in pure_modules(TEXT)
 
 
 def test_the_entry_points_import_nothing_of_the_launcher():

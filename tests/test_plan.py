@@ -17,8 +17,8 @@ import pytest
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.compile import compile_spec
-from launcher.plans.training import Plan, job_timestamp
-from launcher.sagemaker_backend.request import estimator_kwargs
+from launcher.plans.training_plan import Plan, job_timestamp
+from launcher.sagemaker_backend.training_request import estimator_kwargs
 from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
 
@@ -127,8 +127,8 @@ def test_efs_ps_plan():
 
 
 def test_default_job_name_is_timestamped_and_valid(tmp_path):
-    plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 39}), job_name=None)
-    assert len(plan.job_name) == 53 and re.fullmatch(r"d{39}-\d{6}-\d{6}", plan.job_name)
+    plan = compiled_plan(write_spec(tmp_path, {"name": "d" * 49}), job_name=None)  # the longest base name
+    assert len(plan.job_name) == 63 and re.fullmatch(r"d{49}-\d{6}-\d{6}", plan.job_name)
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", plan.job_name)
     assert job_timestamp(0.25) == "700101-000000"
 
@@ -193,9 +193,9 @@ def test_every_configs_plan_round_trips_through_plain_json(config):
 
 def test_a_value_holding_a_plan_round_trips_too():
     """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
-    from launcher.plans.training import from_data, to_data
-    from launcher.plans.tuning import TuningPlan, build_tuning_plan
-    from launcher.rules.tune import objective_schedule
+    from launcher.plans.training_plan import from_data, to_data
+    from launcher.plans.tuning_plan import TuningPlan, build_tuning_plan
+    from launcher.rules.tuning_rules import objective_schedule
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
     tplan = build_tuning_plan(
@@ -214,7 +214,7 @@ def test_a_stored_plan_that_does_not_fit_is_named():
 def test_a_local_run_stores_the_plan_it_ran(tmp_path):
     from local_plans import local_run, standin_plan
 
-    from launcher.local.request import PLAN_FILE, stored_plan
+    from launcher.local.local_request import PLAN_FILE, stored_plan
 
     run = local_run(standin_plan(tmp_path, hosts=2), tmp_path)
     run.prepare()
@@ -516,8 +516,8 @@ def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
     import datetime as dt
     from types import SimpleNamespace
 
-    from launcher.plans.tuning import MAX_TUNING_JOB_NAME, tuning_job_name
-    from launcher.sagemaker_backend import processing
+    from launcher.plans.tuning_plan import MAX_TUNING_JOB_NAME, tuning_job_name
+    from launcher.plans import prepare_plan
 
     now = dt.datetime(2026, 11, 27, 1, 2, 3, tzinfo=dt.timezone.utc)
     spec = SimpleNamespace(name="deepfm", tune=SimpleNamespace(name="t" * 18))
@@ -525,4 +525,4 @@ def test_every_job_kind_names_its_jobs_with_the_same_timestamp():
     assert stamp == "261127-010203"
     assert tuning_job_name(spec, now.timestamp()) == f"{'t' * 18}-{stamp}"
     assert len(tuning_job_name(spec, now.timestamp())) == MAX_TUNING_JOB_NAME
-    assert processing.job_name(spec, now) == f"deepfm-prep-{stamp}"
+    assert prepare_plan.job_name(spec, now.timestamp()) == f"deepfm-prep-{stamp}"

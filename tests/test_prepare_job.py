@@ -13,6 +13,7 @@ import pytest
 from prepare_support import write_spec
 
 from launcher.compile import compile_spec
+from launcher.plans.prepare_plan import build_prepare_plan
 from launcher.data import prepare_job
 from launcher.spec import load_spec
 
@@ -128,7 +129,7 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     from launcher.sagemaker_backend import processing
 
     spec = load_spec(write_spec(tmp_path, PREPARE, count=2, processes=2))
-    result = processing.build(spec, "prep-20261124-000000").document()
+    result = processing.build(build_prepare_plan(spec, "prep-20261124-000000")).document()
     request = result["request"]
     assert request["ProcessingResources"]["ClusterConfig"] == {
         "InstanceType": "ml.m5.4xlarge",
@@ -151,7 +152,7 @@ def test_dry_run_is_the_pyspark_processors_request_validated_offline(tmp_path, n
     assert set(result["uploads"]) >= {job_uri, inputs["code"]} and any(
         "google_crc32c.zip" in u for u in result["uploads"]
     )
-    built = processing.build(spec, "prep-20261124-000000")
+    built = processing.build(build_prepare_plan(spec, "prep-20261124-000000"))
     job = json.loads(built.uploads[job_uri])
     assert job["train_paths"][0] == "/opt/ml/processing/output/train/part-00000.tfrecord"
     # files_per_worker auto: 3 x 16 vCPUs, 2 hosts x 2 workers -> 12 files per worker, a write task per vCPU
@@ -169,7 +170,7 @@ def test_the_validator_refuses_what_the_service_would(tmp_path, no_aws_env):
     from launcher.sagemaker_backend import processing
 
     spec = load_spec(write_spec(tmp_path, PREPARE))
-    request = processing.build(spec, "prep-1").request
+    request = processing.build(build_prepare_plan(spec, "prep-1")).request
     client = boto3.client("sagemaker", region_name="us-east-1")
     with pytest.raises(DfmError, match="InstanceCount"):
         processing.validate(
@@ -195,7 +196,7 @@ def test_submit_uploads_then_sends_the_dry_runs_request_and_the_job_commands_kno
 
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="dfm-test-bucket")
     spec = load_spec(write_spec(tmp_path, PREPARE))
-    plan = processing.build(spec, "prep-2")
+    plan = processing.build(build_prepare_plan(spec, "prep-2"))
     expected = plan.document()  # the dry run's JSON
     sent: list[dict] = []
     real = sm_aws.boto_session
@@ -251,7 +252,9 @@ def test_processing_logs_read_their_own_log_group(tmp_path, aws):
         logEvents=[{"timestamp": int(time.time() * 1000), "message": "[dfm-prepare] read 1.0s: 10 good rows"}],
     )
     processing.submit(
-        processing.build(load_spec(write_spec(tmp_path, PREPARE)), "prep-3"), wait=False, echo=lambda line: None
+        processing.build(build_prepare_plan(load_spec(write_spec(tmp_path, PREPARE)), "prep-3")),
+        wait=False,
+        echo=lambda line: None,
     )
     lines: list[str] = []
     processing.stream_logs("prep-3", "us-east-1", echo=lines.append)
@@ -382,7 +385,7 @@ def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_pr
     vpc = {"subnets": ["subnet-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}
     path = write_spec(tmp_path, {**PREPARE, "event_logs": "s3://dfm-test-bucket/out/spark-events/"})
     spec = load_spec(path, ["vpc=" + json.dumps(vpc)])
-    result = processing.build(spec, "prep-20261124-000000").document()
+    result = processing.build(build_prepare_plan(spec, "prep-20261124-000000")).document()
     request = result["request"]
     assert request["NetworkConfig"]["VpcConfig"] == {
         "Subnets": vpc["subnets"],
@@ -395,7 +398,10 @@ def test_the_spec_vpc_reaches_the_job_and_every_upload_stays_under_the_output_pr
         o for o in request["ProcessingOutputConfig"]["Outputs"] if o["S3Output"]["S3Uri"].endswith("spark-events/")
     ]
     assert events and events[0]["S3Output"]["S3UploadMode"] == "Continuous"
-    assert "NetworkConfig" not in processing.build(load_spec(path), "prep-20261124-000000").document()["request"]
+    assert (
+        "NetworkConfig"
+        not in processing.build(build_prepare_plan(load_spec(path), "prep-20261124-000000")).document()["request"]
+    )
 
 
 def test_a_sagemaker_jobs_statistics_propose_the_features_section(tmp_path, aws, capsys):

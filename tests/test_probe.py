@@ -9,7 +9,7 @@ import pytest
 from spec_helpers import BASE, merged, run, write_spec
 
 from launcher.compile import compile_spec
-from launcher.plans import probe as probe_plan
+from launcher.plans import probe_plan as probe_plan
 from launcher.plans import probe_results as results
 from launcher.plans.probe_results import Measurement
 from launcher.spec import SpecError, load_spec

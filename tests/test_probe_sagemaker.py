@@ -14,9 +14,9 @@ from conftest import BUCKET, REGION, _moto_training_job
 from spec_helpers import BASE, merged
 
 from launcher.compile import compile_spec
-from launcher.plans.probe import build_probe_plan
+from launcher.plans.probe_plan import build_probe_plan
 from launcher.plans.probe_results import ProbeInterrupted
-from launcher.sagemaker_backend import jobs, probes
+from launcher.sagemaker_backend import training_jobs, probes
 from launcher.spec import load_spec
 
 NAME = "deepfm-test-probe-x"
@@ -49,7 +49,7 @@ def on_submit(monkeypatch):
     Completed)."""
     submitted: list[str] = []
     hooks = []
-    real = jobs.submit
+    real = training_jobs.submit
 
     def submit(built, **kwargs):
         name = real(built, **kwargs)
@@ -58,7 +58,7 @@ def on_submit(monkeypatch):
             hook(name)
         return name
 
-    monkeypatch.setattr(jobs, "submit", submit)
+    monkeypatch.setattr(training_jobs, "submit", submit)
     return hooks, submitted
 
 
@@ -143,7 +143,7 @@ def test_ctrl_c_stops_every_probe_started(probe_request, on_submit, monkeypatch)
     hooks, submitted = on_submit
     hooks.append(lambda name: setattr(_moto_training_job(name), "training_job_status", "InProgress"))
     stopped: list[str] = []
-    monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: stopped.append(name))
     two = dataclasses.replace(probe_request, probe=dataclasses.replace(probe_request.probe, max_parallel=2))
 
     def interrupt(seconds):

@@ -13,7 +13,7 @@ from test_sagemaker_backend import capture_create_requests, hook_sessions
 
 from launcher.plans import recovery
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import attempts, jobs
+from launcher.sagemaker_backend import attempts, training_jobs
 from launcher.sagemaker_backend.logs import StallWatch, Stalled
 
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ads"
@@ -22,7 +22,7 @@ RECOVER = {"recover": {"max_restarts": 2, "backoff_s": 30, "instance_types": ["m
 
 
 def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
-    from launcher.sagemaker_backend import request
+    from launcher.sagemaker_backend import training_request
 
     plan = sample_plan(
         {
@@ -31,14 +31,14 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
             "mlflow": {"tracking_server_arn": ARN, "experiment": "ctr", "run": "nightly"},
         }
     )
-    sent = request.build(plan).arguments()
+    sent = training_request.build(plan).arguments()
     assert sent["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert sent["TensorBoardOutputConfig"] == {
         "S3OutputPath": f"s3://{BUCKET}/deepfm/{JOB}/tensorboard",
         "LocalPath": "/opt/ml/output/tensorboard",
     }
     assert sent["MlflowConfig"] == {"MlflowResourceArn": ARN, "MlflowExperimentName": "ctr", "MlflowRunName": "nightly"}
-    watched = request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
+    watched = training_request.dry_run(sample_plan({**RECOVER, "stall_timeout": 900}))
     assert watched["watch"] == {
         "stall_timeout_s": 900,
         "recovery": {"max_restarts": 2, "backoff_s": 30.0, "instance_types": ["ml.c5.18xlarge", "ml.m5.24xlarge"]},
@@ -48,7 +48,7 @@ def test_operations_reach_the_request(sample_plan, no_aws_env, no_network):
     text = render_dry_run(watched)
     assert "up to 2 resubmissions (<job>-r1, ...) on ml.c5.18xlarge, then ml.m5.24xlarge" in text
     assert "stopped after 900 s without a metric line" in text
-    without = request.build(sample_plan()).arguments()
+    without = training_request.build(sample_plan()).arguments()
     assert not {"RetryStrategy", "TensorBoardOutputConfig", "MlflowConfig"} & set(without)
 
 
@@ -113,9 +113,9 @@ def test_a_capacity_failure_is_resubmitted_and_resumes_from_the_same_checkpoints
     assert sent[1]["ResourceConfig"]["InstanceType"] == "ml.c5.18xlarge"  # the list's first type
     assert any(line.startswith(f"[dfm] attempt 1 ({JOB} on ml.c5.18xlarge): Failed: CapacityError") for line in echoed)
     assert any(line.startswith(f"[dfm] attempt 2 ({JOB}-r1 on ml.c5.18xlarge): Completed") for line in echoed)
-    summary = jobs.describe(f"{JOB}-r1", REGION)
+    summary = training_jobs.describe(f"{JOB}-r1", REGION)
     assert summary["attempts"] == [JOB, f"{JOB}-r1"]
-    assert jobs.describe(JOB, REGION)["attempts"] == [JOB, f"{JOB}-r1"]
+    assert training_jobs.describe(JOB, REGION)["attempts"] == [JOB, f"{JOB}-r1"]
 
 
 def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs, monkeypatch, capsys):
@@ -133,7 +133,7 @@ def test_status_lists_every_attempt_of_a_63_character_job(sample_plan, moto_jobs
     assert not names[1].startswith(LONG)  # cut: the names alone do not lead back to the first
     assert [r.get("Tags", []) for r in sent[1:]] == [[{"Key": recovery.FIRST_ATTEMPT_TAG, "Value": LONG}]] * 2
     for name in names:
-        assert jobs.describe(name, REGION)["attempts"] == names
+        assert training_jobs.describe(name, REGION)["attempts"] == names
         main(["status", name, "--region", REGION])  # exit 1 for the failed attempts
         assert f"attempts   {', '.join(names)}" in capsys.readouterr().out
 
@@ -236,7 +236,7 @@ def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs,
     ticks = itertools.count(0, 10)  # the watch's clock: 10 s pass at each reading (two per poll, one per line)
     monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
     stopped = []
-    monkeypatch.setattr(jobs, "stop", lambda name, region: stopped.append(name))
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: stopped.append(name))
     with pytest.raises(DfmError) as caught:
         attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0)
     assert caught.value.exit_code == 1 and stopped == [plan.job_name]
@@ -265,7 +265,7 @@ def test_a_spot_job_waiting_for_capacity_is_not_stalled(sample_plan, moto_jobs, 
     hook_sessions(monkeypatch, "before-call.sagemaker.DescribeTrainingJob", next_phase)
     ticks = itertools.count(0, 30)  # 30 s pass at each reading of the watch's clock (two per poll, one per line)
     monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
-    monkeypatch.setattr(jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
     echoed = []
     assert attempts.launch(plan, wait=True, echo=echoed.append, poll_seconds=0) == plan.job_name
     assert (

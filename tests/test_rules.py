@@ -8,7 +8,7 @@ import pytest
 
 from launcher.facts import contract
 from launcher import rules
-from launcher.rules import images as rules_images
+from launcher.rules import image_rules as rules_images
 from launcher.spec import load_spec
 from spec_helpers import BASE, CONFIGS, DELETE, line_of, merged, write_spec
 from test_tune_rules import TUNE_CASES
@@ -79,7 +79,7 @@ ADAM = {"hyperparameters": {"optimizer": "adam"}}
 PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}}
 CASES = [
     # (rule, accepted spec changes, refused spec changes, (severity, field, text in message))
-    (rules.check_job_name, {"name": "d" * 39}, {"name": "d" * 40}, ("error", "name", "at most 39")),
+    (rules.check_job_name, {"name": "d" * 49}, {"name": "d" * 50}, ("error", "name", "at most 49")),
     (rules.check_job_name, {"name": "a-b--c9"}, {"name": "-deepfm"}, ("error", "name", "not a SageMaker job name")),
     (
         rules.check_channels,

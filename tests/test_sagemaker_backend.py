@@ -20,8 +20,8 @@ from launcher import sagemaker_backend as sb
 from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.errors import DfmError
-from launcher.plans.training import Channel
-from launcher.sagemaker_backend import attempts, aws as sm_aws, request as sm_request
+from launcher.plans.training_plan import Channel
+from launcher.sagemaker_backend import attempts, aws as sm_aws, training_request as sm_request
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py
 

@@ -18,8 +18,8 @@ import yaml
 from launcher.compile import compile_spec, compile_trial
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
-from launcher.plans.tuning import build_tuning_plan
-from launcher.rules.tune import objective_schedule
+from launcher.plans.tuning_plan import build_tuning_plan
+from launcher.rules.tuning_rules import objective_schedule
 from spec_helpers import dfm, write_spec
 
 TUNE = {
@@ -136,7 +136,7 @@ def test_each_strategy_maps_to_its_optuna_sampler_and_pruner(tmp_path, strategy,
 
 
 def _study(tmp_path, tune, resume=False):
-    from launcher.local.tune import LocalTuning
+    from launcher.local.tuning_study import LocalTuning
 
     path = write_spec(
         tmp_path,
@@ -412,7 +412,7 @@ def test_hyperband_stops_a_trial_at_max_resource_objective_lines(tmp_path, sampl
 def test_max_runtime_s_stops_the_running_trials_and_starts_no_more(tmp_path, sample):
     """The study's clock jumps past max_runtime_s once trial 0 started: trial 0 stops, trial 1 never starts,
     and the time spent is kept for a --resume."""
-    from launcher.local.tune import ELAPSED, LocalTuning
+    from launcher.local.tuning_study import ELAPSED, LocalTuning
 
     spec_path = tiny_spec(tmp_path, sample, max_runtime_s=600, max_parallel_jobs=1)
     compiled = compile_spec(str(spec_path), env={})
@@ -462,7 +462,7 @@ def test_a_study_whose_trials_all_fail_exits_1_with_each_reason_and_resumes_only
 
 
 def test_a_failed_trials_reason_is_its_scripts_last_error_line():
-    from launcher.local.tune import failure_reason
+    from launcher.local.tuning_study import failure_reason
 
     lines = [
         "[algo-1/master] [dfm] train step=5 loss=nan auc=0.5",

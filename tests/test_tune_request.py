@@ -12,7 +12,7 @@ import yaml
 from botocore.stub import Stubber
 
 from launcher import cli
-from launcher.sagemaker_backend import aws as sm_aws, request as sm_request, tuning, tuning_jobs
+from launcher.sagemaker_backend import aws as sm_aws, training_request as sm_request, tuning_request, tuning_jobs
 from spec_helpers import REPO
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"
@@ -138,7 +138,7 @@ def test_submit_sends_exactly_the_dry_runs_request(aws, monkeypatch, capsys):
     monkeypatch.setattr(sm_aws, "boto_session", lambda region: boto)
     assert cli.main(["tune", CONFIG, "--job-name", NAME]) == 0
     assert sent == [document["request"]]
-    built = tuning.build(cli_tune_plan(monkeypatch))
+    built = tuning_request.build(cli_tune_plan(monkeypatch))
     with pytest.raises(AttributeError):
         built.request_json = "{}"  # frozen
     built.request["HyperParameterTuningJobName"] = "changed"  # a read is a copy
@@ -243,7 +243,7 @@ def test_the_request_is_checked_against_the_tuning_operations_model(no_aws_env, 
         sm_request.validate(
             boto3.session.Session(region_name=REGION).client("sagemaker"),
             {"HyperParameterTuningJobName": "x" * 40, "HyperParameterTuningJobConfig": {}},
-            tuning.OPERATION,
+            tuning_request.OPERATION,
         )
     assert "CreateHyperParameterTuningJob request would be refused" in str(refused.value)
 

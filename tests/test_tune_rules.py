@@ -3,10 +3,10 @@ others), and the rules' view of the example config."""
 
 from __future__ import annotations
 
-from launcher.rules import tune as rules_tune
+from launcher.rules import tuning_rules as rules_tune
 from launcher.compile import compile_spec
-from launcher.plans.tuning import build_tuning_plan, grid_size
-from launcher.rules.tune import objective_schedule
+from launcher.plans.tuning_plan import build_tuning_plan, grid_size
+from launcher.rules.tuning_rules import objective_schedule
 from spec_helpers import DELETE, REPO, write_spec
 
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}

@@ -1,8 +1,9 @@
 """Commands about submitted jobs of every kind (training, tuning, processing): status, logs, stop, list.
 
-Each command dispatches on the job's kind (`sagemaker_backend.kinds`): given with --kind, or the kind SageMaker
-knows the name as. The backend is imported inside each command: `dfm --help` stays free of boto3, and none of
-these commands needs the SageMaker SDK at all (plain boto3 clients).
+Each command dispatches on the job's kind through the backend interface (`backends.find_job`, the SageMaker
+backend's `jobs`): given with --kind, or the kind SageMaker knows the name as. The backend is imported inside each
+command: `dfm --help` stays free of boto3, and none of these commands needs the SageMaker SDK at all (plain boto3
+clients).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ KIND = click.option(
 )
 
 
-def _kinds():
-    from launcher.sagemaker_backend import kinds
+def _backends():
+    from launcher import backends
 
-    return kinds
+    return backends
 
 
 def _echo_json(value) -> None:
@@ -106,7 +107,7 @@ def status(job_name: str | None, kind: str | None, region: str | None, output: s
     stopped.
 
     Without JOB: the recent jobs, as `dfm list` shows them."""
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
 
     if job_name is None:
         if plot_path:
@@ -114,7 +115,7 @@ def status(job_name: str | None, kind: str | None, region: str | None, output: s
         _list_jobs(None, 20, (kind,) if kind else (), region, output)
         return
 
-    found, summary = _kinds().find(job_name, region, kind)
+    found, summary = _backends().find_job(job_name, region, kind)
     if plot_path and found.name != "tuning":
         raise DfmError(f"--plot draws a tuning job's trials; {job_name} is a {found.name} job")
     if found.name == "tuning":
@@ -164,12 +165,12 @@ def logs(
     With --output json: one JSON object per line (timestamp in ms, host, message).
     """
     from launcher.errors import DfmError
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
     from launcher.sagemaker_backend.logs import StallWatch, Stalled
 
     if stall_timeout is not None and not follow:
         raise DfmError("--stall-timeout watches a job while it runs: add --follow")
-    found = _kinds().kind_of(job_name, region, kind)
+    found = _backends().job_kind(job_name, region, kind)
     watch = {"stall": StallWatch(stall_timeout)} if stall_timeout else {}
     try:
         final = found.stream_logs(
@@ -195,7 +196,7 @@ def logs(
 @OUTPUT
 def stop(job_name: str, kind: str | None, region: str | None, output: str) -> None:
     """Ask SageMaker to stop a running job (a tuning job's running trials stop too)."""
-    found = _kinds().kind_of(job_name, region, kind)
+    found = _backends().job_kind(job_name, region, kind)
     result = found.stop(job_name, region)
     if output == "json":
         _echo_json(result)
@@ -226,11 +227,13 @@ def list_(name_contains: str | None, max_results: int, kind: tuple[str, ...], re
 def _list_jobs(
     name_contains: str | None, max_results: int, kind: tuple[str, ...], region: str | None, output: str
 ) -> None:
-    kinds = _kinds()
+    backends = _backends()
     jobs = [
         job
         for name in (kind or KINDS)
-        for job in kinds.KINDS[name].list_jobs(region, name_contains=name_contains, max_results=max_results)
+        for job in backends.backend_for(name, "sagemaker").jobs.list_jobs(
+            region, name_contains=name_contains, max_results=max_results
+        )
     ]
     jobs = sorted(jobs, key=lambda job: str(job.get("created") or ""), reverse=True)[:max_results]
     if output == "json":

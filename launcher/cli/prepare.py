@@ -11,7 +11,6 @@ import click
 
 from launcher.cli.compile_errors import echo_findings, refuse
 from launcher.cli.options import OUTPUT, SET
-from launcher.data import prepare_job
 from launcher.errors import DfmError
 
 
@@ -77,24 +76,29 @@ def prepare(
             "S3 prefixes instead (set data.train and data.eval)",
             2,
         )
-    if local:
-        from launcher.data import prepare_local
+    from launcher.backends import backend_named
+    from launcher.plans.prepare_plan import build_prepare_plan
 
-        report = prepare_local.run(spec, stats_only=stats_only, force=force)
-        click.echo(prepare_local.dump(report) if output == "json" else prepare_local.summary(report))
+    plan = build_prepare_plan(spec, job_name, stats_only=stats_only)
+    backend = backend_named("processing", local)
+    request = backend.dryrun(plan)
+    if local:  # local Spark runs with or without --dry-run
+        from launcher.data.prepare_local import dump, summary
+
+        report = backend.execute(request, force=force)
+        click.echo(dump(report) if output == "json" else summary(report))
         return
-    from launcher.sagemaker_backend import processing
-
-    plan = processing.build(spec, job_name or processing.job_name(spec), stats_only)
     if dry_run:
         from launcher.cli.spec import show_dry_run
         from launcher.cli.render import render_processing_dry_run
 
-        show_dry_run(plan.document(), render_processing_dry_run, output, show_secrets=False)
+        show_dry_run(backend.document(request), render_processing_dry_run, output, show_secrets=False)
         return
-    name = processing.submit(plan, wait=wait, echo=click.echo)
-    if wait and (stats_only or spec.prepare.stats):  # the job has ended well: propose features: from its stats.json
-        report = prepare_job.report_uri(spec, name).rstrip("/")
+    backend.execute(request, wait=wait, echo=click.echo)
+    if wait and plan.stats:  # the job has ended well: propose features: from its stats.json
+        from launcher.sagemaker_backend import processing
+
+        report = plan.report_uri.rstrip("/")
         proposal = _proposal(spec, f"{report}/stats.json")
         processing.write_object(f"{report}/features.yaml", proposal.encode(), spec.region)
         click.echo(f"proposed (also in {report}/features.yaml):\n{proposal}", nl=False)

@@ -53,7 +53,7 @@ def plan_probe(
     """The probe plan: the spec read with the --set lines (and `probe_overrides`, which change the probe: section
     only), every candidate compiled through the rules."""
     from launcher.compile import compile_spec
-    from launcher.plans.probe import build_probe_plan
+    from launcher.plans.probe_plan import build_probe_plan
     from launcher.spec import SpecError, load_spec
 
     try:
@@ -175,39 +175,30 @@ def probe(
 
 
 def _dry_run(probe_plan, local: bool, output: str) -> None:
+    from launcher.backends import backend_named
     from launcher.cli import probe_report
     from launcher.cli.spec import show_dry_run
 
-    if local:
-        from launcher.local import probe as local_probe
-
-        show_dry_run(local_probe.dryrun(probe_plan).document(), probe_report.render_local_dry_run, output, False)
-        return
-    from launcher.sagemaker_backend import probes
-
-    show_dry_run(probes.dryrun(probe_plan).document(), probe_report.render_dry_run, output, False)
+    backend = backend_named("probe", local)
+    render = probe_report.render_local_dry_run if local else probe_report.render_dry_run
+    show_dry_run(backend.document(backend.dryrun(probe_plan)), render, output, False)
 
 
 def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seconds: float) -> None:
+    from launcher.backends import backend_named
     from launcher.cli import probe_report
     from launcher.plans.probe_results import ProbeInterrupted
 
     echo = click.echo if output == "text" else _echo_err
     interrupted = False
+    backend = backend_named("probe", local)
     try:
-        if local:
-            from launcher.local import probe as local_probe
-
-            measurements = local_probe.execute(local_probe.dryrun(probe_plan), echo=echo)
-        else:
-            from launcher.sagemaker_backend import probes
-
-            measurements = probes.execute(
-                probes.dryrun(probe_plan),
-                echo=echo,
-                warn=lambda line: _echo_err(f"warning: {line}"),
-                poll_seconds=poll_seconds,
-            )
+        measurements = backend.execute(
+            backend.dryrun(probe_plan),
+            echo=echo,
+            warn=lambda line: _echo_err(f"warning: {line}"),
+            poll_seconds=poll_seconds,
+        )
     except ProbeInterrupted as stopped:
         measurements, interrupted = stopped.measurements, True
     folder = Path(probe_plan.runnable[0].plan.local.run_dir) / probe_plan.name

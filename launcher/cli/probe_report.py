@@ -9,7 +9,7 @@ from typing import Any
 
 from launcher.cli.render import _table
 from launcher.plans import probe_results
-from launcher.plans.probe import ProbePlan
+from launcher.plans.probe_plan import ProbePlan
 
 PLOT_FILE = "probe.png"
 REPORT_FILE = "probe.json"

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from launcher.cli.compile_errors import as_objects, echo_findings, refuse
 from launcher.cli.options import OUTPUT, SET
 from launcher.errors import DfmError
+
+if TYPE_CHECKING:
+    from launcher.backends import Backend
 
 
 def _echo_err(message: str) -> None:
@@ -139,17 +142,20 @@ def launch(
     warnings = _warnings(compiled)
     if not compiled.ok:
         refuse(compiled.errors, warnings, output)
-    plan = compiled.plan
+    from launcher.backends import backend_named
 
-    if dry_run and local:
-        _local_dry_run(plan, output, show_secrets, warnings)
-    elif dry_run:
-        _dry_run(plan, output, show_secrets, warnings)
-    elif local:
+    backend = backend_named("training", local)
+    if local and not dry_run:
         _echo_warnings(warnings, output)
-        _run_local(plan, output, verbose)
+    request = backend.dryrun(compiled.plan)
+    if dry_run and local:
+        _local_dry_run(backend, request, output, show_secrets, warnings)
+    elif dry_run:
+        _dry_run(backend, request, output, show_secrets, warnings)
+    elif local:
+        _run_local(backend, request, output, verbose)
     else:
-        _submit(plan, wait, output, warnings, ask=not yes and output == "text" and on_terminal())
+        _submit(backend, request, wait, output, warnings, ask=not yes and output == "text" and on_terminal())
 
 
 def on_terminal() -> bool:
@@ -162,11 +168,9 @@ def _echo_warnings(warnings: list[str], output: str) -> None:
         echo_findings(warnings=warnings)
 
 
-def _training_document(plan: Any, warnings: list[str]) -> dict:
+def _training_document(backend: Backend, request: Any, warnings: list[str]) -> dict:
     """The dry run's document, its warnings the spec's (placeholders too) and the upload's."""
-    from launcher import sagemaker_backend
-
-    document = sagemaker_backend.build(plan).document()
+    document = backend.document(request)
     document["warnings"] = [*warnings, *(w for w in document["warnings"] if w not in warnings)]
     return document
 
@@ -180,42 +184,37 @@ def show_dry_run(document: dict, render: Callable[[dict], str], output: str, sho
     click.echo(json.dumps(document, indent=2, default=str) if output == "json" else render(document))
 
 
-def _dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
+def _dry_run(backend: Backend, request: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
     from launcher.cli.render import render_dry_run
 
-    document = _training_document(plan, warnings)
+    document = _training_document(backend, request, warnings)
     _echo_warnings(document["warnings"], output)
     show_dry_run(document, render_dry_run, output, show_secrets)
 
 
-def _local_dry_run(plan: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
-    from launcher.local.describe import render_request, request_document
-    from launcher.local.request import build_request
+def _local_dry_run(backend: Backend, request: Any, output: str, show_secrets: bool, warnings: list[str]) -> None:
+    from launcher.local.describe import render_request
 
-    request = build_request(plan)
     # Refusals first, on stderr, before the long listing.
     echo_findings([f"--local: {problem}" for problem in request.problems], warnings if output == "text" else ())
-    show_dry_run(request_document(request), render_request, output, show_secrets)
+    show_dry_run(backend.document(request), render_request, output, show_secrets)
     if request.problems:  # the run would refuse to start: say so in the exit code too, as validate does
         raise SystemExit(2)
 
 
-def _run_local(plan: Any, output: str, verbose: bool = False) -> None:
-    from launcher.local import run_local
-
+def _run_local(backend: Backend, request: Any, output: str, verbose: bool = False) -> None:
     echo = click.echo if output == "text" else _echo_err
-    code = run_local(plan, echo=echo, verbose=verbose)
+    code = backend.execute(request, echo=echo, verbose=verbose)
     if output == "json":
-        click.echo(json.dumps({"job_name": plan.job_name, "exit_code": code}))
+        click.echo(json.dumps({"job_name": request.job_name, "exit_code": code}))
     raise SystemExit(code)
 
 
-def _submit(plan: Any, wait: bool, output: str, warnings: list[str], ask: bool) -> None:
+def _submit(backend: Backend, request: Any, wait: bool, output: str, warnings: list[str], ask: bool) -> None:
     from launcher import sagemaker_backend
     from launcher.cli.render import summary_lines
-    from launcher.sagemaker_backend import attempts
 
-    document = _training_document(plan, warnings)
+    document = _training_document(backend, request, warnings)
     _echo_warnings(document["warnings"], output)
     if ask:
         click.echo("\n".join(summary_lines(document, sent=True)))
@@ -223,10 +222,10 @@ def _submit(plan: Any, wait: bool, output: str, warnings: list[str], ask: bool) 
             raise DfmError("not submitted", 1)
     echo = click.echo if output == "text" else _echo_err
 
-    job_name = attempts.launch(plan, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
+    job_name = backend.execute(request, wait=wait, echo=echo, warn=lambda line: _echo_err(f"warning: {line}"))
     if output == "json":
         click.echo(
-            json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, plan.region)})
+            json.dumps({"job_name": job_name, "console_url": sagemaker_backend.console_url(job_name, request.region)})
         )
 
 

@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 
 import click
@@ -16,6 +17,10 @@ import click
 from launcher.cli.options import OUTPUT, SET
 from launcher.cli.compile_errors import echo_findings, refuse
 from launcher.errors import DfmError
+
+if TYPE_CHECKING:
+    from launcher.backends import Backend
+    from launcher.plans.tuning_plan import TuningPlan
 
 
 def _echo_err(message: str) -> None:
@@ -25,16 +30,16 @@ def _echo_err(message: str) -> None:
 def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None):
     """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise."""
     from launcher.compile import compile_spec
-    from launcher.plans.training import build_plan
-    from launcher.plans.tuning import build_tuning_plan, tuning_job_name
-    from launcher.rules.tune import objective_schedule
+    from launcher.plans.training_plan import build_plan
+    from launcher.plans.tuning_plan import build_tuning_plan, tuning_job_name
+    from launcher.rules.tuning_rules import objective_schedule
 
     compiled = compile_spec(spec_path, overrides)
     errors = list(compiled.errors)
     if compiled.spec is not None and compiled.spec.tune is None and not errors:
         errors.append(f"{spec_path}: no tune: section: add one (docs/tune.md), or run the job with dfm launch")
     if job_name is not None:
-        from launcher.rules.tune import check_tuning_job_name_override
+        from launcher.rules.tuning_rules import check_tuning_job_name_override
 
         errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
     if errors:
@@ -115,23 +120,32 @@ def tune(
     )
     if output == "text":
         echo_findings(warnings=tplan.training.warnings)
-    if dry_run:
-        _dry_run(tplan, output)
-    elif local:
-        _local(spec, tplan, output, resume, resume_line)
-    else:
-        from launcher.sagemaker_backend import tuning
+    from launcher.backends import backend_named
 
-        echo = click.echo if output == "text" else _echo_err
-        name = tuning.submit(tuning.build(tplan), echo=echo)
-        if wait:
-            _wait(spec, tplan, output, poll_seconds)
-        elif output == "json":
-            click.echo(
-                json.dumps(
-                    {"job_name": name, "kind": "tuning", "console_url": tuning.console_url(name, tplan.training.region)}
-                )
+    backend = backend_named("tuning", local)
+    if local:
+        _local(backend, spec, tplan, output, resume, resume_line)
+        return
+    request = backend.dryrun(tplan)
+    if dry_run:
+        _dry_run(backend, request, tplan, output)
+        return
+    echo = click.echo if output == "text" else _echo_err
+    name = backend.execute(request, echo=echo)
+    if wait:
+        _wait(spec, tplan, output, poll_seconds)
+    elif output == "json":
+        from launcher.sagemaker_backend.tuning_jobs import console_url
+
+        click.echo(
+            json.dumps(
+                {
+                    "job_name": name,
+                    "kind": "tuning",
+                    "console_url": console_url(name, tplan.training.region),
+                }
             )
+        )
 
 
 def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
@@ -139,7 +153,7 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     <local.run_dir>/<tuning job>/, the trials and the best trial's `dfm launch` line."""
     from launcher.cli import tune_report
     from launcher.sagemaker_backend import tuning_jobs
-    from launcher.sagemaker_backend.jobs import raise_for_outcome
+    from launcher.sagemaker_backend.training_jobs import raise_for_outcome
 
     summary = tuning_jobs.wait(tplan.name, tplan.training.region, echo=_echo_err, poll_seconds=poll_seconds)
     document = tune_report.sagemaker_document(summary, spec.path)
@@ -154,14 +168,12 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     raise_for_outcome(summary)
 
 
-def _dry_run(tplan, output: str) -> None:
+def _dry_run(backend: Backend, request, tplan: TuningPlan, output: str) -> None:
     from launcher.cli import tune_report
-    from launcher.sagemaker_backend import tuning
 
-    built = tuning.build(tplan)
     document = {
         "tuning_job": tplan.name,
-        **built.document(),
+        **backend.document(request),
         "ranges": tune_report.ranges_rows(tplan),
         "cost": tplan.cost,
         "warnings": list(tplan.training.warnings),
@@ -173,9 +185,9 @@ def _dry_run(tplan, output: str) -> None:
 
 
 def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
-    from launcher.local.tune import PLAN_FILE
+    from launcher.local.tuning_study import PLAN_FILE
     from launcher.spec import SpecError, load_spec
-    from launcher.plans.tuning import tuning_base_name
+    from launcher.plans.tuning_plan import tuning_base_name
 
     try:
         spec = load_spec(spec_path, overrides)
@@ -193,9 +205,9 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
     return found[-1]  # the names end in -YYMMDD-HHMMSS: the newest sorts last
 
 
-def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
+def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool, resume_line: str) -> None:
     from launcher.cli import tune_report
-    from launcher.local.tune import INTERRUPTED, LocalTuning
+    from launcher.local.tuning_study import INTERRUPTED
 
     try:
         import optuna  # noqa: F401
@@ -205,8 +217,9 @@ def _local(spec, tplan, output: str, resume: bool, resume_line: str) -> None:
     status = _status_line(output)
     from launcher.compile import compile_trial
 
-    tuning = LocalTuning(tplan, spec, Path(tplan.training.local.run_dir), compile_trial, echo=echo, status=status)
-    study = tuning.run(resume=resume)
+    tuning, study = backend.execute(
+        backend.dryrun(tplan), spec=spec, compile_trial=compile_trial, echo=echo, status=status, resume=resume
+    )
     status("")
     rows = tune_report.trial_rows(study)
     document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from launcher.plans.tuning import TuningPlan
+from launcher.plans.tuning_plan import TuningPlan
 
 PLOT_FILE = "study.png"
 

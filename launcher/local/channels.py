@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from launcher.errors import DfmError
-from launcher.plans.training import Channel
+from launcher.plans.training_plan import Channel
 
 
 def channel_source(channel: Channel) -> Path:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from launcher.local import cores
 from launcher.plans import hosts
 from launcher.facts.conventions import CONTAINER_BASE_DIR
-from launcher.plans.training import Channel, Plan
+from launcher.plans.training_plan import Channel, Plan
 
 # Keys the toolkit keeps out of both the script's argv and SM_FRAMEWORK_PARAMS (sagemaker_training.params).
 TOOLKIT_OWN_HYPERPARAMETERS = (

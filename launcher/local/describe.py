@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from launcher.local.cores import format_cpus
-from launcher.local.request import LocalRequest
+from launcher.local.local_request import LocalRequest
 
 LONG_VALUE = 160  # text cuts longer SM_* values (the toolkit's JSON views of the job) here; the JSON has them whole
 

@@ -1,4 +1,4 @@
-"""Executing a LocalRequest (request.py): the hosts' trees and channels, the processes, their supervision
+"""Executing a LocalRequest (local_request.py): the hosts' trees and channels, the processes, their supervision
 until the job ends, fails, times out or is interrupted, and the summary.
 
 Everything the run does is in the request; here only what needs I/O happens: writing the trees (the
@@ -22,7 +22,7 @@ from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import curves, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
-from launcher.local.request import LocalHost, LocalRequest, build_request, inherited_env
+from launcher.local.local_request import LocalHost, LocalRequest, build_request, inherited_env
 from launcher.local.supervisor import Supervisor
 from launcher.local.watchdog import StallWatchdog
 

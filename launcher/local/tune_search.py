@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from launcher.plans.tuning import TuningPlan
+from launcher.plans.tuning_plan import TuningPlan
 
 # A pruned trial must first have reported this many times, and the median needs this many finished trials.
 WARMUP_REPORTS = 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from launcher.facts import conventions
-from launcher.plans.probe import Candidate, ProbePlan
+from launcher.plans.probe_plan import Candidate, ProbePlan
 
 WARMUP_SHARE = 0.2  # the first fifth of the steps (and always the first window) is warm-up: graph building, caches
 LOW_CPU_PERCENT = (

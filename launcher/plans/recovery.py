@@ -14,7 +14,7 @@ import re
 
 from launcher.facts import conventions
 from launcher.plans import hosts
-from launcher.plans.training import Plan
+from launcher.plans.training_plan import Plan
 
 MAX_JOB_NAME = 63
 FIRST_ATTEMPT_TAG = "dfm-first-attempt"  # on each resubmission: the first attempt's job name

@@ -3,8 +3,8 @@
 Each rule is a small function `rule(spec) -> list[Finding]`; every message says what is wrong and how to
 fix it. Errors stop `validate` and `launch` (exit 2); warnings are printed and carried into the Plan.
 Neither the SageMaker SDK nor the API rejects most of these mistakes, so dfm must. This module holds the
-rules about the job itself and RULES, the one list of every rule; the image rules are in `rules.images`
-and the request-limit rules in `rules.request`.
+rules about the job itself and RULES, the one list of every rule; the image rules are in `rules.image_rules`
+and the request-limit rules in `rules.request_rules`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from launcher.facts import catalog
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.rules.findings import Finding, error, warning
-from launcher.rules.operations import check_recover, check_stall_timeout
-from launcher.rules.images import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
+from launcher.rules.operations_rules import check_recover, check_stall_timeout
+from launcher.rules.image_rules import check_framework, check_horovod_in_image, check_mirrored, check_pipe_mode
 from launcher.rules.features import check_features
 from launcher.rules.ps_group import check_ps_group
 from launcher.rules.hparams import (
@@ -25,8 +25,8 @@ from launcher.rules.hparams import (
     check_bundled_hyperparameters,
     check_evaluation_schedule,
 )
-from launcher.rules.tune import TUNE_RULES
-from launcher.rules.prepare import check_prepare, check_prepared_layout, prepared_layout_fits
+from launcher.rules.tuning_rules import TUNE_RULES
+from launcher.rules.prepare_rules import check_prepare, check_prepared_layout, prepared_layout_fits
 from launcher.rules.gpu import (
     check_gpu_memory,
     check_mixed_precision_on_cpu,
@@ -37,7 +37,7 @@ from launcher.rules.gpu import (
 from launcher.rules.memory import check_host_memory
 from launcher.rules.precision import check_bfloat16_hardware
 from launcher.rules.recovery_types import check_recovery_types
-from launcher.rules.request import (
+from launcher.rules.request_rules import (
     check_channels,
     check_hyperparameter_limits,
     check_instance_known,

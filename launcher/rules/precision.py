@@ -1,7 +1,7 @@
 """The compute dtype's hardware: bfloat16 needs an instance type whose steps run on bfloat16 hardware.
 
 float16 on a CPU is rules.gpu's; the bundled scripts' `auto` picks per machine (entrypoints/deepfm_precision.py) and
-needs no rule. `dfm launch --local` checks this machine's own CPU (local.request.bfloat16_problem).
+needs no rule. `dfm launch --local` checks this machine's own CPU (local.local_request.bfloat16_problem).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from typing import Callable
 
 from launcher.plans import recovery
 from launcher.errors import DfmError
-from launcher.plans.training import Plan
-from launcher.sagemaker_backend import jobs, request
+from launcher.plans.training_plan import Plan
+from launcher.sagemaker_backend import training_jobs, training_request
 from launcher.sagemaker_backend.logs import StallWatch, Stalled, stream_logs
 
 Echo = Callable[[str], None]
@@ -24,7 +24,7 @@ def follow(plan: Plan, job_name: str, echo: Echo, poll_seconds: float) -> str:
     try:
         return stream_logs(job_name, plan.region, follow=True, echo=echo, poll_seconds=poll_seconds, stall=watch)
     except Stalled as stalled:
-        jobs.stop(job_name, plan.region)
+        training_jobs.stop(job_name, plan.region)
         raise DfmError(stalled.stopped(job_name), 1) from None
 
 
@@ -36,28 +36,32 @@ def launch(
     warn: Echo = print,
     poll_seconds: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
+    first: training_request.TrainingRequest | None = None,
 ) -> str:
     """Build each attempt's request (refusing an invalid job before anything is uploaded) and submit exactly it;
     with `wait`, follow it to the end and recover it as `recover:` says. Returns the last attempt's job name;
-    exit 1 (DfmError) when the last attempt failed or was stopped."""
+    exit 1 (DfmError) when the last attempt failed or was stopped. `first`: the first attempt's request, already
+    built from `plan` (the one the dry run printed), sent as it is."""
     if not wait:
         if plan.operations.recovery is not None or plan.operations.stall_timeout_s:
             warn(
                 "recover: and stall_timeout act while dfm watches the job: use dfm launch --wait "
                 "(or dfm logs JOB --follow --stall-timeout N)"
             )
-        return jobs.submit(request.build(plan), echo=echo, warn=warn)
+        return training_jobs.submit(first or training_request.build(plan), echo=echo, warn=warn)
     options = plan.operations.recovery
     attempt, source_uri = 0, None
     while True:
         current = recovery.attempt_plan(plan, attempt, source_uri)
-        built = request.build(current)
+        built = first if attempt == 0 and first is not None else training_request.build(current)
         if attempt == 0 and built.upload is not None:  # every attempt runs the source this one uploads
             source_uri = built.upload.uri
-        job_name = jobs.submit(built, echo=echo, warn=warn)
+        job_name = training_jobs.submit(built, echo=echo, warn=warn)
         status = follow(current, job_name, echo, poll_seconds)
         summary = (
-            jobs.describe(job_name, plan.region) if status != "Completed" else {"job_name": job_name, "status": status}
+            training_jobs.describe(job_name, plan.region)
+            if status != "Completed"
+            else {"job_name": job_name, "status": status}
         )
         why = recovery.recoverable(summary)
         restarts_left = (options.max_restarts - attempt) if options is not None else 0
@@ -66,7 +70,7 @@ def launch(
         if status == "Completed" or why is None or restarts_left <= 0:
             if why is not None and options is None:
                 warn(f"{job_name} lost its capacity ({why}); add recover: to the spec to resubmit it by itself")
-            jobs.raise_for_outcome(summary)
+            training_jobs.raise_for_outcome(summary)
             return job_name
         delay = recovery.backoff_seconds(options.backoff_s, attempt + 1)
         echo(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import aws, jobs, logs, processing, tuning_jobs
+from launcher.sagemaker_backend import aws, training_jobs, logs, processing, tuning_jobs
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def _tuning_logs(name: str, region: str | None, **options) -> str:
     return logs.stream_logs(trial, region, **options)
 
 
-TRAINING = JobKind("training", jobs.describe, jobs.stop, jobs.list_jobs, logs.stream_logs)
+TRAINING = JobKind("training", training_jobs.describe, training_jobs.stop, training_jobs.list_jobs, logs.stream_logs)
 TUNING = JobKind("tuning", tuning_jobs.describe, tuning_jobs.stop, tuning_jobs.list_jobs, _tuning_logs)
 PROCESSING = JobKind("processing", processing.describe, processing.stop, processing.list_jobs, processing.stream_logs)
 KINDS: dict[str, JobKind] = {kind.name: kind for kind in (TRAINING, TUNING, PROCESSING)}

@@ -1,5 +1,6 @@
 """`dfm probe` on SageMaker: each runnable candidate one capped training job, built and submitted by the same path
-as `dfm launch` (`request.build`, `jobs.submit`), up to max_parallel at a time, followed to its end and measured.
+as `dfm launch` (`training_request.build`, `training_jobs.submit`), up to max_parallel at a time, followed to its
+end and measured.
 
 `dryrun(probe) -> ProbeRequest` is pure (offline: the SDK builds each request); `execute(request)` submits exactly
 those requests. Measured per probe: steady-state examples/s from the chief's metric lines in CloudWatch Logs, the
@@ -18,9 +19,9 @@ from typing import Any, Callable
 from launcher.errors import DfmError
 from launcher.facts import catalog
 from launcher.plans import hosts
-from launcher.plans.probe import ProbePlan
+from launcher.plans.probe_plan import ProbePlan
 from launcher.plans.probe_results import Measurement, ProbeInterrupted, steady_examples_per_sec, train_samples
-from launcher.sagemaker_backend import aws, jobs, logs, request
+from launcher.sagemaker_backend import aws, training_jobs, logs, training_request
 
 Echo = Callable[[str], None]
 NAMESPACE = "/aws/sagemaker/TrainingJobs"
@@ -31,7 +32,7 @@ PER_VCPU = "CPUUtilization"  # reported summed over the host's vCPUs (up to 100%
 @dataclass(frozen=True)
 class ProbeRequest:
     probe: ProbePlan
-    trainings: tuple[tuple[int, request.TrainingRequest], ...]  # (candidate number, its request)
+    trainings: tuple[tuple[int, training_request.TrainingRequest], ...]  # (candidate number, its request)
 
     def document(self) -> dict[str, Any]:
         """The dry run: every probe's request, the refused candidates with their reasons, the cost ceiling."""
@@ -59,7 +60,7 @@ class ProbeRequest:
 
 
 def dryrun(probe: ProbePlan) -> ProbeRequest:
-    return ProbeRequest(probe, tuple((c.number, request.build(c.plan)) for c in probe.runnable))
+    return ProbeRequest(probe, tuple((c.number, training_request.build(c.plan)) for c in probe.runnable))
 
 
 # ------------------------------------------------------------------------------------------- measuring
@@ -147,7 +148,7 @@ def _or_nothing(read: Callable[[], Any], warn: Echo) -> Any:
         return None
 
 
-def measure(number: int, built: request.TrainingRequest, description: dict, warn: Echo = print) -> Measurement:
+def measure(number: int, built: training_request.TrainingRequest, description: dict, warn: Echo = print) -> Measurement:
     job_name, region = built.job_name, built.region
     status = description["TrainingJobStatus"]
     per_host = _or_nothing(lambda: instance_metrics(job_name, region, built.plan, description), warn) or {}
@@ -187,7 +188,7 @@ def execute(
     fails is measured with its reason and the others go on; Ctrl-C stops every probe still running
     (ProbeInterrupted)."""
     pending = list(probe_request.trainings)
-    active: dict[int, request.TrainingRequest] = {}
+    active: dict[int, training_request.TrainingRequest] = {}
     states: dict[int, str] = {}
     done: list[Measurement] = []
     sagemaker = None
@@ -196,7 +197,7 @@ def execute(
             while pending and len(active) < probe_request.probe.max_parallel:
                 number, built = pending.pop(0)
                 try:
-                    jobs.submit(built, echo=echo, warn=warn)
+                    training_jobs.submit(built, echo=echo, warn=warn)
                 except DfmError as err:
                     done.append(Measurement(number, "Failed", built.job_name, reason=err.message))
                     echo(f"[dfm probe] candidate {number} not submitted: {err.message}")
@@ -221,7 +222,7 @@ def execute(
     except KeyboardInterrupt:
         for number, built in active.items():
             try:
-                jobs.stop(built.job_name, built.region)
+                training_jobs.stop(built.job_name, built.region)
                 echo(f"[dfm probe] stopping {built.job_name} (candidate {number})")
             except DfmError as err:
                 warn(f"could not stop {built.job_name}: {err.message}")

@@ -1,4 +1,4 @@
-"""`dfm data prepare SPEC` on SageMaker Processing: the CreateProcessingJob request that the SDK v2's own
+"""`dfm data prepare SPEC` on SageMaker Processing: a PreparePlan -> the `ProcessingRequest` that the SDK v2's own
 `PySparkProcessor.run` builds, offline, checked against botocore's model; submit; status, logs, stop, list.
 
 The SDK uploads the app, its dependencies and the Spark configuration while it builds the request; here those
@@ -9,7 +9,6 @@ recorded files and then exactly the request the dry run prints.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -23,23 +22,18 @@ from urllib.parse import urlparse
 
 from launcher.data import prepare_job
 from launcher.errors import DfmError
-from launcher.plans.training import job_timestamp
-from launcher.sagemaker_backend import aws, logs, request
-from launcher.sagemaker_backend.jobs import _iso, raise_for_outcome
-from launcher.spec import Spec
+from launcher.plans.prepare_plan import PY_VERSION, PreparePlan
+from launcher.sagemaker_backend import aws, logs, training_request
+from launcher.sagemaker_backend.training_jobs import _iso, raise_for_outcome
 
 PROCESSOR_CLASS = "sagemaker.spark.processing.PySparkProcessor"
-# The newest Spark 3.5 processing image (aws/sagemaker-spark-container, new_images.yml, 2026-04): Python 3.12 on
-# Amazon Linux 2023, Java 17; the SDK's tag is 3.5-cpu-py312-v1.3. Its runtime has numpy, pandas and boto3,
-# no TensorFlow, protobuf or CRC32C.
-PY_VERSION, CONTAINER_VERSION = "py312", "1.3"
 LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class ProcessingPlan:
-    """One prepare job, whole: what the dry run prints and what submit uploads and sends, built once."""
+class ProcessingRequest:
+    """One prepare job on SageMaker, whole: what the dry run prints and what submit uploads and sends, built once."""
 
     job_name: str
     region: str | None
@@ -62,58 +56,6 @@ class ProcessingPlan:
                 }
             )
         )
-
-
-def job_name(spec: Spec, now: dt.datetime | None = None) -> str:
-    stamp = job_timestamp(now.timestamp() if now else None)
-    return f"{spec.name[: 63 - len('-prep-') - len(stamp)]}-prep-{stamp}"
-
-
-def _bucket(spec: Spec) -> str:
-    return urlparse(spec.output).netloc
-
-
-def spark_configuration(spec: Spec) -> list[dict[str, Any]]:
-    """EMR-style classifications: parallelism from the cluster's cores (two tasks per vCPU)."""
-    cores = prepare_job.cluster_vcpus(spec)
-    return [
-        {
-            "Classification": "spark-defaults",
-            "Properties": {
-                "spark.default.parallelism": str(2 * cores),
-                "spark.sql.shuffle.partitions": str(2 * cores),
-                "spark.python.worker.reuse": "true",
-            },
-        }
-    ]
-
-
-def processor_kwargs(spec: Spec, name: str) -> dict[str, Any]:
-    prepare = spec.prepare
-    kwargs: dict[str, Any] = {
-        "role": spec.role,
-        "instance_type": prepare.instance.type,
-        "instance_count": prepare.instance.count,
-        "framework_version": prepare.spark.version,
-        "py_version": PY_VERSION,
-        "container_version": CONTAINER_VERSION,
-        "volume_size_in_gb": prepare.instance.volume_gb,
-        "max_runtime_in_seconds": prepare.max_runtime,
-        "base_job_name": name,
-        # The SDK puts <job name>/input/conf and /input/py-files under these: the job's own output prefix.
-        "configuration_location": spec.output.rstrip("/"),
-        "dependency_location": spec.output.rstrip("/"),
-    }
-    if spec.vpc is not None:  # a NetworkConfig in build(): the SDK's type, imported with the SDK
-        kwargs["network_config"] = {
-            "subnets": list(spec.vpc.subnets),
-            "security_group_ids": list(spec.vpc.security_group_ids),
-        }
-    if spec.tags:
-        kwargs["tags"] = [{"Key": k, "Value": v} for k, v in spec.tags.items()]
-    if spec.environment:
-        kwargs["env"] = dict(spec.environment)
-    return kwargs
 
 
 def _crc32c_wheel(folder: Path) -> list[str]:
@@ -168,37 +110,36 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
         S3Uploader.upload, S3Uploader.upload_string_as_file_body = (staticmethod(saved[0]), staticmethod(saved[1]))
 
 
-def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
+def build(plan: PreparePlan) -> ProcessingRequest:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
-    request._sdk()  # imported quietly
+    training_request._sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
-    session = request.session_for(spec.region, _bucket(spec))
-    session._default_bucket = _bucket(spec)  # the SDK would otherwise ask S3 whether the bucket exists
+    name = plan.job_name
+    session = training_request.session_for(plan.region, plan.bucket)
+    session._default_bucket = plan.bucket  # the SDK would otherwise ask S3 whether the bucket exists
     # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
     # a role scoped to that prefix can read it.
-    session.default_bucket_prefix = urlparse(spec.output).path.strip("/") or None
-    kwargs = processor_kwargs(spec, name)
+    session.default_bucket_prefix = plan.prefix
+    kwargs = json.loads(json.dumps(dict(plan.processor)))
     sdk_kwargs = dict(kwargs)
     if "network_config" in kwargs:
         from sagemaker.network import NetworkConfig
 
         sdk_kwargs["network_config"] = NetworkConfig(**kwargs["network_config"])
-    job = prepare_job.job_description(spec, local=False, stats_only=stats_only)
-    job_uri = f"{spec.output.rstrip('/')}/{name}/input/dfm/{prepare_job.JOB_FILE}"
     outputs = [
         ProcessingOutput(source=f"{prepare_job.CONTAINER_OUTPUT}/{channel}", destination=uri, output_name=channel)
-        for channel, uri in prepare_job.channel_uris(spec).items()
+        for channel, uri in plan.outputs.items()
     ]
     outputs.append(
         ProcessingOutput(
             source=f"{prepare_job.CONTAINER_OUTPUT}/{prepare_job.REPORT}",
-            destination=prepare_job.report_uri(spec, name),
+            destination=plan.report_uri,
             output_name=prepare_job.REPORT,
         )
     )
-    uploads: dict[str, bytes] = {job_uri: json.dumps(job, indent=2).encode()}
+    uploads: dict[str, bytes] = {plan.job_uri: json.dumps(dict(plan.job), indent=2).encode()}
     captured: dict[str, Any] = {}
     session.process = lambda **args: captured.update(session._get_process_request(**args))
     with tempfile.TemporaryDirectory() as folder:
@@ -209,15 +150,15 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
         run_kwargs = {
             "submit_app": str(app),
             "submit_py_files": py_files,
-            "arguments": ["--job", job_uri],
-            "configuration": spark_configuration(spec),
+            "arguments": ["--job", plan.job_uri],
+            "configuration": json.loads(json.dumps(list(plan.spark_configuration))),
             "outputs": outputs,
             "wait": False,
             "logs": False,
             "job_name": name,
         }
-        if spec.prepare.event_logs is not None:
-            run_kwargs["spark_event_logs_s3_uri"] = spec.prepare.event_logs
+        if plan.event_logs is not None:
+            run_kwargs["spark_event_logs_s3_uri"] = plan.event_logs
         try:
             processor = PySparkProcessor(sagemaker_session=session, **sdk_kwargs)
             with _recorded_uploads(uploads):
@@ -232,14 +173,14 @@ def build(spec: Spec, name: str, stats_only: bool = False) -> ProcessingPlan:
         "outputs": [{"source": o.source, "destination": o.destination, "output_name": o.output_name} for o in outputs],
     }
     frozen = json.loads(json.dumps(captured))
-    return ProcessingPlan(
+    return ProcessingRequest(
         name,
-        spec.region,
+        plan.region,
         MappingProxyType(kwargs),
         MappingProxyType(shown),
         MappingProxyType(frozen),
         MappingProxyType(uploads),
-        MappingProxyType(prepare_job.write_tasks(spec)),
+        MappingProxyType(dict(plan.write)),
     )
 
 
@@ -257,17 +198,17 @@ def validate(sagemaker_client, built: dict) -> None:
         raise DfmError(f"the CreateProcessingJob request would be refused: {aws.one_line('; '.join(refused))}", 2)
 
 
-def submit(plan: ProcessingPlan, *, wait: bool, echo: Echo = print) -> str:
-    """Upload the plan's files, then send its request, both exactly as built (and as the dry run printed)."""
-    name, region = plan.job_name, plan.region
+def submit(request: ProcessingRequest, *, wait: bool, echo: Echo = print) -> str:
+    """Upload the request's files, then send it, both exactly as built (and as the dry run printed)."""
+    name, region = request.job_name, request.region
     session = aws.boto_session(region)
     s3 = session.client("s3")
     with aws.aws_errors(f"uploading the prepare job's files for {name}", job_name=name, region=region):
-        for uri, body in plan.uploads.items():
+        for uri, body in request.uploads.items():
             parts = urlparse(uri)
             s3.put_object(Bucket=parts.netloc, Key=parts.path.lstrip("/"), Body=body)
     with aws.aws_errors(f"creating processing job {name}", job_name=name, region=region):
-        session.client("sagemaker").create_processing_job(**json.loads(json.dumps(dict(plan.request))))
+        session.client("sagemaker").create_processing_job(**json.loads(json.dumps(dict(request.request))))
     echo(f"submitted {name}")
     if wait:
         status = stream_logs(name, region, follow=True, echo=echo)

@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 from launcher.sagemaker_backend import aws
-from launcher.sagemaker_backend.jobs import _iso
+from launcher.sagemaker_backend.training_jobs import _iso
 
 FINAL_STATUSES = ("Completed", "Failed", "Stopped")
 RANGE_KINDS = {

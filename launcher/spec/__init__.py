@@ -26,11 +26,11 @@ from pydantic import (
 )
 
 from launcher.facts.conventions import CONTAINER_CHECKPOINT_DIR
-from launcher.spec.errors import schema_problems
-from launcher.spec.operations import Mlflow, Recover, Retry, TensorBoard
-from launcher.spec.prepare import Prepare
-from launcher.spec.probe import Probe
-from launcher.spec.tune import Tune
+from launcher.spec.spec_errors import schema_problems
+from launcher.spec.operations_spec import Mlflow, Recover, Retry, TensorBoard
+from launcher.spec.prepare_spec import Prepare
+from launcher.spec.probe_spec import Probe
+from launcher.spec.tuning_spec import Tune
 from launcher.spec.value_types import (
     ChannelName,
     EnvName,
@@ -246,7 +246,7 @@ class Spec(_Strict):
     """A dfm job spec. See docs/spec.md."""
 
     extends: str | None = Field(None, description="a base spec (path relative to this file) to deep-merge onto")
-    name: str = Field(min_length=1, description="base job name; dfm appends a timestamp (at most 39 characters)")
+    name: str = Field(min_length=1, description="base job name; dfm appends a timestamp (at most 49 characters)")
     role: RoleArn = Field(description="the SageMaker execution role ARN")
     region: Region
     entry_point: str = Field(

@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from launcher.plans import recovery as attempts
-from launcher.local.request import build_request
+from launcher.local.local_request import LocalRequest, build_request
 from launcher.local.runner import LocalRun, RunResult
 
 
@@ -31,16 +31,23 @@ def why(result: RunResult) -> str:
 
 
 def run_recovering(
-    plan, *, echo: Callable[[str], None] = print, verbose: bool = False, sleep: Callable[[float], None] = time.sleep
+    plan,
+    *,
+    echo: Callable[[str], None] = print,
+    verbose: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+    first: LocalRequest | None = None,
 ) -> list[RunResult]:
-    """Attempts of `plan` until one is not interrupted or plan.operations.recovery.max_restarts are used up."""
+    """Attempts of `plan` until one is not interrupted or plan.operations.recovery.max_restarts are used up.
+    `first`: the first attempt's request, already built from `plan`."""
     recovery = plan.operations.recovery
     results: list[RunResult] = []
     for restart in range(recovery.max_restarts + 1):
         attempt = attempts.attempt_plan(plan, restart)
         total = recovery.max_restarts + 1
         echo(f"[dfm local] attempt {restart + 1}/{total}: {attempt.job_name}")
-        result = LocalRun(build_request(attempt), echo=echo, verbose=verbose).run()
+        request = first if restart == 0 and first is not None else build_request(attempt)
+        result = LocalRun(request, echo=echo, verbose=verbose).run()
         results.append(result)
         if result.signal is None or restart == recovery.max_restarts:
             break

@@ -12,13 +12,13 @@ from typing import Any, Callable, Iterator, Mapping
 
 from launcher.plans import recovery
 from launcher.errors import DfmError
-from launcher.plans.training import Plan
-from launcher.sagemaker_backend import aws, request
+from launcher.plans.training_plan import Plan
+from launcher.sagemaker_backend import aws, training_request
 
 Echo = Callable[[str], None]
 
 
-def upload_source(upload: request.SourceUpload, session) -> None:
+def upload_source(upload: training_request.SourceUpload, session) -> None:
     """Pack and upload the source dir as the upload says, with the SDK's own packer and uploader (the same bytes
     and S3 arguments as `fit()`)."""
     from sagemaker.fw_utils import tar_and_upload_dir
@@ -35,7 +35,7 @@ def upload_source(upload: request.SourceUpload, session) -> None:
 
 def upload_source_dir(plan: Plan, hyperparameters: Mapping[str, Any], session) -> None:
     """The source upload named by a request's (static) hyperparameters: the tuning submit's."""
-    upload = request.source_upload(plan, hyperparameters)
+    upload = training_request.source_upload(plan, hyperparameters)
     if upload is not None:
         upload_source(upload, session)
 
@@ -67,7 +67,7 @@ def _hosts_of(arguments: Mapping[str, Any], groups: list | None) -> int:
     )
 
 
-def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
+def idle_hosts_on_s3(training: training_request.TrainingRequest, s3) -> list[str]:
     """ShardedByS3Key deals objects to hosts: with fewer objects than hosts, some hosts get no data."""
     arguments, found = training.create_training_job, []
     for channel in arguments.get("InputDataConfig", ()):
@@ -90,9 +90,9 @@ def idle_hosts_on_s3(training: request.TrainingRequest, s3) -> list[str]:
     return found
 
 
-def submit(training: request.TrainingRequest, *, echo: Echo = print, warn: Echo = print) -> str:
-    """Execute a built request (`request.build` refused an invalid job before anything is uploaded): warn of hosts
-    the S3 data leaves idle, upload the source dir, create the training job with exactly these arguments.
+def submit(training: training_request.TrainingRequest, *, echo: Echo = print, warn: Echo = print) -> str:
+    """Execute a built request (`training_request.build` refused an invalid job before anything is uploaded): warn of
+    hosts the S3 data leaves idle, upload the source dir, create the training job with exactly these arguments.
     Following it to its end is `attempts.launch`'s (logs, stall watch, recovery)."""
     region = training.region
     session = aws.boto_session(region)

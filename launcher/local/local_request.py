@@ -36,7 +36,7 @@ from launcher.local.container import (
 )
 from launcher.local.cores import CoreLayout
 from launcher.local.runtime import Runtime
-from launcher.plans.training import Plan
+from launcher.plans.training_plan import Plan
 
 PS_SERVER = Path(__file__).with_name("ps_server.py")
 PLAN_FILE = "plan.json"  # in the run folder: the plan the run ran (Plan.to_dict)
@@ -150,8 +150,17 @@ def log_file(log_dir: Path, label: str) -> str:
     return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
+def request_plan(request: LocalRequest) -> Plan:
+    """The plan a request was built from (among its files: the run folder's plan.json)."""
+    return Plan.from_dict(request.files[str(Path(request.job_dir) / PLAN_FILE)])
+
+
 def build_request(
-    plan, *, environ: Mapping[str, str] | None = None, runtime: Runtime | None = None, cpus: Sequence[int] | None = None
+    plan: Plan,
+    *,
+    environ: Mapping[str, str] | None = None,
+    runtime: Runtime | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> LocalRequest:
     """The local run of `plan` (under its local.run_dir, stopped after local.timeout_s); DfmError for what no run
     of this plan could do. `environ`: the launcher's environment (default os.environ); `runtime`: the Python of

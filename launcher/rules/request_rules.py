@@ -9,12 +9,13 @@ from launcher.facts import catalog
 from launcher.facts import conventions
 from launcher.rules import request_limits
 from launcher.facts import service_model
+from launcher.plans.training_plan import job_timestamp
 from launcher.rules.findings import Finding, error, warning
 from launcher.spec import Spec
 
-TIMESTAMP_SUFFIX = len("-2024-01-01-00-00-00-000")
+TIMESTAMP_SUFFIX = len("-" + job_timestamp(0))  # what build_plan appends to the spec's name: -YYMMDD-HHMMSS
 MAX_JOB_NAME = 63
-MAX_BASE_NAME = MAX_JOB_NAME - TIMESTAMP_SUFFIX  # 39: sagemaker.utils.name_from_base keeps the same room
+MAX_BASE_NAME = MAX_JOB_NAME - TIMESTAMP_SUFFIX  # 49
 JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 
 
@@ -31,7 +32,7 @@ def check_job_name(spec: Spec) -> list[Finding]:
         problems.append(
             error(
                 "name",
-                f"{len(spec.name)} characters, at most {MAX_BASE_NAME}: dfm appends -YYYY-MM-DD-HH-MM-SS-mmm and job "
+                f"{len(spec.name)} characters, at most {MAX_BASE_NAME}: dfm appends -YYMMDD-HHMMSS and job "
                 f"names stop at {MAX_JOB_NAME}",
             )
         )

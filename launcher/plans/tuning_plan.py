@@ -1,7 +1,7 @@
 """Spec + training Plan -> TuningPlan: a tuning job as one immutable value. Pure: no I/O, no SageMaker import.
 
-The SageMaker backend turns it into a CreateHyperParameterTuningJob request (sagemaker_backend/tuning.py),
-the local backend into an Optuna study (local/tune.py); both read only this, so they cannot disagree.
+The SageMaker backend turns it into a CreateHyperParameterTuningJob request (sagemaker_backend/tuning_request.py),
+the local backend into an Optuna study (local/tuning_study.py); both read only this, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.plans.training import Plan, job_timestamp
-from launcher.spec.tune import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
+from launcher.plans.training_plan import Plan, job_timestamp
+from launcher.spec.tuning_spec import STRATEGIES, WARM_START_TYPES, CategoricalRange, IntegerRange, SCALING_TYPES
+
+if TYPE_CHECKING:
+    from launcher.spec import Spec
 
 MAX_TUNING_JOB_NAME = 32  # HyperParameterTuningJobName's max in the service model
 # What HyperparameterTuner adds to every trial's static hyperparameters (besides the estimator's own).
@@ -103,11 +106,11 @@ def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
     ]
 
 
-def tuning_base_name(spec: Any) -> str:
+def tuning_base_name(spec: Spec) -> str:
     return spec.tune.name or spec.name
 
 
-def tuning_job_name(spec: Any, now: float | None = None) -> str:
+def tuning_job_name(spec: Spec, now: float | None = None) -> str:
     return f"{tuning_base_name(spec)}-{job_timestamp(now)}"
 
 
@@ -140,10 +143,10 @@ def _cost(training: Plan, max_jobs: int, rounds: int) -> dict[str, Any]:
 
 
 def build_tuning_plan(
-    spec: Any, training: Plan, *, schedule: tuple[bool, int | None], name: str | None = None
+    spec: Spec, training: Plan, *, schedule: tuple[bool, int | None], name: str | None = None
 ) -> TuningPlan:
     """The tuning job of a validated spec (run the rules first) whose trial is `training`; `schedule` is what the
-    rules found of the trials' objective lines (`rules.tune.objective_schedule`)."""
+    rules found of the trials' objective lines (`rules.tuning_rules.objective_schedule`)."""
     tune = spec.tune
     max_jobs = grid_size(tune) if tune.strategy == "grid" else tune.max_jobs
     completion = tune.completion

@@ -1,7 +1,7 @@
 """The `probe:` section of a job spec: the candidate setups `dfm probe` runs for a few minutes each.
 
 Only the shape is checked here; each candidate goes through the same rules as `dfm validate` when the probe is
-planned (`launcher.plans.probe`).
+planned (`launcher.plans.probe_plan`).
 """
 
 from __future__ import annotations

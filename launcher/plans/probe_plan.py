@@ -14,10 +14,13 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from launcher.facts import contract
-from launcher.plans.training import Plan
+from launcher.plans.training_plan import Plan
+
+if TYPE_CHECKING:
+    from launcher.spec import Spec
 
 KIND_TAG = "dfm:kind"
 KIND = "probe"
@@ -175,7 +178,7 @@ Compile = Callable[[tuple[str, ...], str], "tuple[Plan | None, Sequence[str]]"]
 
 
 def build_probe_plan(
-    spec: Any,
+    spec: Spec,
     compile_candidate: Compile,
     *,
     tries: Iterable[str] = (),
@@ -185,7 +188,7 @@ def build_probe_plan(
     local: bool = False,
 ) -> ProbePlan:
     """Every candidate compiled through the rules, as a probe of the spec's `probe:` settings (or their defaults)."""
-    from launcher.spec.probe import Probe
+    from launcher.spec.probe_spec import Probe
 
     settings = spec.probe or Probe()
     name = name or probe_name(spec.name)

@@ -4,7 +4,7 @@ built offline by the SageMaker SDK v2 and checked before anything is sent.
 `estimator_kwargs` derives the arguments of `sagemaker.tensorflow.TensorFlow(...)` from the Plan (pure); the
 SDK then builds the request the way `fit()` would, with the source upload replaced by the location it would
 upload to, and the request is checked against botocore's validator and the service model. `--dry-run` prints
-that value (`TrainingRequest.document`), `jobs.submit` executes exactly it. The SDK is imported here only,
+that value (`TrainingRequest.document`), `training_jobs.submit` executes exactly it. The SDK is imported here only,
 inside functions, and quietly.
 """
 
@@ -28,7 +28,7 @@ import boto3
 
 from launcher.facts import conventions
 from launcher.errors import DfmError
-from launcher.plans.training import Channel, Plan
+from launcher.plans.training_plan import Channel, Plan
 from launcher.sagemaker_backend import aws
 from launcher.sagemaker_backend.source_files import list_source
 
@@ -81,7 +81,7 @@ class SourceUpload:
 class TrainingRequest:
     """Everything a training submit does, as one immutable value: `upload` (None: the source dir is an s3://
     tarball already) then CreateTrainingJob with `create_training_job`. Built from a Plan by `build`; the dry
-    run prints `document()`, `jobs.submit` executes exactly this value and never goes back to the plan."""
+    run prints `document()`, `training_jobs.submit` executes exactly this value and never goes back to the plan."""
 
     plan: Plan  # what it was built from, for the dry run's account of hosts, channels and cost
     estimator_kwargs: Mapping[str, Any]  # as given to TensorFlow(...), frozen

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 from launcher.errors import DfmError
 from launcher.local.describe import request_document
-from launcher.local.request import LocalRequest, build_request
+from launcher.local.local_request import LocalRequest, build_request
 from launcher.local.runner import LocalRun
-from launcher.plans.probe import ProbePlan
+from launcher.plans.probe_plan import ProbePlan
 from launcher.plans.probe_results import Measurement, ProbeInterrupted, steady_examples_per_sec, train_samples
 
 Echo = Callable[[str], None]

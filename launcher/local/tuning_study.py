@@ -22,9 +22,9 @@ from launcher.facts import contract
 from launcher.errors import DfmError
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
-from launcher.local.request import build_request
+from launcher.local.local_request import build_request
 from launcher.local.runner import LocalRun
-from launcher.plans.tuning import TuningPlan, changed_settings, fixed_settings
+from launcher.plans.tuning_plan import TuningPlan, changed_settings, fixed_settings
 
 STUDY_FILE = "study.journal"
 PLAN_FILE = "tuning.json"

@@ -14,10 +14,10 @@ from launcher.facts import conventions
 from launcher.facts import service_model
 from launcher.rules.findings import Finding, error, warning
 from launcher.rules.hparams import evaluates_while_training, pipe_mode_eval, script_values
-from launcher.rules.request import JOB_NAME
+from launcher.rules.request_rules import JOB_NAME
 from launcher.spec import Spec, did_you_mean
-from launcher.spec.tune import CategoricalRange, ContinuousRange, IntegerRange
-from launcher.plans.tuning import (
+from launcher.spec.tuning_spec import CategoricalRange, ContinuousRange, IntegerRange
+from launcher.plans.tuning_plan import (
     MAX_TUNING_BASE_NAME,
     MAX_TUNING_JOB_NAME,
     TUNER_HYPERPARAMETERS,

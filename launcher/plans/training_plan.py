@@ -11,7 +11,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from launcher.facts import catalog
 from launcher.facts import contract
@@ -19,6 +19,9 @@ from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.facts import images
 from launcher.facts import service_model
+
+if TYPE_CHECKING:
+    from launcher.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def job_timestamp(now: float | None = None) -> str:
     return time.strftime(JOB_TIMESTAMP, time.gmtime(time.time() if now is None else now))
 
 
-def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
+def _channel(spec: Spec, name: str, source: Any, *, training: bool) -> Channel:
     local = spec.local.channels.get(name)
     local_path = os.path.abspath(os.path.expanduser(local)) if local else None
     if isinstance(source, str):
@@ -213,7 +216,7 @@ def _channel(spec: Any, name: str, source: Any, *, training: bool) -> Channel:
     )
 
 
-def _channels(spec: Any) -> list[Channel]:
+def _channels(spec: Spec) -> list[Channel]:
     channels = []
     for found in conventions.channel_sources(spec):
         source = found.source
@@ -236,7 +239,7 @@ def _max_hyperparameter_value() -> int:
         return 2500  # botocore 1.44's value
 
 
-def instance_groups(spec: Any) -> tuple[hosts.InstanceGroup, ...]:
+def instance_groups(spec: Spec) -> tuple[hosts.InstanceGroup, ...]:
     """The job's hosts: workers then the parameter servers' own group, or one group of identical hosts."""
     ps = spec.ps_group
     if ps is None:
@@ -244,7 +247,7 @@ def instance_groups(spec: Any) -> tuple[hosts.InstanceGroup, ...]:
     return hosts.layout(spec.instance.type, spec.instance.count, ps.type, ps.count)
 
 
-def build_plan(spec: Any, *, job_name: str | None = None, warnings: Iterable[str] = ()) -> Plan:
+def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[str] = ()) -> Plan:
     """Turn a validated Spec into a Plan. `job_name` fixes the timestamped name (tests, resubmits).
 
     Pure apart from the clock (the default job name) and the path of the bundled source dir. Run the
@@ -356,7 +359,7 @@ def _tensorboard_uri(setting: Any, output_path: str, job_name: str) -> str | Non
     return f"{output_path}/{job_name}/tensorboard" if setting in (True, "auto") else setting
 
 
-def operations(spec: Any, tensorboard_s3_uri: str | None) -> Operations:
+def operations(spec: Spec, tensorboard_s3_uri: str | None) -> Operations:
     recover = spec.recover
     mlflow = None
     if spec.mlflow is not None:

@@ -1,6 +1,6 @@
 """The operations rules: recovery needs checkpoints to resume from and instance types the job can move to; the
 stall watchdog needs metric lines to watch. The request limits (retry attempts, MLflow ARN, TensorBoard URI)
-are checked with every other request value in `rules.request`."""
+are checked with every other request value in `rules.request_rules`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,281 @@
+"""One interface for every job kind on every backend: `backend_for(kind, name)`.
+
+Each backend turns its kind's plan into a request and runs exactly that request:
+- `dryrun(plan) -> request`: a frozen value of everything the backend will do; no job is started and nothing is sent.
+- `document(request) -> dict`: that value as the dry run prints it (JSON-able).
+- `execute(request, **options)`: runs it (SageMaker: uploads and submits; local: starts the processes).
+- `jobs`: where the backend keeps jobs (SageMaker), their describe, stop, list and logs (`sagemaker_backend.kinds`);
+  None where it keeps none (local runs end with the command).
+
+kinds: training (plans.training_plan.Plan), tuning (plans.tuning_plan.TuningPlan), processing
+(plans.prepare_plan.PreparePlan), probe (plans.probe_plan.ProbePlan). backends: sagemaker, local. Each backend's
+modules load only when one of its methods is called, so a command pays only for the SDK (or pyspark) it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from launcher.plans.prepare_plan import PreparePlan
+    from launcher.plans.probe_plan import ProbePlan
+    from launcher.plans.training_plan import Plan
+    from launcher.plans.tuning_plan import TuningPlan
+    from launcher.sagemaker_backend.kinds import JobKind
+
+KINDS = ("training", "tuning", "processing", "probe")
+BACKENDS = ("sagemaker", "local")
+Echo = Callable[[str], None]
+PlanT = TypeVar("PlanT", contravariant=True)
+RequestT = TypeVar("RequestT")
+
+
+class Backend(Protocol, Generic[PlanT, RequestT]):
+    kind: str
+    name: str
+
+    def dryrun(self, plan: PlanT) -> RequestT: ...
+
+    def document(self, request: RequestT) -> dict[str, Any]: ...
+
+    def execute(self, request: RequestT, **options: Any) -> Any: ...
+
+    @property
+    def jobs(self) -> JobKind | None: ...
+
+
+def _sagemaker_jobs(kind: str) -> JobKind:
+    from launcher.sagemaker_backend import kinds
+
+    return kinds.KINDS[kind]
+
+
+# ------------------------------------------------------------------------------------------------ training
+class SageMakerTraining:
+    kind, name = "training", "sagemaker"
+
+    def dryrun(self, plan: Plan):
+        from launcher.sagemaker_backend import training_request
+
+        return training_request.build(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, wait: bool, echo: Echo, warn: Echo) -> str:
+        """Submits the request (each later attempt of `recover:` is built from its plan); -> the last job's name."""
+        from launcher.sagemaker_backend import attempts
+
+        return attempts.launch(request.plan, wait=wait, echo=echo, warn=warn, first=request)
+
+    @property
+    def jobs(self) -> JobKind:
+        return _sagemaker_jobs("training")
+
+
+class LocalTraining:
+    kind, name = "training", "local"
+
+    def dryrun(self, plan: Plan):
+        from launcher.local.local_request import build_request
+
+        return build_request(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        from launcher.local.describe import request_document
+
+        return request_document(request)
+
+    def execute(self, request, *, echo: Echo, verbose: bool = False) -> int:
+        """-> the run's exit code: 0 when every script succeeded."""
+        from launcher.local import run_request
+
+        return run_request(request, echo=echo, verbose=verbose)
+
+    jobs = None
+
+
+# ------------------------------------------------------------------------------------------------ tuning
+class SageMakerTuning:
+    kind, name = "tuning", "sagemaker"
+
+    def dryrun(self, plan: TuningPlan):
+        from launcher.sagemaker_backend import tuning_request
+
+        return tuning_request.build(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo) -> str:
+        from launcher.sagemaker_backend import tuning_request
+
+        return tuning_request.submit(request, echo=echo)
+
+    @property
+    def jobs(self) -> JobKind:
+        return _sagemaker_jobs("tuning")
+
+
+@dataclass(frozen=True)
+class LocalStudyRequest:
+    """A local study: the tuning plan and the folder of its journal, trials and report."""
+
+    plan: Any  # TuningPlan
+    folder: Path
+
+
+class LocalTuning:
+    kind, name = "tuning", "local"
+
+    def dryrun(self, plan: TuningPlan) -> LocalStudyRequest:
+        return LocalStudyRequest(plan, Path(plan.training.local.run_dir) / plan.name)
+
+    def document(self, request: LocalStudyRequest) -> dict[str, Any]:
+        return {"tuning_job": request.plan.name, "folder": str(request.folder)}
+
+    def execute(
+        self, request: LocalStudyRequest, *, spec, compile_trial, echo: Echo, status: Echo, resume: bool = False
+    ):
+        """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study)."""
+        from launcher.local.tuning_study import LocalTuning as Study
+
+        tuning = Study(request.plan, spec, request.folder.parent, compile_trial, echo=echo, status=status)
+        return tuning, tuning.run(resume=resume)
+
+    jobs = None
+
+
+# ------------------------------------------------------------------------------------------------ processing
+class SageMakerProcessing:
+    kind, name = "processing", "sagemaker"
+
+    def dryrun(self, plan: PreparePlan):
+        from launcher.sagemaker_backend import processing
+
+        return processing.build(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, wait: bool, echo: Echo) -> str:
+        from launcher.sagemaker_backend import processing
+
+        return processing.submit(request, wait=wait, echo=echo)
+
+    @property
+    def jobs(self) -> JobKind:
+        return _sagemaker_jobs("processing")
+
+
+@dataclass(frozen=True)
+class LocalPrepareRequest:
+    """The application on local Spark, reading and writing this machine's folders (the spec's local: section)."""
+
+    plan: Any  # PreparePlan
+
+
+class LocalProcessing:
+    kind, name = "processing", "local"
+
+    def dryrun(self, plan: PreparePlan) -> LocalPrepareRequest:
+        return LocalPrepareRequest(plan)
+
+    def document(self, request: LocalPrepareRequest) -> dict[str, Any]:
+        return {"job_name": request.plan.job_name, "stats_only": request.plan.stats_only}
+
+    def execute(self, request: LocalPrepareRequest, *, force: bool = False) -> dict[str, Any]:
+        """-> the application's report."""
+        from launcher.data import prepare_local
+
+        return prepare_local.run(request.plan.spec, stats_only=request.plan.stats_only, force=force)
+
+    jobs = None
+
+
+# ------------------------------------------------------------------------------------------------ probe
+class SageMakerProbe:
+    kind, name = "probe", "sagemaker"
+
+    def dryrun(self, plan: ProbePlan):
+        from launcher.sagemaker_backend import probes
+
+        return probes.dryrun(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo, warn: Echo, poll_seconds: float):
+        """-> each probe's measurements (ProbeInterrupted on Ctrl-C, with those taken)."""
+        from launcher.sagemaker_backend import probes
+
+        return probes.execute(request, echo=echo, warn=warn, poll_seconds=poll_seconds)
+
+    @property
+    def jobs(self) -> JobKind:
+        return _sagemaker_jobs("training")  # probe jobs are training jobs
+
+
+class LocalProbe:
+    kind, name = "probe", "local"
+
+    def dryrun(self, plan: ProbePlan):
+        from launcher.local import probe_runs
+
+        return probe_runs.dryrun(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo, warn: Echo = print, poll_seconds: float = 0.0):
+        """One probe after another, each run to its end here: `warn` and `poll_seconds` have nothing to act on."""
+        from launcher.local import probe_runs
+
+        return probe_runs.execute(request, echo=echo)
+
+    jobs = None
+
+
+REGISTRY: dict[tuple[str, str], Backend] = {
+    (b.kind, b.name): b
+    for b in (
+        SageMakerTraining(),
+        LocalTraining(),
+        SageMakerTuning(),
+        LocalTuning(),
+        SageMakerProcessing(),
+        LocalProcessing(),
+        SageMakerProbe(),
+        LocalProbe(),
+    )
+}
+
+
+def backend_for(kind: str, name: str) -> Backend:
+    """The backend `name` (sagemaker | local) of job kind `kind` (training | tuning | processing | probe)."""
+    try:
+        return REGISTRY[(kind, name)]
+    except KeyError:
+        raise ValueError(f"no {name} backend for {kind} jobs (kinds: {KINDS}; backends: {BACKENDS})") from None
+
+
+def find_job(job_name: str, region: str | None, kind: str | None = None) -> tuple[JobKind, dict]:
+    """(the jobs of its kind, the job's summary) of a submitted job: the kind given, else the kind SageMaker knows
+    the name as (the local backend keeps no jobs)."""
+    from launcher.sagemaker_backend import kinds
+
+    return kinds.find(job_name, region, kind)
+
+
+def job_kind(job_name: str, region: str | None, kind: str | None = None) -> JobKind:
+    """The jobs of a submitted job's kind: the kind given (no call), else as `find_job`."""
+    from launcher.sagemaker_backend import kinds
+
+    return kinds.kind_of(job_name, region, kind)
+
+
+def backend_named(kind: str, local: bool) -> Backend:
+    """The CLI's choice: --local or SageMaker."""
+    return backend_for(kind, "local" if local else "sagemaker")
