@@ -43,6 +43,22 @@ def test_tries_are_crossed_and_values_in_brackets_stay_whole():
         probe_plan.candidate_settings(["instance.count"])
 
 
+def test_a_spec_name_of_the_longest_allowed_length_still_names_every_candidate_a_valid_job(tmp_path):
+    name = "d" * 48 + "x"  # 49 characters: the longest name validate lets through
+    path = write_spec(tmp_path, {"name": name})
+    spec = load_spec(path)
+    tries = ["instance.count=" + ",".join(str(n) for n in range(1, 13))]  # 12 candidates: a two-digit suffix
+
+    def compile_candidate(lines, job_name):
+        compiled = compile_spec(str(path), lines, job_name)
+        return compiled.plan, compiled.errors
+
+    probe = probe_plan.build_probe_plan(spec, compile_candidate, tries=tries)
+    assert [c.errors for c in probe.candidates] == [()] * 12
+    names = [c.plan.job_name for c in probe.candidates]
+    assert max(len(n) for n in names) == 63 and names[11].startswith("ddd") and names[11].endswith("-12")
+
+
 def test_each_candidate_is_a_capped_tagged_probe_and_refused_ones_keep_the_rules_message(tmp_path):
     probe = build(tmp_path, tries=["hyperparameters.mixed_precision=false,bfloat16"])
     ok, refused = probe.candidates

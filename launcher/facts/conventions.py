@@ -53,6 +53,15 @@ def channel_sources(spec: Any) -> list[ChannelSource]:
     return found
 
 
+# ------------------------------------------------------------------------------------------------ job names
+MAX_JOB_NAME = 63  # training, tuning (32), processing job names: [a-zA-Z0-9](-*[a-zA-Z0-9])*
+
+
+def fit_job_name(base: str, suffix: str, width: int = MAX_JOB_NAME) -> str:
+    """`base + suffix`, the base cut (and any '-' it then ends in dropped) so that the whole is at most `width`."""
+    return base[: max(width - len(suffix), 1)].rstrip("-") + suffix
+
+
 # -------------------------------------------------------------------------------------- container paths
 CONTAINER_BASE_DIR = "/opt/ml"  # SAGEMAKER_BASE_DIR inside the SageMaker container
 CONTAINER_DATA_DIR = f"{CONTAINER_BASE_DIR}/input/data"  # channel folders, or Pipe FIFOs <channel>_<epoch>

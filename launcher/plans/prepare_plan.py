@@ -10,10 +10,10 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from launcher.data import prepare_job
+from launcher.facts.conventions import fit_job_name
 from launcher.plans.training_plan import job_timestamp
 from launcher.spec import Spec
 
-MAX_JOB_NAME = 63
 NAME_INFIX = "-prep-"
 # The Spark processing image the job runs on (aws/sagemaker-spark-container, new_images.yml, 2026-04): Python 3.12
 # on Amazon Linux 2023, Java 17; the SDK's tag is 3.5-cpu-py312-v1.3. Its runtime has numpy, pandas and boto3,
@@ -42,8 +42,7 @@ class PreparePlan:
 
 def job_name(spec: Spec, now: float | None = None) -> str:
     """`<name>-prep-YYMMDD-HHMMSS`, the spec's name cut so that the whole is a job name."""
-    stamp = job_timestamp(now)
-    return f"{spec.name[: MAX_JOB_NAME - len(NAME_INFIX) - len(stamp)]}{NAME_INFIX}{stamp}"
+    return fit_job_name(spec.name, NAME_INFIX + job_timestamp(now))
 
 
 def spark_configuration(spec: Spec) -> tuple[Mapping[str, Any], ...]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from launcher.facts import contract
+from launcher.facts import contract, conventions
 from launcher.plans.training_plan import Plan
 
 if TYPE_CHECKING:
@@ -165,8 +165,10 @@ def probe_settings(
     return tuple(lines)
 
 
-def probe_name(spec_name: str, now: float | None = None) -> str:
-    return f"{spec_name}-probe-{time.strftime('%y%m%d-%H%M%S', time.gmtime(time.time() if now is None else now))}"
+def probe_name(spec_name: str, candidates: int, now: float | None = None) -> str:
+    """`<spec>-probe-YYMMDD-HHMMSS`, the spec's name cut so that every candidate's job name `<probe>-N` fits."""
+    stamp = time.strftime("%y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return conventions.fit_job_name(spec_name, f"-probe-{stamp}", conventions.MAX_JOB_NAME - len(f"-{candidates}"))
 
 
 def job_name(name: str, number: int) -> str:
@@ -191,11 +193,12 @@ def build_probe_plan(
     from launcher.spec.probe_spec import Probe
 
     settings = spec.probe or Probe()
-    name = name or probe_name(spec.name)
+    settings_lines = list(candidate_settings(tries, settings.variants))
+    name = name or probe_name(spec.name, len(settings_lines))
     bundled = spec.entry_point in contract.BUNDLED_ENTRY_POINTS
     max_run = settings.minutes * 60
     candidates = []
-    for number, lines in enumerate(candidate_settings(tries, settings.variants), start=1):
+    for number, lines in enumerate(settings_lines, start=1):
         lines = follow_distribution(lines, spec.entry_point)
         capped = probe_settings(
             name, number, settings.max_steps, max_run, bundled, {} if local else settings.data, local

@@ -16,7 +16,6 @@ from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.plans.training_plan import Plan
 
-MAX_JOB_NAME = 63
 FIRST_ATTEMPT_TAG = "dfm-first-attempt"  # on each resubmission: the first attempt's job name
 _ATTEMPT_SUFFIX = re.compile(r"-r(\d+)$")
 # FailureReason texts of capacity failures (SageMaker: "CapacityError: Unable to provision requested ML compute
@@ -29,8 +28,7 @@ def attempt_name(first: str, attempt: int) -> str:
     """`first` for attempt 0, else `<first>-r<attempt>`, cut so the whole stays within 63 characters."""
     if attempt == 0:
         return first
-    suffix = f"-r{attempt}"
-    return first[: MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
+    return conventions.fit_job_name(first, f"-r{attempt}")
 
 
 def attempt_number(job_name: str) -> int:

@@ -14,7 +14,7 @@ from launcher.rules.findings import Finding, error, warning
 from launcher.spec import Spec
 
 TIMESTAMP_SUFFIX = len("-" + job_timestamp(0))  # what build_plan appends to the spec's name: -YYMMDD-HHMMSS
-MAX_JOB_NAME = 63
+MAX_JOB_NAME = conventions.MAX_JOB_NAME
 MAX_BASE_NAME = MAX_JOB_NAME - TIMESTAMP_SUFFIX  # 49
 JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 
