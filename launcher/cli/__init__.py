@@ -33,8 +33,10 @@ def _register() -> None:
     from launcher.cli import spec as cli_spec
     from launcher.cli import tune as cli_tune
     from launcher.cli import data as data_cli
+    from launcher.cli import data_layout, data_synth
 
-    data_cli.data.add_command(cli_prepare.prepare)
+    for command in (data_synth.synth, data_layout.convert, data_layout.split_command, cli_prepare.prepare):
+        data_cli.data.add_command(command)
     for command in (
         *cli_init.COMMANDS,
         *cli_spec.COMMANDS,

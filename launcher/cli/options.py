@@ -26,3 +26,10 @@ SET = click.option(
     metavar="KEY=VALUE",
     help="Override a spec field, e.g. instance.count=1 (value parsed as YAML).",
 )
+
+
+def positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A click callback: an integer option of at least 1."""
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1")
+    return value

@@ -10,6 +10,7 @@ import shutil
 import sys
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -230,3 +231,22 @@ def render_processing_dry_run(document: dict[str, Any]) -> str:
     console.print("\n[bold]CreateProcessingJob request[/bold]")
     console.print(json.dumps(document["request"], indent=2, default=str), markup=False)
     return out.getvalue().rstrip("\n")
+
+
+class _Quiet:
+    """Stands in for a progress bar when stderr is not a terminal (logs, CI): no partial lines."""
+
+    def __enter__(self) -> "_Quiet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+
+def progress(length: int, label: str):
+    if sys.stderr.isatty():
+        return click.progressbar(length=length, label=label, file=sys.stderr)
+    return _Quiet()
