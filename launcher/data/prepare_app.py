@@ -9,8 +9,8 @@ location of a JSON job description (written by `launcher/data/prepare_job.py`).
 Stages: read -> parse (bad rows counted; `fail` stops before anything is written; libsvm statistics gathered in
 the same pass) -> statistics (raw input: one aggregation) -> split eval -> balance (train negatives kept with
 probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> shuffle into
-the planned files (one full shuffle of the framed records over the network) -> write (one task per file) ->
-prepare.json.
+the planned files (one full shuffle of the framed records over the network) -> write (a task per file, or several
+files a task on a cluster with far fewer cores than files) -> prepare.json.
 """
 
 import argparse
@@ -28,6 +28,7 @@ QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
 SHOWN_BAD_ROWS = 5
+WRITE_TASKS_PER_CORE = 4
 SKETCH_BITS = 12  # a distinct-count sketch of 2**12 registers per column: ~1.6% standard error
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
@@ -239,16 +240,31 @@ def write_partition(index, chunks, paths):
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
-def write_parts(items, paths, job):
+def write_files(task, chunks, paths, tasks):
+    """Write task `task`'s files (task, task + tasks, ...) one after the other, each even when no row went to it:
+    its chunks arrive sorted by file."""
+    pending = list(range(task, len(paths), tasks))
+    for file, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
+        while pending[0] < file:
+            yield from write_partition(pending.pop(0), iter(()), paths)
+        yield from write_partition(pending.pop(0), group, paths)
+    for file in pending:
+        yield from write_partition(file, iter(()), paths)
+
+
+def write_parts(items, paths, job, cores):
     """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
-    records sorted by key within a file; one shuffle and one write task per file for all parts at once."""
+    records sorted by key within a file; one shuffle and one write stage for all parts at once: a task per file,
+    or, when the files outnumber the cluster's task slots (`cores`) by more than WRITE_TASKS_PER_CORE, that many
+    tasks per slot, each writing its files in turn (a task's fixed cost, ~50 ms of CPU, paid fewer times)."""
     layout, every_path = {}, []
     for part, part_paths in paths.items():
         layout[part] = (len(every_path), len(part_paths))
         every_path += part_paths
+    tasks = min(len(every_path), WRITE_TASKS_PER_CORE * cores)
     placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
-    placed = placed.partitionBy(len(every_path), lambda file: file)
-    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    placed = placed.repartitionAndSortWithinPartitions(tasks, lambda file: file % tasks)
+    written = placed.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks)).collect()
     for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
         try:
             os.rmdir(scratch)
@@ -478,7 +494,9 @@ def run(spark, job):
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
     # one pass: it fills the cache and gathers libsvm statistics
-    bad_count, rows, partial = parsed.mapPartitions(lambda items: tally_partition(items, job)).treeReduce(merge_tallies)
+    tallies = parsed.mapPartitions(lambda items: tally_partition(items, job))
+    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
+    bad_count, rows, partial = tallies.treeReduce(merge_tallies, depth)
     examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
     report = {
         "input": job["input"]["uri"],
@@ -523,7 +541,7 @@ def run(spark, job):
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
         split = split.union(evaluation.map(lambda item: ("eval", *item)))
     paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    report.update(write_parts(split, paths, job))
+    report.update(write_parts(split, paths, job, spark.sparkContext.defaultParallelism))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"
