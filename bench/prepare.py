@@ -27,9 +27,9 @@ def _group(process) -> str:
     command = " ".join(process.cmdline())
     if "java" in process.name() or "org.apache.spark" in command:
         return "JVM"
-    if "pyspark.daemon" in command or "pyspark/daemon" in command:
-        return "Python workers"
-    return "dfm"
+    if "launcher.cli" in command:
+        return "dfm"
+    return "Python workers"  # pyspark.daemon and the workers it forks (and Spark's launch scripts, ~0 s)
 
 
 def _dfm(args: list[str], cwd: Path, cores: set[int] | None = None) -> dict:
