@@ -1,6 +1,9 @@
-"""Item: `dfm data prepare --local` (local Spark, every core) against `dfm data convert` (one process) on the same
-libsvm click log, back to back in one run; records/s end to end, seconds per stage, and the write stage's tasks
-(one per file) for this spec and for configs/prepare-ps.yaml's cluster."""
+"""Item: `dfm data prepare configs/prepare-ps.yaml --local` as shipped (local Spark: 5% eval, negatives kept at a
+quarter, shuffle, statistics, 64 + 64 files) against `dfm data convert` (one process) on the same synthetic libsvm
+click log. Each command runs confined to one core or to two (sched_setaffinity, as `taskset -c 0` / `-c 0,1`; local
+Spark's `local[*]` follows the affinity), the contenders alternated round by round. Reported: CPU seconds per record
+of each command's whole process tree (Spark's JVM and Python workers included), prepare's wall time on 1 and 2 cores
+and its seconds per stage, and the same spec on 1,000 rows (the fixed cost: JVM, planning, 128 write tasks)."""
 
 from __future__ import annotations
 
@@ -12,172 +15,208 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
-from bench.common import REPO, add_table, fmt, run_sampled, section, verdict
+from bench.common import REPO, add_table, alternate, fmt, median, run_sampled, section, verdict
 
 STAGE = re.compile(r"\[dfm-prepare\] (\w+) ([0-9.]+)s")
+SPEC = REPO / "configs/prepare-ps.yaml"
+SMALL_ROWS = 1000
 
 
-def _dfm(*args: str, cpu: list[float] | None = None) -> tuple[float, str]:
-    """-> (wall seconds, stdout); cpu gets the CPU seconds of the command and everything it started (Spark's JVM
-    and Python workers are not waited for by the command, so its rusage misses them): on a shared machine the
-    wall time says little, the CPU time still compares."""
-    done, wall, by_label = run_sampled(
-        [sys.executable, "-m", "launcher.cli", *args], lambda process: "all", timeout=3600, cwd=REPO
+def _group(process) -> str:
+    """Which part of a command a process is: Spark's JVM, its Python workers, or the dfm command itself."""
+    command = " ".join(process.cmdline())
+    if "java" in process.name() or "org.apache.spark" in command:
+        return "JVM"
+    if "launcher.cli" in command:
+        return "dfm"
+    return "Python workers"  # pyspark.daemon and the workers it forks (and Spark's launch scripts, ~0 s)
+
+
+def _dfm(args: list[str], cwd: Path, cores: set[int] | None = None) -> dict:
+    """One command (confined to `cores`): wall and CPU seconds of its process tree by group, its stages, the
+    machine's 1-minute load when it started."""
+    load = os.getloadavg()[0]
+    confine = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    done, wall, by_group = run_sampled(
+        [sys.executable, "-m", "launcher.cli", *args],
+        _group,
+        timeout=3600,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        preexec_fn=confine,
     )
     if done.returncode:
         raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1])
-    if cpu is not None:
-        cpu.append(sum(by_label.values()))
-    return wall, done.stdout
+    stages = {name: float(s) for name, s in STAGE.findall(done.stdout)}
+    return {"wall": wall, "cpu": sum(by_group.values()), "by_group": by_group, "stages": stages, "load": load}
 
 
-def _spec(work: Path) -> Path:
-    spec = {
-        "name": "bench-prepare",
-        "role": "arn:aws:iam::123456789012:role/dfm",
-        "region": "us-east-1",
-        "framework": {"version": "2.14", "python": "py310"},
-        "output": "s3://dfm-bench/out/",
-        "entry_point": "deepfm-ps",
-        "instance": {"type": "ml.c5.2xlarge", "count": 2},
-        "distribution": "parameter_server",
-        "data": {"s3_shard": True, "train": "s3://dfm-bench/train/", "eval": "s3://dfm-bench/eval/"},
-        "prepare": {
-            "input": {"uri": "s3://dfm-bench/clicks/", "format": "libsvm", "local": str(work / "clicks/train")},
-            "eval_fraction": 0.05,
-            "stats": False,
-        },
-        "local": {"channels": {"train": str(work / "out/train"), "eval": str(work / "out/eval")}},
-    }
-    path = work / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+def _synth(folder: Path, rows: int) -> None:
+    folder.mkdir(parents=True)
+    _dfm(["data", "synth", "--format", "libsvm", "--rows", str(rows), "--files", "8", "--out", "data/clicks"], folder)
 
 
-def _write_tasks() -> dict[str, dict]:
+def _write_tasks() -> dict:
     from launcher.compile import compile_spec
     from launcher.data import prepare_job
 
-    found = {}
-    for name, path in (
-        ("bench spec (1 x ml.m5.4xlarge)", None),
-        ("configs/prepare-ps.yaml", REPO / "configs/prepare-ps.yaml"),
-    ):
-        if path is None:
-            with tempfile.TemporaryDirectory() as work:
-                found[name] = prepare_job.write_tasks(compile_spec(str(_spec(Path(work)))).spec)
-        else:
-            found[name] = prepare_job.write_tasks(compile_spec(str(path)).spec)
-    return found
+    return prepare_job.write_tasks(compile_spec(str(SPEC)).spec)
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    low, high = min(values), max(values)
+    return fmt(low, digits) if fmt(low, digits) == fmt(high, digits) else f"{fmt(low, digits)}-{fmt(high, digits)}"
 
 
 def measure(quick: bool, context: dict) -> dict:
     rows = 100_000 if quick else 1_000_000
+    repetitions = context.get("repetitions") or (1 if quick else 3)
+    both = os.cpu_count() >= 2
+    core_sets = {"1 core": {0}, **({"2 cores": {0, 1}} if both else {})}
     result = section(
         "Data preparation on local Spark",
-        "prepare --local (Spark, every core) at least 2x convert's "
-        "records/s (one process), with shuffle, eval split and the job's layout on top; "
-        "configs/prepare-ps.yaml writes with at least a task per vCPU",
-        f"`dfm data synth --format libsvm --rows {rows:,} --files 8`, then `dfm data prepare SPEC "
-        "--local` (2 hosts x 1 worker, 5% eval, shuffle) and `dfm data convert --files 2`; "
-        "`bench/prepare.py`",
+        "`dfm data prepare configs/prepare-ps.yaml --local` as shipped: at most 2x the converter's CPU time per "
+        "record, and at least 1.6x faster on 2 cores than on 1; configs/prepare-ps.yaml writes with at least a task "
+        "per vCPU",
+        f"`dfm data synth --format libsvm --rows {rows:,} --files 8 --out data/clicks`, then, alternated "
+        f"{repetitions}x: `taskset -c 0 dfm data convert data/clicks/train --out converted --files 2 --force`, "
+        "`taskset -c 0 dfm data prepare configs/prepare-ps.yaml --local --force` and the same with `-c 0,1`; "
+        f"the prepare also on {SMALL_ROWS:,} rows; `bench/prepare.py`",
     )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-prepare-"))
+    big, small = work / "big", work / "small"
+    runs: dict[str, list[dict]] = {}
+
+    def contender(name: str, args: list[str], folder: Path, cores: set[int]):
+        def run() -> float:
+            done = _dfm(args, folder, cores)
+            runs.setdefault(name, []).append(done)
+            return done["wall"]
+
+        return run
+
+    prepare = ["data", "prepare", str(SPEC), "--local", "--force"]
     try:
-        _dfm(
-            "data",
-            "synth",
-            "--format",
-            "libsvm",
-            "--rows",
-            str(rows),
-            "--files",
-            "8",
-            "--out",
-            str(work / "clicks"),
-            "--seed",
-            "5",
-        )
-        cpu: list[float] = []
-        loads = [os.getloadavg()[0]]  # the machine's load when each tool starts: the wall times depend on it
-        convert_s, _ = _dfm(
-            "data", "convert", str(work / "clicks/train"), "--out", str(work / "converted"), "--files", "2", cpu=cpu
-        )
-        loads.append(os.getloadavg()[0])
-        prepare_s, output = _dfm("data", "prepare", str(_spec(work)), "--local", cpu=cpu)
-        stages = {name: float(s) for name, s in STAGE.findall(output)}
-        report = json.loads((work / "out/prepare/prepare.json").read_text())
+        _synth(big, rows)
+        _synth(small, SMALL_ROWS)
+        contenders = {
+            "convert": contender(
+                "convert",
+                ["data", "convert", "data/clicks/train", "--out", "converted", "--files", "2", "--force"],
+                big,
+                {0},
+            )
+        }
+        for label, cores in core_sets.items():
+            contenders[f"prepare, {label}"] = contender(f"prepare, {label}", prepare, big, cores)
+            contenders[f"prepare {SMALL_ROWS:,} rows, {label}"] = contender(
+                f"prepare {SMALL_ROWS:,} rows, {label}", prepare, small, cores
+            )
+        alternate(contenders, repetitions)
+        stats = json.loads((big / "data/prepared/prepare/stats.json").read_text())
+        report = json.loads((big / "data/prepared/prepare/prepare.json").read_text())
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+    convert_cpu = median([r["cpu"] for r in runs["convert"]]) / rows
+    table = []
+    for name, done in runs.items():
+        count = SMALL_ROWS if "rows" in name else rows
+        cpu = [r["cpu"] for r in done]
+        groups = {g: median([r["by_group"].get(g, 0.0) for r in done]) for g in ("JVM", "Python workers", "dfm")}
+        table.append(
+            [
+                name,
+                _span([r["wall"] for r in done]),
+                fmt(count / median([r["wall"] for r in done])),
+                _span(cpu),
+                fmt(median(cpu) / count * 1e6, 1),
+                "" if "rows" in name else fmt(median(cpu) / count / convert_cpu, 2) + "x",
+                " / ".join(fmt(groups[g], 1) for g in groups) if name != "convert" else "",
+            ]
+        )
     add_table(
         result,
-        ["tool", "seconds", "records/s", "CPU seconds", "records per CPU second"],
         [
-            [
-                "dfm data convert (1 process)",
-                fmt(convert_s, 1),
-                fmt(rows / convert_s),
-                fmt(cpu[0], 1),
-                fmt(rows / cpu[0]),
-            ],
-            [
-                "dfm data prepare --local (Spark local[*])",
-                fmt(prepare_s, 1),
-                fmt(rows / prepare_s),
-                fmt(cpu[1], 1),
-                fmt(rows / cpu[1]),
-            ],
+            "command",
+            "wall s",
+            "records/s",
+            "CPU s",
+            "CPU us per record",
+            "vs convert",
+            "JVM / Python workers / dfm CPU s",
         ],
+        table,
+        caption=f"{rows:,} rows (and {SMALL_ROWS:,} for the fixed cost); ranges over {repetitions} alternated rounds",
     )
+    stage_rows = []
+    for label in core_sets:
+        done = runs[f"prepare, {label}"]
+        names = list(done[0]["stages"])
+        rest = median([r["wall"] - sum(r["stages"].values()) for r in done])
+        stage_rows.append([label, *(fmt(median([r["stages"][n] for r in done]), 1) for n in names), fmt(rest, 1)])
     add_table(
         result,
-        ["stage", "seconds"],
-        [[name, fmt(s, 1)] for name, s in stages.items()]
-        + [["JVM start, planning, Python workers (rest)", fmt(prepare_s - sum(stages.values()), 1)]],
-        caption="prepare's stages ([dfm-prepare] lines)",
+        ["prepare", *names, "rest: CLI, JVM start, planning, stop"],
+        stage_rows,
+        caption="prepare's stages ([dfm-prepare] lines), median seconds",
     )
-    ratio = (rows / prepare_s) / (rows / convert_s)
+    prepare_cpu = median([r["cpu"] for r in runs[f"prepare, {list(core_sets)[-1]}"]]) / rows
     verdict(
         result,
-        "prepare at least 2x convert",
-        ratio >= 2,
-        f"prepare {fmt(rows / prepare_s)} records/s = {fmt(ratio, 2)}x convert's {fmt(rows / convert_s)}",
+        "prepare at most 2x the converter's CPU per record",
+        prepare_cpu <= 2 * convert_cpu,
+        f"{fmt(prepare_cpu * 1e6, 1)} us against {fmt(convert_cpu * 1e6, 1)} us: "
+        f"{fmt(prepare_cpu / convert_cpu, 2)}x ({list(core_sets)[-1]})",
     )
+    if both:
+        ratios = [one["wall"] / two["wall"] for one, two in zip(runs["prepare, 1 core"], runs["prepare, 2 cores"])]
+        verdict(
+            result,
+            "prepare at least 1.6x faster on 2 cores than on 1",
+            median(ratios) >= 1.6,
+            f"{fmt(median(ratios), 2)}x (each round's 1-core wall / 2-core wall: "
+            f"{', '.join(fmt(r, 2) for r in ratios)})",
+        )
     tasks = _write_tasks()
     add_table(
         result,
         ["spec", "cluster vCPUs", "files per worker", "write tasks (train + eval)"],
         [
-            [name, t["cluster_vcpus"], t["files_per_worker"], f"{t['train_files']} + {t['eval_files']}"]
-            for name, t in tasks.items()
+            [
+                "configs/prepare-ps.yaml",
+                tasks["cluster_vcpus"],
+                tasks["files_per_worker"],
+                f"{tasks['train_files']} + {tasks['eval_files']}",
+            ]
         ],
         caption="the write stage: one task per file",
     )
-    ps = tasks["configs/prepare-ps.yaml"]
     verdict(
         result,
         "configs/prepare-ps.yaml writes with a task per vCPU",
-        ps["train_files"] >= ps["cluster_vcpus"],
-        f"{ps['train_files']} train-file tasks on {ps['cluster_vcpus']} vCPUs",
+        tasks["train_files"] >= tasks["cluster_vcpus"],
+        f"{tasks['train_files']} train-file tasks on {tasks['cluster_vcpus']} vCPUs",
+    )
+    loads = [r["load"] for done in runs.values() for r in done]
+    result["notes"].append(
+        f"1-minute load average when each command started: {fmt(min(loads), 1)}-{fmt(max(loads), 1)} "
+        f"(the machine's {os.cpu_count()} cores are shared): wall times depend on it, CPU seconds much less."
     )
     result["notes"].append(
-        "Scaling on SageMaker (on paper): read, parse, split, balance and encode are per input split with no data "
-        "movement; one shuffle moves each encoded output record once over the network to the executor writing its "
-        "file; writing is local and the ProcessingOutputs upload it. Time ~ input / (instances x cores) + one "
-        "shuffle of the output size."
+        "Scaling on SageMaker (on paper): read, parse, statistics, split, balance and encode are per input split "
+        "with no data movement (the statistics' partial aggregates are merged on the driver); one shuffle moves "
+        "each encoded output record once over the network to the executor writing its file; writing is local and "
+        "the ProcessingOutputs upload it. Time ~ input / (instances x cores) + one shuffle of the output size."
     )
     result["data"] = {
         "rows": rows,
-        "convert_s": convert_s,
-        "prepare_s": prepare_s,
-        "convert_cpu_s": cpu[0],
-        "prepare_cpu_s": cpu[1],
-        "load_average": os.getloadavg(),
-        "load_at_start": {"convert": loads[0], "prepare": loads[1]},
-        "stages": stages,
+        "repetitions": repetitions,
+        "runs": runs,
+        "convert_cpu_us_per_record": convert_cpu * 1e6,
+        "prepare_cpu_us_per_record": prepare_cpu * 1e6,
         "train_rows": report["train"]["rows"],
+        "feature_size": stats["feature_size"],
         "write_tasks": tasks,
     }
     return result

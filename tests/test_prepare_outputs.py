@@ -8,6 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prepare_support import write_clicks, write_spec
 
@@ -164,3 +165,22 @@ def test_gzip_bytes_read_as_text_are_named(app):
     shown = "day_0: 0 id:value pairs, expected 39: " + repr("\x1f\ufffd\x08\x00abc")
     with pytest.raises(SystemExit, match="gzip-compressed data: Spark decompresses only files whose names end in .gz"):
         app.check_read("train", "s3://b/c/", 0, 1, [shown], "skip")
+
+
+def test_a_write_task_of_several_files_writes_each_even_an_empty_one(app, tmp_path):
+    """On a cluster with far fewer cores than files a task writes files task, task + tasks, ...: each complete,
+    its records sorted by key, and a file no row went to written empty (the layout stays whole)."""
+    from launcher.data import prepare_codec as codec
+
+    paths = [str(tmp_path / f"out/train/part-{k:05d}.tfrecord") for k in range(7)]
+    data, lengths = codec.frame(*codec.encode_records([b"a", b"b", b"c"]), codec.crc32c_function())
+    one = len(data) // 3
+    # task 1 of 3 writes files 1 and 4; file 4 got two chunks, file 1 none
+    chunks = [
+        (4, (np.array([9]), lengths[:1], data[:one].tobytes(), 1)),
+        (4, (np.array([3]), lengths[1:2], data[one : 2 * one].tobytes(), 0)),
+    ]
+    assert list(app.write_files(1, iter(chunks), paths, 3)) == [(1, 0, 0), (4, 2, 1)]
+    assert Path(paths[1]).read_bytes() == b""
+    assert Path(paths[4]).read_bytes() == data[one : 2 * one].tobytes() + data[:one].tobytes()  # sorted by key
+    assert sorted(p.name for p in (tmp_path / "out/train").iterdir()) == ["part-00001.tfrecord", "part-00004.tfrecord"]

@@ -147,7 +147,12 @@ def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark)
     assert all(abs(count - rows / files) < 4 * spread for count in report["train"]["per_file"])
     meta = json.loads((tmp_path / "out/prepare/prepare.json").read_text())
     assert meta["rows"] == 3000 and meta["bad_rows"] == 0
-    assert (tmp_path / "out/prepare/stats.json").is_file()
+    stats = json.loads((tmp_path / "out/prepare/stats.json").read_text())  # gathered by the read pass
+    assert stats["rows"] == 3000 and stats["positive_rate"] == pytest.approx(labels.mean())
+    assert stats["columns"]["field1"] == {"kind": "indexed", "distinct": 7, "max_id": 7}
+    assert stats["columns"]["field2"] == {"kind": "indexed", "distinct": 11, "max_id": 20}
+    assert stats["columns"]["field0"] == {"kind": "indexed", "distinct": 1, "max_id": 0}
+    assert stats["feature_size"] == 21
 
 
 def test_shuffle_mixes_the_input_order(tmp_path, spark):

@@ -6,10 +6,11 @@ parsers and encoder, in --py-files) and runs in the Spark image (numpy; no Tenso
 `launcher`), and `dfm data prepare --local` runs the very same files on local Spark. Its one argument is the
 location of a JSON job description (written by `launcher/data/prepare_job.py`).
 
-Stages: read -> parse (bad rows counted; `fail` stops before anything is written) -> statistics -> split eval
--> balance (train negatives kept with probability negative_rate) -> encode tf.train.Examples and frame them, a
-block of rows at a time -> shuffle into the planned files (one full shuffle of the framed records over the
-network) -> write (one task per file) -> prepare.json.
+Stages: read -> parse (bad rows counted; `fail` stops before anything is written; libsvm statistics gathered in
+the same pass) -> statistics (raw input: one aggregation) -> split eval -> balance (train negatives kept with
+probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> shuffle into
+the planned files (one full shuffle of the framed records over the network) -> write (a task per file, or several
+files a task on a cluster with far fewer cores than files) -> prepare.json.
 """
 
 import argparse
@@ -27,6 +28,8 @@ QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
 SHOWN_BAD_ROWS = 5
+WRITE_TASKS_PER_CORE = 4
+SKETCH_BITS = 12  # a distinct-count sketch of 2**12 registers per column: ~1.6% standard error
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
 
@@ -103,9 +106,8 @@ def take(block, mask):
 
 
 def block_rows(block):
-    """The parsed rows again (for the statistics' DataFrame): libsvm (label, ids)."""
-    labels, payload = block
-    return zip(labels.tolist(), payload[0].tolist()) if isinstance(payload, tuple) else payload
+    """The parsed raw rows again (for the statistics' DataFrame)."""
+    return block[1]
 
 
 def libsvm_partition(lines, job, origin):
@@ -238,16 +240,31 @@ def write_partition(index, chunks, paths):
     yield index, len(keys), sum(c[1][3] for c in chunks)
 
 
-def write_parts(items, paths, job):
+def write_files(task, chunks, paths, tasks):
+    """Write task `task`'s files (task, task + tasks, ...) one after the other, each even when no row went to it:
+    its chunks arrive sorted by file."""
+    pending = list(range(task, len(paths), tasks))
+    for file, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
+        while pending[0] < file:
+            yield from write_partition(pending.pop(0), iter(()), paths)
+        yield from write_partition(pending.pop(0), group, paths)
+    for file in pending:
+        yield from write_partition(file, iter(()), paths)
+
+
+def write_parts(items, paths, job, cores):
     """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
-    records sorted by key within a file; one shuffle and one write task per file for all parts at once."""
+    records sorted by key within a file; one shuffle and one write stage for all parts at once: a task per file,
+    or, when the files outnumber the cluster's task slots (`cores`) by more than WRITE_TASKS_PER_CORE, that many
+    tasks per slot, each writing its files in turn (a task's fixed cost, ~50 ms of CPU, paid fewer times)."""
     layout, every_path = {}, []
     for part, part_paths in paths.items():
         layout[part] = (len(every_path), len(part_paths))
         every_path += part_paths
+    tasks = min(len(every_path), WRITE_TASKS_PER_CORE * cores)
     placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
-    placed = placed.partitionBy(len(every_path), lambda file: file)
-    written = placed.mapPartitionsWithIndex(lambda i, chunks: write_partition(i, chunks, every_path)).collect()
+    placed = placed.repartitionAndSortWithinPartitions(tasks, lambda file: file % tasks)
+    written = placed.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks)).collect()
     for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
         try:
             os.rmdir(scratch)
@@ -269,37 +286,122 @@ def write_parts(items, paths, job):
 
 
 # ------------------------------------------------------------------------------------------------ stats
+# libsvm statistics are gathered while the read pass parses (`tally_partition`): the ids are already numpy blocks
+# there, and a DataFrame of them would turn every row back into a Python tuple, which cost more than the rest of
+# the job. Distinct counts come from a HyperLogLog sketch per column (Ertl's estimator, no bias tables), merged
+# across partitions by an elementwise max.
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def sketch_add(registers, ids):
+    """Add ids int[n, F] to registers uint8[F, 2**SKETCH_BITS] (column k's ids into row k), in place. The id's
+    splitmix64 hash: its top bits pick a register, the next 32 give the rank (leading zeros + 1, at most 33)."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + _MIX[0]
+        z = (z ^ (z >> np.uint64(30))) * _MIX[1]
+        z = (z ^ (z >> np.uint64(27))) * _MIX[2]
+        z ^= z >> np.uint64(31)
+    cells = registers.shape[1]
+    slot = (z >> np.uint64(64 - SKETCH_BITS)).astype(np.intp) + np.arange(ids.shape[1]) * cells
+    rest = ((z >> np.uint64(32 - SKETCH_BITS)) & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    bits = (rest.view(np.uint64) >> np.uint64(52)).astype(np.int64) - 1022  # bit length (0 -> about -1022)
+    np.maximum.at(registers.reshape(-1), slot.ravel(), np.minimum(33 - bits, 33).astype(np.uint8).ravel())
+
+
+def sketch_count(registers):
+    """Distinct ids estimated from each column's registers (Ertl 2017, "New cardinality estimation algorithms for
+    HyperLogLog sketches", the improved raw estimator: accurate from 0 up without bias tables)."""
+    cells, top = registers.shape[1], 33
+
+    def sigma(x):
+        if x == 1.0:
+            return float("inf")
+        y, total = 1.0, x
+        while True:
+            x *= x
+            before, total = total, total + x * y
+            y += y
+            if total == before:
+                return total
+
+    def tau(x):
+        if x in (0.0, 1.0):
+            return 0.0
+        y, total = 1.0, 1.0 - x
+        while True:
+            x = x**0.5
+            y *= 0.5
+            before, total = total, total - (1.0 - x) ** 2 * y
+            if total == before:
+                return total / 3.0
+
+    counts = []
+    for column in registers:
+        c = np.bincount(column, minlength=top + 1).astype(np.float64)
+        z = cells * tau(1.0 - c[top] / cells)
+        for k in range(top - 1, 0, -1):
+            z = 0.5 * (z + c[k])
+        z += cells * sigma(c[0] / cells)
+        counts.append(0 if z == float("inf") else round(cells * cells / (2 * np.log(2)) / z))
+    return counts
+
+
+def tally_partition(items, job):
+    """One partition's (bad rows, good rows, statistics' partial) in the read pass; the partial (libsvm with
+    statistics on, else None) is [label sum, largest id per column, the columns' sketch registers]."""
+    gather = job["input"]["format"] == "libsvm" and job.get("stats", True)
+    bad = rows = 0
+    partial = None
+    for kind, block in items:
+        if kind == "bad":
+            bad += 1
+            continue
+        labels = block[0]
+        rows += len(labels)
+        if gather:
+            ids = block[1][0]
+            if partial is None:
+                partial = [
+                    0.0,
+                    np.full(ids.shape[1], -1, np.int64),
+                    np.zeros((ids.shape[1], 1 << SKETCH_BITS), np.uint8),
+                ]
+            partial[0] += float(labels.sum(dtype=np.float64))
+            np.maximum(partial[1], ids.max(axis=0), out=partial[1])
+            sketch_add(partial[2], ids)
+    yield bad, rows, partial
+
+
+def merge_tallies(a, b):
+    if a[2] is None or b[2] is None:
+        partial = a[2] if b[2] is None else b[2]
+    else:
+        partial = [a[2][0] + b[2][0], np.maximum(a[2][1], b[2][1]), np.maximum(a[2][2], b[2][2])]
+    return a[0] + b[0], a[1] + b[1], partial
+
+
+def indexed_statistics(rows, partial, field_size):
+    """libsvm statistics from the read pass's merged partial: per field the distinct ids and the largest."""
+    labels, largest, registers = partial if partial is not None else (0.0, [-1] * field_size, None)
+    distinct = sketch_count(registers) if registers is not None else [0] * field_size
+    columns = {
+        f"field{k}": {"kind": "indexed", "distinct": int(distinct[k]), "max_id": int(largest[k])}
+        for k in range(field_size)
+    }
+    return {
+        "rows": rows,
+        "positive_rate": labels / rows if rows else 0.0,
+        "columns": columns,
+        "feature_size": 1 + max([c["max_id"] for c in columns.values()] + [-1]),
+    }
+
+
 def statistics(spark, good, job):
-    """Per column over every good row: approx distinct, missing share, quantiles, multi-hot lengths; the
-    positive rate. One aggregation pass over a DataFrame of the parsed rows."""
+    """Raw input, per column over every good row: approx distinct, missing share, quantiles, multi-hot lengths;
+    the positive rate. One aggregation pass over a DataFrame of the parsed rows."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if job["input"]["format"] == "libsvm":
-        field_size = job["field_size"]
-        schema = T.StructType(
-            [T.StructField("label", T.DoubleType())] + [T.StructField(f"f{k}", T.LongType()) for k in range(field_size)]
-        )
-        rows = good.map(lambda p: (float(p[0]), *[int(i) for i in p[1]]))
-        frame_ = spark.createDataFrame(rows, schema)
-        aggs = [F.count(F.lit(1)).alias("rows"), F.avg("label").alias("positive_rate")]
-        for k in range(field_size):
-            aggs += [F.approx_count_distinct(f"f{k}").alias(f"d{k}"), F.max(f"f{k}").alias(f"m{k}")]
-        result = frame_.agg(*aggs).first().asDict()
-        columns = {
-            f"field{k}": {
-                "kind": "indexed",
-                "distinct": int(result[f"d{k}"] or 0),
-                "max_id": int(result[f"m{k}"] if result[f"m{k}"] is not None else -1),
-            }
-            for k in range(field_size)
-        }
-        return {
-            "rows": int(result["rows"]),
-            "positive_rate": float(result["positive_rate"] or 0.0),
-            "columns": columns,
-            "feature_size": 1 + max([c["max_id"] for c in columns.values()] + [-1]),
-        }
     features = job["features"]
     numeric, categorical, bags = features["numeric"], features["categorical"], list(features["multi_hot"])
     schema = T.StructType(
@@ -391,9 +493,10 @@ def run(spark, job):
     parsed = read_parsed(spark, job["input"]["uri"], job)
     parsed = parsed.persist(spill)
     bad = parsed.filter(lambda item: item[0] == "bad")
-    bad_count, rows = parsed.map(lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))).fold(
-        (0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1])
-    )  # one pass: it also fills the cache
+    # one pass: it fills the cache and gathers libsvm statistics
+    tallies = parsed.mapPartitions(lambda items: tally_partition(items, job))
+    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
+    bad_count, rows, partial = tallies.treeReduce(merge_tallies, depth)
     examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
     report = {
         "input": job["input"]["uri"],
@@ -421,7 +524,10 @@ def run(spark, job):
         check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
         eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     if job.get("stats", True):
-        report["stats"] = statistics(spark, good.flatMap(block_rows), job)
+        if job["input"]["format"] == "libsvm":
+            report["stats"] = indexed_statistics(rows, partial, job["field_size"])
+        else:
+            report["stats"] = statistics(spark, good.flatMap(block_rows), job)
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
         _write_json(job["report_dir"], "stats.json", report["stats"])
     if job.get("stats_only"):
@@ -435,7 +541,7 @@ def run(spark, job):
         evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
         split = split.union(evaluation.map(lambda item: ("eval", *item)))
     paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    report.update(write_parts(split, paths, job))
+    report.update(write_parts(split, paths, job, spark.sparkContext.defaultParallelism))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"
