@@ -24,10 +24,11 @@ SECTION = {
 
 @pytest.fixture
 def app(monkeypatch):
-    """The Spark application module itself, loaded as Spark's workers load it (its codec by its own name)."""
-    from launcher.data import prepare_codec
+    """The Spark application module itself, loaded as Spark's workers load it (its modules by their own names)."""
+    from launcher.data import prepare_codec, prepare_app_stats
 
     monkeypatch.setitem(sys.modules, "prepare_codec", prepare_codec)
+    monkeypatch.setitem(sys.modules, "prepare_app_stats", prepare_app_stats)
     spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -3,25 +3,16 @@ sketch against exact counts, and one partition's tally merged with another's (nu
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 
-from launcher.data import prepare_job
+from launcher.data import prepare_app_stats
 
 
 @pytest.fixture
-def app(monkeypatch):
-    """The Spark application module itself, loaded as Spark's workers load it (its codec by its own name)."""
-    from launcher.data import prepare_codec
-
-    monkeypatch.setitem(sys.modules, "prepare_codec", prepare_codec)
-    spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def app():
+    """The statistics module, as the Spark application imports it (numpy only, so it loads as it is)."""
+    return prepare_app_stats
 
 
 def sketched(app, ids: np.ndarray) -> np.ndarray:

@@ -20,7 +20,8 @@ from launcher.data.split import Layout
 from launcher.spec import Spec
 
 APP = Path(__file__).with_name("prepare_app.py")  # the Spark application (submit_app)
-APP_MODULES = (Path(__file__).with_name("prepare_codec.py"),)  # what it imports, shipped beside it (--py-files)
+# What the application imports, shipped beside it (--py-files).
+APP_MODULES = tuple(Path(__file__).with_name(f"{name}.py") for name in ("prepare_codec", "prepare_app_stats"))
 CONTAINER_OUTPUT = "/opt/ml/processing/output"  # ProcessingOutput sources: one folder per channel, and the report
 REPORT = "report"
 JOB_FILE = "prepare-job.json"
