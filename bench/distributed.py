@@ -98,6 +98,8 @@ def _make_data(work: Path, rows: int) -> dict[str, Path]:
             *sorted(str(p) for p in (data / "train").iterdir()),
             "--out",
             str(split),
+            "--hosts",
+            "2",  # ShardedByS3Key: each of 2 hosts gets its own file of every channel
             "--workers",
             "4",
             "--multi-path",
