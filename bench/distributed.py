@@ -355,6 +355,21 @@ def _steady_columns(measured: Runs, key, cores: int) -> list[str]:
     return [fmt(per_k, 1), busy_text or "n/a", per_process]
 
 
+def busiest_host_ms(measured: Runs, key) -> float:
+    """CPU ms per 1,000 examples of the host that spends the most (steady part, median over repetitions): with
+    every host on cores of its own, the one that bounds the run's speed."""
+    values = []
+    for (seconds, cpu), rate in zip(measured.steady[key], measured.rates[key]):
+        per_host: dict[str, float] = {}
+        for name, value in cpu.items():
+            if " " in name:
+                host = name.split(" ", 1)[0]
+                per_host[host] = per_host.get(host, 0.0) + value
+        if per_host and seconds == seconds:
+            values.append(1e6 * max(per_host.values()) / (seconds * rate))
+    return median(values)
+
+
 def measure(quick: bool, context: dict) -> dict:
     repetitions = context.get("repetitions") or (1 if quick else 3)
     machine_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -423,9 +438,11 @@ def _weak_report(result: dict, runs: dict, measured: Runs, own_cores: bool) -> N
                 verdict(result, f"{kind}, {model.label}: {HOSTS} hosts vs 1", None, reason)
                 continue
             many = median(measured.rates[many_key])
+            one_ms, many_ms = busiest_host_ms(measured, one_key), busiest_host_ms(measured, many_key)
             detail = (
                 f"{fmt(one)} vs {fmt(many)} examples/s ({many / one:.2f}x, efficiency "
-                f"{efficiency(one, many, HOSTS):.2f})"
+                f"{efficiency(one, many, HOSTS):.2f}); busiest host's CPU per 1,000 examples {fmt(one_ms, 1)} vs "
+                f"{fmt(many_ms, 1)} ms, so with each host's cores fully its own at most {one_ms / many_ms:.2f}x"
             )
             if kind == PS and own_cores:
                 verdict(

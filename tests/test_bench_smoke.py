@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import cpu_between, machine, run_sampled, run_sampled_window, section, verdict, versions
-from bench.distributed import efficiency, eval_seconds, host_busy, label_of, throughput
+from bench.distributed import Runs, busiest_host_ms, efficiency, eval_seconds, host_busy, label_of, throughput
 from bench.report import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,3 +174,11 @@ def test_weak_scaling_figures():
     assert efficiency(1000.0, 1500.0, 2) == pytest.approx(0.75)
     busy = host_busy({"algo-1 ps": 1.0, "algo-1 worker": 2.0, "algo-2 worker": 1.5, "launcher": 0.4}, 4.0, 1)
     assert busy == {"algo-1": pytest.approx(0.75), "algo-2": pytest.approx(0.375)}
+
+
+def test_the_busiest_hosts_cpu_per_example_bounds_a_run_on_cores_of_its_own():
+    key = ("weak", "parameter server", "demo", 2)
+    runs = Runs.empty([key])
+    runs.rates[key] = [2000.0]  # examples/s; over 10 s: 20,000 examples
+    runs.steady[key] = [(10.0, {"algo-1 ps": 3.0, "algo-1 worker": 5.0, "algo-2 worker": 6.0, "launcher": 9.0})]
+    assert busiest_host_ms(runs, key) == pytest.approx(400.0)  # algo-1: 8 CPU s / 20 (thousand examples)
