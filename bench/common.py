@@ -65,17 +65,18 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
 def run_sampled_window(
     argv: list[str], label: Callable[[object], str], timeout: float, mark: Callable[[str], bool] | None, **kwargs
 ):
-    """run_sampled plus the steady part of the run: (seconds, {label: CPU seconds}) between the first and the
-    last output line (stdout or stderr) that mark(line) accepts, e.g. a training run's first and last metric
-    lines, so start-up, tracing and tear-down are left out; (nan, {}) when fewer than two lines matched."""
+    """run_sampled plus the steady part of the run: (seconds, {label: CPU seconds}, first line, last line) between
+    the first and the last output line (stdout or stderr) that mark(line) accepts, e.g. a training run's first and
+    last metric lines, so start-up, tracing and tear-down are left out; (nan, {}, "", "") when fewer than two
+    samples saw such lines. The lines are those the samples that open and close the window had seen last."""
     import subprocess
     import tempfile
 
     import psutil
 
     seen: dict[int, tuple[str, float]] = {}
-    first = last = None  # (time, snapshot of seen) when the first / the latest marked line had appeared
-    marked, read, pending = 0, [0, 0], ["", ""]
+    first = last = None  # (time, snapshot of seen, line) when the first / the latest marked line had appeared
+    marked, read, pending, lines_marked = 0, [0, 0], ["", ""], []
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(argv, stdout=out, stderr=err, text=True, **kwargs)
@@ -89,7 +90,8 @@ def run_sampled_window(
                     chunk = os.pread(stream.fileno(), 1 << 20, read[i])
                     read[i] += len(chunk)
                     *lines, pending[i] = (pending[i] + chunk.decode(errors="replace")).split("\n")
-                    marked += sum(1 for line in lines if mark(line))
+                    lines_marked += [line for line in lines if mark(line)]
+                marked = len(lines_marked)
             try:
                 tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
             except psutil.Error:
@@ -104,7 +106,7 @@ def run_sampled_window(
                 except psutil.Error:
                     pass
             if marked > before:
-                snapshot = (time.perf_counter(), dict(seen))
+                snapshot = (time.perf_counter(), dict(seen), lines_marked[-1])
                 first, last = first or snapshot, snapshot
             time.sleep(0.2)
         wall = time.perf_counter() - start
@@ -115,8 +117,8 @@ def run_sampled_window(
     for name, cpu in seen.values():
         by_label[name] = by_label.get(name, 0.0) + cpu
     if first is None or last is first:
-        return done, wall, by_label, (float("nan"), {})
-    return done, wall, by_label, (last[0] - first[0], cpu_between(first[1], last[1]))
+        return done, wall, by_label, (float("nan"), {}, "", "")
+    return done, wall, by_label, (last[0] - first[0], cpu_between(first[1], last[1]), first[2], last[2])
 
 
 def cpu_between(first: dict[int, tuple[str, float]], last: dict[int, tuple[str, float]]) -> dict[str, float]:

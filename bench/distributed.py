@@ -179,6 +179,16 @@ def efficiency(one: float, many: float, hosts: int) -> float:
     return many / (hosts * one)
 
 
+STEP = re.compile(r"\bstep=([0-9]+)")
+
+
+def examples_between(first: str, last: str, per_step: int) -> int:
+    """Examples trained between two train lines: their steps apart times the examples of a step (a parameter
+    server's step is one worker's batch; a synchronous step is every replica's)."""
+    steps = [int(m.group(1)) if (m := STEP.search(line)) else 0 for line in (first, last)]
+    return (steps[1] - steps[0]) * per_step
+
+
 def host_busy(cpu: dict[str, float], seconds: float, cores: int) -> dict[str, float]:
     """Each host's share of its cores that its processes used over `seconds` ({label: CPU s}, labels
     `host part`); the launcher and mpirun belong to no host."""
@@ -208,7 +218,7 @@ class Runs:
     walls: dict
     cpus: dict
     roles: dict
-    steady: dict  # [(seconds, {label: CPU s})]
+    steady: dict  # [(seconds, {label: CPU s}, examples)] between the first and the last train line
     loads: dict
     evals: dict
     failures: dict
@@ -325,7 +335,9 @@ def _run_all(runs: dict, repetitions: int, quick: bool, run_dir: Path) -> Runs:
                 continue
             config, sets, channels = runs[key]
             load = os.getloadavg()[0]
-            done, wall, by_role, steady = _launch(config, sets, channels, run_dir, 300 if quick else 900)
+            done, wall, by_role, (seconds, steady_cpu, first, last) = _launch(
+                config, sets, channels, run_dir, 300 if quick else 900
+            )
             output = done.stdout + done.stderr
             rate, reports = throughput(output)
             if done.returncode != 0 or not reports:
@@ -336,18 +348,25 @@ def _run_all(runs: dict, repetitions: int, quick: bool, run_dir: Path) -> Runs:
             done_runs.walls[key].append(wall)
             done_runs.cpus[key].append(sum(by_role.values()))
             done_runs.roles[key].append(by_role)
-            done_runs.steady[key].append(steady)
+            done_runs.steady[key].append((seconds, steady_cpu, examples_between(first, last, per_step(key))))
             done_runs.loads[key].append(load)
             done_runs.evals[key].append(eval_seconds(output))
     return done_runs
 
 
+def per_step(key) -> int:
+    """Examples of one step of a run: a weak-scaling row's batch, times its hosts under a synchronous strategy."""
+    if key[0] != "weak":
+        return BATCH
+    return MODELS[key[2]].batch * (1 if key[1] == PS else key[3])
+
+
 def _steady_columns(measured: Runs, key, cores: int) -> list[str]:
     """CPU ms per 1,000 examples, each host's cores busy, each process's share of a core: steady part only."""
-    steady = [(s, cpu, r) for (s, cpu), r in zip(measured.steady[key], measured.rates[key]) if cpu and s == s]
+    steady = [(s, cpu, n) for s, cpu, n in measured.steady[key] if cpu and s == s and n > 0]
     if not steady:
         return ["n/a", "n/a", "n/a"]
-    per_k = median([1e6 * sum(cpu.values()) / (s * rate) for s, cpu, rate in steady])
+    per_k = median([1e6 * sum(cpu.values()) / n for s, cpu, n in steady])
     busy = [host_busy(cpu, s, cores) for s, cpu, _ in steady]
     hosts = sorted({host for sample in busy for host in sample})
     busy_text = ", ".join(f"{host} {fmt(100 * median([b.get(host, 0.0) for b in busy]))}%" for host in hosts)
@@ -359,14 +378,14 @@ def busiest_host_ms(measured: Runs, key) -> float:
     """CPU ms per 1,000 examples of the host that spends the most (steady part, median over repetitions): with
     every host on cores of its own, the one that bounds the run's speed."""
     values = []
-    for (seconds, cpu), rate in zip(measured.steady[key], measured.rates[key]):
+    for seconds, cpu, examples in measured.steady[key]:
         per_host: dict[str, float] = {}
         for name, value in cpu.items():
             if " " in name:
                 host = name.split(" ", 1)[0]
                 per_host[host] = per_host.get(host, 0.0) + value
-        if per_host and seconds == seconds:
-            values.append(1e6 * max(per_host.values()) / (seconds * rate))
+        if per_host and examples > 0:
+            values.append(1e6 * max(per_host.values()) / examples)
     return median(values)
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from bench.common import cpu_between, machine, run_sampled, run_sampled_window, section, verdict, versions
-from bench.distributed import Runs, busiest_host_ms, efficiency, eval_seconds, host_busy, label_of, throughput
+from bench.distributed import (
+    Runs,
+    busiest_host_ms,
+    efficiency,
+    eval_seconds,
+    examples_between,
+    host_busy,
+    label_of,
+    throughput,
+)
 from bench.report import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,13 +160,13 @@ def test_run_sampled_window_times_only_the_part_between_the_marked_lines():
         "def burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
         "burn(0.8); print('mark', flush=True); burn(0.6); print('mark', flush=True); time.sleep(0.5)"
     )
-    done, _, total, (seconds, window) = run_sampled_window(
+    done, _, total, (seconds, window, first, last) = run_sampled_window(
         [sys.executable, "-c", code], lambda p: "script", timeout=60, mark=lambda line: line == "mark"
     )
     assert done.returncode == 0
     assert total["script"] >= 1.2, total
     assert 0.2 <= window["script"] <= 1.0, window  # the 0.6 s burn, give or take a sample (0.2 s) at each end
-    assert seconds > 0
+    assert seconds > 0 and first == last == "mark"
 
 
 def test_processes_are_labelled_by_host_and_part():
@@ -179,6 +188,12 @@ def test_weak_scaling_figures():
 def test_the_busiest_hosts_cpu_per_example_bounds_a_run_on_cores_of_its_own():
     key = ("weak", "parameter server", "demo", 2)
     runs = Runs.empty([key])
-    runs.rates[key] = [2000.0]  # examples/s; over 10 s: 20,000 examples
-    runs.steady[key] = [(10.0, {"algo-1 ps": 3.0, "algo-1 worker": 5.0, "algo-2 worker": 6.0, "launcher": 9.0})]
+    cpu = {"algo-1 ps": 3.0, "algo-1 worker": 5.0, "algo-2 worker": 6.0, "launcher": 9.0}
+    runs.steady[key] = [(10.0, cpu, 20_000)]
     assert busiest_host_ms(runs, key) == pytest.approx(400.0)  # algo-1: 8 CPU s / 20 (thousand examples)
+
+
+def test_examples_between_two_train_lines_come_from_their_steps():
+    first = "[algo-1/master] [dfm] train step=25 loss=0.5 auc=0.6 examples_per_sec=100.0"
+    last = "[algo-1/master] [dfm] train step=400 loss=0.5 auc=0.6 examples_per_sec=100.0"
+    assert examples_between(first, last, 1024) == 375 * 1024
