@@ -57,7 +57,13 @@ MODELS = {
 # distribution -> (config, which channels, --set lines of every run); Horovod one rank per host
 WEAK = {
     PS: ("configs/ps.yaml", "files", []),
-    HOROVOD: ("configs/horovod.yaml", "split", ["distribution.horovod.processes_per_host=1"]),
+    # Open MPI's ranks busy-poll while they wait: on a host of one core that takes the core from the rank's own
+    # TensorFlow threads (2 hosts ran at under half the speed they do yielding)
+    HOROVOD: (
+        "configs/horovod.yaml",
+        "split",
+        ["distribution.horovod.processes_per_host=1", "environment.OMPI_MCA_mpi_yield_when_idle=1"],
+    ),
     MWMS: ("configs/mirrored-gpu.yaml", "files", []),
 }
 
@@ -163,14 +169,16 @@ def process_label(process) -> str:
 
 
 def label_of(environ: dict, command: str, cwd: str = "") -> str:
-    """The launcher starts a host's ps server in that host's folder (named after it), without SM_CURRENT_HOST."""
+    """The host is the folder `--local` runs the process in (`<run>/hosts/<host>/...`): a ps server has no
+    SM_CURRENT_HOST, and under MPI every rank has the first host's."""
     if "launcher.cli" in command or command.endswith("/dfm") or "/dfm " in command:
         return "launcher"
     if any(word in command for word in ("mpirun", "horovodrun", "orted", "prterun")):
         return "mpirun"
     task = json.loads(environ.get("TF_CONFIG") or "{}").get("task", {}).get("type")
     role = {"master": "chief"}.get(task, task) if task else "script"
-    host = environ.get("SM_CURRENT_HOST") or (Path(cwd).name if task == "ps" and cwd else None)
+    parts = Path(cwd).parts
+    host = parts[parts.index("hosts") + 1] if "hosts" in parts[:-1] else environ.get("SM_CURRENT_HOST")
     return f"{host} {role}" if host else role
 
 
@@ -570,7 +578,8 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "server) or per replica (Horovod, MultiWorkerMirrored), so n hosts train n batches per step.",
         "Parameter server at n hosts: algo-1 runs a ps server, the chief and the chief's own worker task; algo-2 a ps "
         "server and a worker (`configs/ps.yaml`, File mode, ShardedByS3Key emulated over 8 files). Horovod: "
-        "`configs/horovod.yaml` (tf-2.12 runtime, Pipe mode, 4 channels, multi-path) with one rank per host. "
+        "`configs/horovod.yaml` (tf-2.12 runtime, Pipe mode, 4 channels, multi-path) with one rank per host and "
+        "`--set environment.OMPI_MCA_mpi_yield_when_idle=1` (a rank waiting in MPI yields its one core). "
         "MultiWorkerMirrored: `configs/mirrored-gpu.yaml` (tf-2.21 runtime, FastFile) with one CPU replica per host.",
         "Steady columns (where a step's time goes): CPU time of each process between the run's first and last train "
         "line (start-up, tracing, the final evaluation and tear-down left out), sampled every 0.2 s: CPU ms per 1,000 "
@@ -591,6 +600,8 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "CPU s: user + system time of every process of the run, start-up included (about 2-3 s of importing "
         "TensorFlow per process). examples/s: per process, the median of its metric lines after the first, then "
         "summed over the processes that report one (rank 0 or the chief reports all workers' examples). "
-        "load (1 min): this machine's load average when the run started (other work disturbs confined runs most).",
+        "load (1 min): this machine's load average when the run started (other work disturbs confined runs most). "
+        "The launcher (relaying output, watching the processes) and this bench's sampler run on no host's cores: "
+        "with one host they have the other core to themselves, with two they take a few % of the hosts' cores.",
         f"{repetitions} run(s) of each row, in an order that rotates between rounds.",
     ]

@@ -171,7 +171,9 @@ def test_run_sampled_window_times_only_the_part_between_the_marked_lines():
 
 def test_processes_are_labelled_by_host_and_part():
     ps = '{"task": {"type": "ps", "index": 1}}'
-    assert label_of({"TF_CONFIG": ps}, "python ps_server.py", "/tmp/run/job/algo-2") == "algo-2 ps"
+    assert label_of({"TF_CONFIG": ps}, "python ps_server.py", "/tmp/run/job/hosts/algo-2") == "algo-2 ps"
+    rank = {"SM_CURRENT_HOST": "algo-1"}  # mpirun exports the first host's
+    assert label_of(rank, "python train_horovod.py", "/tmp/run/job/hosts/algo-2/code") == "algo-2 script"
     master = '{"task": {"type": "master", "index": 0}}'
     assert label_of({"TF_CONFIG": master, "SM_CURRENT_HOST": "algo-1"}, "python train_ps.py") == "algo-1 chief"
     assert label_of({"SM_CURRENT_HOST": "algo-2"}, "python train_horovod.py") == "algo-2 script"
