@@ -58,18 +58,40 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
     them (Spark's JVM, a local cluster's servers) are missing from its rusage. label(psutil.Process) names
     each process's group. Each process counts its own time only (a parent's children_* time would count a
     waited-for child again), so a process's last 0.2 s may be missed."""
+    done, wall, by_label, _ = run_sampled_window(argv, label, timeout, None, **kwargs)
+    return done, wall, by_label
+
+
+def run_sampled_window(
+    argv: list[str], label: Callable[[object], str], timeout: float, mark: Callable[[str], bool] | None, **kwargs
+):
+    """run_sampled plus the steady part of the run: (seconds, {label: CPU seconds}, first line, last line) between
+    the first and the last output line (stdout or stderr) that mark(line) accepts, e.g. a training run's first and
+    last metric lines, so start-up, tracing and tear-down are left out; (nan, {}, "", "") when fewer than two
+    samples saw such lines. The lines are those the samples that open and close the window had seen last."""
     import subprocess
     import tempfile
 
     import psutil
 
     seen: dict[int, tuple[str, float]] = {}
+    first = last = None  # (time, snapshot of seen, line) when the first / the latest marked line had appeared
+    marked, read, pending, lines_marked = 0, [0, 0], ["", ""], []
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(argv, stdout=out, stderr=err, text=True, **kwargs)
         while process.poll() is None:
             if time.perf_counter() - start > timeout:
                 process.kill()
+            before = marked
+            if mark is not None:
+                for i, stream in enumerate((out, err)):
+                    # pread: the child shares the file's offset, which a seek here would move under it
+                    chunk = os.pread(stream.fileno(), 1 << 20, read[i])
+                    read[i] += len(chunk)
+                    *lines, pending[i] = (pending[i] + chunk.decode(errors="replace")).split("\n")
+                    lines_marked += [line for line in lines if mark(line)]
+                marked = len(lines_marked)
             try:
                 tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
             except psutil.Error:
@@ -83,6 +105,9 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
                     seen[member.pid] = (name, times.user + times.system)  # children_*: counted twice
                 except psutil.Error:
                     pass
+            if marked > before:
+                snapshot = (time.perf_counter(), dict(seen), lines_marked[-1])
+                first, last = first or snapshot, snapshot
             time.sleep(0.2)
         wall = time.perf_counter() - start
         out.seek(0)
@@ -91,7 +116,18 @@ def run_sampled(argv: list[str], label: Callable[[object], str], timeout: float,
     by_label: dict[str, float] = {}
     for name, cpu in seen.values():
         by_label[name] = by_label.get(name, 0.0) + cpu
-    return done, wall, by_label
+    if first is None or last is first:
+        return done, wall, by_label, (float("nan"), {}, "", "")
+    return done, wall, by_label, (last[0] - first[0], cpu_between(first[1], last[1]), first[2], last[2])
+
+
+def cpu_between(first: dict[int, tuple[str, float]], last: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """{label: CPU seconds} spent between two samples of {pid: (label, CPU seconds so far)}: a process that
+    started in between counts all of its time."""
+    by_label: dict[str, float] = {}
+    for pid, (name, cpu) in last.items():
+        by_label[name] = by_label.get(name, 0.0) + cpu - (first[pid][1] if pid in first else 0.0)
+    return by_label
 
 
 def machine() -> dict:

@@ -27,7 +27,7 @@ ITEMS = {
     "optimizer": ("bench.optimizer", 300, 1200),
     "pipeline": ("bench.pipeline", 300, 1200),
     "cli": ("bench.cli_latency", 180, 600),
-    "distributed": ("bench.distributed", 600, 1800),
+    "distributed": ("bench.distributed", 1800, 7200),
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
     "quality": ("bench.quality", 1500, 2400),

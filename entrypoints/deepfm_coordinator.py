@@ -198,16 +198,20 @@ class CoordinatorSteps(Distribution):
             # closures of workers that still have data. The closure returns nothing: a result would be copied
             # to the chief after every closure (a round trip, and a remote function instantiated per worker
             # while the others' closures run, which races inside TensorFlow: REJECTED_REQUEST).
+            # The train metrics (variables on a ps) get the closure's counts once, not one update per step.
             task = read_worker_shard_file()[TASK]
+            counts = trainer.train_metrics.zero_counts()
             for _ in tf.range(count):
                 batch = it.get_next_as_optional()
                 if not batch.has_value():
                     answers.mark_done(task)
                     break
                 value = batch.get_value()
-                strategy.run(trainer.train_step, args=(value,))
+                step = strategy.run(trainer.train_step_counts, args=(value,))
+                counts = tuple(total + new for total, new in zip(counts, step))
                 if raw:
                     answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
+            trainer.train_metrics.add(counts)
 
         self.worker_steps = worker_steps
         has_eval = deepfm_input.EVAL_CHANNEL in env.channels

@@ -167,12 +167,35 @@ class StreamingMetrics(tf.Module):
 
     def update(self, labels, probs, losses):
         """losses: per-example log loss."""
+        self.add(self.counts(labels, probs, losses))
+
+    def counts(self, labels, probs, losses):
+        """What `update` adds, as tensors (positives, negatives, loss sum, examples): counts of several
+        batches can be summed where they are computed and added once (`add`), one update of these
+        variables instead of one per batch when they live on another task."""
         labels = tf.cast(tf.reshape(labels, [-1]), tf.float64)
         bucket = tf.clip_by_value(tf.cast(tf.reshape(probs, [-1]) * self.buckets, tf.int32), 0, self.buckets - 1)
-        self.positives.assign_add(tf.math.unsorted_segment_sum(labels, bucket, self.buckets))
-        self.negatives.assign_add(tf.math.unsorted_segment_sum(1.0 - labels, bucket, self.buckets))
-        self.loss_sum.assign_add(tf.reduce_sum(tf.cast(losses, tf.float64)))
-        self.examples.assign_add(tf.cast(tf.size(losses), tf.int64))
+        return (
+            tf.math.unsorted_segment_sum(labels, bucket, self.buckets),
+            tf.math.unsorted_segment_sum(1.0 - labels, bucket, self.buckets),
+            tf.reduce_sum(tf.cast(losses, tf.float64)),
+            tf.cast(tf.size(losses), tf.int64),
+        )
+
+    def zero_counts(self):
+        return (
+            tf.zeros([self.buckets], tf.float64),
+            tf.zeros([self.buckets], tf.float64),
+            tf.constant(0.0, tf.float64),
+            tf.constant(0, tf.int64),
+        )
+
+    def add(self, counts):
+        positives, negatives, loss_sum, examples = counts
+        self.positives.assign_add(positives)
+        self.negatives.assign_add(negatives)
+        self.loss_sum.assign_add(loss_sum)
+        self.examples.assign_add(examples)
 
     def reset(self):
         for var in (self.loss_sum, self.examples, self.positives, self.negatives):
@@ -247,6 +270,16 @@ class Trainer:
         optimizer.build(self.variables)
 
     def train_step(self, batch):
+        loss, counts = self._step(batch)
+        self.train_metrics.add(counts)
+        return loss
+
+    def train_step_counts(self, batch):
+        """One training step that leaves the train metrics alone: -> what it would add to them
+        (StreamingMetrics.counts), for a caller that adds several steps' at once."""
+        return self._step(batch)[1]
+
+    def _step(self, batch):
         features, labels = batch
         with tf.GradientTape() as tape:
             logits, l2 = self.model(features["ids"], features["values"], training=True)
@@ -265,8 +298,7 @@ class Trainer:
             self.loss_scale.update(finite)
         else:
             self.optimizer.apply(grads)
-        self.train_metrics.update(labels, tf.sigmoid(logits), losses)
-        return loss
+        return loss, self.train_metrics.counts(labels, tf.sigmoid(logits), losses)
 
     def eval_step(self, batch):
         features, labels = batch

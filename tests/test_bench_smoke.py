@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import machine, run_sampled, section, verdict, versions
-from bench.distributed import eval_seconds, throughput
+from bench.common import cpu_between, machine, run_sampled, run_sampled_window, section, verdict, versions
+from bench.distributed import (
+    Runs,
+    busiest_host_ms,
+    efficiency,
+    eval_seconds,
+    examples_between,
+    host_busy,
+    label_of,
+    throughput,
+)
 from bench.report import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,3 +145,57 @@ def test_run_sampled_counts_each_process_cpu_once_under_its_own_label():
     assert done.returncode == 0
     assert cpu["child"] >= 0.35, cpu  # its last 0.2 s of wall time may fall between samples
     assert cpu[parent] < 0.3, cpu
+
+
+def test_cpu_between_counts_what_each_label_spent_between_two_samples():
+    first = {1: ("algo-1 ps", 2.0), 2: ("algo-1 worker", 5.0)}
+    last = {1: ("algo-1 ps", 3.5), 2: ("algo-1 worker", 9.0), 3: ("algo-1 worker", 0.5)}  # pid 3 started between
+    assert cpu_between(first, last) == {"algo-1 ps": 1.5, "algo-1 worker": 4.5}
+
+
+def test_run_sampled_window_times_only_the_part_between_the_marked_lines():
+    """CPU burnt before the first marked line (start-up) stays out of the window; the burn between the marks is in."""
+    code = (
+        "import time\n"
+        "def burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
+        "burn(0.8); print('mark', flush=True); burn(0.6); print('mark', flush=True); time.sleep(0.5)"
+    )
+    done, _, total, (seconds, window, first, last) = run_sampled_window(
+        [sys.executable, "-c", code], lambda p: "script", timeout=60, mark=lambda line: line == "mark"
+    )
+    assert done.returncode == 0
+    assert total["script"] >= 1.2, total
+    assert 0.2 <= window["script"] <= 1.0, window  # the 0.6 s burn, give or take a sample (0.2 s) at each end
+    assert seconds > 0 and first == last == "mark"
+
+
+def test_processes_are_labelled_by_host_and_part():
+    ps = '{"task": {"type": "ps", "index": 1}}'
+    assert label_of({"TF_CONFIG": ps}, "python ps_server.py", "/tmp/run/job/hosts/algo-2") == "algo-2 ps"
+    rank = {"SM_CURRENT_HOST": "algo-1"}  # mpirun exports the first host's
+    assert label_of(rank, "python train_horovod.py", "/tmp/run/job/hosts/algo-2/code") == "algo-2 script"
+    master = '{"task": {"type": "master", "index": 0}}'
+    assert label_of({"TF_CONFIG": master, "SM_CURRENT_HOST": "algo-1"}, "python train_ps.py") == "algo-1 chief"
+    assert label_of({"SM_CURRENT_HOST": "algo-2"}, "python train_horovod.py") == "algo-2 script"
+    assert label_of({}, "/venv/bin/python -m launcher.cli launch x --local") == "launcher"
+    assert label_of({"SM_CURRENT_HOST": "algo-1"}, "/rt/bin/mpirun --host localhost:2") == "mpirun"
+
+
+def test_weak_scaling_figures():
+    assert efficiency(1000.0, 1500.0, 2) == pytest.approx(0.75)
+    busy = host_busy({"algo-1 ps": 1.0, "algo-1 worker": 2.0, "algo-2 worker": 1.5, "launcher": 0.4}, 4.0, 1)
+    assert busy == {"algo-1": pytest.approx(0.75), "algo-2": pytest.approx(0.375)}
+
+
+def test_the_busiest_hosts_cpu_per_example_bounds_a_run_on_cores_of_its_own():
+    key = ("weak", "parameter server", "demo", 2)
+    runs = Runs.empty([key])
+    cpu = {"algo-1 ps": 3.0, "algo-1 worker": 5.0, "algo-2 worker": 6.0, "launcher": 9.0}
+    runs.steady[key] = [(10.0, cpu, 20_000)]
+    assert busiest_host_ms(runs, key) == pytest.approx(400.0)  # algo-1: 8 CPU s / 20 (thousand examples)
+
+
+def test_examples_between_two_train_lines_come_from_their_steps():
+    first = "[algo-1/master] [dfm] train step=25 loss=0.5 auc=0.6 examples_per_sec=100.0"
+    last = "[algo-1/master] [dfm] train step=400 loss=0.5 auc=0.6 examples_per_sec=100.0"
+    assert examples_between(first, last, 1024) == 375 * 1024

@@ -477,3 +477,23 @@ def test_a_bfloat16_model_evaluates_in_float32_exactly_as_its_export_serves():
     np.testing.assert_array_equal(trainer.model.predict(features["ids"], features["values"]).numpy(), served)
     trained, _ = trainer.model(features["ids"], features["values"], training=True)
     assert not np.array_equal(tf.sigmoid(trained).numpy(), served)  # training steps really are bfloat16
+
+
+def test_a_step_s_metric_counts_added_later_match_the_metrics_it_would_have_updated():
+    """A parameter-server closure sums its steps' counts and adds them once: the train metrics must end where
+    updating them at every step would have left them."""
+    hp = small_hp(dropout=0.0)
+    batches = [random_batch(hp, seed=s) for s in (1, 2)]
+    each, once = T.build_trainer(hp), T.build_trainer(hp)
+    for a, b in zip(each.variables, once.variables):
+        b.assign(a)
+    for batch in batches:
+        tf.function(each.train_step)(batch)
+    counted = tf.function(once.train_step_counts)
+    totals = [counted(batch) for batch in batches]
+    assert int(once.train_metrics.examples.numpy()) == 0  # a counted step leaves the metrics alone
+    once.train_metrics.add(tuple(x + y for x, y in zip(*totals)))
+    for name in ("loss_sum", "examples", "positives", "negatives"):
+        np.testing.assert_allclose(
+            getattr(once.train_metrics, name).numpy(), getattr(each.train_metrics, name).numpy(), rtol=1e-6
+        )
