@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from launcher.plans.prepare_plan import PreparePlan
@@ -175,16 +175,32 @@ class LocalPrepareRequest:
     """The application on local Spark, reading and writing this machine's folders (the spec's local: section)."""
 
     plan: Any  # PreparePlan
+    job: Mapping[str, Any]  # the application's job description, with this machine's paths
 
 
 class LocalProcessing:
     kind, name = "processing", "local"
 
     def dryrun(self, plan: PreparePlan) -> LocalPrepareRequest:
-        return LocalPrepareRequest(plan)
+        from launcher.data import prepare_local
+
+        return LocalPrepareRequest(plan, prepare_local.local_job(plan.spec, stats_only=plan.stats_only))
 
     def document(self, request: LocalPrepareRequest) -> dict[str, Any]:
-        return {"job_name": request.plan.job_name, "stats_only": request.plan.stats_only}
+        """What the run reads and where it writes, without starting Spark."""
+        job = request.job
+        channels: dict[str, int] = {}
+        for path in (*job["train_paths"], *job["eval_paths"]):
+            folder = str(Path(path).parent.resolve())
+            channels[folder] = channels.get(folder, 0) + 1
+        return {
+            "job_name": request.plan.job_name,
+            "stats_only": request.plan.stats_only,
+            "input": str(Path(job["input"]["uri"]).resolve()),
+            "eval_input": str(Path(job["eval_uri"]).resolve()) if job.get("eval_uri") else None,
+            "outputs": {} if request.plan.stats_only else channels,  # folder -> files written there
+            "report": str(Path(job["report_dir"]).resolve()),
+        }
 
     def execute(self, request: LocalPrepareRequest, *, force: bool = False) -> dict[str, Any]:
         """-> the application's report."""

@@ -10,6 +10,7 @@ from conftest import JOB
 from prepare_support import write_spec
 
 from launcher.backends import BACKENDS, KINDS, backend_for
+from launcher.errors import DfmError
 from launcher.spec import load_spec
 
 PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}, "eval_fraction": 0.1}
@@ -85,4 +86,5 @@ def test_the_processing_request_reads_the_prepare_plan_alone(tmp_path, no_aws_en
     outputs = document["request"]["ProcessingOutputConfig"]["Outputs"]
     assert {o["OutputName"]: o["S3Output"]["S3Uri"] for o in outputs} == {**plan.outputs, "report": plan.report_uri}
     assert document["request"]["AppSpecification"]["ContainerArguments"] == ["--job", plan.job_uri]
-    assert backend_for("processing", "local").dryrun(plan).plan is plan
+    with pytest.raises(DfmError, match="local.channels: --local writes each channel's folder"):
+        backend_for("processing", "local").dryrun(plan)  # the local backend reads the spec's folders: none here

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -134,6 +135,19 @@ def test_a_gzip_file_spark_would_not_decompress_is_refused_naming_gzip(tmp_path,
     assert "part-000.libsvm is gzip-compressed but not named .gz" in capsys.readouterr().err and not fake.jobs
     source.rename(source.with_name("day_0.gz"))  # Spark reads it by its name
     assert main(["data", "prepare", str(spec), "--local"]) == 0 and fake.jobs
+
+
+def test_a_local_dry_run_lists_what_would_be_read_and_written_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake, section={"eval_fraction": 0.1})
+    assert main(["data", "prepare", str(spec), "--local", "--dry-run", "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["input"].endswith("clicks") and document["report"].endswith("data/prepare")
+    assert {Path(folder).name for folder in document["outputs"]} == {"train", "eval"}
+    assert all(files > 0 for files in document["outputs"].values())
+    assert main(["data", "prepare", str(spec), "--local", "--dry-run"]) == 0
+    assert "Spark not started" in capsys.readouterr().out
+    assert not fake.jobs and not (tmp_path / "data").exists()
 
 
 def test_force_is_refused_for_s3_outputs(tmp_path, capsys):

@@ -82,7 +82,13 @@ def prepare(
     plan = build_prepare_plan(spec, job_name, stats_only=stats_only)
     backend = backend_named("processing", local)
     request = backend.dryrun(plan)
-    if local:  # local Spark runs with or without --dry-run
+    if local and dry_run:
+        from launcher.cli.spec import show_dry_run
+        from launcher.cli.render import render_local_prepare_dry_run
+
+        show_dry_run(backend.document(request), render_local_prepare_dry_run, output, show_secrets=False)
+        return
+    if local:
         from launcher.data.prepare_local import dump, summary
 
         report = backend.execute(request, force=force)

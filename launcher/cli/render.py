@@ -233,6 +233,16 @@ def render_processing_dry_run(document: dict[str, Any]) -> str:
     return out.getvalue().rstrip("\n")
 
 
+def render_local_prepare_dry_run(document: dict[str, Any]) -> str:
+    """`dfm data prepare --local --dry-run`: what local Spark would read and write; nothing runs."""
+    lines = [f"local preparation {document['job_name']} (dry run: Spark not started)", f"  input: {document['input']}"]
+    if document.get("eval_input"):
+        lines.append(f"  eval input: {document['eval_input']}")
+    lines += [f"  writes {files} file(s) to {folder}" for folder, files in document["outputs"].items()]
+    lines.append(f"  report: {document['report']}" + (" (statistics only)" if document["stats_only"] else ""))
+    return "\n".join(lines)
+
+
 class _Quiet:
     """Stands in for a progress bar when stderr is not a terminal (logs, CI): no partial lines."""
 

@@ -109,10 +109,9 @@ def load_app(spark):
     return importlib.import_module(prepare_job.APP.stem)
 
 
-def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:
-    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json).
-    Everything is written beside its place and swapped in only when the preparation succeeds."""
-
+def local_job(spec: Spec, *, stats_only: bool = False) -> dict[str, Any]:
+    """The application's job on this machine's folders; exit 2 when a channel folder is not named or an input
+    folder is missing."""
     missing = [
         name
         for name in prepare_job.prepared_layout(spec).channel_names()
@@ -129,6 +128,13 @@ def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None
     for field, source in (("prepare.input.local", job["input"]["uri"]), ("prepare.eval.local", job.get("eval_uri"))):
         if source and not Path(source).exists():
             raise DfmError(f"{spec.where(field)}: {field}: {source} not found", 2)
+    return job
+
+
+def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:
+    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json).
+    Everything is written beside its place and swapped in only when the preparation succeeds."""
+    job = local_job(spec, stats_only=stats_only)
     refuse_unnamed_gzip(job)
     what = f"{spec.where('local.channels')}: local.channels"
     if stats_only:  # only the report folder's files, each replaced as it is written
