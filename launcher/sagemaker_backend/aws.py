@@ -171,3 +171,27 @@ def newest(
         for page in client("sagemaker", region).get_paginator(operation).paginate(**query):
             found += page[summaries]
     return found[:max_results]
+
+
+def newest_jobs(
+    region: str | None, noun: str, kind: str, name_contains: str | None, max_results: int, **extra: str
+) -> list[dict]:
+    """A List*Jobs operation's jobs, newest first, as `dfm list` rows. `noun` prefixes the API's names
+    (Training -> list_training_jobs, TrainingJobSummaries, TrainingJobName, TrainingJobStatus, TrainingEndTime);
+    `extra` maps more row keys to summary keys."""
+    operation = "list_" + re.sub(r"(?<!^)(?=[A-Z])", "_", noun).lower() + "_jobs"
+
+    def iso(value):
+        return value.isoformat() if hasattr(value, "isoformat") else value
+
+    return [
+        {
+            "job_name": job[f"{noun}JobName"],
+            "kind": kind,
+            "status": job[f"{noun}JobStatus"],
+            **{key: job.get(member) for key, member in extra.items()},
+            "created": iso(job.get("CreationTime")),
+            "ended": iso(job.get(f"{noun}EndTime")),
+        }
+        for job in newest(region, operation, f"{noun}JobSummaries", name_contains, max_results)
+    ]

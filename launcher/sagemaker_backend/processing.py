@@ -267,16 +267,7 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest processing jobs first."""
-    return [
-        {
-            "job_name": job["ProcessingJobName"],
-            "kind": "processing",
-            "status": job["ProcessingJobStatus"],
-            "created": _iso(job.get("CreationTime")),
-            "ended": _iso(job.get("ProcessingEndTime")),
-        }
-        for job in aws.newest(region, "list_processing_jobs", "ProcessingJobSummaries", name_contains, max_results)
-    ]
+    return aws.newest_jobs(region, "Processing", "processing", name_contains, max_results)
 
 
 def _state(sagemaker_client, name: str) -> tuple[str, str, bool, None]:

@@ -181,13 +181,4 @@ def stop(job_name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest training jobs first."""
-    return [
-        {
-            "job_name": job["TrainingJobName"],
-            "kind": "training",
-            "status": job["TrainingJobStatus"],
-            "created": _iso(job.get("CreationTime")),
-            "ended": _iso(job.get("TrainingEndTime")),
-        }
-        for job in aws.newest(region, "list_training_jobs", "TrainingJobSummaries", name_contains, max_results)
-    ]
+    return aws.newest_jobs(region, "Training", "training", name_contains, max_results)

@@ -154,19 +154,7 @@ def stop(name: str, region: str | None) -> dict:
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
     """The newest tuning jobs first."""
-    return [
-        {
-            "job_name": job["HyperParameterTuningJobName"],
-            "kind": "tuning",
-            "status": job["HyperParameterTuningJobStatus"],
-            "strategy": job.get("Strategy"),
-            "created": _iso(job.get("CreationTime")),
-            "ended": _iso(job.get("HyperParameterTuningEndTime")),
-        }
-        for job in aws.newest(
-            region, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", name_contains, max_results
-        )
-    ]
+    return aws.newest_jobs(region, "HyperParameterTuning", "tuning", name_contains, max_results, strategy="Strategy")
 
 
 def trial_to_follow(summary: dict) -> str | None:
