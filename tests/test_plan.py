@@ -195,7 +195,7 @@ def test_a_value_holding_a_plan_round_trips_too():
     """The tuning plan (a search over a training Plan), as `dfm tune --local` can store it for --resume."""
     from launcher.plans.training_plan import from_data, to_data
     from launcher.plans.tuning_plan import TuningPlan, build_tuning_plan
-    from launcher.rules.tuning_rules import objective_schedule
+    from launcher.rules.tuning_objective import objective_schedule
 
     compiled = compile_spec(REPO / "configs" / "tune-ps.yaml", job_name=JOB, env={})
     tplan = build_tuning_plan(

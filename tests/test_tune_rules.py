@@ -3,10 +3,18 @@ others), and the rules' view of the example config."""
 
 from __future__ import annotations
 
-from launcher.rules import tuning_rules as rules_tune
 from launcher.compile import compile_spec
 from launcher.plans.tuning_plan import build_tuning_plan, grid_size
-from launcher.rules.tuning_rules import objective_schedule
+from launcher.rules.tuning_limits import check_tune_environment, check_tune_limits
+from launcher.rules.tuning_objective import (
+    check_tune_hyperband_resource,
+    check_tune_objective,
+    check_tune_objective_reported,
+    objective_schedule,
+)
+from launcher.rules.tuning_ranges import check_tune_range_values, check_tune_ranges
+from launcher.rules.tuning_search import check_tune_completion, check_tune_strategy
+from launcher.rules.tuning_trials import check_tune_checkpoints, check_tune_cluster, check_tune_dropped_settings
 from spec_helpers import DELETE, REPO, write_spec
 
 OBJECTIVE = {"metric": "eval:auc", "goal": "maximize"}
@@ -22,116 +30,116 @@ def tune(**changes) -> dict:
 
 TUNE_CASES = [
     (
-        rules_tune.check_tune_objective_reported,
+        check_tune_objective_reported,
         tune(),
         {**tune(), "data": {"eval": DELETE}},
         ("error", "tune.objective.metric", "report eval:auc only with an eval channel: add data.eval"),
     ),
     (
-        rules_tune.check_tune_objective_reported,
+        check_tune_objective_reported,
         {**tune(early_stopping="auto"), "hyperparameters": {"eval_steps": 200}},
         tune(early_stopping="auto"),
         ("warning", "tune.early_stopping", "reports eval:auc once, at its end (epochs 1, eval_steps 0)"),
     ),
     (
-        rules_tune.check_tune_objective_reported,
+        check_tune_objective_reported,
         {**tune(early_stopping="auto"), "hyperparameters": {"eval_steps": 200}},
         {**tune(early_stopping="auto"), "data": {**EVAL, "mode": "Pipe"}, "hyperparameters": {"eval_steps": 200}},
         ("warning", "tune.early_stopping", "once, at its end (the eval channel is in Pipe mode)"),
     ),
     (
-        rules_tune.check_tune_ranges,
+        check_tune_ranges,
         tune(ranges={"embedding_size": {"min": 4, "max": 32, "type": "integer"}}),
         tune(ranges={"embedding_size": {"min": 4, "max": 32}}),
         ("error", "tune.ranges.embedding_size", "add `type: integer`"),
     ),
     (
-        rules_tune.check_tune_ranges,
+        check_tune_ranges,
         tune(ranges={"dropout": {"min": 0.0, "max": 0.5}}),
         tune(ranges={"dropout": {"min": 0.0, "max": 1.0}}),
         ("error", "tune.ranges.dropout", "outside what deepfm-ps accepts"),
     ),
     (
-        rules_tune.check_tune_ranges,
+        check_tune_ranges,
         tune(ranges={"optimizer": {"values": ["adam", "ftrl"]}}),
         tune(ranges={"optimizer": {"min": 1, "max": 2, "type": "integer"}}),
         ("error", "tune.ranges.optimizer", "use {values: [...]}"),
     ),
     (
-        rules_tune.check_tune_ranges,
+        check_tune_ranges,
         tune(),
         {**tune(), "hyperparameters": {"learning_rate": 0.01}},
         ("error", "tune.ranges.learning_rate", "also fixed in hyperparameters.learning_rate"),
     ),
     (
-        rules_tune.check_tune_ranges,
+        check_tune_ranges,
         tune(),
         {**tune(), "entry_point": "train.py", "source_dir": "s3://dfm-bucket/code/sourcedir.tar.gz"},
         ("warning", "tune.ranges.learning_rate", "dfm cannot check that train.py reads --learning_rate"),
     ),
     (
-        rules_tune.check_tune_range_values,
+        check_tune_range_values,
         tune(),
         tune(ranges={"learning_rate": {"min": 0.0, "max": 0.1, "scaling": "log"}}),
         ("error", "tune.ranges.learning_rate.scaling", "log scaling needs min > 0"),
     ),
     (
-        rules_tune.check_tune_range_values,
+        check_tune_range_values,
         tune(),
         tune(ranges={"learning_rate": {"min": 0.1, "max": 0.01}}),
         ("error", "tune.ranges.learning_rate", "is not below max"),
     ),
     (
-        rules_tune.check_tune_range_values,
+        check_tune_range_values,
         tune(ranges={"batch_size": {"values": list(range(1, 31))}}),
         tune(ranges={"batch_size": {"values": list(range(1, 32))}}),
         ("error", "tune.ranges.batch_size", "31 values, SageMaker allows 30"),
     ),
     (
-        rules_tune.check_tune_limits,
+        check_tune_limits,
         tune(name="d" * 18),
         tune(name="d" * 19),
         ("error", "tune.name", "at most 18 characters"),
     ),
     (
-        rules_tune.check_tune_limits,
+        check_tune_limits,
         tune(max_parallel_jobs=4),
         tune(max_parallel_jobs=5),
         ("error", "tune.max_parallel_jobs", "use at most 4"),
     ),
     (
-        rules_tune.check_tune_limits,
+        check_tune_limits,
         {**tune(max_runtime_s=120), "max_run": 120},
         {**tune(max_runtime_s=119), "max_run": 100},
         ("error", "tune.max_runtime_s", "minimum 120"),
     ),
     (
-        rules_tune.check_tune_limits,
+        check_tune_limits,
         tune(warm_start={"type": "transfer_learning", "parents": ["a", "b", "c", "d", "e"]}),
         tune(warm_start={"type": "transfer_learning", "parents": ["a", "b", "c", "d", "e", "f"]}),
         ("error", "tune.warm_start.parents", "SageMaker allows 5"),
     ),
     (
-        rules_tune.check_tune_objective,
+        check_tune_objective,
         tune(),
         tune(objective={"metric": "eval:acc", "goal": "maximize"}),
         ("error", "tune.objective.metric", "did you mean 'eval:auc'"),
     ),
     (
-        rules_tune.check_tune_strategy,
+        check_tune_strategy,
         tune(strategy="grid", max_jobs=None, ranges={"batch_size": {"values": [256, 512]}}),
         tune(strategy="grid", max_jobs=3, ranges={"batch_size": {"values": [256, 512]}}),
         ("error", "tune.max_jobs", "is 2 trials"),
     ),
     (
-        rules_tune.check_tune_strategy,
+        check_tune_strategy,
         tune(strategy="hyperband", hyperband={"min_resource": 1, "max_resource": 9}),
         tune(strategy="hyperband", early_stopping="auto", hyperband={"min_resource": 1, "max_resource": 9}),
         ("error", "tune.early_stopping", "early_stopping: off"),
     ),
-    (rules_tune.check_tune_strategy, tune(), tune(max_jobs=None), ("error", "tune", "max_jobs is required")),
+    (check_tune_strategy, tune(), tune(max_jobs=None), ("error", "tune", "max_jobs is required")),
     (
-        rules_tune.check_tune_cluster,
+        check_tune_cluster,
         {**tune(), "instance": {"type": "ml.g5.2xlarge", "count": 2}, "distribution": "parameter_server"},
         {
             **tune(),
@@ -141,25 +149,25 @@ TUNE_CASES = [
         ("error", "distribution.parameter_server.ps", "no instance groups"),
     ),
     (
-        rules_tune.check_tune_completion,
+        check_tune_completion,
         tune(completion={"no_improvement_jobs": 3}),
         tune(completion={"no_improvement_jobs": 4}),
         ("warning", "tune.completion.no_improvement_jobs", "never stops the job early"),
     ),
     (
-        rules_tune.check_tune_completion,
+        check_tune_completion,
         tune(completion={"no_improvement_jobs": 3}),
         tune(completion={"no_improvement_jobs": 2}),
         ("error", "tune.completion.no_improvement_jobs", "below SageMaker's minimum 3"),
     ),
     (
-        rules_tune.check_tune_checkpoints,
+        check_tune_checkpoints,
         tune(),
         {**tune(), **USER_SCRIPT},
         ("warning", "checkpoints", "unless train.py keeps each trial's checkpoints apart"),
     ),
     (
-        rules_tune.check_tune_hyperband_resource,
+        check_tune_hyperband_resource,
         {
             **tune(strategy="hyperband", hyperband={"min_resource": 1, "max_resource": 3}),
             "hyperparameters": {"epochs": 3},
@@ -171,7 +179,7 @@ TUNE_CASES = [
         ("error", "tune.hyperband.max_resource", "prints eval:auc 3 time(s)"),
     ),
     (
-        rules_tune.check_tune_hyperband_resource,
+        check_tune_hyperband_resource,
         {
             **tune(strategy="hyperband", hyperband={"min_resource": 1, "max_resource": 5}),
             "hyperparameters": {"epochs": 0, "max_steps": 1000, "eval_steps": 200},
@@ -183,7 +191,7 @@ TUNE_CASES = [
         ("warning", "tune.hyperband.max_resource", "before the 5 it would print"),
     ),
     (
-        rules_tune.check_tune_hyperband_resource,
+        check_tune_hyperband_resource,
         {
             **tune(strategy="hyperband", hyperband={"min_resource": 1, "max_resource": 2}),
             "hyperparameters": {"epochs": 2},
@@ -196,19 +204,19 @@ TUNE_CASES = [
     ),
     # 100 static hyperparameters: the spec's, the SDK's 6 and the tuner's 3 (estimator class and module, objective)
     (
-        rules_tune.check_tune_limits,
+        check_tune_limits,
         {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(91)}},
         {**tune(), **USER_SCRIPT, "hyperparameters": {f"h{i}": 1 for i in range(92)}},
         ("error", "hyperparameters", "101 static hyperparameters"),
     ),
     (
-        rules_tune.check_tune_dropped_settings,
+        check_tune_dropped_settings,
         {**tune(), "tensorboard": False, "retry": {"max_attempts": 1}},
         {**tune(), "tensorboard": True},
         ("warning", "tensorboard", "dfm tune on SageMaker ignores tensorboard"),
     ),
     (
-        rules_tune.check_tune_dropped_settings,
+        check_tune_dropped_settings,
         {"tensorboard": True, "stall_timeout": 60},  # no tune: section
         {
             **tune(),
@@ -217,25 +225,25 @@ TUNE_CASES = [
         ("warning", "mlflow", "no MlflowConfig"),
     ),
     (
-        rules_tune.check_tune_dropped_settings,
+        check_tune_dropped_settings,
         tune(),
         {**tune(), "recover": {"max_restarts": 1}},
         ("warning", "recover", "none is resubmitted"),
     ),
     (
-        rules_tune.check_tune_dropped_settings,
+        check_tune_dropped_settings,
         tune(),
         {**tune(), "stall_timeout": 600},
         ("warning", "stall_timeout", "none is stopped as stalled"),
     ),
     (
-        rules_tune.check_tune_environment,
+        check_tune_environment,
         {**tune(), "environment": {f"V{i}": "x" for i in range(48)}},
         {**tune(), "environment": {f"V{i}": "x" for i in range(49)}},
         ("error", "environment", "49 variables, but a tuning job's training definition takes at most 48"),
     ),
     (
-        rules_tune.check_tune_environment,
+        check_tune_environment,
         {"environment": {f"V{i}": "x" for i in range(50)}},  # dfm launch: up to 100
         {**tune(), "environment": {f"V{i}": "x" for i in range(50)}},
         ("error", "environment", "at most 48"),

@@ -32,14 +32,14 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     from launcher.compile import compile_spec
     from launcher.plans.training_plan import build_plan
     from launcher.plans.tuning_plan import build_tuning_plan, tuning_job_name
-    from launcher.rules.tuning_rules import objective_schedule
+    from launcher.rules.tuning_objective import objective_schedule
 
     compiled = compile_spec(spec_path, overrides)
     errors = list(compiled.errors)
     if compiled.spec is not None and compiled.spec.tune is None and not errors:
         errors.append(f"{spec_path}: no tune: section: add one (docs/tune.md), or run the job with dfm launch")
     if job_name is not None:
-        from launcher.rules.tuning_rules import check_tuning_job_name_override
+        from launcher.rules.tuning_limits import check_tuning_job_name_override
 
         errors += [f"--job-name: {f.message}" for f in check_tuning_job_name_override(job_name)]
     if errors:

@@ -146,7 +146,7 @@ def build_tuning_plan(
     spec: Spec, training: Plan, *, schedule: tuple[bool, int | None], name: str | None = None
 ) -> TuningPlan:
     """The tuning job of a validated spec (run the rules first) whose trial is `training`; `schedule` is what the
-    rules found of the trials' objective lines (`rules.tuning_rules.objective_schedule`)."""
+    rules found of the trials' objective lines (`rules.tuning_objective.objective_schedule`)."""
     tune = spec.tune
     max_jobs = grid_size(tune) if tune.strategy == "grid" else tune.max_jobs
     completion = tune.completion

@@ -1,7 +1,7 @@
 """The `tune:` section of a job spec: a SageMaker automatic model tuning job over the spec's training job.
 
 Only the shape is checked here (types, required keys, no extra keys); what SageMaker and the script
-would refuse (limits, the objective, hyperparameter names and bounds) is `launcher.rules.tuning_rules`'s.
+would refuse (limits, the objective, hyperparameter names and bounds) is the `launcher.rules.tuning_*` modules'.
 """
 
 from __future__ import annotations
