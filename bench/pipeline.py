@@ -78,7 +78,8 @@ def _pipe_reader():
 def measure(quick: bool, context: dict) -> dict:
     import tensorflow as tf
 
-    from launcher.data.synth import generate, write_tfrecords
+    from launcher.data.synth import generate
+    from launcher.data.synth_files import write_tfrecords
 
     rows = 40_960 if quick else 204_800
     repetitions = context.get("repetitions") or (3 if quick else 7)

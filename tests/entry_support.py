@@ -236,15 +236,15 @@ def synth_split(rows, eval_rows, seed, feature_size, field_size=39):
 
 
 def write_tfrecords(directory, data, files):
-    from launcher.data import synth
+    from launcher.data import synth_files
 
-    return synth.write_tfrecords(directory, data, files)
+    return synth_files.write_tfrecords(directory, data, files)
 
 
 def write_libsvm(directory, data, files):
-    from launcher.data import synth
+    from launcher.data import synth_files
 
-    return synth.write_libsvm(directory, data, files)
+    return synth_files.write_libsvm(directory, data, files)
 
 
 def metric_lines(text, kind):

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from launcher.cli import main
-from launcher.data import libsvm, synth
+from launcher.data import libsvm, synth, synth_files
 from launcher.data.tfrecord import read_examples
 
 
 def test_round_trip_from_synthetic_libsvm(tmp_path):
     data = synth.generate(300, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=2)
     assert (
         main(
             ["data", "convert", *map(str, sources), "--out", str(tmp_path / "tf"), "--field-size", "6", "--files", "4"]
@@ -103,7 +103,7 @@ def test_an_interrupted_convert_leaves_no_file_behind(tmp_path):
     progress callback, called per block of lines read: here when the second file's block is read, after the first
     one's rows were written) leaves no partial file a training job would read."""
     data = synth.generate(300, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=2)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=2)
     seen = []
 
     def interrupt(size):
@@ -122,7 +122,7 @@ def _convert(*argv):
 
 def test_a_non_empty_out_is_refused_and_force_replaces_the_whole_set(tmp_path, capsys):
     data = synth.generate(40, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=1)
     out = tmp_path / "tf"
     assert _convert(*sources, "--out", out, "--files", "4") == 0
     capsys.readouterr()
@@ -137,7 +137,7 @@ def test_a_non_empty_out_is_refused_and_force_replaces_the_whole_set(tmp_path, c
 
 def test_force_keeps_the_old_set_when_the_new_one_fails(tmp_path, capsys):
     data = synth.generate(40, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=1)
     out = tmp_path / "tf"
     assert _convert(*sources, "--out", out, "--files", "2") == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -149,7 +149,7 @@ def test_force_keeps_the_old_set_when_the_new_one_fails(tmp_path, capsys):
 
 def test_no_empty_files_beyond_the_rows(tmp_path, capsys):
     data = synth.generate(5, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=1)
     assert _convert(*sources, "--out", tmp_path / "tf", "--files", "100") == 0
     assert "wrote 5 rows to 5 files (not 100" in capsys.readouterr().out
     outputs = sorted((tmp_path / "tf").iterdir())
@@ -177,7 +177,7 @@ def test_gzip_input_is_read_as_its_text(tmp_path, capsys):
     import gzip
 
     data = synth.generate(30, 2, field_size=6, feature_size=400)
-    (source,) = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    (source,) = synth_files.write_libsvm(tmp_path / "txt", data, files=1)
     packed = tmp_path / "day_0.gz"
     packed.write_bytes(gzip.compress(source.read_bytes()))
     assert _convert(packed, "--out", tmp_path / "tf") == 0
@@ -194,7 +194,7 @@ def test_gzip_input_is_read_as_its_text(tmp_path, capsys):
 @pytest.mark.parametrize("where", ["file", "proc"])
 def test_an_unwritable_out_is_one_line_exit_2_before_any_work(tmp_path, capsys, where):
     data = synth.generate(5, 2, field_size=6, feature_size=400)
-    sources = synth.write_libsvm(tmp_path / "txt", data, files=1)
+    sources = synth_files.write_libsvm(tmp_path / "txt", data, files=1)
     (tmp_path / "a-file").write_text("x")
     out = tmp_path / "a-file" / "tf" if where == "file" else "/proc/dfm-no-such/tf"
     assert _convert(*sources, "--out", out) == 2

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from launcher.cli import main
-from launcher.data import synth
+from launcher.data import synth, synth_files
 from launcher.data.split import Layout, split
 from launcher.data.tfrecord import iter_raw_records
 
@@ -17,7 +17,7 @@ def records(tmp_path_factory):
     folder = tmp_path_factory.mktemp("in")
     data = synth.generate(103, 4, field_size=4, feature_size=100)
     for name, part in (("a", slice(0, 50)), ("b", slice(50, 51)), ("c", slice(51, 103))):
-        synth.write_tfrecords(folder, data.take(part.start, part.stop), files=1, prefix=name)
+        synth_files.write_tfrecords(folder, data.take(part.start, part.stop), files=1, prefix=name)
     return folder, list(iter_raw_records(sorted(folder.iterdir())))
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main
-from launcher.data import stream, synth
+from launcher.data import stream, synth, synth_files
 
 
 def test_same_seed_same_data_other_seed_other_data():
@@ -96,7 +96,7 @@ def test_write_tfrecords_round_trip_with_equal_counts(tmp_path):
     from launcher.data.tfrecord import read_examples
 
     data = synth.generate(600, 9, field_size=7, feature_size=500)
-    paths = synth.write_tfrecords(tmp_path, data, files=3)
+    paths = synth_files.write_tfrecords(tmp_path, data, files=3)
     assert [p.name for p in paths] == ["part-00000.tfrecord", "part-00001.tfrecord", "part-00002.tfrecord"]
     assert [len(read_examples([p], 7)[0]) for p in paths] == [200, 200, 200]
     labels, ids, values = read_examples(paths, 7)
@@ -104,7 +104,7 @@ def test_write_tfrecords_round_trip_with_equal_counts(tmp_path):
     np.testing.assert_array_equal(ids, data.ids)
     np.testing.assert_array_equal(values, data.values)
     with pytest.raises(ValueError, match="divisible"):
-        synth.write_tfrecords(tmp_path / "x", data, files=7)
+        synth_files.write_tfrecords(tmp_path / "x", data, files=7)
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "libsvm"])

@@ -25,18 +25,18 @@ BATCHES = {"a": 40, "b": 24}  # train files of unequal length: file a is shard 0
 
 
 def write_data(base, batch_size, evaluate):
-    from launcher.data import synth
+    from launcher.data import synth, synth_files
 
     rows = sum(BATCHES.values()) * batch_size
     data = synth.generate(rows + 1024, seed=9, field_size=39, feature_size=HP["feature_size"])
     start = 0
     for prefix, batches in BATCHES.items():
-        synth.write_tfrecords(
+        synth_files.write_tfrecords(
             base / "input/data/train", data.take(start, start + batches * batch_size), 1, prefix=prefix
         )
         start += batches * batch_size
     if evaluate:
-        synth.write_tfrecords(base / "input/data/eval", data.take(rows, rows + 1024), 1)
+        synth_files.write_tfrecords(base / "input/data/eval", data.take(rows, rows + 1024), 1)
 
 
 class HeteroJob:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.data import synth
+from launcher.data import synth, synth_files
 from launcher.data.synth import Generator
 
 
@@ -29,7 +29,7 @@ def _encoder(generator: Generator, fmt: str) -> tuple[str, Callable[[Path], obje
         return (
             ".libsvm",
             lambda path: open(path, "w"),
-            lambda draw, labels: synth.libsvm_lines(labels, draw.ids, draw.values),
+            lambda draw, labels: synth_files.libsvm_lines(labels, draw.ids, draw.values),
         )
     if fmt == "criteo-tsv":
         from launcher.data.raw import Renderer
@@ -53,9 +53,9 @@ def write_parts(
     suffix, opener, encode = _encoder(generator, fmt)
     targets = []  # (part index, path, rows) in writing order
     for index, (out_dir, rows, files) in enumerate(parts):
-        per_file = synth.check_files(rows, files)
+        per_file = synth_files.check_files(rows, files)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        targets += [(index, path, per_file) for path in synth.file_names(Path(out_dir), files, prefix, suffix)]
+        targets += [(index, path, per_file) for path in synth_files.file_names(Path(out_dir), files, prefix, suffix)]
     seen = [([], []) for _ in parts]
     pending = iter(targets)
     current, left, writer = None, 0, None
