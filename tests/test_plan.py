@@ -18,7 +18,7 @@ from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.compile import compile_spec
 from launcher.plans.training_plan import Plan, job_timestamp
-from launcher.sagemaker_backend.training_request import estimator_kwargs
+from launcher.sagemaker_backend.estimator_arguments import estimator_kwargs
 from entry_support import entrypoint_module
 from spec_helpers import CONFIGS, REPO, write_spec
 

@@ -21,7 +21,7 @@ from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.errors import DfmError
 from launcher.plans.training_plan import Channel
-from launcher.sagemaker_backend import attempts, aws as sm_aws, training_request as sm_request
+from launcher.sagemaker_backend import attempts, aws as sm_aws, sdk as sm_sdk, training_request as sm_request
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"  # as in conftest.py
 
@@ -239,12 +239,12 @@ def test_estimator_kwargs_the_sdk_does_not_name_are_refused(sample_plan, no_aws_
     plan = sample_plan()
     kwargs = {**sb.estimator_kwargs(plan), "instance_typ": "ml.c5.xlarge"}
     with pytest.raises(DfmError) as caught:
-        sm_request.estimator(kwargs, sm_request.sagemaker_session(plan))
+        sm_sdk.estimator(kwargs, sm_sdk.sagemaker_session(plan))
     assert caught.value.exit_code == 2 and "instance_typ" in caught.value.message
 
 
 def test_sdk_clients_use_the_configured_retries(sample_plan, no_aws_env, no_network):
-    session = sm_request.sagemaker_session(sample_plan())
+    session = sm_sdk.sagemaker_session(sample_plan())
     for client in (session.sagemaker_client, session.s3_client, session.s3_resource.meta.client):
         assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": sb.MAX_ATTEMPTS}
 
@@ -328,7 +328,7 @@ def test_submit_executes_the_built_request_as_it_is_without_going_back_to_the_pl
     changed = dataclasses.replace(built, create_training_job=sm_request.freeze(arguments))
     printed = json.loads(json.dumps(changed.document()))  # what `--dry-run --output json` prints of it
     monkeypatch.setattr(sm_request, "build", lambda plan: pytest.fail("submit rebuilt the request"))
-    monkeypatch.setattr(sm_request, "offline_estimator", lambda plan: pytest.fail("submit went back to the SDK"))
+    monkeypatch.setattr(sm_sdk, "offline_estimator", lambda plan: pytest.fail("submit went back to the SDK"))
 
     sb.submit(changed, echo=lambda line: None)
 

@@ -12,7 +12,13 @@ import yaml
 from botocore.stub import Stubber
 
 from launcher import cli
-from launcher.sagemaker_backend import aws as sm_aws, training_request as sm_request, tuning_request, tuning_jobs
+from launcher.sagemaker_backend import (
+    aws as sm_aws,
+    sdk as sm_sdk,
+    training_request as sm_request,
+    tuning_request,
+    tuning_jobs,
+)
 from spec_helpers import REPO
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"
@@ -82,7 +88,7 @@ def test_dry_run_equals_what_the_sdks_own_tuner_sends(capsys, monkeypatch, aws):
     import sagemaker
 
     session = sagemaker.Session(boto_session=boto, default_bucket=BUCKET)
-    estimator = sm_request.estimator(document["estimator"]["kwargs"], session)
+    estimator = sm_sdk.estimator(document["estimator"]["kwargs"], session)
     ranges = {}  # the config's ranges, as an SDK user writes them
     for name, given in yaml.safe_load(open(CONFIG))["tune"]["ranges"].items():
         scaling = {"log": "Logarithmic"}.get(given.get("scaling"), "Auto")

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from launcher.data import prepare_job
 from launcher.errors import DfmError
 from launcher.plans.prepare_plan import PY_VERSION, PreparePlan
-from launcher.sagemaker_backend import aws, logs, training_request
+from launcher.sagemaker_backend import aws, logs, sdk
 from launcher.sagemaker_backend.training_jobs import _iso, raise_for_outcome
 
 PROCESSOR_CLASS = "sagemaker.spark.processing.PySparkProcessor"
@@ -112,12 +112,12 @@ def _recorded_uploads(uploads: dict[str, bytes]) -> Iterator[None]:
 
 def build(plan: PreparePlan) -> ProcessingRequest:
     """The request `PySparkProcessor(...).run(...)` sends, built by the SDK with zero network calls."""
-    training_request._sdk()  # imported quietly
+    sdk.sdk()  # imported quietly
     from sagemaker.processing import ProcessingOutput
     from sagemaker.spark.processing import PySparkProcessor
 
     name = plan.job_name
-    session = training_request.session_for(plan.region, plan.bucket)
+    session = sdk.session_for(plan.region, plan.bucket)
     session._default_bucket = plan.bucket  # the SDK would otherwise ask S3 whether the bucket exists
     # The app goes to <default bucket>/<prefix>/<job>/input/code: under the job's output prefix, like the rest, so
     # a role scoped to that prefix can read it.

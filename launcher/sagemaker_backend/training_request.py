@@ -1,46 +1,28 @@
 """Plan -> the training request: a frozen value holding what a submit uploads and the CreateTrainingJob arguments,
 built offline by the SageMaker SDK v2 and checked before anything is sent.
 
-`estimator_kwargs` derives the arguments of `sagemaker.tensorflow.TensorFlow(...)` from the Plan (pure); the
-SDK then builds the request the way `fit()` would, with the source upload replaced by the location it would
-upload to, and the request is checked against botocore's validator and the service model. `--dry-run` prints
-that value (`TrainingRequest.document`), `training_jobs.submit` executes exactly it. The SDK is imported here only,
-inside functions, and quietly.
+`estimator_arguments` derives the arguments of `sagemaker.tensorflow.TensorFlow(...)` from the Plan; the SDK's
+offline estimator (`sdk.offline_estimator`) then builds the request the way `fit()` would, with the source upload
+replaced by the location it would upload to, and the request is checked against botocore's validator and the
+service model. `--dry-run` prints that value (`TrainingRequest.document`), `training_jobs.submit` executes exactly
+it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import gc
-import inspect
 import json
-import logging
-import os
-import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
-from urllib.parse import urlparse
+from typing import Any, Mapping
 
-import boto3
-
-from launcher.facts import conventions
 from launcher.errors import DfmError
-from launcher.plans.training_plan import Channel, Plan
-from launcher.sagemaker_backend import aws
+from launcher.plans.training_plan import Plan
+from launcher.sagemaker_backend import aws, sdk
+from launcher.sagemaker_backend.estimator_arguments import ESTIMATOR_CLASS, jsonable
 from launcher.sagemaker_backend.source_files import list_source
 
-ESTIMATOR_CLASS = "sagemaker.tensorflow.TensorFlow"
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
-FILE_SYSTEM_TYPES = {"efs": "EFS", "fsx": "FSxLustre"}
-DISABLED_SDK_EXTRAS = {
-    # SageMaker Debugger/Profiler hooks are on by default in TF images; dfm's scripts do not use them and
-    # they add a Debugger rule job and hook overhead. Off keeps the request to what the spec says.
-    "disable_profiler": True,
-    "debugger_hook_config": False,
-}
 
 
 def freeze(value: Any) -> Any:
@@ -122,7 +104,7 @@ class TrainingRequest:
             "request": self.arguments(),
             "uploads": [self.upload.uri] if self.upload is not None else [],  # as the processing dry run lists them
             "cost": dict(plan.cost or {}),
-            "watch": _jsonable(
+            "watch": jsonable(
                 {
                     "recovery": dataclasses.asdict(plan.operations.recovery) if plan.operations.recovery else None,
                     "stall_timeout_s": plan.operations.stall_timeout_s,
@@ -138,243 +120,6 @@ class TrainingRequest:
             if listing.warning():
                 document["warnings"].append(listing.warning())
         return document
-
-
-def _host_kwargs(groups) -> dict[str, Any]:
-    """One group of identical hosts goes as instance_type/instance_count (ResourceConfig.InstanceType/Count, the
-    form every SageMaker feature takes); several as instance_groups (the SDK refuses both at once)."""
-    if len(groups) == 1:
-        return {"instance_type": groups[0].instance_type, "instance_count": groups[0].count}
-    return {"instance_groups": [group.sdk_kwargs() for group in groups]}
-
-
-def estimator_kwargs(plan: Plan) -> dict[str, Any]:
-    """The keyword arguments of `sagemaker.tensorflow.TensorFlow(...)` for this plan (JSON-able)."""
-    kwargs: dict[str, Any] = {
-        "entry_point": plan.entry_point,
-        "source_dir": plan.source_dir,
-        "role": plan.role,
-        "volume_size": plan.volume_gb,
-        "max_run": plan.max_run,
-        "input_mode": plan.input_mode,
-        "output_path": plan.output_path,
-        "code_location": plan.output_path,
-        # The SDK adds model_dir itself: its own default, or the value given below.
-        "hyperparameters": {k: v for k, v in plan.hyperparameters.items() if k != "model_dir"},
-        **DISABLED_SDK_EXTRAS,
-    }
-    kwargs.update(_host_kwargs(plan.instance_groups))
-    if plan.bundled:  # a user's script keeps the SDK's own default (which conventions.model_dir predicts)
-        kwargs["model_dir"] = plan.hyperparameters["model_dir"]
-    if plan.image_uri is not None:
-        kwargs["image_uri"] = plan.image_uri
-    if plan.framework_version is not None:
-        kwargs["framework_version"] = plan.framework_version
-    if plan.py_version is not None:
-        kwargs["py_version"] = plan.py_version
-    distribution = conventions.sdk_distribution(
-        plan.toolkit_distribution, plan.distribution.processes_per_host, plan.distribution.mpi_options
-    )
-    if distribution is not None:
-        kwargs["distribution"] = distribution
-    if plan.checkpoint_s3_uri is not None:
-        kwargs["checkpoint_s3_uri"] = plan.checkpoint_s3_uri
-        kwargs["checkpoint_local_path"] = plan.checkpoint_local_path
-    if plan.spot_max_wait is not None:
-        kwargs["use_spot_instances"] = True
-        kwargs["max_wait"] = plan.spot_max_wait
-    if plan.vpc is not None:
-        kwargs["subnets"] = list(plan.vpc.subnets)
-        kwargs["security_group_ids"] = list(plan.vpc.security_group_ids)
-    if plan.warm_pool_seconds:
-        kwargs["keep_alive_period_in_seconds"] = plan.warm_pool_seconds
-    if plan.environment:
-        kwargs["environment"] = dict(plan.environment)
-    if plan.tags:
-        kwargs["tags"] = [{"Key": k, "Value": v} for k, v in plan.tags.items()]
-    kwargs.update(_operations_kwargs(plan))
-    if plan.bundled:  # the bundled scripts write the lines these scrape
-        kwargs["metric_definitions"] = [dict(m) for m in conventions.METRIC_DEFINITIONS]
-    return _jsonable(kwargs)
-
-
-def _operations_kwargs(plan: Plan) -> dict[str, Any]:
-    """SageMaker's retry on internal errors and the TensorBoard folder it syncs (MLflow has no SDK v2 argument:
-    `build` adds it to the request)."""
-    kwargs: dict[str, Any] = {}
-    if plan.operations.retry_attempts is not None:
-        kwargs["max_retry_attempts"] = plan.operations.retry_attempts
-    if plan.operations.tensorboard_s3_uri is not None:
-        kwargs["tensorboard_output_config"] = {
-            "s3_output_path": plan.operations.tensorboard_s3_uri,
-            "container_local_output_path": conventions.TENSORBOARD_LOCAL_PATH,
-        }
-    return kwargs
-
-
-# ---------------------------------------------------------------------------------------------- the SDK
-@functools.lru_cache(maxsize=None)
-def _sdk():
-    """Import the SDK quietly: its config logger writes INFO lines to stdout (breaking JSON output), its
-    import warns about v2's deprecation and replaces sys.excepthook."""
-    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
-    config_logger = logging.getLogger("sagemaker.config")
-    if not config_logger.handlers:
-        config_logger.addHandler(logging.NullHandler())
-    config_logger.setLevel(logging.WARNING)
-    hook = sys.excepthook
-    try:
-        import sagemaker
-        import sagemaker.estimator
-        import sagemaker.inputs
-        import sagemaker.tensorflow
-    finally:
-        sys.excepthook = hook
-    # The SDK's modules (~250k objects) live as long as the process: keep them out of the later full
-    # collections, the ones at exit included, which would each walk them again (0.15-0.2 s apiece).
-    gc.freeze()
-    return sagemaker
-
-
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _bucket_of(plan: Plan) -> str:
-    """The session's default bucket: the job's output bucket (the source dir is uploaded there too)."""
-    if plan.output_path.startswith("s3://"):
-        return urlparse(plan.output_path).netloc
-    raise DfmError("the plan has no s3:// output location: set `output` in the spec", 2)
-
-
-def sagemaker_session(plan: Plan):
-    """A SageMaker session that never calls STS (default bucket given) nor reads SDK config files."""
-    return session_for(plan.region, _bucket_of(plan))
-
-
-def session_for(region: str | None, bucket: str):
-    """The session of sagemaker_session, for a region and default bucket (jobs that have no Plan)."""
-    sagemaker = _sdk()
-    # No SDK defaults: the SDK's own override variables pointed at an empty file. (A config dict would do
-    # the same, but the SDK validates it against its JSON schema on each of its ~20 lookups: seconds in all.)
-    with _environ(SAGEMAKER_ADMIN_CONFIG_OVERRIDE=os.devnull, SAGEMAKER_USER_CONFIG_OVERRIDE=os.devnull):
-        return sagemaker.Session(boto_session=aws.boto_session(region), default_bucket=bucket)
-
-
-def _jsonable(mapping) -> dict:
-    try:
-        return json.loads(json.dumps(dict(mapping)))
-    except (TypeError, ValueError) as err:
-        raise DfmError(f"the estimator kwargs are not JSON-able: {aws.one_line(err)}", 2) from err
-
-
-def _estimator_parameters(estimator_class) -> set[str]:
-    names: set[str] = set()
-    for cls in estimator_class.__mro__:
-        init = cls.__dict__.get("__init__")
-        if init is not None:
-            names |= {
-                p.name
-                for p in inspect.signature(init).parameters.values()
-                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-            }
-    return names - {"self"}
-
-
-def estimator(kwargs: dict[str, Any], session):
-    """TensorFlow(**kwargs); a keyword the SDK does not name is refused (the SDK would swallow it)."""
-    estimator_class = _sdk().tensorflow.TensorFlow
-    kwargs = _jsonable(kwargs)  # a copy: the SDK updates its hyperparameters dict in place
-    unknown = sorted(set(kwargs) - _estimator_parameters(estimator_class) - {"sagemaker_session"})
-    if unknown:
-        raise DfmError(f"estimator kwargs unknown to {ESTIMATOR_CLASS}: {', '.join(unknown)}", 2)
-    if "instance_groups" in kwargs:
-        from sagemaker.instance_group import InstanceGroup
-
-        kwargs["instance_groups"] = [InstanceGroup(**group) for group in kwargs["instance_groups"]]
-    if "tensorboard_output_config" in kwargs:
-        from sagemaker.debugger import TensorBoardOutputConfig
-
-        kwargs["tensorboard_output_config"] = TensorBoardOutputConfig(**kwargs["tensorboard_output_config"])
-    # The estimator makes one more client with boto3.client() (its TensorBoardApp): lend it our session,
-    # whose loader has the sagemaker API model parsed already, instead of a new default one.
-    default_session, boto3.DEFAULT_SESSION = boto3.DEFAULT_SESSION, session.boto_session
-    try:
-        return estimator_class(sagemaker_session=session, **kwargs)
-    except (ValueError, TypeError) as err:
-        raise DfmError(f"the SageMaker SDK refused the estimator: {aws.one_line(err)}", 2) from err
-    finally:
-        boto3.DEFAULT_SESSION = default_session
-
-
-def _channel_input(channel: Channel):
-    sagemaker = _sdk()
-    if channel.kind == "s3":
-        groups = list(channel.instance_groups) if channel.instance_groups else None
-        return sagemaker.inputs.TrainingInput(
-            s3_data=channel.uri,
-            distribution=channel.distribution,
-            input_mode=channel.input_mode,
-            instance_groups=groups,
-        )
-    if channel.kind in FILE_SYSTEM_TYPES:
-        if not channel.file_system_id:
-            raise DfmError(f"channel {channel.name}: {channel.kind} needs a file_system_id", 2)
-        # No per-channel input mode exists for file systems: the job's input mode applies.
-        return sagemaker.inputs.FileSystemInput(
-            file_system_id=channel.file_system_id,
-            file_system_type=FILE_SYSTEM_TYPES[channel.kind],
-            directory_path=channel.uri,
-            file_system_access_mode=channel.access_mode,
-        )
-    raise DfmError(
-        f"channel {channel.name}: {channel.uri} is a local path; SageMaker reads s3://, EFS or "
-        "FSx (or run it with --local)",
-        2,
-    )
-
-
-def _would_be_source_uri(estimator) -> str:
-    """Where the SDK would upload sourcedir.tar.gz, computed the way it does, without uploading."""
-    from sagemaker.s3 import parse_s3_url
-
-    if estimator.code_location:
-        bucket, prefix = parse_s3_url(estimator.code_location)
-    else:
-        bucket, prefix = parse_s3_url(estimator.output_path)[0], ""
-    return f"s3://{bucket}/{estimator._assign_s3_prefix(prefix)}/sourcedir.tar.gz"
-
-
-def offline_estimator(plan: Plan):
-    """(session, estimator kwargs, the SDK's estimator, channel inputs) for this plan, the estimator's source
-    upload replaced by the location it would upload to: the training and the tuning request start here."""
-    _sdk()
-    from sagemaker.fw_utils import UploadedCode
-
-    session = sagemaker_session(plan)
-    kwargs = estimator_kwargs(plan)
-    job = estimator(kwargs, session)
-    inputs = {channel.name: _channel_input(channel) for channel in plan.channels}
-
-    def stage_without_upload():
-        source_dir = job.source_dir
-        if source_dir and source_dir.lower().startswith("s3://"):  # a tarball already there: no upload either
-            return UploadedCode(s3_prefix=source_dir, script_name=job.entry_point)
-        script = job.entry_point if source_dir else os.path.basename(job.entry_point)
-        return UploadedCode(s3_prefix=_would_be_source_uri(job), script_name=script)
-
-    job._stage_user_code_in_s3 = stage_without_upload
-    return session, kwargs, job, inputs
 
 
 def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUpload | None:
@@ -393,8 +138,8 @@ def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUploa
 
 def build(plan: Plan) -> TrainingRequest:
     """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
-    sagemaker = _sdk()
-    session, kwargs, job, inputs = offline_estimator(plan)
+    sagemaker = sdk.sdk()
+    session, kwargs, job, inputs = sdk.offline_estimator(plan)
     try:
         job._prepare_for_training(job_name=plan.job_name)
         args = sagemaker.estimator._TrainingJob.get_train_args(job, inputs, None)
@@ -408,7 +153,7 @@ def build(plan: Plan) -> TrainingRequest:
         plan,
         freeze(kwargs),
         freeze({name: dict(value.config) for name, value in inputs.items()}),
-        freeze(_jsonable(request)),
+        freeze(jsonable(request)),
         source_upload(plan, request["HyperParameters"]),
     )
 

@@ -1,6 +1,6 @@
 """TuningPlan -> the CreateHyperParameterTuningJob request, built offline by the SDK v2's HyperparameterTuner.
 
-The trial's estimator is the training request's own (`training_request.offline_estimator`: the same kwargs, the same
+The trial's estimator is the training request's own (`sdk.offline_estimator`: the same kwargs, the same
 source location, no upload); the tuner then builds the request as `fit()` would (`_prepare_for_tuning`,
 `_TuningJob._get_tuner_args`, `Session._get_tuning_request`), and botocore's model checks it. `submit` uploads the
 source and creates the tuning job; describe, stop and list of tuning jobs are `tuning_jobs`'.
@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from launcher.facts import conventions
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import aws, training_request
+from launcher.sagemaker_backend import aws, sdk, training_request
+from launcher.sagemaker_backend.estimator_arguments import ESTIMATOR_CLASS
 from launcher.sagemaker_backend.tuning_jobs import console_url
 from launcher.plans.tuning_plan import TuningPlan
 
@@ -57,7 +58,7 @@ def tuner_kwargs(tplan: TuningPlan) -> dict[str, Any]:
 
 
 def _tuner(tplan: TuningPlan, job):
-    sagemaker = training_request._sdk()
+    sagemaker = sdk.sdk()
     from sagemaker.tuner import (
         HyperbandStrategyConfig,
         HyperparameterTuner,
@@ -108,18 +109,18 @@ class TuningRequest:
         """{tuner, estimator, request}, the dry run's JSON."""
         return {
             "tuner": {"class": TUNER_CLASS, "kwargs": json.loads(self.tuner_kwargs_json)},
-            "estimator": {"class": training_request.ESTIMATOR_CLASS, "kwargs": json.loads(self.estimator_kwargs_json)},
+            "estimator": {"class": ESTIMATOR_CLASS, "kwargs": json.loads(self.estimator_kwargs_json)},
             "request": self.request,
         }
 
 
 def build(tplan: TuningPlan) -> TuningRequest:
     """The request a submit sends, built by the real SDK with no network call; exit 2 if it would be refused."""
-    sagemaker = training_request._sdk()
+    sagemaker = sdk.sdk()
     from sagemaker.tuner import _TuningJob
 
     del sagemaker
-    session, kwargs, job, inputs = training_request.offline_estimator(tplan.training)
+    session, kwargs, job, inputs = sdk.offline_estimator(tplan.training)
     tuner = _tuner(tplan, job)
     # The tuner asks an unfitted estimator for its model data (to tag JumpStart models): the SDK logs a
     # warning about the missing training job; nothing is wrong.
