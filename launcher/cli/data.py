@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from launcher.cli import options
 from launcher.cli.options import positive
 from launcher.errors import DfmError
 from launcher.facts.contract import bundled_hparams
@@ -34,13 +35,7 @@ def data() -> None:
 )
 @click.option("--header/--no-header", default=None, help="Whether the first line names the columns [default: detect].")
 @click.option("--label", default=None, help="The label column (default: the first 0/1 column).")
-@click.option(
-    "--feature-size",
-    type=int,
-    default=None,
-    callback=positive,
-    help="TFRecords: check the ids against this [default: the bundled scripts' feature_size].",
-)
+@options.feature_size("TFRecords: check the ids against this [default: the bundled scripts' feature_size].")
 @click.option(
     "--output",
     "-o",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from launcher.cli import options
 from launcher.cli.options import positive
 from launcher.cli.render import progress
 from launcher.errors import DfmError
@@ -18,23 +19,9 @@ from launcher.errors import DfmError
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Folder for the TFRecords."
 )
-@click.option(
-    "--field-size",
-    type=int,
-    default=39,
-    show_default=True,
-    callback=positive,
-    help="Exact number of id:value pairs every row must have.",
-)
-@click.option("--feature-size", type=int, default=None, callback=positive, help="Also check every id is below this.")
-@click.option(
-    "--files",
-    type=int,
-    default=1,
-    show_default=True,
-    callback=positive,
-    help="Output files; rows are dealt round-robin (counts differ by at most one; at most one file a row).",
-)
+@options.field_size(39, "Exact number of id:value pairs every row must have.")
+@options.feature_size("Also check every id is below this.")
+@options.files("Output files; rows are dealt round-robin (counts differ by at most one; at most one file a row).")
 @click.option("--prefix", default="part", show_default=True)
 @click.option("--skip-bad", is_flag=True, help="Write the good rows and report how many were skipped.")
 @click.option(

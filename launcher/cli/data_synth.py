@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from launcher.cli import options
 from launcher.cli.options import positive
 from launcher.cli.render import progress
 from launcher.errors import DfmError
@@ -22,14 +23,7 @@ from launcher.facts.contract import bundled_hparams
 )
 @click.option("--rows", type=int, required=True, callback=positive, help="Training rows.")
 @click.option("--eval-rows", type=int, default=0, show_default=True, help="Evaluation rows (0: no eval/).")
-@click.option(
-    "--files",
-    type=int,
-    default=1,
-    show_default=True,
-    callback=positive,
-    help="Training files of equal size (must divide --rows).",
-)
+@options.files("Training files of equal size (must divide --rows).")
 @click.option(
     "--eval-files",
     type=int,
@@ -38,22 +32,8 @@ from launcher.facts.contract import bundled_hparams
     help="Evaluation files (default: --files, or fewer when --eval-rows does not divide).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same data and teacher.")
-@click.option(
-    "--field-size",
-    type=int,
-    default=bundled_hparams().DEFAULTS["field_size"],
-    show_default=True,
-    callback=positive,
-    help="Default: the bundled scripts' field_size.",
-)
-@click.option(
-    "--feature-size",
-    type=int,
-    default=bundled_hparams().DEFAULTS["feature_size"],
-    show_default=True,
-    callback=positive,
-    help="Default: the bundled scripts' feature_size.",
-)
+@options.field_size(bundled_hparams().DEFAULTS["field_size"], "Default: the bundled scripts' field_size.")
+@options.feature_size("Default: the bundled scripts' feature_size.", default=bundled_hparams().DEFAULTS["feature_size"])
 @click.option("--numeric-fields", type=int, default=None, help="Heavy-tailed numeric fields (default: a third).")
 @click.option(
     "--signal",

@@ -1,4 +1,5 @@
-"""Options shared by several commands, defined once."""
+"""Options shared by several commands, defined once; where commands differ in a default or a help line, a
+function takes those and gives the option."""
 
 from __future__ import annotations
 
@@ -33,3 +34,25 @@ def positive(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     if value is not None and value < 1:
         raise click.BadParameter("must be at least 1")
     return value
+
+
+def files(help: str):
+    """`--files N` (at least 1, default 1): how many files a data command writes; `help` says how rows go into them."""
+    return click.option("--files", type=int, default=1, show_default=True, callback=positive, help=help)
+
+
+def field_size(default: int, help: str):
+    """`--field-size N` (at least 1): the fields of every row."""
+    return click.option("--field-size", type=int, default=default, show_default=True, callback=positive, help=help)
+
+
+def feature_size(help: str, default: int | None = None):
+    """`--feature-size N` (at least 1): the id space; with no default, nothing is checked against it."""
+    return click.option(
+        "--feature-size",
+        type=int,
+        default=default,
+        show_default=default is not None,
+        callback=positive,
+        help=help,
+    )
