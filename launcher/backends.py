@@ -206,7 +206,7 @@ class LocalProcessing:
         """-> the application's report."""
         from launcher.data import prepare_local
 
-        return prepare_local.run(request.plan.spec, stats_only=request.plan.stats_only, force=force)
+        return prepare_local.run(request.job, request.plan.spec, force=force)
 
     jobs = None
 

@@ -150,6 +150,25 @@ def test_a_local_dry_run_lists_what_would_be_read_and_written_and_runs_nothing(t
     assert not fake.jobs and not (tmp_path / "data").exists()
 
 
+def test_the_local_backend_runs_the_job_its_dry_run_built(tmp_path, monkeypatch):
+    import dataclasses
+
+    from launcher.backends import LocalProcessing
+    from launcher.plans.prepare_plan import build_prepare_plan
+    from launcher.spec import load_spec
+
+    fake = FakeApp()
+    spec = _setup(tmp_path, monkeypatch, fake)
+    backend = LocalProcessing()
+    request = backend.dryrun(build_prepare_plan(load_spec(spec), "clicks-prep-1"))
+    shown = dataclasses.replace(request, job={**request.job, "seed": 4242})  # a job the spec alone cannot give
+    monkeypatch.setattr(prepare_local, "local_job", lambda *a, **k: pytest.fail("execute derived the job again"))
+
+    backend.execute(shown)
+
+    assert [job["seed"] for job in fake.jobs] == [4242]
+
+
 def test_force_is_refused_for_s3_outputs(tmp_path, capsys):
     spec = write_spec(tmp_path, SECTION, count=1, processes=1)
     assert main(["data", "prepare", str(spec), "--force", "--dry-run"]) == 2

@@ -30,7 +30,7 @@ def prepare(tmp_path: Path, spark, prepare_section: dict, **spec_changes) -> tup
     spec_changes.setdefault("local", {"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")})
     prepare_section = {"files_per_worker": 1, **prepare_section}  # small files for small tests, unless asked
     spec = load_spec(write_spec(tmp_path, prepare_section, **spec_changes))
-    return prepare_local.run(spec, spark=spark), spec
+    return prepare_local.run(prepare_local.local_job(spec), spec, spark=spark), spec
 
 
 def read(paths, field_size=FIELDS):
@@ -436,6 +436,6 @@ def test_gzip_input_is_read_and_a_forced_rerun_replaces_the_set(tmp_path, spark)
             local={"train": str(tmp_path / "out/train"), "eval": str(tmp_path / "out/eval")},
         )
     )
-    report = prepare_local.run(spec, force=True, spark=spark)
+    report = prepare_local.run(prepare_local.local_job(spec), spec, force=True, spark=spark)
     assert not stale.exists() and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prepare", "train"]
     assert sorted(read(sorted((tmp_path / "out/train").iterdir()))[0].tolist()) == sorted(labels.tolist())

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from launcher.data import prepare_job
 from launcher.data.staging import Staged, check_writable
@@ -131,13 +131,14 @@ def local_job(spec: Spec, *, stats_only: bool = False) -> dict[str, Any]:
     return job
 
 
-def run(spec: Spec, *, stats_only: bool = False, force: bool = False, spark=None) -> dict[str, Any]:
-    """Prepare the spec's local channels; -> the app's report (also in <train folder>/../prepare/prepare.json).
+def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None) -> dict[str, Any]:
+    """Run `job` (`local_job`'s, the one the dry run shows) on local Spark; -> the app's report (also in
+    <train folder>/../prepare/prepare.json). `spec` names the places in errors and sizes the features: proposal.
     Everything is written beside its place and swapped in only when the preparation succeeds."""
-    job = local_job(spec, stats_only=stats_only)
+    job = dict(job)
     refuse_unnamed_gzip(job)
     what = f"{spec.where('local.channels')}: local.channels"
-    if stats_only:  # only the report folder's files, each replaced as it is written
+    if job["stats_only"]:  # only the report folder's files, each replaced as it is written
         check_writable(Path(job["report_dir"]), what)
         return _run_app(spec, job, spark)
     with Staged(output_folders(job), force, what) as stage:

@@ -23,7 +23,9 @@ PY_VERSION, CONTAINER_VERSION = "py312", "1.3"
 
 @dataclass(frozen=True)
 class PreparePlan:
-    spec: Spec  # what it was derived from: the local backend reads this machine's folders from it
+    # What it was derived from: the local backend reads this machine's folders (local:), the places its errors
+    # name and the features: proposal's sizes from it; a SageMaker job never reads local:.
+    spec: Spec
     job_name: str
     region: str | None
     stats_only: bool
