@@ -13,6 +13,7 @@ from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir
 from deepfm_data_errors import is_bad_row, stop_on_input_error
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
+from deepfm_local_steps import LocalSteps, take
 from deepfm_loop import Distribution
 from deepfm_ps_eval import WorkerEvaluation, workers_evaluate
 from deepfm_tuning import configure_tensorflow
@@ -160,6 +161,7 @@ def train_with_coordinator(hp, env, cluster):
         f"chief: {len(cluster['worker'])} workers, {len(cluster['ps'])} ps, "
         f"replicas_in_sync={strategy.num_replicas_in_sync} per worker task; embeddings in {len(shards)} shard(s) "
         f"on {' '.join(shard.device for shard in shards)}"
+        + (f"; each worker trains {hp.local_steps} local steps between exchanges" if hp.local_steps > 1 else "")
     )
     keeper = CheckpointKeeper(
         trainer, checkpoint_dir(hp, env), hp.checkpoint_steps, io_device="/job:chief/replica:0/task:0/device:CPU:0"
@@ -213,7 +215,31 @@ class CoordinatorSteps(Distribution):
                     answers.add_bad_rows(task, value[0][BAD_ROWS_KEY])
             trainer.train_metrics.add(counts)
 
-        self.worker_steps = worker_steps
+        local = LocalSteps(trainer) if hp.local_steps > 1 else None
+
+        @tf.function
+        def worker_local_steps(it, count):
+            # worker_steps in groups of local_steps batches, each trained on the worker's own copy of the weights
+            # it uses and added back to the ps tasks once (deepfm_local_steps)
+            task = read_worker_shard_file()[TASK]
+            counts = trainer.train_metrics.zero_counts()
+            bad = tf.constant(0, tf.int64)
+            done = tf.constant(0, tf.int64)
+            while done < count:
+                ids, values, labels, sizes, group_bad, ended = take(it, tf.minimum(count - done, hp.local_steps), raw)
+                if tf.size(sizes) > 0:
+                    group = strategy.run(local.run, args=(ids.concat(), values.concat(), labels.concat(), sizes))
+                    counts = tuple(total + new for total, new in zip(counts, group))
+                bad += group_bad
+                done += tf.cast(tf.size(sizes), tf.int64)
+                if ended:
+                    answers.mark_done(task)
+                    break
+            trainer.train_metrics.add(counts)
+            if raw:
+                answers.add_bad_rows(task, bad)
+
+        self.worker_steps = worker_local_steps if local is not None else worker_steps
         has_eval = deepfm_input.EVAL_CHANNEL in env.channels
         self.spread = (
             WorkerEvaluation(

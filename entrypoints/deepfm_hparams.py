@@ -54,6 +54,7 @@ DEFAULTS = {
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
     "steps_per_closure": 16,  # parameter server: training steps a worker runs per closure the chief sends
+    "local_steps": 1,  # parameter server: steps a worker trains on its own copy between exchanges with the ps
     # tuning
     "intra_op_threads": 0,
     "inter_op_threads": 0,
@@ -90,6 +91,8 @@ SPARSE_ONLY = {
     "ftrl": "dense would zero every row outside the batch (TF's FTRL sets a row with a zero gradient and |linear| "
     "<= l1 to 0: the whole untouched table on the first step)",
 }
+
+LOCAL_STEP_OPTIMIZERS = ("adagrad", "sgd")  # deepfm_local_steps: a zero gradient leaves a row as it was
 
 TRUE_WORDS = ("true", "1", "yes", "y", "on")
 FALSE_WORDS = ("false", "0", "no", "n", "off")
@@ -244,6 +247,7 @@ BOUNDS = {
     "prefetch": (-1, None),
     "ps_per_host": (1, None),
     "steps_per_closure": (1, None),
+    "local_steps": (1, None),
     "sync_check_steps": (1, None),
     "negative_rate": (0.0, 1.0),  # the share of negatives dfm data prepare kept; 1: none dropped
     "intra_op_threads": (0, None),
@@ -287,6 +291,14 @@ def value_problems(args):
             (
                 "sparse_allreduce",
                 f"{SPARSE_ONLY[args.optimizer]}: use gather or auto with {args.optimizer}, or adagrad or sgd",
+            )
+        )
+    if args.local_steps > 1 and args.optimizer not in LOCAL_STEP_OPTIMIZERS:
+        problems.append(
+            (
+                "local_steps",
+                f"local steps train a copy of the rows they use, which {args.optimizer} would change where the "
+                f"gradient is zero: set optimizer to {' or '.join(LOCAL_STEP_OPTIMIZERS)}, or local_steps to 1",
             )
         )
     if args.epochs == 0 and args.max_steps == 0:

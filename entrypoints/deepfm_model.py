@@ -148,9 +148,15 @@ class DeepFM(tf.Module):
 
     def __call__(self, ids, values, training=False):
         """-> (logits [batch], l2 penalty scalar)."""
-        ids = self._checked(ids)
+        return self.forward(self.sparse_variables, self.dense_variables, ids, values, training)
+
+    def forward(self, sparse, dense, ids, values, training=False):
+        """__call__ on the given weights: `sparse` and `dense` in the order of sparse_variables and
+        dense_variables, variables or tensors (a parameter-server worker's own copy of some of a table's rows,
+        `ids` then its positions in that copy)."""
+        ids = self.checked_ids(ids)
         values = tf.cast(values, tf.float32)
-        weights, vectors = (self._lookup(table, ids) for table in self.sparse_variables)
+        weights, vectors = (self._lookup(table, ids) for table in sparse)
         weights = weights[..., 0]  # [B, F]; vectors [B, F, K]
         scaled = vectors * values[..., None]
         if self.pooling is not None:
@@ -158,13 +164,25 @@ class DeepFM(tf.Module):
         linear = tf.reduce_sum(weights * values, axis=1)
         summed = tf.reduce_sum(scaled, axis=1)
         fm = 0.5 * tf.reduce_sum(tf.square(summed) - tf.reduce_sum(tf.square(scaled), axis=1), axis=1)
-        deep = self._mlp(tf.reshape(scaled, [-1, self.field_size * self.embedding_size]), training)
-        logits = linear + fm + deep + self.bias
+        bias, kernels, biases, bn = self._dense_parts(dense)
+        deep = self._mlp(tf.reshape(scaled, [-1, self.field_size * self.embedding_size]), kernels, biases, bn, training)
+        logits = linear + fm + deep + bias
         batch = tf.cast(tf.shape(ids)[0], tf.float32)
         l2 = self.l2_reg * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(vectors)) / batch
         if self.l2_dense:
-            l2 += self.l2_dense * tf.add_n([tf.nn.l2_loss(k) for k in self.kernels])
+            l2 += self.l2_dense * tf.add_n([tf.nn.l2_loss(k) for k in kernels])
         return logits, l2
+
+    def _dense_parts(self, dense):
+        """dense (dense_variables' order) -> bias, kernels, biases, batch norm's parameters per layer (its moving
+        statistics stay the variables)."""
+        layers = len(self.kernels)
+        kernels, biases, bn = dense[1 : 1 + layers], dense[1 + layers : 1 + 2 * layers], dense[1 + 2 * layers :]
+        params = [
+            {"gamma": bn[2 * i], "beta": bn[2 * i + 1], "mean": p["mean"], "var": p["var"]}
+            for i, p in enumerate(self.bn_params)
+        ]
+        return dense[0], kernels, biases, params
 
     def _lookup(self, table, ids):
         """table's rows at ids ([..., width]). With distinct_lookup each distinct id of the batch is read once
@@ -176,7 +194,7 @@ class DeepFM(tf.Module):
         rows = spread(tf.nn.embedding_lookup(table, unique), places)
         return tf.reshape(rows, tf.concat([tf.shape(ids), [table.shape[1]]], 0))
 
-    def _checked(self, ids):
+    def checked_ids(self, ids):
         """ids, once every one is in [0, feature_size): a row with another id is a bad row on every device.
         The CPU's gather raises on it, a GPU's returns zeros and trains on (tf.gather's documented GPU
         behaviour); this check stops both with one line naming the id, its place and the fix (built only
@@ -205,18 +223,18 @@ class DeepFM(tf.Module):
         with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [problem], summarize=1)]):
             return tf.constant(False)
 
-    def _mlp(self, x, training):
+    def _mlp(self, x, kernels, biases, bn_params, training):
         # Training steps compute in compute_dtype; evaluation and prediction in float32, as the export serves,
         # so the evaluation that picks the model to export measures the model it exports.
         dtype = self.compute_dtype if training else tf.float32
         x = tf.cast(x, dtype)
-        last = len(self.kernels) - 1
-        for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
+        last = len(kernels) - 1
+        for i, (kernel, bias) in enumerate(zip(kernels, biases)):
             x = tf.matmul(x, tf.cast(kernel, dtype)) + tf.cast(bias, dtype)
             if i == last:
                 break
-            if self.bn_params:
-                x = self._batch_norm(x, self.bn_params[i], training)
+            if bn_params:
+                x = self._batch_norm(x, bn_params[i], training)
             x = tf.nn.relu(x)
             if training and self.dropout > 0:
                 x = dropout(x, self.dropout) if self.byte_dropout else tf.nn.dropout(x, rate=self.dropout)

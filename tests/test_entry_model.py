@@ -224,12 +224,12 @@ def test_a_batch_looks_up_each_distinct_id_once_with_the_gradient_of_a_lookup_pe
         loss = tf.reduce_sum(logits * labels) + l2
     grads = tape.gradient(loss, tables)
 
-    def per_place_loss():  # the model's forward pass with a lookup per place (as before the change)
+    def per_place_loss():  # the model's forward pass with a lookup per place
         weights = tf.nn.embedding_lookup(model.first_order, ids)[..., 0]
         scaled = tf.nn.embedding_lookup(model.embeddings, ids) * values[..., None]
         summed = tf.reduce_sum(scaled, axis=1)
         fm = 0.5 * tf.reduce_sum(tf.square(summed) - tf.reduce_sum(tf.square(scaled), axis=1), axis=1)
-        deep = model._mlp(tf.reshape(scaled, [64, -1]), training=True)
+        deep = model._mlp(tf.reshape(scaled, [64, -1]), model.kernels, model.biases, [], training=True)
         penalty = hp.l2_reg * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(scaled / values[..., None])) / 64
         return tf.reduce_sum((tf.reduce_sum(weights * values, 1) + fm + deep + model.bias) * labels) + penalty
 

@@ -142,7 +142,7 @@ def test_two_host_parameter_server_job(tmp_path, sample):
         entry_point="deepfm-ps",
         distribution="parameter_server",
         sample=sample,
-        hyperparameters={"max_steps": 30},
+        hyperparameters={"max_steps": 30, "optimizer": "adagrad", "local_steps": 4},
     )
     run = WatchedRun("launch", str(spec), "--local")
     assert run.wait() == 0, run.output[-3000:]
@@ -152,6 +152,10 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     for host in ("algo-1", "algo-2"):  # ShardedByS3Key: 4 files, 2 each, disjoint
         assert len(list((job / "hosts" / host / "input" / "data" / "train").iterdir())) == 2
     assert "[algo-1/master] [dfm] eval step=" in run.output and "final eval:" in run.output
+    chief = (job / "logs" / "algo-1-master.log").read_text()
+    assert "each worker trains 4 local steps between exchanges" in chief
+    batches = -(-6000 // 2 // SMALL_MODEL["batch_size"])  # a worker's 2 of the 4 files: its last group is short
+    assert f"epoch 1/1 done at step {2 * batches}" in chief  # every batch trained once, as ordinary steps do
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
     for host in ("algo-1", "algo-2"):  # each host's ps went with its host's script
         assert "ps server stopping: SIGTERM" in (job / "logs" / f"{host}-ps.log").read_text()

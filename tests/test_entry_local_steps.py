@@ -1,0 +1,82 @@
+"""A parameter-server worker's local steps (deepfm_local_steps): with one worker, a group of steps on the worker's
+copy, added back once, leaves the weights, accumulators and metrics of as many ordinary steps."""
+
+import numpy as np
+import pytest
+
+import entry_support  # noqa: F401  (entrypoints/ on the path)
+import deepfm_hparams as H
+
+tf = pytest.importorskip("tensorflow")
+import deepfm_local_steps as L  # noqa: E402
+import deepfm_training as T  # noqa: E402
+
+pytestmark = pytest.mark.runtimes
+
+
+def hp_with(**overrides):
+    argv = [
+        "--feature_size",
+        "500",
+        "--deep_layers",
+        "[16, 8]",
+        "--l2_reg",
+        "0.01",
+        "--l2_dense",
+        "0.001",
+        "--dropout",
+        "0",
+    ]
+    for key, value in overrides.items():
+        argv += [f"--{key}", str(value)]
+    return H.parse_hyperparameters(argv)
+
+
+def batches(hp, sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for rows in sizes:
+        ids = rng.integers(0, 60, size=(rows, hp.field_size))  # ids repeat within and across batches
+        out.append((ids, rng.random((rows, hp.field_size), np.float32), rng.integers(0, 2, rows).astype(np.float32)))
+    return out
+
+
+def state(trainer):
+    slots = [value.numpy() for slots in trainer.optimizer.slots for value in slots.values()]
+    return [var.numpy() for var in trainer.variables] + slots + [trainer.optimizer.iterations.numpy()]
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+def test_local_steps_of_one_worker_train_as_the_ordinary_steps(optimizer):
+    hp = hp_with(optimizer=optimizer, learning_rate=0.2)
+    data = batches(hp, [32, 32, 32, 17])  # a short last batch, as at the end of the data
+    ordinary, local = T.build_trainer(hp), T.build_trainer(hp)
+    step = tf.function(ordinary.train_step)
+    for ids, values, labels in data:
+        step(({"ids": tf.constant(ids), "values": tf.constant(values)}, tf.constant(labels)))
+    group = tf.function(L.LocalSteps(local).run)
+    counts = group(
+        tf.constant(np.concatenate([b[0] for b in data])),
+        tf.constant(np.concatenate([b[1] for b in data])),
+        tf.constant(np.concatenate([b[2] for b in data])),
+        tf.constant([len(b[2]) for b in data], tf.int32),
+    )
+    local.train_metrics.add(counts)
+    for got, want in zip(state(local), state(ordinary)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+    assert not np.allclose(state(local)[0], T.build_trainer(hp).variables[0].numpy())  # the steps did train
+    for got, want in zip(local.train_metrics.result(), ordinary.train_metrics.result()):
+        assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_rows_of_a_table_in_shards_are_read_where_each_shard_holds_them():
+    table = np.arange(20, dtype=np.float32).reshape(10, 2)
+    shards = [tf.Variable(table[:4]), tf.Variable(table[4:])]
+    unique = tf.constant([7, 0, 3, 4, 9], tf.int64)
+    np.testing.assert_array_equal(L._rows(shards, unique).numpy(), table[[7, 0, 3, 4, 9]])
+
+
+def test_local_steps_refuse_optimizers_that_change_rows_without_gradient():
+    with pytest.raises(H.HyperparameterError, match="local_steps: .* set optimizer to adagrad or sgd"):
+        hp_with(optimizer="adam", local_steps=4)
+    assert "local_steps" not in dict(H.value_problems(hp_with(optimizer="adagrad", local_steps=4)))
