@@ -36,7 +36,8 @@ class LocalSteps:
         ids = self.model.checked_ids(ids)  # the ids themselves: the copy's positions would pass any bound
         unique, places = tf.unique(tf.reshape(ids, [-1]))
         places = tf.reshape(places, tf.shape(ids))
-        start = self._read(unique)
+        pieces, in_copy = self._pieces(unique)
+        start = self._read(pieces, in_copy)
         weights = tuple(start)
         lr = self.optimizer.learning_rate.read_value()
         counts = self.trainer.train_metrics.zero_counts()
@@ -50,7 +51,7 @@ class LocalSteps:
             )
             counts = tuple(total + new for total, new in zip(counts, new_counts))
             all_finite = tf.logical_and(all_finite, finite)
-        self._push(unique, start, weights)
+        self._push(pieces, in_copy, start, weights)
         assign_add(self.optimizer.iterations, tf.cast(tf.size(sizes), tf.int64))
         if scale is not None:
             self.trainer.loss_scale.update(all_finite)
@@ -85,43 +86,93 @@ class LocalSteps:
         accum = accum + tf.square(grad)  # ResourceApplyAdagradV2's update
         return param - lr * grad / (tf.sqrt(accum) + self.optimizer.epsilon), accum
 
-    def _read(self, unique):
-        """-> [rows, accumulator rows] of each table at `unique`, then [value, accumulator] of each dense variable
-        (SGD has no accumulator: zeros stand in and are never added back)."""
-        weights = []
+    def _pieces(self, unique):
+        """What the copy holds, piece by piece as the ps tasks keep it: [(variable, the ids read from it, or None for
+        all of it)], each table's rows (then its accumulators') by shard, then each dense variable (and its
+        accumulator); and for each table, where each shard's rows go in the copy."""
+        pieces, places = [], []
         for shards in self.tables:
-            rows = _rows(shards, unique)
-            weights += [rows, _rows([self.accum(s) for s in shards], unique) if self.adagrad else tf.zeros_like(rows)]
+            by_shard = _by_shard(shards, unique)
+            places.append([at for _, at in by_shard])
+            holders = (shards, [self.accum(shard) for shard in shards]) if self.adagrad else (shards,)
+            pieces += [(var, ids) for holder in holders for var, (ids, _) in zip(holder, by_shard)]
         for var in self.dense:
-            value = tf.identity(var.read_value())
-            weights += [value, tf.identity(self.accum(var).read_value()) if self.adagrad else tf.zeros_like(value)]
+            pieces += [(var, None), (self.accum(var), None)] if self.adagrad else [(var, None)]
+        return pieces, places
+
+    def _read(self, pieces, places):
+        """-> the copy: [rows, accumulator rows] of each table, then [value, accumulator] of each dense variable
+        (SGD has no accumulator: zeros stand in and are never added back)."""
+        values, weights = iter(_fetch(pieces)), []
+        for at in places:
+            rows = tf.dynamic_stitch(at, [next(values) for _ in at])
+            weights += [
+                rows,
+                tf.dynamic_stitch(at, [next(values) for _ in at]) if self.adagrad else tf.zeros_like(rows),
+            ]
+        for _ in self.dense:
+            value = next(values)
+            weights += [value, next(values) if self.adagrad else tf.zeros_like(value)]
         return weights
 
-    def _push(self, unique, start, end):
+    def _push(self, pieces, places, start, end):
         """Add the copy's changes (end - start) to the variables and accumulators on the ps tasks."""
-        changes = [new - old for new, old in zip(end, start)]
-        for i, shards in enumerate(self.tables):
-            rows, accums = changes[2 * i], changes[2 * i + 1]
-            for shard, (ids, at) in zip(shards, _by_shard(shards, unique)):
-                tf.raw_ops.ResourceScatterAdd(resource=shard.handle, indices=ids, updates=tf.gather(rows, at))
-                if self.adagrad:
+        changes, updates = iter([new - old for new, old in zip(end, start)]), []
+        for at in places:
+            rows, accums = next(changes), next(changes)
+            for change in (rows, accums) if self.adagrad else (rows,):
+                updates += [tf.gather(change, shard_at) for shard_at in at]
+        for value, accum in zip(changes, changes):
+            updates += [value, accum] if self.adagrad else [value]
+        _send(pieces, updates)
+
+
+def _by_device(pieces):
+    devices = {}
+    for i, (var, _) in enumerate(pieces):
+        devices.setdefault(var.device, []).append(i)
+    return devices
+
+
+def _size(var, ids):
+    return var.shape.num_elements() if ids is None else tf.size(ids) * var.shape[1]
+
+
+def _fetch(pieces):
+    """The value of each piece, one transfer from each device that holds some: the pieces are packed into one
+    tensor where they live and unpacked here."""
+    out = [None] * len(pieces)
+    for device, members in _by_device(pieces).items():
+        with tf.device(device):
+            packed = tf.concat(
+                [
+                    tf.reshape(var if ids is None else tf.gather(var, ids), [-1])
+                    for var, ids in (pieces[i] for i in members)
+                ],
+                0,
+            )
+        sizes = tf.stack([tf.cast(_size(*pieces[i]), tf.int32) for i in members])
+        for i, part in zip(members, tf.split(packed, sizes, num=len(members))):
+            var, ids = pieces[i]
+            out[i] = tf.reshape(part, var.shape if ids is None else [-1, var.shape[1]])
+    return out
+
+
+def _send(pieces, updates):
+    """Add each update to its piece, one transfer to each device: packed here, unpacked and applied where the
+    variables live."""
+    for device, members in _by_device(pieces).items():
+        packed = tf.concat([tf.reshape(updates[i], [-1]) for i in members], 0)
+        sizes = tf.stack([tf.cast(_size(*pieces[i]), tf.int32) for i in members])
+        with tf.device(device):
+            for i, part in zip(members, tf.split(packed, sizes, num=len(members))):
+                var, ids = pieces[i]
+                if ids is None:
+                    assign_add(var, tf.reshape(part, var.shape))
+                else:
                     tf.raw_ops.ResourceScatterAdd(
-                        resource=self.accum(shard).handle, indices=ids, updates=tf.gather(accums, at)
+                        resource=var.handle, indices=ids, updates=tf.reshape(part, [-1, var.shape[1]])
                     )
-        dense = changes[2 * len(self.tables) :]
-        for var, change, accum_change in zip(self.dense, dense[::2], dense[1::2]):
-            assign_add(var, change)
-            if self.adagrad:
-                assign_add(self.accum(var), accum_change)
-
-
-def _rows(shards, unique):
-    """The rows at `unique` of a table held in `shards` (or of its accumulators'), read where each lives."""
-    parts, places = [], []
-    for shard, (ids, at) in zip(shards, _by_shard(shards, unique)):
-        parts.append(tf.gather(shard, ids))
-        places.append(at)
-    return tf.dynamic_stitch(places, parts)
 
 
 def take(iterator, count, raw):

@@ -69,11 +69,21 @@ def test_local_steps_of_one_worker_train_as_the_ordinary_steps(optimizer):
         assert got == pytest.approx(want, rel=1e-5)
 
 
-def test_rows_of_a_table_in_shards_are_read_where_each_shard_holds_them():
+def test_a_tables_rows_are_read_and_added_to_in_the_shard_that_holds_each():
     table = np.arange(20, dtype=np.float32).reshape(10, 2)
     shards = [tf.Variable(table[:4]), tf.Variable(table[4:])]
+    dense = tf.Variable([1.0, 2.0])
     unique = tf.constant([7, 0, 3, 4, 9], tf.int64)
-    np.testing.assert_array_equal(L._rows(shards, unique).numpy(), table[[7, 0, 3, 4, 9]])
+    by_shard = L._by_shard(shards, unique)
+    pieces = [(shard, ids) for shard, (ids, _) in zip(shards, by_shard)] + [(dense, None)]
+    *rows, value = L._fetch(pieces)
+    np.testing.assert_array_equal(tf.dynamic_stitch([at for _, at in by_shard], rows).numpy(), table[unique.numpy()])
+    np.testing.assert_array_equal(value.numpy(), [1.0, 2.0])
+    L._send(pieces, [tf.ones_like(part) for part in rows] + [tf.constant([0.5, 0.5])])
+    grown = table.copy()
+    grown[unique.numpy()] += 1
+    np.testing.assert_array_equal(np.concatenate([shard.numpy() for shard in shards]), grown)
+    np.testing.assert_array_equal(dense.numpy(), [1.5, 2.5])
 
 
 def test_local_steps_refuse_optimizers_that_change_rows_without_gradient():
