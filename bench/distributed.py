@@ -30,9 +30,10 @@ BATCH = 1024
 PS_GOAL = 0.7  # shared cores: 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same cores
 HOSTS, CORES = 2, 1  # weak scaling: HOSTS hosts on CORES cores each against one host on CORES cores
 PS = "parameter server"
+PS_ASYNC = "parameter server, local_steps=1 (asynchronous SGD: an exchange every step)"
 MWMS = "MultiWorkerMirrored"
 HOROVOD = "Horovod"
-OLD_CLOSURE = "2 hosts, steps_per_closure=1 (one step per closure)"
+OLD_CLOSURE = "2 hosts, steps_per_closure=1 and local_steps=1 (one step per closure)"
 ADAM = "2 hosts, optimizer adam (the scripts' default; configs/ps.yaml trains with adagrad)"
 EVAL_WORKERS = "2 hosts, 8 evaluations of all of eval on the workers"
 EVAL_CHIEF = "2 hosts, 8 evaluations of all of eval on the chief (DFM_PS_EVAL=chief)"
@@ -58,7 +59,8 @@ MODELS = {
 }
 # distribution -> (config, which channels, --set lines of every run); Horovod one rank per host
 WEAK = {
-    PS: ("configs/ps.yaml", "files", []),
+    PS: ("configs/ps.yaml", "files", []),  # its local_steps: 8
+    PS_ASYNC: ("configs/ps.yaml", "files", ["hyperparameters.local_steps=1"]),
     # Open MPI's ranks busy-poll while they wait: on a host of one core that takes the core from the rank's own
     # TensorFlow threads (2 hosts ran at under half the speed they do yielding)
     HOROVOD: (
@@ -286,10 +288,19 @@ def _shared_runs(data: dict, quick: bool, cpus: int) -> dict:
     rows = {
         (PS, "1 host"): ("configs/ps.yaml", ["instance.count=1"], files),
         (PS, "2 hosts"): ("configs/ps.yaml", ["instance.count=2"], files),
-        (PS, OLD_CLOSURE): ("configs/ps.yaml", ["instance.count=2", "hyperparameters.steps_per_closure=1"], files),
+        (PS, OLD_CLOSURE): (
+            "configs/ps.yaml",
+            ["instance.count=2", "hyperparameters.steps_per_closure=1", "hyperparameters.local_steps=1"],
+            files,
+        ),
         (PS, ADAM): (
             "configs/ps.yaml",
-            ["instance.count=2", "hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002"],
+            [
+                "instance.count=2",
+                "hyperparameters.optimizer=adam",
+                "hyperparameters.learning_rate=0.002",
+                "hyperparameters.local_steps=1",
+            ],
             files,
         ),
         (PS, EVAL_WORKERS): ("configs/ps.yaml", ["instance.count=2", *every_eighth], files),
@@ -368,7 +379,7 @@ def per_step(key) -> int:
     """Examples of one step of a run: a weak-scaling row's batch, times its hosts under a synchronous strategy."""
     if key[0] != "weak":
         return BATCH
-    return MODELS[key[2]].batch * (1 if key[1] == PS else key[3])
+    return MODELS[key[2]].batch * (1 if key[1] in (PS, PS_ASYNC) else key[3])
 
 
 def _steady_columns(measured: Runs, key, cores: int) -> list[str]:
@@ -582,7 +593,9 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "worker's CPU and every 40 steps 11% (configs log every 50). The batch is per worker (parameter "
         "server) or per replica (Horovod, MultiWorkerMirrored), so n hosts train n batches per step.",
         "Parameter server at n hosts: algo-1 runs a ps server, the chief and the chief's own worker task; algo-2 a ps "
-        "server and a worker (`configs/ps.yaml`, File mode, ShardedByS3Key emulated over 8 files). Horovod: "
+        "server and a worker (`configs/ps.yaml`, File mode, ShardedByS3Key emulated over 8 files), each worker "
+        "training 8 local steps between exchanges with the ps (ps.yaml's `local_steps`; the `local_steps=1` rows: "
+        "an exchange every step). One host is one process either way. Horovod: "
         "`configs/horovod.yaml` (tf-2.12 runtime, Pipe mode, 4 channels, multi-path) with one rank per host and "
         "`--set environment.OMPI_MCA_mpi_yield_when_idle=1` (a rank waiting in MPI yields its one core). "
         "MultiWorkerMirrored: `configs/mirrored-gpu.yaml` (tf-2.21 runtime, FastFile) with one CPU replica per host.",

@@ -82,7 +82,12 @@ SAMPLES = {
             "0.5",
         ],
         4,
-        ["instance.count=1", "distribution=none", *(f"hyperparameters.{k}={v}" for k, v in DEEP8_HPS.items())],
+        [
+            "instance.count=1",
+            "distribution=none",
+            "hyperparameters.local_steps=1",  # ps.yaml's local steps are for Adagrad on a parameter server
+            *(f"hyperparameters.{k}={v}" for k, v in DEEP8_HPS.items()),
+        ],
     ),
 }
 OLD_L2_DENSE = ("the same with l2_dense 0.03", ["hyperparameters.l2_dense=0.03"])
@@ -91,7 +96,7 @@ VARIANTS = {
     "demo": [
         (
             "the same with the scripts' default optimizer (lazy Adam 0.002)",
-            ["hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002"],
+            ["hyperparameters.optimizer=adam", "hyperparameters.learning_rate=0.002", "hyperparameters.local_steps=1"],
         ),
         OLD_L2_DENSE,
     ],
