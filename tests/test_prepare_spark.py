@@ -390,7 +390,8 @@ def test_a_task_finishing_does_not_pull_the_scratch_folder_from_under_another(tm
 
 def test_many_small_files_are_read_a_task_per_core_each_row_named_by_its_file(tmp_path, spark):
     """A split per file would make 12 read tasks of a few KB each (a task's fixed cost, many times over, on an input
-    of many small files); they are packed into a task per core, and a bad row still names its own file."""
+    of many small files); they are packed into a task per core at most (whole files of under 4 MB together), and a
+    bad row still names its own file."""
     from launcher.data import prepare_local
 
     write_clicks(tmp_path / "clicks", 600, files=12)
@@ -399,7 +400,7 @@ def test_many_small_files_are_read_a_task_per_core_each_row_named_by_its_file(tm
     app = prepare_local.load_app(spark)
     job = {"input": {"format": "libsvm"}, "field_size": FIELDS, "feature_size": None}
     parsed = app.read_parsed(spark, str(tmp_path / "clicks"), job)
-    assert parsed.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
+    assert 1 <= parsed.getNumPartitions() <= spark.sparkContext.defaultParallelism == 2
     items = parsed.collect()
     assert [item[1] for item in items if item[0] == "bad"] == [
         "part-007.libsvm: 2 id:value pairs, expected 3: '1 0:1 1:1'"

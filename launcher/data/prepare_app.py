@@ -71,23 +71,42 @@ def split_files(lines):
     return [split.getPath().toString() for split in splits], [split.getLength() for split in splits]
 
 
+def whole_files_fit(spark, files):
+    """Whether libsvm input can be read as whole files' bytes: every file is one split (not larger than a task's
+    share) and none is compressed (sc.textFile decompresses by the file's name)."""
+    jvm = spark.sparkContext._jvm
+    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(spark.sparkContext._jsc.hadoopConfiguration())
+    return len(set(files)) == len(files) and all(
+        codecs.getCodec(jvm.org.apache.hadoop.fs.Path(f)) is None for f in files
+    )
+
+
 def read_parsed(spark, uri, job):
-    """The input parsed per partition. Text as sc.textFile's bare lines, each partition's file named once (not a
-    Row and input_file_name() pickled per line); Parquet as Rows with their file."""
+    """The input parsed per partition. libsvm as whole files' bytes when they fit in a task (sc.binaryFiles: no
+    line decoded to a Java string and encoded again, no line sent to Python on its own), else as sc.textFile's bare
+    lines, each partition's file named once (not a Row and input_file_name() pickled per line); Parquet as Rows with
+    their file."""
     from pyspark.sql import functions as F
 
     if job["input"]["format"] == "parquet":
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
         return frame_.rdd.mapPartitions(lambda rows: parse_partition(((r["_file"], r.asDict()) for r in rows), job))
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    context = spark.sparkContext
+    hadoop = context._jsc.hadoopConfiguration()
     if int(hadoop.get(SPLIT_SIZE) or 0) <= 1:  # not configured: splits of Spark SQL's 128 MB, not each 32 MB block
         hadoop.set(SPLIT_SIZE, str(128 << 20))
-    lines = spark.sparkContext.textFile(uri)
+    lines = context.textFile(uri)
     files, sizes = split_files(lines)
+    # Many small files are a split each; a read task then takes several, as the DataFrame read packed them: 128 MB
+    # a task, a task per core at least, and as many tasks on each core (the last core's extra task is the wall time)
+    cores = context.defaultParallelism
+    tasks = cores * -(-max(cores, -(-sum(sizes) // (128 << 20))) // cores)
+    if job["input"]["format"] == "libsvm" and whole_files_fit(spark, files):
+        # a split per file, files under spark.files.openCostInBytes (4 MB) packed together
+        whole = context.binaryFiles(uri, minPartitions=1 << 30)
+        whole = whole.coalesce(tasks) if whole.getNumPartitions() > tasks else whole
+        return whole.mapPartitions(lambda pairs: whole_libsvm_partition(pairs, job))
     parsed = lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
-    # Many small files are a split each; a read task then takes several (each still parsed with its file's name),
-    # as the DataFrame read packed them: 128 MB a task, at least a task per core.
-    tasks = max(spark.sparkContext.defaultParallelism, -(-sum(sizes) // (128 << 20)))
     return parsed.coalesce(tasks) if len(files) > tasks else parsed
 
 
@@ -109,14 +128,14 @@ def block_rows(block):
     return block[1]
 
 
-def libsvm_partition(lines, job, origin):
-    """libsvm lines of one file parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+def libsvm_blocks(chunks, job, origin):
+    """One file's libsvm lines parsed a chunk at a time as arrays ((labels, ids, values, bad [(line, BadRow)])) ->
+    ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     fields = job["field_size"]
     held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
-    while chunk := list(itertools.islice(lines, BLOCK)):
-        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, fields, job.get("feature_size"))
-        for index, err in bad:
-            yield ("bad", f"{os.path.basename(origin)}: {err}: {chunk[index][:80]!r}")
+    for labels, ids, values, bad in chunks:
+        for line, err in bad:
+            yield ("bad", f"{os.path.basename(origin)}: {err}: {line[:80]!r}")
         ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
@@ -126,12 +145,27 @@ def libsvm_partition(lines, job, origin):
         yield ("ok", (held[0], (held[1], held[2])))
 
 
+def libsvm_partition(lines, job, origin):
+    """libsvm lines (text) of one file, parsed BLOCK lines at a time."""
+    while chunk := list(itertools.islice(lines, BLOCK)):
+        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, job["field_size"], job.get("feature_size"))
+        yield labels, ids, values, [(chunk[index], err) for index, err in bad]
+
+
+def whole_libsvm_partition(files, job):
+    """(file, its bytes) pairs -> what parse_partition gives for their lines."""
+    for origin, data in files:
+        chunks = codec.line_chunks(data)
+        parsed = (codec.parse_libsvm_bytes(chunk, job["field_size"], job.get("feature_size")) for chunk in chunks)
+        yield from libsvm_blocks(parsed, job, origin)
+
+
 def parse_partition(rows, job, origin=None):
     """rows: the lines of one file's split (origin: the file), or Parquet's (file, row dict) pairs.
     -> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     parquet = job["input"]["format"] == "parquet"
     if job["input"]["format"] == "libsvm":
-        yield from libsvm_partition(rows, job, origin)
+        yield from libsvm_blocks(libsvm_partition(rows, job, origin), job, origin)
         return
     rows = rows if parquet else ((origin, row) for row in rows)
     good = []
