@@ -6,11 +6,11 @@ parsers and encoder, and `prepare_app_stats.py` in --py-files) and runs in the S
 no protobuf, no `launcher`), and `dfm data prepare --local` runs the very same files on local Spark. Its one
 argument is the location of a JSON job description (written by `launcher/data/prepare_job.py`).
 
-Stages: read -> parse (bad rows counted; `fail` stops before anything is written; libsvm statistics gathered in
-the same pass) -> statistics (raw input: one aggregation) -> split eval -> balance (train negatives kept with
-probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> shuffle into
-the planned files (one full shuffle of the framed records over the network) -> write (a task per file, or several
-files a task on a cluster with far fewer cores than files) -> prepare.json.
+Stages: read -> parse (bad rows counted; libsvm statistics gathered) -> split eval -> balance (train negatives
+kept with probability negative_rate), all in one pass whose result is kept for the write; `fail` stops before
+anything is written -> statistics (raw input: one aggregation) -> encode tf.train.Examples and frame them, a block
+of rows at a time -> shuffle into the planned files (one full shuffle of the framed records over the network) ->
+write (a task per file, or several files a task on a cluster with far fewer cores than files) -> prepare.json.
 """
 
 import argparse
@@ -27,7 +27,6 @@ import prepare_app_stats as stats
 STAGE_PREFIX = "[dfm-prepare]"
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
-SHOWN_BAD_ROWS = 5
 WRITE_TASKS_PER_CORE = 4
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
@@ -192,29 +191,40 @@ def _keys(rng, index, position, count, shuffle):
     return rng.integers(0, 2**62, count) if shuffle else (index << 40) + position + np.arange(count)
 
 
-def split_partition(index, blocks, job, has_eval_input):
-    """Seeded per partition and block: ("eval"|"train", block, keys); train negatives kept with negative_rate."""
+def split_block(job, index, number, position, block, has_eval_input):
+    """Block `number` of partition `index` (its first row the partition's `position`th good row), split seeded per
+    partition and block: ("eval"|"train", rows, keys) items; train negatives kept with negative_rate."""
     fraction = 0.0 if has_eval_input else job.get("eval_fraction", 0.0)
-    rate, position = job.get("negative_rate"), 0
-    for number, block in enumerate(blocks):
-        count = len(block[0])
-        rng = np.random.default_rng([job["seed"], index, number])
-        to_eval, keep = rng.random(count) < fraction, rng.random(count)
-        keys = _keys(rng, index, position, count, job["shuffle"])
-        position += count
-        train = ~to_eval if rate is None else ~to_eval & ((block[0] > 0.5) | (keep < rate))
-        for part, mask in (("train", train), ("eval", to_eval)):
-            if mask.any():
-                yield part, take(block, mask), keys[mask]
+    rate, count = job.get("negative_rate"), len(block[0])
+    rng = np.random.default_rng([job["seed"], index, number])
+    to_eval, keep = rng.random(count) < fraction, rng.random(count)
+    keys = _keys(rng, index, position, count, job["shuffle"])
+    train = ~to_eval if rate is None else ~to_eval & ((block[0] > 0.5) | (keep < rate))
+    for part, mask in (("train", train), ("eval", to_eval)):
+        if mask.any():
+            yield part, take(block, mask), keys[mask]
 
 
-def keyed_partition(index, blocks, job):
-    """A separate eval input's blocks with their order keys (seeded per partition and block, as above)."""
-    position = 0
-    for number, block in enumerate(blocks):
-        rng = np.random.default_rng([job["seed"], index, number, 1])
-        yield block, _keys(rng, index, position, len(block[0]), job["shuffle"])
-        position += len(block[0])
+def eval_block(job, index, number, position, block):
+    """A block of a separate eval input with its order keys (seeded per partition and block, as above)."""
+    rng = np.random.default_rng([job["seed"], index, number, 1])
+    yield "eval", block, _keys(rng, index, position, len(block[0]), job["shuffle"])
+
+
+def read_partition(index, items, job, keyed):
+    """The read pass of one partition: its good blocks as keyed(job, index, number, position, block) gives them
+    for the write ((part, rows, keys) items) and, last, ("tally", bad rows, good rows, statistics, first bad rows).
+    What is kept for the write is only what will be written: the negatives the balance drops are gone."""
+    tally = stats.Tally(job, index)
+    number = position = 0
+    for kind, value in items:
+        if kind == "bad":
+            tally.bad(value)
+            continue
+        tally.good(value)
+        yield from keyed(job, index, number, position, value)
+        number, position = number + 1, position + len(value[0])
+    yield ("tally", tally.value())
 
 
 def place_partition(items, layout, job):
@@ -337,20 +347,33 @@ def check_read(part, uri, rows, bad_count, examples, policy):
         )
 
 
-def run(spark, job):
-    """Spark is lazy: each stage line times the action that ran it (write: split, balance, encode, shuffle, write)."""
+def read_pass(parsed, job, keyed):
+    """The parsed input's read pass, kept (MEMORY_AND_DISK: at scale it does not fit in memory) for the write, and
+    its tally: (items, bad rows, good rows, statistics' partial, first bad rows)."""
     from pyspark import StorageLevel
 
-    spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
+    items = parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, job, keyed))
+    items = items.persist(StorageLevel.MEMORY_AND_DISK)
+    tallies = items.filter(lambda item: item[0] == "tally").map(lambda item: item[1])
+    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
+    bad_count, rows, partial, examples = tallies.treeReduce(stats.merge_tallies, depth)
+    return items, bad_count, rows, partial, [text for _, text in examples]
+
+
+def run(spark, job):
+    """Spark is lazy: each stage line times the action that ran it (read: parse, statistics, split, balance; write:
+    encode, shuffle, write)."""
+    from pyspark import StorageLevel
+
     progress = Progress()
     parsed = read_parsed(spark, job["input"]["uri"], job)
-    parsed = parsed.persist(spill)
-    bad = parsed.filter(lambda item: item[0] == "bad")
-    # one pass: it fills the cache and gathers libsvm statistics
-    tallies = parsed.mapPartitions(lambda items: stats.tally_partition(items, job))
-    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
-    bad_count, rows, partial = tallies.treeReduce(stats.merge_tallies, depth)
-    examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
+    raw_stats = job.get("stats", True) and job["input"]["format"] != "libsvm"
+    if raw_stats:  # the statistics' DataFrame reads every good row again
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    has_eval_input = bool(job.get("eval_uri"))
+    items, bad_count, rows, partial, examples = read_pass(
+        parsed, job, lambda *block: split_block(*block, has_eval_input)
+    )
     report = {
         "input": job["input"]["uri"],
         "rows": rows,
@@ -360,46 +383,34 @@ def run(spark, job):
     }
     progress.stage("read", f"{rows} good rows, {bad_count} bad")
     check_read("train", job["input"]["uri"], rows, bad_count, examples, job["bad_rows"])
-    good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
-    eval_good = None
-    if job.get("eval_uri"):
+    if has_eval_input:
         eval_parsed = read_parsed(spark, job["eval_uri"], job)
-        eval_parsed = eval_parsed.persist(spill)
-        eval_bad_count, eval_rows = eval_parsed.map(
-            lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))
-        ).fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))
-        eval_examples = (
-            eval_parsed.filter(lambda item: item[0] == "bad").map(lambda item: item[1]).take(SHOWN_BAD_ROWS)
-            if eval_bad_count
-            else []
+        eval_items, eval_bad_count, eval_rows, _, eval_examples = read_pass(
+            eval_parsed, {**job, "stats": False}, eval_block
         )
         report["eval_bad_rows"] = eval_bad_count
         check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
-        eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
+        items = items.union(eval_items)
     if job.get("stats", True):
-        if job["input"]["format"] == "libsvm":
-            report["stats"] = stats.indexed_statistics(rows, partial, job["field_size"])
+        if raw_stats:
+            good = parsed.filter(lambda item: item[0] == "ok").flatMap(lambda item: block_rows(item[1]))
+            report["stats"] = stats.statistics(spark, good, job)
         else:
-            report["stats"] = stats.statistics(spark, good.flatMap(block_rows), job)
+            report["stats"] = stats.indexed_statistics(rows, partial, job["field_size"])
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
         _write_json(job["report_dir"], "stats.json", report["stats"])
     if job.get("stats_only"):
         report["seconds"] = progress.seconds
         _write_json(job["report_dir"], "prepare.json", report)
         return report
-    has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
-    # train and eval files are written in one pass over the parsed blocks: one shuffle, one write stage
-    split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    if eval_good is not None:
-        evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
-        split = split.union(evaluation.map(lambda item: ("eval", *item)))
+    # train and eval files are written in one pass over what the read pass kept: one shuffle, one write stage
     paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    report.update(write_parts(split, paths, job, spark.sparkContext.defaultParallelism))
+    report.update(write_parts(items, paths, job, spark.sparkContext.defaultParallelism))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"
         + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report else "")
-        + " (split, balance, encode, shuffle, write)",
+        + " (encode, shuffle, write)",
     )
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")
