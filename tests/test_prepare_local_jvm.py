@@ -1,0 +1,54 @@
+"""`dfm data prepare --local`'s JVM: started from this machine's archive of the classes local Spark loads, written
+by the first run as its JVM exits (no Spark started here: a process stands in for the JVM)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.data import prepare_local
+
+
+def test_the_archive_is_named_for_the_jvm_and_heap_under_the_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    archive, written = prepare_local.archive_paths(sys.executable, "2g")
+    assert archive.parent == written.parent == tmp_path / "cache/dfm/spark" and archive.parent.is_dir()
+    assert archive.name.endswith(".jsa") and written.name.startswith(".") and archive != written
+    assert prepare_local.archive_paths(sys.executable, "2g")[0] == archive
+    assert prepare_local.archive_paths(sys.executable, "40g")[0] != archive  # no compressed pointers past 32 GB
+    (tmp_path / "blocked").write_text("a file, not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))
+    assert prepare_local.archive_paths(sys.executable, "2g") == (None, None)
+
+
+def test_the_jvm_starts_from_the_archive_or_writes_it_at_exit(tmp_path):
+    archive, written = tmp_path / "classes.jsa", tmp_path / ".classes.jsa.1"
+    assert f"-XX:ArchiveClassesAtExit={written} " in prepare_local.archive_options(archive, written)
+    archive.write_bytes(b"archived classes")
+    options = prepare_local.archive_options(archive, written)
+    assert f"-XX:SharedArchiveFile={archive} " in options and "ArchiveClassesAtExit" not in options
+    assert "-Xlog:cds=off" in options
+    assert prepare_local.archive_options(None, None) == ""
+
+
+def test_ending_the_session_ends_the_jvm_and_puts_its_archive_in_place(tmp_path, monkeypatch):
+    from pyspark import SparkContext
+
+    archive, written = tmp_path / "classes.jsa", tmp_path / ".classes.jsa.1"
+    jvm = subprocess.Popen(  # writes "its archive" when its input ends, as the JVM does at exit
+        [sys.executable, "-c", f"import sys; sys.stdin.read(); open({str(written)!r}, 'wb').write(b'classes')"],
+        stdin=subprocess.PIPE,
+    )
+    gateway = type("Gateway", (), {"proc": jvm, "shutdown": lambda self: None})()
+    monkeypatch.setattr(SparkContext, "_gateway", gateway)
+    monkeypatch.setattr(SparkContext, "_jvm", SparkContext._jvm)  # (set to None with the gateway: put back after)
+    stopped = []
+    session = type("Session", (), {"stop": lambda self: stopped.append(True)})()
+    session._dfm_archive = (archive, written)
+    prepare_local.end_session(session)
+    assert stopped and jvm.returncode == 0 and SparkContext._gateway is None
+    assert archive.read_bytes() == b"classes" and not written.exists()
+    plain = type("Session", (), {"stop": lambda self: stopped.append(True)})()
+    prepare_local.end_session(plain)  # no archive to write: only stopped
+    assert len(stopped) == 2 and Path(archive).exists()
