@@ -40,15 +40,36 @@ def test_ending_the_session_ends_the_jvm_and_puts_its_archive_in_place(tmp_path,
         [sys.executable, "-c", f"import sys; sys.stdin.read(); open({str(written)!r}, 'wb').write(b'classes')"],
         stdin=subprocess.PIPE,
     )
-    gateway = type("Gateway", (), {"proc": jvm, "shutdown": lambda self: None})()
+    system = type("System", (), {"getProperty": staticmethod(lambda name: "spark/jars/*")})
+    gateway = type(
+        "Gateway", (), {"proc": jvm, "shutdown": lambda self: None, "jvm": type("Jvm", (), {"System": system})}
+    )()
     monkeypatch.setattr(SparkContext, "_gateway", gateway)
     monkeypatch.setattr(SparkContext, "_jvm", SparkContext._jvm)  # (set to None with the gateway: put back after)
     stopped = []
     session = type("Session", (), {"stop": lambda self: stopped.append(True)})()
-    session._dfm_archive = (archive, written)
+    session._dfm_archive = (archive, written, ["java-that-starts-from-it"])
+    monkeypatch.setattr(
+        prepare_local, "archive_starts", lambda java, path: path == written and java[-2:] == ["-cp", "spark/jars/*"]
+    )
     prepare_local.end_session(session)
     assert stopped and jvm.returncode == 0 and SparkContext._gateway is None
     assert archive.read_bytes() == b"classes" and not written.exists()
     plain = type("Session", (), {"stop": lambda self: stopped.append(True)})()
     prepare_local.end_session(plain)  # no archive to write: only stopped
     assert len(stopped) == 2 and Path(archive).exists()
+
+
+def test_an_archive_no_jvm_starts_from_is_not_kept(tmp_path):
+    """A JVM killed while it writes leaves a truncated archive: a JVM started from it would crash."""
+    import shutil
+
+    java = shutil.which("java")
+    if java is None:
+        import pytest
+
+        pytest.skip("no java")
+    damaged = tmp_path / "classes.jsa"
+    damaged.write_bytes(b"\0" * 4096)
+    assert not prepare_local.archive_starts([java, "-Xmx256m"], damaged)
+    assert prepare_local.archive_starts([java, "-Xmx256m"], tmp_path / "none.jsa") is False

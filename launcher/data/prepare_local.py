@@ -64,7 +64,8 @@ def spark_session(cores: str = "*", app_name: str = "dfm-prepare", class_archive
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark._dfm_archive = (archive, written) if written is not None and not archive.is_file() else None
+    writes = written is not None and not archive.is_file()
+    spark._dfm_archive = (archive, written, [java, f"-Xmx{memory}", "-XX:+UseSerialGC"]) if writes else None
     return spark
 
 
@@ -97,16 +98,18 @@ def archive_paths(java: str, memory: str) -> tuple[Path | None, Path | None]:
 
 def end_session(spark) -> None:
     """Stop the session; when its JVM is to write the class archive, end the JVM now (it writes the archive as it
-    exits, ~5 s once) and put the archive in place for the next run."""
+    exits, ~5 s once) and put the archive in place for the next run if a JVM starts from it (a truncated archive,
+    from a JVM killed as it wrote, would crash every later start)."""
     spark.stop()
     pending = getattr(spark, "_dfm_archive", None)
     if not pending:
         return
     from pyspark import SparkContext
 
-    archive, written = pending
+    archive, written, java = pending
     gateway = SparkContext._gateway
     if gateway is not None:
+        java = [*java, "-cp", gateway.jvm.System.getProperty("java.class.path")]  # an archive fits its class path
         gateway.shutdown()
         gateway.proc.stdin.close()  # the JVM exits when its input ends
         try:
@@ -114,10 +117,20 @@ def end_session(spark) -> None:
         except subprocess.TimeoutExpired:
             gateway.proc.kill()
         SparkContext._gateway = SparkContext._jvm = None
-    if written.is_file() and written.stat().st_size:
+    if written.is_file() and archive_starts(java, written):
         os.replace(written, archive)
     else:
         written.unlink(missing_ok=True)
+
+
+def archive_starts(java: list[str], archive: Path) -> bool:
+    """Whether `java` (the command and the options that decide an archive's fit: heap, collector, class path)
+    starts from the archive."""
+    check = [*java, f"-XX:SharedArchiveFile={archive}", "-Xshare:on", "-Xlog:disable", "-version"]
+    try:
+        return subprocess.run(check, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def output_folders(job: dict[str, Any]) -> list[Path]:
