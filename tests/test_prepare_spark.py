@@ -121,6 +121,7 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
 
 def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 3000, files=3)
+    held = spark.sparkContext._jsc.getPersistentRDDs().size()
     report, spec = prepare(
         tmp_path,
         spark,
@@ -153,6 +154,7 @@ def test_files_fit_hosts_times_workers_and_every_row_lands_once(tmp_path, spark)
     assert stats["columns"]["field2"] == {"kind": "indexed", "distinct": 11, "max_id": 20}
     assert stats["columns"]["field0"] == {"kind": "indexed", "distinct": 1, "max_id": 0}
     assert stats["feature_size"] == 21
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == held  # one pass to the shuffle: nothing cached
 
 
 def test_shuffle_mixes_the_input_order(tmp_path, spark):
@@ -440,3 +442,17 @@ def test_gzip_input_is_read_and_a_forced_rerun_replaces_the_set(tmp_path, spark)
     report = prepare_local.run(spec, force=True, spark=spark)
     assert not stale.exists() and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prepare", "train"]
     assert sorted(read(sorted((tmp_path / "out/train").iterdir()))[0].tolist()) == sorted(labels.tolist())
+
+
+def test_stats_only_writes_the_statistics_and_no_channel(tmp_path, spark):
+    from launcher.data import prepare_local
+    from launcher.spec import load_spec
+
+    labels = write_clicks(tmp_path / "clicks", 500, files=2)
+    section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")}}
+    spec = load_spec(write_spec(tmp_path, section, local={"train": str(tmp_path / "out/train")}))
+    report = prepare_local.run(spec, stats_only=True, spark=spark)
+    assert (report["rows"], "train" in report) == (500, False)
+    assert not (tmp_path / "out/train").exists()
+    stats = json.loads((tmp_path / "out/prepare/stats.json").read_text())
+    assert stats["rows"] == 500 and stats["positive_rate"] == pytest.approx(labels.mean())

@@ -7,10 +7,11 @@ no protobuf, no `launcher`), and `dfm data prepare --local` runs the very same f
 argument is the location of a JSON job description (written by `launcher/data/prepare_job.py`).
 
 Stages: read -> parse (bad rows counted; libsvm statistics gathered) -> split eval -> balance (train negatives
-kept with probability negative_rate), all in one pass whose result is kept for the write; `fail` stops before
-anything is written -> statistics (raw input: one aggregation) -> encode tf.train.Examples and frame them, a block
-of rows at a time -> shuffle into the planned files (one full shuffle of the framed records over the network) ->
-write (a task per file, or several files a task on a cluster with far fewer cores than files) -> prepare.json.
+kept with probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> the
+shuffle's map side (one full shuffle of the framed records over the network), all in one pass whose tallies come
+back first; `fail` stops there, before anything is written -> statistics (raw input: one aggregation) -> write
+from the shuffle (a task per file, or several files a task on a cluster with far fewer cores than files) ->
+prepare.json.
 """
 
 import argparse
@@ -28,6 +29,7 @@ STAGE_PREFIX = "[dfm-prepare]"
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
 WRITE_TASKS_PER_CORE = 4
+TALLY = -1  # the shuffle key of the read pass's tallies (no file's)
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
 
@@ -211,10 +213,11 @@ def eval_block(job, index, number, position, block):
     yield "eval", block, _keys(rng, index, position, len(block[0]), job["shuffle"])
 
 
-def read_partition(index, items, job, keyed):
-    """The read pass of one partition: its good blocks as keyed(job, index, number, position, block) gives them
-    for the write ((part, rows, keys) items) and, last, ("tally", bad rows, good rows, statistics, first bad rows).
-    What is kept for the write is only what will be written: the negatives the balance drops are gone."""
+def read_partition(index, items, job, keyed, source):
+    """The read pass of one partition of input `source` ("train": the input, or "eval": a separate eval input): its
+    good blocks as keyed(job, index, number, position, block) gives them for the write ((part, rows, keys) items)
+    and, last, ("tally", source, (bad rows, good rows, statistics, first bad rows)). Only what will be written goes
+    on: the negatives the balance drops are gone here."""
     tally = stats.Tally(job, index)
     number = position = 0
     for kind, value in items:
@@ -224,14 +227,20 @@ def read_partition(index, items, job, keyed):
         tally.good(value)
         yield from keyed(job, index, number, position, value)
         number, position = number + 1, position + len(value[0])
-    yield ("tally", tally.value())
+    yield ("tally", source, tally.value())
 
 
 def place_partition(items, layout, job):
     """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
-    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files."""
+    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files. A tally
+    goes on as (TALLY, (source, tally)); a part not in the layout (nothing written) is dropped."""
     crc32c = codec.crc32c_function()
     for part, block, keys in items:
+        if part == "tally":
+            yield TALLY, (block, keys)
+            continue
+        if part not in layout:
+            continue
         first_file, files = layout[part]
         labels, payload = block
         if isinstance(payload, tuple):
@@ -295,19 +304,42 @@ def write_files(task, chunks, paths, tasks):
         yield from write_partition(file, iter(()), paths)
 
 
-def write_parts(items, paths, job, cores):
-    """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
-    records sorted by key within a file; one shuffle and one write stage for all parts at once: a task per file,
-    or, when the files outnumber the cluster's task slots (`cores`) by more than WRITE_TASKS_PER_CORE, that many
-    tasks per slot, each writing its files in turn (a task's fixed cost, ~50 ms of CPU, paid fewer times)."""
+def file_layout(paths):
+    """{part: its files' paths} -> ({part: (first file, files)}, every file's path)."""
     layout, every_path = {}, []
     for part, part_paths in paths.items():
         layout[part] = (len(every_path), len(part_paths))
         every_path += part_paths
-    tasks = min(len(every_path), WRITE_TASKS_PER_CORE * cores)
-    placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
-    placed = placed.repartitionAndSortWithinPartitions(tasks, lambda file: file % tasks)
-    written = placed.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks)).collect()
+    return layout, every_path
+
+
+def shuffled_parts(items, layout, tasks, job):
+    """items: (part, block, keys) and tallies -> encoded, framed and shuffled to the write tasks: a file's chunks to
+    task file % tasks, sorted by file; the tallies to one more partition, `tasks`. Computing any of its partitions
+    runs the whole read pass and writes the shuffle once; the read's check and the write both use it."""
+    placed = items.mapPartitions(lambda part: place_partition(part, layout, job))
+    return placed.repartitionAndSortWithinPartitions(tasks + 1, lambda file: tasks if file == TALLY else file % tasks)
+
+
+def read_tallies(context, shuffled, tasks):
+    """The read pass's tallies, merged per input: {source: (bad rows, good rows, statistics' partial, first bad)}."""
+
+    def merge(chunks):
+        merged = {}
+        for _, (source, tally) in chunks:
+            merged[source] = stats.merge_tallies(merged[source], tally) if source in merged else tally
+        yield merged
+
+    return context.runJob(shuffled, merge, [tasks])[0]
+
+
+def write_parts(context, shuffled, layout, every_path, tasks):
+    """Write every file from the shuffle -> {part: report}. A part's file is key % files, records sorted by key
+    within a file; one write stage for all parts: a task per file, or, when the files outnumber the cluster's task
+    slots by more than WRITE_TASKS_PER_CORE, that many tasks per slot, each writing its files in turn (a task's
+    fixed cost, ~50 ms of CPU, paid fewer times)."""
+    writing = shuffled.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks))
+    written = context.runJob(writing, lambda rows: rows, list(range(tasks)))
     for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
         try:
             os.rmdir(scratch)
@@ -347,33 +379,36 @@ def check_read(part, uri, rows, bad_count, examples, policy):
         )
 
 
-def read_pass(parsed, job, keyed):
-    """The parsed input's read pass, kept (MEMORY_AND_DISK: at scale it does not fit in memory) for the write, and
-    its tally: (items, bad rows, good rows, statistics' partial, first bad rows)."""
-    from pyspark import StorageLevel
-
-    items = parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, job, keyed))
-    items = items.persist(StorageLevel.MEMORY_AND_DISK)
-    tallies = items.filter(lambda item: item[0] == "tally").map(lambda item: item[1])
-    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
-    bad_count, rows, partial, examples = tallies.treeReduce(stats.merge_tallies, depth)
-    return items, bad_count, rows, partial, [text for _, text in examples]
-
-
 def run(spark, job):
-    """Spark is lazy: each stage line times the action that ran it (read: parse, statistics, split, balance; write:
-    encode, shuffle, write)."""
+    """Spark is lazy: each stage line times the action that ran it (read: parse, statistics, split, balance, encode,
+    shuffle; write: the shuffle read and the files)."""
     from pyspark import StorageLevel
 
-    progress = Progress()
+    progress, context = Progress(), spark.sparkContext
     parsed = read_parsed(spark, job["input"]["uri"], job)
     raw_stats = job.get("stats", True) and job["input"]["format"] != "libsvm"
     if raw_stats:  # the statistics' DataFrame reads every good row again
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     has_eval_input = bool(job.get("eval_uri"))
-    items, bad_count, rows, partial, examples = read_pass(
-        parsed, job, lambda *block: split_block(*block, has_eval_input)
-    )
+
+    def split(*block):
+        return split_block(*block, has_eval_input)
+
+    items = parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, job, split, "train"))
+    if has_eval_input:
+        eval_job = {**job, "stats": False}
+        eval_parsed = read_parsed(spark, job["eval_uri"], job)
+        items = items.union(
+            eval_parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, eval_job, eval_block, "eval"))
+        )
+    # train and eval files are written in one pass: one shuffle, one write stage; stats_only encodes nothing
+    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
+    layout, every_path = file_layout({} if job.get("stats_only") else paths)
+    tasks = max(1, min(len(every_path), WRITE_TASKS_PER_CORE * context.defaultParallelism))
+    shuffled = shuffled_parts(items, layout, tasks, job)
+    tallies = read_tallies(context, shuffled, tasks)
+    bad_count, rows, partial, examples = tallies.get("train", (0, 0, None, []))
+    examples = [text for _, text in examples]
     report = {
         "input": job["input"]["uri"],
         "rows": rows,
@@ -384,17 +419,15 @@ def run(spark, job):
     progress.stage("read", f"{rows} good rows, {bad_count} bad")
     check_read("train", job["input"]["uri"], rows, bad_count, examples, job["bad_rows"])
     if has_eval_input:
-        eval_parsed = read_parsed(spark, job["eval_uri"], job)
-        eval_items, eval_bad_count, eval_rows, _, eval_examples = read_pass(
-            eval_parsed, {**job, "stats": False}, eval_block
-        )
+        eval_bad_count, eval_rows, _, eval_examples = tallies.get("eval", (0, 0, None, []))
         report["eval_bad_rows"] = eval_bad_count
+        eval_examples = [text for _, text in eval_examples]
         check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
-        items = items.union(eval_items)
     if job.get("stats", True):
         if raw_stats:
             good = parsed.filter(lambda item: item[0] == "ok").flatMap(lambda item: block_rows(item[1]))
             report["stats"] = stats.statistics(spark, good, job)
+            parsed.unpersist()
         else:
             report["stats"] = stats.indexed_statistics(rows, partial, job["field_size"])
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
@@ -403,14 +436,12 @@ def run(spark, job):
         report["seconds"] = progress.seconds
         _write_json(job["report_dir"], "prepare.json", report)
         return report
-    # train and eval files are written in one pass over what the read pass kept: one shuffle, one write stage
-    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    report.update(write_parts(items, paths, job, spark.sparkContext.defaultParallelism))
+    report.update(write_parts(context, shuffled, layout, every_path, tasks))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"
         + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report else "")
-        + " (encode, shuffle, write)",
+        + " (shuffle read, write)",
     )
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")
