@@ -73,3 +73,15 @@ def test_an_archive_no_jvm_starts_from_is_not_kept(tmp_path):
     damaged.write_bytes(b"\0" * 4096)
     assert not prepare_local.archive_starts([java, "-Xmx256m"], damaged)
     assert prepare_local.archive_starts([java, "-Xmx256m"], tmp_path / "none.jsa") is False
+
+
+def test_ending_the_session_does_not_wait_for_the_accumulator_servers_poll():
+    """pyspark's stop shuts its accumulator server down and waits (up to 1 s) for its handler's next poll."""
+    server = type("Server", (), {"server_shutdown": False})()
+    context = type("Context", (), {"_accumulatorServer": server})()
+    stopped = []
+    session = type(
+        "Session", (), {"sparkContext": context, "stop": lambda self: stopped.append(context._accumulatorServer)}
+    )()
+    prepare_local.end_session(session)
+    assert server.server_shutdown and stopped == [None]

@@ -99,7 +99,14 @@ def archive_paths(java: str, memory: str) -> tuple[Path | None, Path | None]:
 def end_session(spark) -> None:
     """Stop the session; when its JVM is to write the class archive, end the JVM now (it writes the archive as it
     exits, ~5 s once) and put the archive in place for the next run if a JVM starts from it (a truncated archive,
-    from a JVM killed as it wrote, would crash every later start)."""
+    from a JVM killed as it wrote, would crash every later start). For the command's own session, which the process
+    outlives by moments: pyspark's stop waits up to 1 s for its accumulator server's handler to poll again; the
+    server is only told to stop, and its thread ends with the process."""
+    context = getattr(spark, "sparkContext", None)
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.server_shutdown = True
+        context._accumulatorServer = None
     spark.stop()
     pending = getattr(spark, "_dfm_archive", None)
     if not pending:
