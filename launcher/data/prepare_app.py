@@ -235,10 +235,11 @@ def place_partition(items, layout, job):
     encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files. A tally
     goes on as (TALLY, (source, tally)); a part not in the layout (nothing written) is dropped."""
     crc32c = codec.crc32c_function()
-    for part, block, keys in items:
-        if part == "tally":
-            yield TALLY, (block, keys)
+    for item in items:
+        if item[0] == "tally":
+            yield TALLY, item[1:]
             continue
+        part, block, keys = item
         if part not in layout:
             continue
         first_file, files = layout[part]
