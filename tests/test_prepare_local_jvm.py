@@ -10,16 +10,32 @@ from pathlib import Path
 from launcher.data import prepare_local
 
 
+def jdk(folder: Path, version: str | None) -> str:
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin/java").write_text("")
+    if version:
+        (folder / "release").write_text(
+            f'IMPLEMENTOR="X"\nJAVA_RUNTIME_VERSION="{version}+6-X"\nJAVA_VERSION="{version}"\n'
+        )
+    return str(folder / "bin/java")
+
+
 def test_the_archive_is_named_for_the_jvm_and_heap_under_the_cache_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    archive, written = prepare_local.archive_paths(sys.executable, "2g")
+    java = jdk(tmp_path / "jdk-17", "17.0.15")
+    archive, written = prepare_local.archive_paths(java, "2g")
     assert archive.parent == written.parent == tmp_path / "cache/dfm/spark" and archive.parent.is_dir()
     assert archive.name.endswith(".jsa") and written.name.startswith(".") and archive != written
-    assert prepare_local.archive_paths(sys.executable, "2g")[0] == archive
-    assert prepare_local.archive_paths(sys.executable, "40g")[0] != archive  # no compressed pointers past 32 GB
+    assert prepare_local.archive_paths(java, "2g")[0] == archive
+    assert prepare_local.archive_paths(java, "40g")[0] != archive  # no compressed pointers past 32 GB
+    assert prepare_local.archive_paths(jdk(tmp_path / "jdk-21", "21.0.2"), "2g")[0] not in (archive, None)
+    assert prepare_local.archive_paths(jdk(tmp_path / "jdk-11", "11.0.20"), "2g") == (None, None)  # other options
+    assert prepare_local.archive_paths(jdk(tmp_path / "jre", None), "2g") == (None, None)  # version unknown
+    prepare_local.failed_marker(archive).touch()  # writing it failed once: not tried on every run
+    assert prepare_local.archive_paths(java, "2g") == (None, None)
     (tmp_path / "blocked").write_text("a file, not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "blocked"))
-    assert prepare_local.archive_paths(sys.executable, "2g") == (None, None)
+    assert prepare_local.archive_paths(java, "40g") == (None, None)
 
 
 def test_the_jvm_starts_from_the_archive_or_writes_it_at_exit(tmp_path):
@@ -55,6 +71,7 @@ def test_ending_the_session_ends_the_jvm_and_puts_its_archive_in_place(tmp_path,
     prepare_local.end_session(session)
     assert stopped and jvm.returncode == 0 and SparkContext._gateway is None
     assert archive.read_bytes() == b"classes" and not written.exists()
+    assert not prepare_local.failed_marker(archive).exists()
     plain = type("Session", (), {"stop": lambda self: stopped.append(True)})()
     prepare_local.end_session(plain)  # no archive to write: only stopped
     assert len(stopped) == 2 and Path(archive).exists()
@@ -85,3 +102,15 @@ def test_ending_the_session_does_not_wait_for_the_accumulator_servers_poll():
     )()
     prepare_local.end_session(session)
     assert server.server_shutdown and stopped == [None]
+
+
+def test_a_failed_archive_is_not_tried_again(tmp_path, monkeypatch):
+    """A JVM that wrote no archive (or one no JVM starts from) costs the recording and the dump on every run."""
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    archive, written = tmp_path / "classes.jsa", tmp_path / ".classes.jsa.1"
+    session = type("Session", (), {"stop": lambda self: None})()
+    session._dfm_archive = (archive, written, ["java"])
+    prepare_local.end_session(session)
+    assert not archive.exists() and prepare_local.failed_marker(archive).exists()

@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,20 +81,40 @@ def archive_options(archive: Path | None, written: Path | None) -> str:
 
 def archive_paths(java: str, memory: str) -> tuple[Path | None, Path | None]:
     """(this machine's archive of local Spark's classes, the file this run's JVM would write it to) in
-    $XDG_CACHE_HOME/dfm/spark (~/.cache/dfm/spark), named for the JVM, pyspark and the heap (an archive holds
-    classes for one JVM build, class path and pointer size); (None, None) where the folder cannot be made."""
+    $XDG_CACHE_HOME/dfm/spark (~/.cache/dfm/spark), named for the JVM build, pyspark and the heap (an archive holds
+    classes for one JVM build, class path and pointer size); (None, None) for a JVM before 17 (whose options
+    differ), where the folder cannot be written, or once writing the archive failed (every run would pay it)."""
     import pyspark
 
-    binary = Path(java).resolve()
-    made = binary.stat() if binary.exists() else None
-    identity = f"{binary}|{made and made.st_size}|{made and made.st_mtime_ns}|{pyspark.__file__}|{pyspark.__version__}"
-    key = hashlib.sha256(f"{identity}|{memory}".encode()).hexdigest()[:16]
+    build = java_build(Path(java).resolve())
+    major = re.match(r"\d+", build or "")
+    if major is None or int(major.group()) < 17:
+        return None, None
+    identity = f"{Path(java).resolve()}|{build}|{pyspark.__file__}|{pyspark.__version__}|{memory}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dfm" / "spark"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None, None
-    return folder / f"classes-{key}.jsa", folder / f".classes-{key}.jsa.{os.getpid()}"
+    archive = folder / f"classes-{key}.jsa"
+    if not os.access(folder, os.W_OK) or failed_marker(archive).exists():
+        return None, None
+    return archive, folder / f".classes-{key}.jsa.{os.getpid()}"
+
+
+def java_build(binary: Path) -> str | None:
+    """The JDK's runtime version (its `release` file, beside bin/), e.g. 17.0.15+6-Debian-1deb12u1; None if unknown."""
+    try:
+        release = (binary.parent.parent / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    found = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', release, re.M))
+    return found.get("JAVA_RUNTIME_VERSION") or found.get("JAVA_VERSION") or None
+
+
+def failed_marker(archive: Path) -> Path:
+    return archive.with_suffix(".failed")
 
 
 def end_session(spark) -> None:
@@ -128,6 +149,7 @@ def end_session(spark) -> None:
         os.replace(written, archive)
     else:
         written.unlink(missing_ok=True)
+        failed_marker(archive).touch()
 
 
 def archive_starts(java: list[str], archive: Path) -> bool:
