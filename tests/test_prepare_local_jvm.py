@@ -77,31 +77,27 @@ def test_ending_the_session_ends_the_jvm_and_puts_its_archive_in_place(tmp_path,
     assert len(stopped) == 2 and Path(archive).exists()
 
 
-def test_an_archive_no_jvm_starts_from_is_not_kept(tmp_path):
-    """A JVM killed while it writes leaves a truncated archive: a JVM started from it would crash."""
+def test_an_archive_no_jvm_starts_from_is_not_kept(tmp_path, monkeypatch):
+    """A JVM killed while it writes leaves a truncated archive: a JVM started from it crashes (and would leave its
+    crash report in the current folder)."""
     import shutil
+
+    import pytest
 
     java = shutil.which("java")
     if java is None:
-        import pytest
-
         pytest.skip("no java")
-    damaged = tmp_path / "classes.jsa"
-    damaged.write_bytes(b"\0" * 4096)
-    assert not prepare_local.archive_starts([java, "-Xmx256m"], damaged)
-    assert prepare_local.archive_starts([java, "-Xmx256m"], tmp_path / "none.jsa") is False
-
-
-def test_ending_the_session_does_not_wait_for_the_accumulator_servers_poll():
-    """pyspark's stop shuts its accumulator server down and waits (up to 1 s) for its handler's next poll."""
-    server = type("Server", (), {"server_shutdown": False})()
-    context = type("Context", (), {"_accumulatorServer": server})()
-    stopped = []
-    session = type(
-        "Session", (), {"sparkContext": context, "stop": lambda self: stopped.append(context._accumulatorServer)}
-    )()
-    prepare_local.end_session(session)
-    assert server.server_shutdown and stopped == [None]
+    archive = tmp_path / "classes.jsa"  # the classes `java -version` loads: a small archive, written in a second
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={archive}", "-Xlog:disable", "-version"], capture_output=True)
+    if not archive.is_file():
+        pytest.skip("this JVM writes no class archive")
+    assert prepare_local.archive_starts([java], archive)
+    damaged = tmp_path / "damaged.jsa"
+    damaged.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    monkeypatch.chdir(tmp_path)
+    assert not prepare_local.archive_starts([java], damaged)
+    assert not list(tmp_path.glob("hs_err*"))
+    assert not prepare_local.archive_starts([java], tmp_path / "none.jsa")
 
 
 def test_a_failed_archive_is_not_tried_again(tmp_path, monkeypatch):
@@ -114,3 +110,15 @@ def test_a_failed_archive_is_not_tried_again(tmp_path, monkeypatch):
     session._dfm_archive = (archive, written, ["java"])
     prepare_local.end_session(session)
     assert not archive.exists() and prepare_local.failed_marker(archive).exists()
+
+
+def test_ending_the_session_does_not_wait_for_the_accumulator_servers_poll():
+    """pyspark's stop shuts its accumulator server down and waits (up to 1 s) for its handler's next poll."""
+    server = type("Server", (), {"server_shutdown": False})()
+    context = type("Context", (), {"_accumulatorServer": server})()
+    stopped = []
+    session = type(
+        "Session", (), {"sparkContext": context, "stop": lambda self: stopped.append(context._accumulatorServer)}
+    )()
+    prepare_local.end_session(session)
+    assert server.server_shutdown and stopped == [None]

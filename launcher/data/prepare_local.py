@@ -156,6 +156,7 @@ def archive_starts(java: list[str], archive: Path) -> bool:
     """Whether `java` (the command and the options that decide an archive's fit: heap, collector, class path)
     starts from the archive."""
     check = [*java, f"-XX:SharedArchiveFile={archive}", "-Xshare:on", "-Xlog:disable", "-version"]
+    check[-1:-1] = ["-XX:+SuppressFatalErrorMessage"]  # a truncated archive crashes it: no hs_err file left here
     try:
         return subprocess.run(check, capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
