@@ -292,3 +292,32 @@ def test_the_block_parser_agrees_with_the_row_parser_on_every_row(ended):
             assert labels.tobytes() == np.array([row[0] for row in expected], np.float64).tobytes()
             assert ids.tobytes() == np.array([row[1] for row in expected], np.int64).tobytes()
             assert values.tobytes() == np.array([row[2] for row in expected], np.float64).tobytes()
+
+
+@pytest.mark.parametrize("size", [64, 1 << 20])
+def test_a_files_bytes_parse_as_the_lines_spark_reads_from_it(size):
+    """`dfm data prepare` parses a libsvm file's bytes in chunks of whole lines (line_chunks, parse_libsvm_bytes):
+    the rows, bad rows and reasons of the lines Hadoop's reader gives sc.textFile (ended by \\n, \\r\\n or \\r, a
+    leading byte order mark dropped, undecodable bytes replaced), lines longer than a chunk included."""
+    import re
+
+    from launcher.data.prepare_codec import line_chunks, parse_libsvm_bytes, parse_libsvm_lines
+
+    rng = np.random.default_rng(11)
+    data = synth.generate(300, 3, field_size=5, feature_size=1000)
+    rows = [
+        f"{int(label)} " + " ".join(f"{i}:{v:.9g}" for i, v in zip(ids, values))
+        for label, ids, values in zip(data.labels, data.ids, data.values)
+    ]
+    rows = [_mangled(rng, row) if rng.random() < 0.3 else row for row in rows]
+    ends = [str(rng.choice(["\n"] * 6 + ["\r\n", "\r"])) for _ in rows]
+    text = b"\xef\xbb\xbf" + "".join(row + end for row, end in zip(rows, ends)).encode() + b"1 \xff:1\n" + b"0 1:2"
+    lines = [line.decode("utf-8", "replace") for line in re.split(rb"\r\n|\r|\n", text[3:])][:-1] + ["0 1:2"]
+    labels, ids, values, bad = parse_libsvm_lines(lines, 5, 1000)
+    chunks = list(line_chunks(text, size))
+    parts = [parse_libsvm_bytes(chunk, 5, 1000) for chunk in chunks]
+    assert all(chunk.endswith(b"\n") and (len(chunk) <= size or chunk.count(b"\n") == 1) for chunk in chunks)
+    assert [(line, str(err)) for part in parts for line, err in part[3]] == [(lines[i], str(err)) for i, err in bad]
+    assert len(bad) > 30 and lines[bad[-2][0]] == "1 \ufffd:1" and len(labels) > 150
+    for j, expected in enumerate((labels, ids, values)):
+        assert np.concatenate([part[j] for part in parts]).tobytes() == expected.tobytes()

@@ -68,7 +68,7 @@ def _setup(tmp_path, monkeypatch, fake, **changes):
         **changes,
     )
     monkeypatch.setattr(prepare_local, "load_app", lambda spark: fake)
-    monkeypatch.setattr(prepare_local, "spark_session", lambda: type("NoSpark", (), {"stop": lambda self: None})())
+    monkeypatch.setattr(prepare_local, "spark_session", lambda **_: type("NoSpark", (), {"stop": lambda self: None})())
     return spec
 
 

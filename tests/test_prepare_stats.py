@@ -40,6 +40,13 @@ def test_sketches_merge_by_maximum_as_the_union_of_their_ids(app):
     assert np.array_equal(merged, sketched(app, ids))
 
 
+def tally(app, partition, items, job):
+    counted = app.Tally(job, partition)
+    for kind, value in items:
+        counted.bad(value) if kind == "bad" else counted.good(value)
+    return counted.value()
+
+
 def test_the_read_pass_tallies_rows_bad_rows_labels_largest_ids_and_distinct_ids(app):
     """Two partitions' tallies, merged, give the statistics stats.json holds for libsvm input."""
     job = {"input": {"format": "libsvm"}, "stats": True}
@@ -47,9 +54,9 @@ def test_the_read_pass_tallies_rows_bad_rows_labels_largest_ids_and_distinct_ids
     labels = np.float32([1, 0, 0, 1])
     first = [("ok", (labels[:3], (ids[:3], np.ones((3, 2), np.float32)))), ("bad", "a: no label: 'x'")]
     second = [("ok", (labels[3:], (ids[3:], np.ones((1, 2), np.float32))))]
-    empty = list(app.tally_partition(iter([]), job))[0]
-    tallies = [list(app.tally_partition(iter(items), job))[0] for items in (first, second)]
-    bad, rows, partial = app.merge_tallies(app.merge_tallies(tallies[0], empty), tallies[1])
+    empty = tally(app, 2, [], job)
+    tallies = [tally(app, index, items, job) for index, items in enumerate((first, second))]
+    bad, rows, partial, _ = app.merge_tallies(app.merge_tallies(tallies[0], empty), tallies[1])
     assert (bad, rows) == (1, 4)
     stats = app.indexed_statistics(rows, partial, 2)
     assert stats["positive_rate"] == 0.5 and stats["feature_size"] == 10
@@ -57,5 +64,14 @@ def test_the_read_pass_tallies_rows_bad_rows_labels_largest_ids_and_distinct_ids
         "field0": {"kind": "indexed", "distinct": 3, "max_id": 3},
         "field1": {"kind": "indexed", "distinct": 2, "max_id": 9},
     }
-    skipped = list(app.tally_partition(iter(first), {**job, "stats": False}))[0]
-    assert skipped == (1, 3, None)  # statistics off: counts only
+    skipped = tally(app, 0, first, {**job, "stats": False})
+    assert skipped == (1, 3, None, [((0, 0), "a: no label: 'x'")])  # statistics off: counts only
+
+
+def test_merged_tallies_keep_the_first_bad_rows_of_the_input_whatever_the_merge_order(app):
+    job = {"input": {"format": "libsvm"}, "stats": False}
+    tallies = [tally(app, index, [("bad", f"{index}.{k}") for k in range(4)], job) for index in range(3)]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        merged = app.merge_tallies(app.merge_tallies(tallies[order[0]], tallies[order[1]]), tallies[order[2]])
+        assert merged[0] == 12
+        assert [text for _, text in merged[3]] == ["0.0", "0.1", "0.2", "0.3", "1.0"]

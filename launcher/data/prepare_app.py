@@ -6,11 +6,12 @@ parsers and encoder, and `prepare_app_stats.py` in --py-files) and runs in the S
 no protobuf, no `launcher`), and `dfm data prepare --local` runs the very same files on local Spark. Its one
 argument is the location of a JSON job description (written by `launcher/data/prepare_job.py`).
 
-Stages: read -> parse (bad rows counted; `fail` stops before anything is written; libsvm statistics gathered in
-the same pass) -> statistics (raw input: one aggregation) -> split eval -> balance (train negatives kept with
-probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> shuffle into
-the planned files (one full shuffle of the framed records over the network) -> write (a task per file, or several
-files a task on a cluster with far fewer cores than files) -> prepare.json.
+Stages: read -> parse (bad rows counted; libsvm statistics gathered) -> split eval -> balance (train negatives
+kept with probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> the
+shuffle's map side (one full shuffle of the framed records over the network), all in one pass whose tallies come
+back first; `fail` stops there, before anything is written -> statistics (raw input: one aggregation) -> write
+from the shuffle (a task per file, or several files a task on a cluster with far fewer cores than files) ->
+prepare.json.
 """
 
 import argparse
@@ -27,8 +28,8 @@ import prepare_app_stats as stats
 STAGE_PREFIX = "[dfm-prepare]"
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
-SHOWN_BAD_ROWS = 5
 WRITE_TASKS_PER_CORE = 4
+TALLY = -1  # the shuffle key of the read pass's tallies (no file's)
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
 
@@ -71,23 +72,42 @@ def split_files(lines):
     return [split.getPath().toString() for split in splits], [split.getLength() for split in splits]
 
 
+def whole_files_fit(spark, files):
+    """Whether libsvm input can be read as whole files' bytes: every file is one split (not larger than a task's
+    share) and none is compressed (sc.textFile decompresses by the file's name)."""
+    jvm = spark.sparkContext._jvm
+    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(spark.sparkContext._jsc.hadoopConfiguration())
+    return len(set(files)) == len(files) and all(
+        codecs.getCodec(jvm.org.apache.hadoop.fs.Path(f)) is None for f in files
+    )
+
+
 def read_parsed(spark, uri, job):
-    """The input parsed per partition. Text as sc.textFile's bare lines, each partition's file named once (not a
-    Row and input_file_name() pickled per line); Parquet as Rows with their file."""
+    """The input parsed per partition. libsvm as whole files' bytes when they fit in a task (sc.binaryFiles: no
+    line decoded to a Java string and encoded again, no line sent to Python on its own), else as sc.textFile's bare
+    lines, each partition's file named once (not a Row and input_file_name() pickled per line); Parquet as Rows with
+    their file."""
     from pyspark.sql import functions as F
 
     if job["input"]["format"] == "parquet":
         frame_ = spark.read.parquet(uri).withColumn("_file", F.input_file_name())
         return frame_.rdd.mapPartitions(lambda rows: parse_partition(((r["_file"], r.asDict()) for r in rows), job))
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    context = spark.sparkContext
+    hadoop = context._jsc.hadoopConfiguration()
     if int(hadoop.get(SPLIT_SIZE) or 0) <= 1:  # not configured: splits of Spark SQL's 128 MB, not each 32 MB block
         hadoop.set(SPLIT_SIZE, str(128 << 20))
-    lines = spark.sparkContext.textFile(uri)
+    lines = context.textFile(uri)
     files, sizes = split_files(lines)
+    # Many small files are a split each; a read task then takes several, as the DataFrame read packed them: 128 MB
+    # a task, a task per core at least, and as many tasks on each core (the last core's extra task is the wall time)
+    cores = context.defaultParallelism
+    tasks = cores * -(-max(cores, -(-sum(sizes) // (128 << 20))) // cores)
+    if job["input"]["format"] == "libsvm" and whole_files_fit(spark, files):
+        # a split per file, files under spark.files.openCostInBytes (4 MB) packed together
+        whole = context.binaryFiles(uri, minPartitions=1 << 30)
+        whole = whole.coalesce(tasks) if whole.getNumPartitions() > tasks else whole
+        return whole.mapPartitions(lambda pairs: whole_libsvm_partition(pairs, job))
     parsed = lines.mapPartitionsWithIndex(lambda i, rows: parse_partition(rows, job, files[i]))
-    # Many small files are a split each; a read task then takes several (each still parsed with its file's name),
-    # as the DataFrame read packed them: 128 MB a task, at least a task per core.
-    tasks = max(spark.sparkContext.defaultParallelism, -(-sum(sizes) // (128 << 20)))
     return parsed.coalesce(tasks) if len(files) > tasks else parsed
 
 
@@ -109,14 +129,14 @@ def block_rows(block):
     return block[1]
 
 
-def libsvm_partition(lines, job, origin):
-    """libsvm lines of one file parsed BLOCK at a time as arrays, the good rows regrouped into blocks of BLOCK rows."""
+def libsvm_blocks(chunks, job, origin):
+    """One file's libsvm lines parsed a chunk at a time as arrays ((labels, ids, values, bad [(line, BadRow)])) ->
+    ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     fields = job["field_size"]
     held = [np.zeros(0, np.float32), np.zeros((0, fields), np.int32), np.zeros((0, fields), np.float32)]
-    while chunk := list(itertools.islice(lines, BLOCK)):
-        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, fields, job.get("feature_size"))
-        for index, err in bad:
-            yield ("bad", f"{os.path.basename(origin)}: {err}: {chunk[index][:80]!r}")
+    for labels, ids, values, bad in chunks:
+        for line, err in bad:
+            yield ("bad", f"{os.path.basename(origin)}: {err}: {line[:80]!r}")
         ids = ids.astype(np.int32) if not ids.size or ids.max() < 2**31 else ids  # half the bytes to hold and move
         held = [np.concatenate(pair) for pair in zip(held, (labels.astype(np.float32), ids, values.astype(np.float32)))]
         while len(held[0]) >= BLOCK:
@@ -126,12 +146,27 @@ def libsvm_partition(lines, job, origin):
         yield ("ok", (held[0], (held[1], held[2])))
 
 
+def libsvm_partition(lines, job, origin):
+    """libsvm lines (text) of one file, parsed BLOCK lines at a time."""
+    while chunk := list(itertools.islice(lines, BLOCK)):
+        labels, ids, values, bad = codec.parse_libsvm_lines(chunk, job["field_size"], job.get("feature_size"))
+        yield labels, ids, values, [(chunk[index], err) for index, err in bad]
+
+
+def whole_libsvm_partition(files, job):
+    """(file, its bytes) pairs -> what parse_partition gives for their lines."""
+    for origin, data in files:
+        chunks = codec.line_chunks(data)
+        parsed = (codec.parse_libsvm_bytes(chunk, job["field_size"], job.get("feature_size")) for chunk in chunks)
+        yield from libsvm_blocks(parsed, job, origin)
+
+
 def parse_partition(rows, job, origin=None):
     """rows: the lines of one file's split (origin: the file), or Parquet's (file, row dict) pairs.
     -> ("bad", "file: reason: text") per bad row, ("ok", block) per BLOCK good rows."""
     parquet = job["input"]["format"] == "parquet"
     if job["input"]["format"] == "libsvm":
-        yield from libsvm_partition(rows, job, origin)
+        yield from libsvm_blocks(libsvm_partition(rows, job, origin), job, origin)
         return
     rows = rows if parquet else ((origin, row) for row in rows)
     good = []
@@ -158,36 +193,55 @@ def _keys(rng, index, position, count, shuffle):
     return rng.integers(0, 2**62, count) if shuffle else (index << 40) + position + np.arange(count)
 
 
-def split_partition(index, blocks, job, has_eval_input):
-    """Seeded per partition and block: ("eval"|"train", block, keys); train negatives kept with negative_rate."""
+def split_block(job, index, number, position, block, has_eval_input):
+    """Block `number` of partition `index` (its first row the partition's `position`th good row), split seeded per
+    partition and block: ("eval"|"train", rows, keys) items; train negatives kept with negative_rate."""
     fraction = 0.0 if has_eval_input else job.get("eval_fraction", 0.0)
-    rate, position = job.get("negative_rate"), 0
-    for number, block in enumerate(blocks):
-        count = len(block[0])
-        rng = np.random.default_rng([job["seed"], index, number])
-        to_eval, keep = rng.random(count) < fraction, rng.random(count)
-        keys = _keys(rng, index, position, count, job["shuffle"])
-        position += count
-        train = ~to_eval if rate is None else ~to_eval & ((block[0] > 0.5) | (keep < rate))
-        for part, mask in (("train", train), ("eval", to_eval)):
-            if mask.any():
-                yield part, take(block, mask), keys[mask]
+    rate, count = job.get("negative_rate"), len(block[0])
+    rng = np.random.default_rng([job["seed"], index, number])
+    to_eval, keep = rng.random(count) < fraction, rng.random(count)
+    keys = _keys(rng, index, position, count, job["shuffle"])
+    train = ~to_eval if rate is None else ~to_eval & ((block[0] > 0.5) | (keep < rate))
+    for part, mask in (("train", train), ("eval", to_eval)):
+        if mask.any():
+            yield part, take(block, mask), keys[mask]
 
 
-def keyed_partition(index, blocks, job):
-    """A separate eval input's blocks with their order keys (seeded per partition and block, as above)."""
-    position = 0
-    for number, block in enumerate(blocks):
-        rng = np.random.default_rng([job["seed"], index, number, 1])
-        yield block, _keys(rng, index, position, len(block[0]), job["shuffle"])
-        position += len(block[0])
+def eval_block(job, index, number, position, block):
+    """A block of a separate eval input with its order keys (seeded per partition and block, as above)."""
+    rng = np.random.default_rng([job["seed"], index, number, 1])
+    yield "eval", block, _keys(rng, index, position, len(block[0]), job["shuffle"])
+
+
+def read_partition(index, items, job, keyed, source):
+    """The read pass of one partition of input `source` ("train": the input, or "eval": a separate eval input): its
+    good blocks as keyed(job, index, number, position, block) gives them for the write ((part, rows, keys) items)
+    and, last, ("tally", source, (bad rows, good rows, statistics, first bad rows)). Only what will be written goes
+    on: the negatives the balance drops are gone here."""
+    tally = stats.Tally(job, index)
+    number = position = 0
+    for kind, value in items:
+        if kind == "bad":
+            tally.bad(value)
+            continue
+        tally.good(value)
+        yield from keyed(job, index, number, position, value)
+        number, position = number + 1, position + len(value[0])
+    yield ("tally", source, tally.value())
 
 
 def place_partition(items, layout, job):
     """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
-    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files."""
+    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files. A tally
+    goes on as (TALLY, (source, tally)); a part not in the layout (nothing written) is dropped."""
     crc32c = codec.crc32c_function()
-    for part, block, keys in items:
+    for item in items:
+        if item[0] == "tally":
+            yield TALLY, item[1:]
+            continue
+        part, block, keys = item
+        if part not in layout:
+            continue
         first_file, files = layout[part]
         labels, payload = block
         if isinstance(payload, tuple):
@@ -251,19 +305,42 @@ def write_files(task, chunks, paths, tasks):
         yield from write_partition(file, iter(()), paths)
 
 
-def write_parts(items, paths, job, cores):
-    """items: (part, block, keys); paths: {part: its files' paths} -> {part: report}. A part's file is key % files,
-    records sorted by key within a file; one shuffle and one write stage for all parts at once: a task per file,
-    or, when the files outnumber the cluster's task slots (`cores`) by more than WRITE_TASKS_PER_CORE, that many
-    tasks per slot, each writing its files in turn (a task's fixed cost, ~50 ms of CPU, paid fewer times)."""
+def file_layout(paths):
+    """{part: its files' paths} -> ({part: (first file, files)}, every file's path)."""
     layout, every_path = {}, []
     for part, part_paths in paths.items():
         layout[part] = (len(every_path), len(part_paths))
         every_path += part_paths
-    tasks = min(len(every_path), WRITE_TASKS_PER_CORE * cores)
-    placed = items.filter(lambda item: item[0] in layout).mapPartitions(lambda part: place_partition(part, layout, job))
-    placed = placed.repartitionAndSortWithinPartitions(tasks, lambda file: file % tasks)
-    written = placed.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks)).collect()
+    return layout, every_path
+
+
+def shuffled_parts(items, layout, tasks, job):
+    """items: (part, block, keys) and tallies -> encoded, framed and shuffled to the write tasks: a file's chunks to
+    task file % tasks, sorted by file; the tallies to one more partition, `tasks`. Computing any of its partitions
+    runs the whole read pass and writes the shuffle once; the read's check and the write both use it."""
+    placed = items.mapPartitions(lambda part: place_partition(part, layout, job))
+    return placed.repartitionAndSortWithinPartitions(tasks + 1, lambda file: tasks if file == TALLY else file % tasks)
+
+
+def read_tallies(context, shuffled, tasks):
+    """The read pass's tallies, merged per input: {source: (bad rows, good rows, statistics' partial, first bad)}."""
+
+    def merge(chunks):
+        merged = {}
+        for _, (source, tally) in chunks:
+            merged[source] = stats.merge_tallies(merged[source], tally) if source in merged else tally
+        yield merged
+
+    return context.runJob(shuffled, merge, [tasks])[0]
+
+
+def write_parts(context, shuffled, layout, every_path, tasks):
+    """Write every file from the shuffle -> {part: report}. A part's file is key % files, records sorted by key
+    within a file; one write stage for all parts: a task per file, or, when the files outnumber the cluster's task
+    slots by more than WRITE_TASKS_PER_CORE, that many tasks per slot, each writing its files in turn (a task's
+    fixed cost, ~50 ms of CPU, paid fewer times)."""
+    writing = shuffled.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks))
+    written = context.runJob(writing, lambda rows: rows, list(range(tasks)))
     for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
         try:
             os.rmdir(scratch)
@@ -304,19 +381,35 @@ def check_read(part, uri, rows, bad_count, examples, policy):
 
 
 def run(spark, job):
-    """Spark is lazy: each stage line times the action that ran it (write: split, balance, encode, shuffle, write)."""
+    """Spark is lazy: each stage line times the action that ran it (read: parse, statistics, split, balance, encode,
+    shuffle; write: the shuffle read and the files)."""
     from pyspark import StorageLevel
 
-    spill = StorageLevel.MEMORY_AND_DISK  # at scale the parsed rows do not fit in memory
-    progress = Progress()
+    progress, context = Progress(), spark.sparkContext
     parsed = read_parsed(spark, job["input"]["uri"], job)
-    parsed = parsed.persist(spill)
-    bad = parsed.filter(lambda item: item[0] == "bad")
-    # one pass: it fills the cache and gathers libsvm statistics
-    tallies = parsed.mapPartitions(lambda items: stats.tally_partition(items, job))
-    depth = 1 if tallies.getNumPartitions() <= 64 else 2  # a level of partial merges costs a shuffle: only when many
-    bad_count, rows, partial = tallies.treeReduce(stats.merge_tallies, depth)
-    examples = bad.map(lambda item: item[1]).take(SHOWN_BAD_ROWS) if bad_count else []
+    raw_stats = job.get("stats", True) and job["input"]["format"] != "libsvm"
+    if raw_stats:  # the statistics' DataFrame reads every good row again
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    has_eval_input = bool(job.get("eval_uri"))
+
+    def split(*block):
+        return split_block(*block, has_eval_input)
+
+    items = parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, job, split, "train"))
+    if has_eval_input:
+        eval_job = {**job, "stats": False}
+        eval_parsed = read_parsed(spark, job["eval_uri"], job)
+        items = items.union(
+            eval_parsed.mapPartitionsWithIndex(lambda i, rows: read_partition(i, rows, eval_job, eval_block, "eval"))
+        )
+    # train and eval files are written in one pass: one shuffle, one write stage; stats_only encodes nothing
+    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
+    layout, every_path = file_layout({} if job.get("stats_only") else paths)
+    tasks = max(1, min(len(every_path), WRITE_TASKS_PER_CORE * context.defaultParallelism))
+    shuffled = shuffled_parts(items, layout, tasks, job)
+    tallies = read_tallies(context, shuffled, tasks)
+    bad_count, rows, partial, examples = tallies.get("train", (0, 0, None, []))
+    examples = [text for _, text in examples]
     report = {
         "input": job["input"]["uri"],
         "rows": rows,
@@ -326,46 +419,30 @@ def run(spark, job):
     }
     progress.stage("read", f"{rows} good rows, {bad_count} bad")
     check_read("train", job["input"]["uri"], rows, bad_count, examples, job["bad_rows"])
-    good = parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
-    eval_good = None
-    if job.get("eval_uri"):
-        eval_parsed = read_parsed(spark, job["eval_uri"], job)
-        eval_parsed = eval_parsed.persist(spill)
-        eval_bad_count, eval_rows = eval_parsed.map(
-            lambda item: (1, 0) if item[0] == "bad" else (0, len(item[1][0]))
-        ).fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]))
-        eval_examples = (
-            eval_parsed.filter(lambda item: item[0] == "bad").map(lambda item: item[1]).take(SHOWN_BAD_ROWS)
-            if eval_bad_count
-            else []
-        )
+    if has_eval_input:
+        eval_bad_count, eval_rows, _, eval_examples = tallies.get("eval", (0, 0, None, []))
         report["eval_bad_rows"] = eval_bad_count
+        eval_examples = [text for _, text in eval_examples]
         check_read("eval", job["eval_uri"], eval_rows, eval_bad_count, eval_examples, job["bad_rows"])
-        eval_good = eval_parsed.filter(lambda item: item[0] == "ok").map(lambda item: item[1])
     if job.get("stats", True):
-        if job["input"]["format"] == "libsvm":
-            report["stats"] = stats.indexed_statistics(rows, partial, job["field_size"])
+        if raw_stats:
+            good = parsed.filter(lambda item: item[0] == "ok").flatMap(lambda item: block_rows(item[1]))
+            report["stats"] = stats.statistics(spark, good, job)
+            parsed.unpersist()
         else:
-            report["stats"] = stats.statistics(spark, good.flatMap(block_rows), job)
+            report["stats"] = stats.indexed_statistics(rows, partial, job["field_size"])
         progress.stage("stats", f"positive rate {report['stats']['positive_rate']:.4f}")
         _write_json(job["report_dir"], "stats.json", report["stats"])
     if job.get("stats_only"):
         report["seconds"] = progress.seconds
         _write_json(job["report_dir"], "prepare.json", report)
         return report
-    has_eval_input = eval_good is not None  # (a closure must not capture the RDD itself)
-    # train and eval files are written in one pass over the parsed blocks: one shuffle, one write stage
-    split = good.mapPartitionsWithIndex(lambda i, rows: split_partition(i, rows, job, has_eval_input))
-    if eval_good is not None:
-        evaluation = eval_good.mapPartitionsWithIndex(lambda i, rows: keyed_partition(i, rows, job))
-        split = split.union(evaluation.map(lambda item: ("eval", *item)))
-    paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    report.update(write_parts(split, paths, job, spark.sparkContext.defaultParallelism))
+    report.update(write_parts(context, shuffled, layout, every_path, tasks))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"
         + (f", {report['eval']['rows']} eval rows in {report['eval']['files']}" if "eval" in report else "")
-        + " (split, balance, encode, shuffle, write)",
+        + " (shuffle read, write)",
     )
     train_rows = report["train"]["rows"]
     report["negative_rate"] = job.get("negative_rate")

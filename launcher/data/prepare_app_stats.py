@@ -1,5 +1,5 @@
 """`dfm data prepare`'s statistics, shipped beside its Spark application (--py-files) and run in the Spark image:
-numpy and pyspark only. libsvm statistics are gathered while the read pass parses (`tally_partition`): the ids are
+numpy and pyspark only. libsvm statistics are gathered while the read pass parses (`Tally`): the ids are
 already numpy blocks there, and a DataFrame of them would turn every row back into a Python tuple, which cost more
 than the rest of the job. Distinct counts come from a HyperLogLog sketch per column (Ertl's estimator, no bias
 tables), merged across partitions by an elementwise max: written here in numpy because a sketch library's per-item
@@ -9,6 +9,7 @@ DataFrame aggregation (`statistics`)."""
 import numpy as np
 
 QUANTILES = [k / 16 for k in range(1, 16)]  # bucketize boundaries proposed from these
+SHOWN_BAD_ROWS = 5  # the first bad rows a report shows
 SKETCH_BITS = 12  # a distinct-count sketch of 2**12 registers per column: ~1.6% standard error
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 
@@ -66,38 +67,50 @@ def sketch_count(registers):
     return counts
 
 
-def tally_partition(items, job):
-    """One partition's (bad rows, good rows, statistics' partial) in the read pass; the partial (libsvm with
-    statistics on, else None) is [label sum, largest id per column, the columns' sketch registers]."""
-    gather = job["input"]["format"] == "libsvm" and job.get("stats", True)
-    bad = rows = 0
-    partial = None
-    for kind, block in items:
-        if kind == "bad":
-            bad += 1
-            continue
+class Tally:
+    """One partition's read pass: bad rows (the first SHOWN_BAD_ROWS kept, by their place in the input), good rows, and
+    the statistics' partial (libsvm with statistics on, else None): [label sum, largest id per column, the columns'
+    sketch registers]."""
+
+    def __init__(self, job, partition):
+        self.gather = job["input"]["format"] == "libsvm" and job.get("stats", True)
+        self.partition = partition
+        self.bad_rows = self.rows = 0
+        self.partial, self.examples = None, []
+
+    def bad(self, text):
+        if len(self.examples) < SHOWN_BAD_ROWS:
+            self.examples.append(((self.partition, self.bad_rows), text))
+        self.bad_rows += 1
+
+    def good(self, block):
         labels = block[0]
-        rows += len(labels)
-        if gather:
-            ids = block[1][0]
-            if partial is None:
-                partial = [
-                    0.0,
-                    np.full(ids.shape[1], -1, np.int64),
-                    np.zeros((ids.shape[1], 1 << SKETCH_BITS), np.uint8),
-                ]
-            partial[0] += float(labels.sum(dtype=np.float64))
-            np.maximum(partial[1], ids.max(axis=0), out=partial[1])
-            sketch_add(partial[2], ids)
-    yield bad, rows, partial
+        self.rows += len(labels)
+        if not self.gather:
+            return
+        ids = block[1][0]
+        if self.partial is None:
+            self.partial = [
+                0.0,
+                np.full(ids.shape[1], -1, np.int64),
+                np.zeros((ids.shape[1], 1 << SKETCH_BITS), np.uint8),
+            ]
+        self.partial[0] += float(labels.sum(dtype=np.float64))
+        np.maximum(self.partial[1], ids.max(axis=0), out=self.partial[1])
+        sketch_add(self.partial[2], ids)
+
+    def value(self):
+        """(bad rows, good rows, partial, [((partition, place), text)] of the first bad rows): merge_tallies' input."""
+        return self.bad_rows, self.rows, self.partial, self.examples
 
 
 def merge_tallies(a, b):
+    """Two tallies' sum, in any order: the bad rows kept are the first by their place in the input."""
     if a[2] is None or b[2] is None:
         partial = a[2] if b[2] is None else b[2]
     else:
         partial = [a[2][0] + b[2][0], np.maximum(a[2][1], b[2][1]), np.maximum(a[2][2], b[2][2])]
-    return a[0] + b[0], a[1] + b[1], partial
+    return a[0] + b[0], a[1] + b[1], partial, sorted(a[3] + b[3])[:SHOWN_BAD_ROWS]
 
 
 def indexed_statistics(rows, partial, field_size):

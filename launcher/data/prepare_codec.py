@@ -177,17 +177,56 @@ def _joined(lines, ended):
 def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
     """Lines of text (each ending in a newline when ended) -> (labels float64[g], ids int64[g, F], values
     float64[g, F], bad [(index, BadRow)]): the good rows in order, as parse_libsvm parses them; blank lines skipped."""
-    n, width = len(lines), 2 * field_size + 1
     text = _joined(lines, ended)
-    numbers = _plain_numbers(text.encode("ascii"), (n, field_size)) if text.isascii() else None
+    numbers = _plain_numbers(text.encode("ascii"), (len(lines), field_size)) if text.isascii() else None
+    return _parse_rows(len(lines), numbers, lambda: lines, field_size, feature_size, ended)
+
+
+def parse_libsvm_bytes(data, field_size, feature_size):
+    """Whole lines as bytes, each ending in b"\n" (no b"\r") -> (labels, ids, values, bad [(line, BadRow)]), as
+    parse_libsvm_lines parses them decoded: the plain rows straight from the bytes; the lines are decoded (UTF-8,
+    undecodable bytes replaced) only when a row is not plain."""
+    n, decoded = data.count(b"\n"), []
+
+    def lines():
+        if not decoded:
+            decoded.extend(data.decode("utf-8", "replace").split("\n")[:-1])
+        return decoded
+
+    labels, ids, values, bad = _parse_rows(
+        n, _plain_numbers(data, (n, field_size)), lines, field_size, feature_size, False
+    )
+    return labels, ids, values, [(lines()[index], err) for index, err in bad]
+
+
+def line_chunks(data, size=1 << 20):
+    """A text file's bytes -> chunks of about `size` bytes of whole lines, each line ending in b"\n": the lines
+    Hadoop's LineRecordReader (sc.textFile) reads, ended by \n, \r\n or \r, a leading UTF-8 byte order mark
+    dropped."""
+    data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    if b"\r" in data:
+        data = b"\n".join(data.splitlines())
+    start = 0
+    while start < len(data):
+        end = data.rfind(b"\n", start, start + size) + 1
+        if end <= start:  # a line longer than size
+            end = data.find(b"\n", start + size) + 1 or len(data)
+        chunk = data[start:end]
+        yield chunk if chunk.endswith(b"\n") else chunk + b"\n"
+        start = end
+
+
+def _parse_rows(n, numbers, lines, field_size, feature_size, ended):
+    """n rows: numbers, _plain_numbers' verdict on all of them (None: not every row is plain); lines() their text."""
+    width = 2 * field_size + 1
     plain = np.ones(n, bool)
     if numbers is None:  # not every row is plain: pick those that are
-        plain = np.array([match is not None for match in map(_row_pattern(field_size, ended).fullmatch, lines)], bool)
+        plain = np.array([match is not None for match in map(_row_pattern(field_size, ended).fullmatch, lines())], bool)
     labels, ids, values = np.zeros(n), np.zeros((n, field_size), np.int64), np.zeros((n, field_size))
     picked = np.flatnonzero(plain)
     if len(picked):
         if numbers is None:
-            chosen = [lines[i] for i in picked.tolist()]
+            chosen = [lines()[i] for i in picked.tolist()]
             numbers = _plain_numbers(_joined(chosen, ended).encode("ascii"))
         m, k, negative, ok = numbers
         number = m.astype(np.float64) / _POW10F[k]
@@ -200,10 +239,11 @@ def parse_libsvm_lines(lines, field_size, feature_size, ended=False):
         plain[picked[~ok]] = False
     good, bad = plain.copy(), []
     for index in np.flatnonzero(~plain).tolist():
-        if not lines[index].strip():
+        line = lines()[index]
+        if not line.strip():
             continue
         try:
-            labels[index], ids[index], values[index] = parse_libsvm(lines[index], field_size, feature_size)
+            labels[index], ids[index], values[index] = parse_libsvm(line, field_size, feature_size)
             good[index] = True
         except BadRow as err:
             bad.append((index, err))

@@ -5,10 +5,13 @@ pyspark (the `spark` extra; `make setup` installs it and a JDK) is imported here
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,8 +22,13 @@ from launcher.errors import DfmError
 from launcher.spec import Spec
 
 
-def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
-    """A local SparkSession sized for a laptop or CI: no UI, few shuffle partitions, a quick JVM, quiet logs."""
+QUIET_ARCHIVE = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # else the JVM warns on stdout of classes it cannot archive
+
+
+def spark_session(cores: str = "*", app_name: str = "dfm-prepare", class_archive: bool = False):
+    """A local SparkSession sized for a laptop or CI: no UI, few shuffle partitions, a quick JVM, quiet logs.
+    class_archive: the JVM starts from this machine's archive of the classes local Spark loads (~1.5-2 CPU s less),
+    or writes it when it ends (`end_session`) if there is none yet."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -29,28 +37,130 @@ def spark_session(cores: str = "*", app_name: str = "dfm-prepare"):
             "JDK (apt-get install openjdk-17-jre-headless)",
             2,
         ) from None
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    java = (
+        shutil.which("java") if not os.environ.get("JAVA_HOME") else os.path.join(os.environ["JAVA_HOME"], "bin/java")
+    )
+    if java is None:
         raise DfmError("local Spark needs Java: apt-get install openjdk-17-jre-headless (make setup does it)", 2)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv, not python3
+    memory = os.environ.get("DFM_SPARK_DRIVER_MEMORY", "2g")
+    # the JVM's JIT compiling for a run of seconds costs more CPU than it saves: C1 only and the serial
+    # GC cut ~5 CPU s from a 1M-row prepare (~1 s more a million rows once warm; big inputs go to SageMaker);
+    # a metaspace that fits Spark's classes from the start spares two full collections while they load
+    options = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=160m"
+    archive, written = archive_paths(java, memory) if class_archive else (None, None)
+    options += archive_options(archive, written)
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", os.environ.get("DFM_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", memory)
         .config("spark.python.worker.reuse", "true")
-        # the JVM's JIT compiling for a run of seconds costs more CPU than it saves: C1 only and the serial
-        # GC cut ~5 CPU s from a 1M-row prepare (~1 s more a million rows once warm; big inputs go to SageMaker);
-        # a metaspace that fits Spark's classes from the start spares two full collections while they load
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=160m")
+        .config("spark.driver.extraJavaOptions", options)
         # one machine: the shuffle crosses no network, compressing it only costs CPU
         .config("spark.shuffle.compress", "false")
         .config("spark.shuffle.spill.compress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    writes = written is not None and not archive.is_file()
+    spark._dfm_archive = (archive, written, [java, f"-Xmx{memory}", "-XX:+UseSerialGC"]) if writes else None
     return spark
+
+
+def archive_options(archive: Path | None, written: Path | None) -> str:
+    """The JVM options that start it from the class archive, or have it write the archive as it exits."""
+    if archive is not None and archive.is_file():
+        return f" -XX:SharedArchiveFile={archive} {QUIET_ARCHIVE}"
+    if written is not None:
+        return f" -XX:ArchiveClassesAtExit={written} {QUIET_ARCHIVE}"
+    return ""
+
+
+def archive_paths(java: str, memory: str) -> tuple[Path | None, Path | None]:
+    """(this machine's archive of local Spark's classes, the file this run's JVM would write it to) in
+    $XDG_CACHE_HOME/dfm/spark (~/.cache/dfm/spark), named for the JVM build, pyspark and the heap (an archive holds
+    classes for one JVM build, class path and pointer size); (None, None) for a JVM before 17 (whose options
+    differ), where the folder cannot be written, or once writing the archive failed (every run would pay it)."""
+    import pyspark
+
+    build = java_build(Path(java).resolve())
+    major = re.match(r"\d+", build or "")
+    if major is None or int(major.group()) < 17:
+        return None, None
+    identity = f"{Path(java).resolve()}|{build}|{pyspark.__file__}|{pyspark.__version__}|{memory}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dfm" / "spark"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None, None
+    archive = folder / f"classes-{key}.jsa"
+    if not os.access(folder, os.W_OK) or failed_marker(archive).exists():
+        return None, None
+    return archive, folder / f".classes-{key}.jsa.{os.getpid()}"
+
+
+def java_build(binary: Path) -> str | None:
+    """The JDK's runtime version (its `release` file, beside bin/), e.g. 17.0.15+6-Debian-1deb12u1; None if unknown."""
+    try:
+        release = (binary.parent.parent / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    found = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', release, re.M))
+    return found.get("JAVA_RUNTIME_VERSION") or found.get("JAVA_VERSION") or None
+
+
+def failed_marker(archive: Path) -> Path:
+    return archive.with_suffix(".failed")
+
+
+def end_session(spark) -> None:
+    """Stop the session; when its JVM is to write the class archive, end the JVM now (it writes the archive as it
+    exits, ~5 s once) and put the archive in place for the next run if a JVM starts from it (a truncated archive,
+    from a JVM killed as it wrote, would crash every later start). For the command's own session, which the process
+    outlives by moments: pyspark's stop waits up to 1 s for its accumulator server's handler to poll again; the
+    server is only told to stop, and its thread ends with the process."""
+    context = getattr(spark, "sparkContext", None)
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.server_shutdown = True
+        context._accumulatorServer = None
+    spark.stop()
+    pending = getattr(spark, "_dfm_archive", None)
+    if not pending:
+        return
+    from pyspark import SparkContext
+
+    archive, written, java = pending
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        java = [*java, "-cp", gateway.jvm.System.getProperty("java.class.path")]  # an archive fits its class path
+        gateway.shutdown()
+        gateway.proc.stdin.close()  # the JVM exits when its input ends
+        try:
+            gateway.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            gateway.proc.kill()
+        SparkContext._gateway = SparkContext._jvm = None
+    if written.is_file() and archive_starts(java, written):
+        os.replace(written, archive)
+    else:
+        written.unlink(missing_ok=True)
+        failed_marker(archive).touch()
+
+
+def archive_starts(java: list[str], archive: Path) -> bool:
+    """Whether `java` (the command and the options that decide an archive's fit: heap, collector, class path)
+    starts from the archive."""
+    check = [*java, f"-XX:SharedArchiveFile={archive}", "-Xshare:on", "-Xlog:disable", "-version"]
+    check[-1:-1] = ["-XX:+SuppressFatalErrorMessage"]  # a truncated archive crashes it: no hs_err file left here
+    try:
+        return subprocess.run(check, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def output_folders(job: dict[str, Any]) -> list[Path]:
@@ -147,7 +257,7 @@ def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None) 
 
 def _run_app(spec: Spec, job: dict[str, Any], spark) -> dict[str, Any]:
     owned = spark is None
-    spark = spark or spark_session()
+    spark = spark or spark_session(class_archive=True)
     try:
         prepare_app = load_app(spark)
         report = prepare_app.run(spark, job)
@@ -155,7 +265,7 @@ def _run_app(spec: Spec, job: dict[str, Any], spark) -> dict[str, Any]:
         raise DfmError(str(stop.code).removeprefix(prepare_app.STAGE_PREFIX + " "), 1) from None
     finally:
         if owned:
-            spark.stop()
+            end_session(spark)
     if "stats" in report:
         from launcher.data.prepare_stats import proposal_yaml
 
