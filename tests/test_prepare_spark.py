@@ -451,7 +451,7 @@ def test_stats_only_writes_the_statistics_and_no_channel(tmp_path, spark):
     labels = write_clicks(tmp_path / "clicks", 500, files=2)
     section = {"input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": str(tmp_path / "clicks")}}
     spec = load_spec(write_spec(tmp_path, section, local={"train": str(tmp_path / "out/train")}))
-    report = prepare_local.run(spec, stats_only=True, spark=spark)
+    report = prepare_local.run(prepare_local.local_job(spec, stats_only=True), spec, spark=spark)
     assert (report["rows"], "train" in report) == (500, False)
     assert not (tmp_path / "out/train").exists()
     stats = json.loads((tmp_path / "out/prepare/stats.json").read_text())
