@@ -26,7 +26,7 @@ class LocalSteps:
             raise ValueError(
                 f"local steps need optimizer {' or '.join(LOCAL_STEP_OPTIMIZERS)}, not {self.optimizer.kind}"
             )
-        slots = {id(var): slot for var, slot in zip(self.optimizer._variables, self.optimizer.slots)}
+        slots = {id(var): slot for var, slot in zip(trainer.variables, self.optimizer.slots)}  # build()'s order
         self.accum = lambda var: slots[id(var)].get("accum")  # None under SGD
         self.adagrad = self.optimizer.kind == "adagrad"
         self.tables = [flat_variables([table]) for table in self.model.sparse_variables]

@@ -46,11 +46,11 @@ def state(trainer):
     return [var.numpy() for var in trainer.variables] + slots + [trainer.optimizer.iterations.numpy()]
 
 
-@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
-def test_local_steps_of_one_worker_train_as_the_ordinary_steps(optimizer):
+@pytest.mark.parametrize("optimizer, dtype", [("adagrad", "float32"), ("sgd", "float32"), ("adagrad", "float16")])
+def test_local_steps_of_one_worker_train_as_the_ordinary_steps(optimizer, dtype):
     hp = hp_with(optimizer=optimizer, learning_rate=0.2)
     data = batches(hp, [32, 32, 32, 17])  # a short last batch, as at the end of the data
-    ordinary, local = T.build_trainer(hp), T.build_trainer(hp)
+    ordinary, local = (T.build_trainer(hp, compute_dtype=tf.as_dtype(dtype)) for _ in range(2))  # float16: loss scale
     step = tf.function(ordinary.train_step)
     for ids, values, labels in data:
         step(({"ids": tf.constant(ids), "values": tf.constant(values)}, tf.constant(labels)))
@@ -62,8 +62,9 @@ def test_local_steps_of_one_worker_train_as_the_ordinary_steps(optimizer):
         tf.constant([len(b[2]) for b in data], tf.int32),
     )
     local.train_metrics.add(counts)
+    tolerance = {"rtol": 2e-5, "atol": 1e-6} if dtype == "float32" else {"rtol": 1e-3, "atol": 1e-4}
     for got, want in zip(state(local), state(ordinary)):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, **tolerance)
     assert not np.allclose(state(local)[0], T.build_trainer(hp).variables[0].numpy())  # the steps did train
     for got, want in zip(local.train_metrics.result(), ordinary.train_metrics.result()):
         assert got == pytest.approx(want, rel=1e-5)
