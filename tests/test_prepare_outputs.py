@@ -26,10 +26,8 @@ SECTION = {
 @pytest.fixture
 def app(monkeypatch):
     """The Spark application module itself, loaded as Spark's workers load it (its modules by their own names)."""
-    from launcher.data import prepare_codec, prepare_app_stats
-
-    monkeypatch.setitem(sys.modules, "prepare_codec", prepare_codec)
-    monkeypatch.setitem(sys.modules, "prepare_app_stats", prepare_app_stats)
+    for name in ("prepare_codec", "prepare_app_stats", "prepare_app_write"):  # in the order they import each other
+        monkeypatch.setitem(sys.modules, name, importlib.import_module(f"launcher.data.{name}"))
     spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -214,7 +212,7 @@ def test_a_write_task_of_several_files_writes_each_even_an_empty_one(app, tmp_pa
         (4, (np.array([9]), lengths[:1], data[:one].tobytes(), 1)),
         (4, (np.array([3]), lengths[1:2], data[one : 2 * one].tobytes(), 0)),
     ]
-    assert list(app.write_files(1, iter(chunks), paths, 3)) == [(1, 0, 0), (4, 2, 1)]
+    assert list(app.write.write_files(1, iter(chunks), paths, 3)) == [(1, 0, 0), (4, 2, 1)]
     assert Path(paths[1]).read_bytes() == b""
     assert Path(paths[4]).read_bytes() == data[one : 2 * one].tobytes() + data[:one].tobytes()  # sorted by key
     assert sorted(p.name for p in (tmp_path / "out/train").iterdir()) == ["part-00001.tfrecord", "part-00004.tfrecord"]

@@ -358,9 +358,9 @@ def test_a_file_appears_only_when_complete(tmp_path, spark):
 
     path = tmp_path / "out/train/part-00000.tfrecord"
     with pytest.raises(OSError):
-        list(app.write_partition(0, failing(), [str(path)]))
+        list(app.write.write_partition(0, failing(), [str(path)]))
     assert not path.exists() and not any((tmp_path / "out").rglob("*.tfrecord*"))
-    assert list(app.write_partition(0, iter([chunk]), [str(path)])) == [(0, 2, 1)]
+    assert list(app.write.write_partition(0, iter([chunk]), [str(path)])) == [(0, 2, 1)]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
         "out/train/part-00000.tfrecord"
     ]
@@ -377,16 +377,16 @@ def test_a_task_finishing_does_not_pull_the_scratch_folder_from_under_another(tm
     data, lengths = codec.frame(*codec.encode_records([b"one"]), codec.crc32c_function())
     chunk = (0, (np.array([1]), lengths, data.tobytes(), 0))
     paths = [str(tmp_path / "out/train/part-00000.tfrecord"), str(tmp_path / "out/train/part-00001.tfrecord")]
-    makedirs, other = app.os.makedirs, []
+    makedirs, other = app.write.os.makedirs, []
 
     def makedirs_then_the_other_task_runs(name, exist_ok=False):
         makedirs(name, exist_ok=exist_ok)
         if name.endswith(".partial") and not other:
             other.append(None)
-            other[0] = list(app.write_partition(1, iter([chunk]), paths))
+            other[0] = list(app.write.write_partition(1, iter([chunk]), paths))
 
-    monkeypatch.setattr(app.os, "makedirs", makedirs_then_the_other_task_runs)
-    assert list(app.write_partition(0, iter([chunk]), paths)) == [(0, 1, 0)] and other == [[(1, 1, 0)]]
+    monkeypatch.setattr(app.write.os, "makedirs", makedirs_then_the_other_task_runs)
+    assert list(app.write.write_partition(0, iter([chunk]), paths)) == [(0, 1, 0)] and other == [[(1, 1, 0)]]
     assert all(Path(p).exists() for p in paths)
 
 

@@ -2,9 +2,10 @@
 one training job out, plus statistics.
 
 Standalone on purpose: it is shipped as a SageMaker Processing job's `submit_app` (with `prepare_codec.py`, its
-parsers and encoder, and `prepare_app_stats.py` in --py-files) and runs in the Spark image (numpy; no TensorFlow,
-no protobuf, no `launcher`), and `dfm data prepare --local` runs the very same files on local Spark. Its one
-argument is the location of a JSON job description (written by `launcher/data/prepare_job.py`).
+parsers and encoder, `prepare_app_stats.py` and `prepare_app_write.py`, its write side, in --py-files) and runs in
+the Spark image (numpy; no TensorFlow, no protobuf, no `launcher`), and `dfm data prepare --local` runs the very
+same files on local Spark. Its one argument is the location of a JSON job description (written by
+`launcher/data/prepare_job.py`).
 
 Stages: read -> parse (bad rows counted; libsvm statistics gathered) -> split eval -> balance (train negatives
 kept with probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> the
@@ -24,12 +25,11 @@ import time
 import numpy as np
 import prepare_codec as codec
 import prepare_app_stats as stats
+import prepare_app_write as write
 
 STAGE_PREFIX = "[dfm-prepare]"
 BLOCK = 4096  # rows per block
 SPLIT_SIZE = "mapreduce.input.fileinputformat.split.minsize"
-WRITE_TASKS_PER_CORE = 4
-TALLY = -1  # the shuffle key of the read pass's tallies (no file's)
 GZIP_HINT = " (gzip-compressed data: Spark decompresses only files whose names end in .gz; rename them)"
 
 
@@ -230,137 +230,6 @@ def read_partition(index, items, job, keyed, source):
     yield ("tally", source, tally.value())
 
 
-def place_partition(items, layout, job):
-    """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
-    encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files. A tally
-    goes on as (TALLY, (source, tally)); a part not in the layout (nothing written) is dropped."""
-    crc32c = codec.crc32c_function()
-    for item in items:
-        if item[0] == "tally":
-            yield TALLY, item[1:]
-            continue
-        part, block, keys = item
-        if part not in layout:
-            continue
-        first_file, files = layout[part]
-        labels, payload = block
-        if isinstance(payload, tuple):
-            data, lengths = codec.encode_libsvm(labels, *payload)
-        else:
-            data, lengths = codec.encode_records([codec.encode_raw(row, job["features"]) for row in payload])
-        data, lengths = codec.frame(data, lengths, crc32c)
-        target = first_file + keys % files
-        order = np.argsort(target, kind="stable")
-        data, lengths = codec.gather(data, lengths, order)
-        target, keys, labels = target[order], keys[order], labels[order]
-        bounds = np.cumsum(lengths)
-        for file in np.unique(target).tolist():
-            first, last = np.searchsorted(target, [file, file + 1])
-            start = int(bounds[first - 1]) if first else 0
-            yield (
-                file,
-                (
-                    keys[first:last],
-                    lengths[first:last],
-                    data[start : int(bounds[last - 1])].tobytes(),
-                    int((labels[first:last] > 0.5).sum()),
-                ),
-            )
-
-
-def scratch_folder(path):
-    """Where a file is written before it is renamed into place: `.partial` beside its channel folder."""
-    return os.path.join(os.path.dirname(os.path.abspath(os.path.dirname(path) or ".")), ".partial")
-
-
-def write_partition(index, chunks, paths):
-    """Write one file's records, sorted by key, under a temporary name outside the channel folder (a ProcessingOutput
-    would upload a partial file), renamed when complete; -> (index, count, positives). The scratch folder is
-    removed by the driver once every task is done: a task removing it could pull it from under another's open."""
-    chunks = list(chunks)
-    keys = np.concatenate([c[1][0] for c in chunks]) if chunks else np.zeros(0, np.int64)
-    lengths = np.concatenate([c[1][1] for c in chunks]) if chunks else np.zeros(0, np.int64)
-    data = np.frombuffer(b"".join(c[1][2] for c in chunks), np.uint8)
-    data, _ = codec.gather(data, lengths, np.argsort(keys, kind="stable"))
-    path = paths[index]
-    folder, scratch = os.path.dirname(path) or ".", scratch_folder(path)
-    os.makedirs(folder, exist_ok=True)
-    os.makedirs(scratch, exist_ok=True)
-    partial = os.path.join(scratch, f"{os.path.basename(folder)}-{os.path.basename(path)}.{os.getpid()}")
-    with open(partial, "wb") as out:
-        out.write(data.tobytes())
-    os.replace(partial, path)
-    yield index, len(keys), sum(c[1][3] for c in chunks)
-
-
-def write_files(task, chunks, paths, tasks):
-    """Write task `task`'s files (task, task + tasks, ...) one after the other, each even when no row went to it:
-    its chunks arrive sorted by file."""
-    pending = list(range(task, len(paths), tasks))
-    for file, group in itertools.groupby(chunks, key=lambda chunk: chunk[0]):
-        while pending[0] < file:
-            yield from write_partition(pending.pop(0), iter(()), paths)
-        yield from write_partition(pending.pop(0), group, paths)
-    for file in pending:
-        yield from write_partition(file, iter(()), paths)
-
-
-def file_layout(paths):
-    """{part: its files' paths} -> ({part: (first file, files)}, every file's path)."""
-    layout, every_path = {}, []
-    for part, part_paths in paths.items():
-        layout[part] = (len(every_path), len(part_paths))
-        every_path += part_paths
-    return layout, every_path
-
-
-def shuffled_parts(items, layout, tasks, job):
-    """items: (part, block, keys) and tallies -> encoded, framed and shuffled to the write tasks: a file's chunks to
-    task file % tasks, sorted by file; the tallies to one more partition, `tasks`. Computing any of its partitions
-    runs the whole read pass and writes the shuffle once; the read's check and the write both use it."""
-    placed = items.mapPartitions(lambda part: place_partition(part, layout, job))
-    return placed.repartitionAndSortWithinPartitions(tasks + 1, lambda file: tasks if file == TALLY else file % tasks)
-
-
-def read_tallies(context, shuffled, tasks):
-    """The read pass's tallies, merged per input: {source: (bad rows, good rows, statistics' partial, first bad)}."""
-
-    def merge(chunks):
-        merged = {}
-        for _, (source, tally) in chunks:
-            merged[source] = stats.merge_tallies(merged[source], tally) if source in merged else tally
-        yield merged
-
-    return context.runJob(shuffled, merge, [tasks])[0]
-
-
-def write_parts(context, shuffled, layout, every_path, tasks):
-    """Write every file from the shuffle -> {part: report}. A part's file is key % files, records sorted by key
-    within a file; one write stage for all parts: a task per file, or, when the files outnumber the cluster's task
-    slots by more than WRITE_TASKS_PER_CORE, that many tasks per slot, each writing its files in turn (a task's
-    fixed cost, ~50 ms of CPU, paid fewer times)."""
-    writing = shuffled.mapPartitionsWithIndex(lambda task, chunks: write_files(task, chunks, every_path, tasks))
-    written = context.runJob(writing, lambda rows: rows, list(range(tasks)))
-    for scratch in {scratch_folder(path) for path in every_path}:  # this host's; on other hosts it stays, empty
-        try:
-            os.rmdir(scratch)
-        except OSError:  # not here, or not empty
-            pass
-    counts, positives = [0] * len(every_path), [0] * len(every_path)
-    for index, count, plus in written:
-        counts[index], positives[index] = count, plus
-    reports = {}
-    for part, (first, files) in layout.items():
-        mine = counts[first : first + files]
-        reports[part] = {
-            "files": files,
-            "rows": sum(mine),
-            "positives": sum(positives[first : first + files]),
-            "per_file": mine,
-        }
-    return reports
-
-
 # ------------------------------------------------------------------------------------------------ main
 def check_read(part, uri, rows, bad_count, examples, policy):
     """What reading one input found: its first bad rows printed (the job's log, the terminal with --local); a stop
@@ -404,10 +273,10 @@ def run(spark, job):
         )
     # train and eval files are written in one pass: one shuffle, one write stage; stats_only encodes nothing
     paths = {"train": job["train_paths"], **({"eval": job["eval_paths"]} if job["eval_paths"] else {})}
-    layout, every_path = file_layout({} if job.get("stats_only") else paths)
-    tasks = max(1, min(len(every_path), WRITE_TASKS_PER_CORE * context.defaultParallelism))
-    shuffled = shuffled_parts(items, layout, tasks, job)
-    tallies = read_tallies(context, shuffled, tasks)
+    layout, every_path = write.file_layout({} if job.get("stats_only") else paths)
+    tasks = max(1, min(len(every_path), write.WRITE_TASKS_PER_CORE * context.defaultParallelism))
+    shuffled = write.shuffled_parts(items, layout, tasks, job)
+    tallies = write.read_tallies(context, shuffled, tasks)
     bad_count, rows, partial, examples = tallies.get("train", (0, 0, None, []))
     examples = [text for _, text in examples]
     report = {
@@ -437,7 +306,7 @@ def run(spark, job):
         report["seconds"] = progress.seconds
         _write_json(job["report_dir"], "prepare.json", report)
         return report
-    report.update(write_parts(context, shuffled, layout, every_path, tasks))
+    report.update(write.write_parts(context, shuffled, layout, every_path, tasks))
     progress.stage(
         "write",
         f"{report['train']['rows']} train rows in {report['train']['files']} files"

@@ -21,7 +21,9 @@ from launcher.spec import Spec
 
 APP = Path(__file__).with_name("prepare_app.py")  # the Spark application (submit_app)
 # What the application imports, shipped beside it (--py-files).
-APP_MODULES = tuple(Path(__file__).with_name(f"{name}.py") for name in ("prepare_codec", "prepare_app_stats"))
+APP_MODULES = tuple(
+    Path(__file__).with_name(f"{name}.py") for name in ("prepare_codec", "prepare_app_stats", "prepare_app_write")
+)
 CONTAINER_OUTPUT = "/opt/ml/processing/output"  # ProcessingOutput sources: one folder per channel, and the report
 REPORT = "report"
 JOB_FILE = "prepare-job.json"
