@@ -69,7 +69,7 @@ class CheckpointKeeper:
         due = step // self.every_steps > last // self.every_steps
         if step == self.last_saved or not (force or due):
             return None
-        from deepfm_training import check_finite
+        from deepfm_metrics import check_finite
         from deepfm_variables import flat_variables
 
         check_finite(

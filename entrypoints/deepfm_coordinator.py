@@ -279,7 +279,7 @@ class CoordinatorSteps(Distribution):
         return trained, trained < todo and self.answers.all_done()  # else a rejected closure: scheduled again
 
     def evaluate(self, step):  # on the workers, else the chief alone
-        from deepfm_training import evaluate
+        from deepfm_metrics import evaluate
 
         started = time.monotonic()
         if self.spread is not None and self.spread.ready():

@@ -94,7 +94,7 @@ class TrainingLoop:
         """Restore -> train -> final checkpoint -> final evaluation (unless the last one is at this step) ->
         export (rank 0) of the best evaluation's model (best_of)."""
         import tensorflow as tf
-        from deepfm_training import Diverged
+        from deepfm_metrics import Diverged
 
         if self.keeper is not None:
             self.keeper.restore_latest()
@@ -118,7 +118,7 @@ class TrainingLoop:
     def train(self):
         """Epochs of windows until `epochs`, `max_steps` or early stopping. -> the step reached."""
         from deepfm_hparams import crossed, steps_to_boundary
-        from deepfm_training import TrainWindow
+        from deepfm_metrics import TrainWindow
 
         hp, dist = self.hp, self.dist
         self.window = TrainWindow(self.trainer.train_metrics, dist.collectives)

@@ -132,7 +132,7 @@ class WorkerEvaluation:
     def run(self, step):
         """One evaluation of the current model on the workers; the chief prints the eval line.
         -> (loss, auc, rows)."""
-        from deepfm_training import report_evaluation
+        from deepfm_metrics import report_evaluation
 
         while True:
             self.trainer.eval_metrics.reset()

@@ -120,7 +120,7 @@ class SyncSteps(Distribution):
         return trained, trained < todo
 
     def evaluate(self, step):  # every worker: its part of eval, summed
-        from deepfm_training import evaluate
+        from deepfm_metrics import evaluate
 
         dataset = eval_dataset(self.hp, self.env, self.where)
         return evaluate(self.trainer, dataset, step, self.collectives, self.eval_step_fn)

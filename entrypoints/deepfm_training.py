@@ -1,5 +1,5 @@
-"""Training DeepFM: the sparse-aware optimizers, dynamic loss scaling, streaming loss/AUC metrics, the
-train and eval steps (`Trainer`), and the metric lines of a training window and of an evaluation.
+"""Training DeepFM: the sparse-aware optimizers, dynamic loss scaling and the train and eval steps (`Trainer`); the
+metrics they count into and the lines those make are deepfm_metrics'.
 
 The steps are plain functions (wrap them in tf.function, strategy.run or ClusterCoordinator.schedule);
 how workers talk (averaging gradients, summing metrics) comes in as a collectives object
@@ -7,14 +7,10 @@ how workers talk (averaging gradients, summing metrics) comes in as a collective
 the parameter-server chief.
 """
 
-import time
-
-import numpy as np
 import tensorflow as tf
 
-from deepfm_collectives import SingleProcess
-from deepfm_log import emit, format_metric, log
-from deepfm_summaries import follow_learning_rate, record
+from deepfm_metrics import StreamingMetrics
+from deepfm_summaries import follow_learning_rate
 from deepfm_model import build_model
 from deepfm_variables import assign, assign_add, assign_sub, flat_variables, scatter_sub, scatter_update
 
@@ -153,71 +149,6 @@ class SparseOptimizer(tf.Module):
         return lr * tf.sqrt(1 - tf.pow(self.beta2, step)) / (1 - tf.pow(self.beta1, step))
 
 
-class StreamingMetrics(tf.Module):
-    """Loss sum, example count and a prediction histogram per label (for AUC), as variables so that
-    ParameterServerStrategy workers can update them remotely and the chief can read them."""
-
-    def __init__(self, buckets=1000, name="metrics"):
-        super().__init__(name=name)
-        self.buckets = buckets
-        self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="loss_sum")
-        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
-        self.positives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="positives")
-        self.negatives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="negatives")
-
-    def update(self, labels, probs, losses):
-        """losses: per-example log loss."""
-        self.add(self.counts(labels, probs, losses))
-
-    def counts(self, labels, probs, losses):
-        """What `update` adds, as tensors (positives, negatives, loss sum, examples): counts of several
-        batches can be summed where they are computed and added once (`add`), one update of these
-        variables instead of one per batch when they live on another task."""
-        labels = tf.cast(tf.reshape(labels, [-1]), tf.float64)
-        bucket = tf.clip_by_value(tf.cast(tf.reshape(probs, [-1]) * self.buckets, tf.int32), 0, self.buckets - 1)
-        return (
-            tf.math.unsorted_segment_sum(labels, bucket, self.buckets),
-            tf.math.unsorted_segment_sum(1.0 - labels, bucket, self.buckets),
-            tf.reduce_sum(tf.cast(losses, tf.float64)),
-            tf.cast(tf.size(losses), tf.int64),
-        )
-
-    def zero_counts(self):
-        return (
-            tf.zeros([self.buckets], tf.float64),
-            tf.zeros([self.buckets], tf.float64),
-            tf.constant(0.0, tf.float64),
-            tf.constant(0, tf.int64),
-        )
-
-    def add(self, counts):
-        positives, negatives, loss_sum, examples = counts
-        self.positives.assign_add(positives)
-        self.negatives.assign_add(negatives)
-        self.loss_sum.assign_add(loss_sum)
-        self.examples.assign_add(examples)
-
-    def reset(self):
-        for var in (self.loss_sum, self.examples, self.positives, self.negatives):
-            var.assign(tf.zeros_like(var))
-
-    def result(self):
-        """-> (mean loss, AUC, examples) as Python numbers, read on the caller's side."""
-        examples = int(self.examples.numpy())
-        loss = float(self.loss_sum.numpy()) / examples if examples else float("nan")
-        return loss, histogram_auc(self.positives.numpy(), self.negatives.numpy()), examples
-
-
-def histogram_auc(positives, negatives):
-    """ROC AUC from per-bucket label counts (ties within a bucket count half)."""
-    pos, neg = np.asarray(positives, np.float64)[::-1], np.asarray(negatives, np.float64)[::-1]
-    total_pos, total_neg = pos.sum(), neg.sum()
-    if total_pos == 0 or total_neg == 0:
-        return float("nan")
-    pos_above = np.cumsum(pos) - pos
-    return float(np.sum(neg * (pos_above + 0.5 * pos)) / (total_pos * total_neg))
-
-
 class LossScale(tf.Module):
     """Dynamic loss scaling for float16 compute: halve on overflow (and skip), double after
     `period` finite steps."""
@@ -326,87 +257,3 @@ def build_trainer(
         metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
         follow_learning_rate(optimizer.learning_rate)
         return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)
-
-
-# ---- metric lines: a training window, an evaluation ----
-
-
-def summed_result(metrics, collectives=None):
-    """(mean loss, AUC, examples) of a StreamingMetrics summed over the workers (one collective), then
-    reset it."""
-    collectives = collectives or SingleProcess()
-    parts = (metrics.loss_sum, metrics.examples, metrics.positives, metrics.negatives)
-    packed = np.concatenate([np.asarray(v.numpy(), np.float64).reshape(-1) for v in parts])
-    total = np.asarray(collectives.sum(tf.constant(packed)))
-    metrics.reset()
-    loss_sum, examples = total[0], total[1]
-    positives, negatives = np.split(total[2:], 2)
-    loss = loss_sum / examples if examples else float("nan")
-    return loss, histogram_auc(positives, negatives), int(examples)
-
-
-class Diverged(Exception):
-    """The training loss or the model's weights are no longer finite: the run must stop without saving or
-    exporting them."""
-
-    def __init__(self, step, what):
-        super().__init__(f"training diverged at step {step}: {what}")
-        self.step, self.what = step, what
-
-
-def check_finite(variables, step):
-    """Raise Diverged when any of `variables` holds a NaN or an infinity (read where each variable lives)."""
-    for var in variables:
-        if not bool(tf.reduce_all(tf.math.is_finite(var))):
-            raise Diverged(step, f"{var.name} holds NaN or infinite values")
-
-
-class TrainWindow:
-    """One train line per window from the trainer's train metrics summed over the workers, which are
-    then reset; examples_per_sec counts the window's examples over its wall time. Rank 0 prints.
-    Every worker must call `report` at the same steps (it is a collective)."""
-
-    def __init__(self, metrics, collectives=None):
-        self.metrics, self.collectives = metrics, collectives or SingleProcess()
-        self.started = time.monotonic()
-
-    def report(self, step):
-        loss, auc, examples = summed_result(self.metrics, self.collectives)
-        now = time.monotonic()
-        if examples and self.collectives.rank == 0:
-            speed = examples / max(now - self.started, 1e-9)
-            emit(format_metric("train", step, loss, auc, speed))
-            record("train", step, loss=loss, auc=auc, examples_per_sec=speed)
-        self.started = now
-        if examples and not np.isfinite(loss):  # the same sum on every worker: all stop at this step
-            raise Diverged(step, f"train loss={loss}")
-        return loss, auc
-
-    def leave_out(self, since):
-        """Leave the time from `since` (time.monotonic()) to now out of the window: an evaluation's."""
-        self.started += time.monotonic() - since
-
-
-def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
-    """Run the eval step over `dataset` (None: this worker reads no eval data), sum the eval metrics over
-    the workers; rank 0 prints the eval line. -> (loss, auc)."""
-    trainer.eval_metrics.reset()
-    if dataset is not None:
-        step_fn = step_fn or tf.function(trainer.eval_step)
-        for batch in dataset:
-            step_fn(batch)
-    return report_evaluation(trainer.eval_metrics, step, collectives)[:2]
-
-
-def report_evaluation(metrics, step, collectives=None):
-    """The eval line of what `metrics` (eval metrics) hold, summed over the workers; rank 0 prints it.
-    -> (loss, auc, examples)."""
-    collectives = collectives or SingleProcess()
-    loss, auc, examples = summed_result(metrics, collectives)
-    if collectives.rank == 0:
-        if examples:
-            emit(format_metric("eval", step, loss, auc))
-            record("eval", step, loss=loss, auc=auc)
-        else:
-            log("eval channel is empty: no eval line")
-    return loss, auc, examples

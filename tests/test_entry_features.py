@@ -18,6 +18,7 @@ tf = pytest.importorskip("tensorflow")
 import deepfm_model as M  # noqa: E402
 import deepfm_raw as R  # noqa: E402
 import deepfm_training as T  # noqa: E402
+import deepfm_metrics as DM  # noqa: E402
 
 BAG = "recent_cats"
 
@@ -370,7 +371,7 @@ def test_training_on_raw_rows_gets_close_to_the_teachers_auc(tmp_path):
     layout = F.build_layout(spec)
     transform = R.FeatureTransform(spec, layout)
     model = PooledDeepFM(layout, deep_layers=(64, 32))
-    trainer = T.Trainer(model, T.SparseOptimizer("adagrad", 0.3), T.StreamingMetrics(), T.StreamingMetrics())
+    trainer = T.Trainer(model, T.SparseOptimizer("adagrad", 0.3), DM.StreamingMetrics(), DM.StreamingMetrics())
     train = R.raw_dataset(
         [str(p) for p in sorted((tmp_path / "train").iterdir())],
         spec,

@@ -21,7 +21,7 @@ def container(channels=("train",)):
 
 def fake_trainer(step=0, progress=(0, 0)):
     import tensorflow as tf
-    from deepfm_training import StreamingMetrics
+    from deepfm_metrics import StreamingMetrics
 
     return SimpleNamespace(
         optimizer=SimpleNamespace(iterations=tf.Variable(step, dtype=tf.int64)),

@@ -15,6 +15,7 @@ import deepfm_input as I  # noqa: E402
 import deepfm_checkpoint as C  # noqa: E402
 import deepfm_model as M  # noqa: E402
 import deepfm_training as T  # noqa: E402
+import deepfm_metrics as DM  # noqa: E402
 import deepfm_variables as V  # noqa: E402
 
 pytestmark = pytest.mark.runtimes  # every test here runs on each image family's runtime too
@@ -61,7 +62,7 @@ def test_training_gets_close_to_the_teachers_auc(tmp_path):
     for batch in I.make_dataset(cfg, ["train"], epochs=2):
         step(batch)
     assert int(trainer.optimizer.iterations.numpy()) == 2 * int(np.ceil(50000 / 256))
-    loss, auc = T.evaluate(trainer, I.make_dataset(cfg, ["eval"], training=False), step=0)
+    loss, auc = DM.evaluate(trainer, I.make_dataset(cfg, ["eval"], training=False), step=0)
     assert auc > evaluation.teacher_auc - 0.05, (auc, evaluation.teacher_auc)
     assert loss < 0.55
 
@@ -257,7 +258,7 @@ def test_histogram_auc_matches_the_exact_auc():
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 2, 5000).astype(np.float32)
     probs = np.clip(0.5 * labels + 0.6 * rng.random(5000) - 0.05, 0, 1).astype(np.float32)
-    metrics = T.StreamingMetrics()
+    metrics = DM.StreamingMetrics()
     losses = -np.log(np.where(labels > 0, probs, 1 - probs).clip(1e-7))
     metrics.update(tf.constant(labels), tf.constant(probs), tf.constant(losses))
     loss, auc, examples = metrics.result()
@@ -352,7 +353,7 @@ def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_wh
     model = M.build_model(hp)
     halves = tf.split(model.embeddings.read_value(), 2)
     model.embeddings = ShardedVariable([tf.Variable(h, name=f"embeddings/part_{i}") for i, h in enumerate(halves)])
-    trainer = T.Trainer(model, T.SparseOptimizer("adam", 0.01), T.StreamingMetrics())
+    trainer = T.Trainer(model, T.SparseOptimizer("adam", 0.01), DM.StreamingMetrics())
     assert len(trainer.variables) == len(model.dense_variables) + 3  # first_order + two shards
     features, labels = random_batch(hp, id_range=300)  # rows of the first shard only
     with tf.GradientTape() as tape:
