@@ -327,7 +327,14 @@ def test_the_shipped_wheel_gives_the_app_the_c_extension_on_the_images_python(tm
     )
     archive = processing._crc32c_package(tmp_path)
     out = subprocess.run(
-        [str(python), "-c", code, str(prepare_job.APP_MODULES[0]), archive, *wheels],
+        [
+            str(python),
+            "-c",
+            code,
+            str(next(p for p in prepare_job.APP_MODULES if p.stem == "prepare_encode")),
+            archive,
+            *wheels,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,6 +15,7 @@ from prepare_support import write_clicks, write_spec
 
 from launcher.cli import main
 from launcher.data import prepare_job, prepare_local
+from launcher.data import prepare_encode as encode
 
 SECTION = {
     "input": {"uri": "s3://dfm-test-bucket/c/", "format": "libsvm", "local": "clicks"},
@@ -26,7 +27,7 @@ SECTION = {
 @pytest.fixture
 def app(monkeypatch):
     """The Spark application module itself, loaded as Spark's workers load it (its modules by their own names)."""
-    for name in ("prepare_codec", "prepare_app_stats", "prepare_app_write"):  # in the order they import each other
+    for name in ("prepare_codec", "prepare_encode", "prepare_app_stats", "prepare_app_write"):  # imported in this order
         monkeypatch.setitem(sys.modules, name, importlib.import_module(f"launcher.data.{name}"))
     spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
     module = importlib.util.module_from_spec(spec)
@@ -202,10 +203,9 @@ def test_gzip_bytes_read_as_text_are_named(app):
 def test_a_write_task_of_several_files_writes_each_even_an_empty_one(app, tmp_path):
     """On a cluster with far fewer cores than files a task writes files task, task + tasks, ...: each complete,
     its records sorted by key, and a file no row went to written empty (the layout stays whole)."""
-    from launcher.data import prepare_codec as codec
 
     paths = [str(tmp_path / f"out/train/part-{k:05d}.tfrecord") for k in range(7)]
-    data, lengths = codec.frame(*codec.encode_records([b"a", b"b", b"c"]), codec.crc32c_function())
+    data, lengths = encode.frame(*encode.encode_records([b"a", b"b", b"c"]), encode.crc32c_function())
     one = len(data) // 3
     # task 1 of 3 writes files 1 and 4; file 4 got two chunks, file 1 none
     chunks = [

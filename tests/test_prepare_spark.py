@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from launcher.data import prepare_encode as encode
 from prepare_support import FIELDS, write_clicks, write_spec
 
 pytestmark = pytest.mark.timeout(600)
@@ -84,14 +85,12 @@ def test_a_raw_number_beyond_float32_is_a_bad_row():
 def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     import tensorflow as tf
 
-    from launcher.data import prepare_codec as codec
-
     features = {"label": "y", "numeric": ["n"], "categorical": ["c"], "multi_hot": {"m": "|"}}
     rows = [(1.0, [2.5], ["abc"], [["x", "y"]]), (0.0, [None], [None], [[]]), (1.0, [-3.0], ["é"], [["z"]])]
-    crc = codec.crc32c_function()
+    crc = encode.crc32c_function()
     path = tmp_path / "raw.tfrecord"
     path.write_bytes(
-        codec.frame(*codec.encode_records([codec.encode_raw(r, features) for r in rows]), crc)[0].tobytes()
+        encode.frame(*encode.encode_records([encode.encode_raw(r, features) for r in rows]), crc)[0].tobytes()
     )
     spec = {
         "y": tf.io.FixedLenFeature([], tf.float32),
@@ -107,14 +106,14 @@ def test_hand_encoded_examples_parse_with_tensorflow(tmp_path):
     assert batch["m"].to_list() == [[b"x", b"y"], [], [b"z"]]
     # a block of libsvm rows, encoded as arrays: ids of 1 to 7 varint bytes, so the rows' lengths differ
     ids = np.array([[0, 2**40, 7], [2**20, 1, 127], [128, 300, 2**48]])
-    data, lengths = codec.encode_libsvm(np.float32([0, 1, 1]), ids, np.float32([[0.5, -1, 3], [1, 2, 3], [4, 5, 6]]))
+    data, lengths = encode.encode_libsvm(np.float32([0, 1, 1]), ids, np.float32([[0.5, -1, 3], [1, 2, 3], [4, 5, 6]]))
     first = data[: lengths[0]].tobytes()
     reference = tf.train.Example()
     reference.ParseFromString(first)  # protobuf's own parser agrees with the hand encoding
     assert list(reference.features.feature["ids"].int64_list.value) == [0, 2**40, 7]
     assert list(reference.features.feature["values"].float_list.value) == [0.5, -1.0, 3.0]
     assert reference.SerializeToString(deterministic=True) == first  # byte for byte, as protobuf writes it
-    (tmp_path / "indexed.tfrecord").write_bytes(codec.frame(data, lengths, crc)[0].tobytes())
+    (tmp_path / "indexed.tfrecord").write_bytes(encode.frame(data, lengths, crc)[0].tobytes())
     labels, read_ids, values = read([tmp_path / "indexed.tfrecord"], 3)
     assert labels.tolist() == [0, 1, 1] and (read_ids == ids).all() and values[2].tolist() == [4, 5, 6]
 
@@ -345,11 +344,10 @@ def test_a_separate_eval_input_is_spread_over_the_eval_files(tmp_path, spark):
 def test_a_file_appears_only_when_complete(tmp_path, spark):
     """A task that fails while writing (or is retried) leaves no partial file in a channel folder, where a
     ProcessingOutput would upload it and the training job read it."""
-    from launcher.data import prepare_codec as codec
     from launcher.data import prepare_local
 
     app = prepare_local.load_app(spark)
-    data, lengths = codec.frame(*codec.encode_records([b"one", b"two"]), codec.crc32c_function())
+    data, lengths = encode.frame(*encode.encode_records([b"one", b"two"]), encode.crc32c_function())
     chunk = (0, (np.array([2, 1]), lengths, data.tobytes(), 1))
 
     def failing():
@@ -364,17 +362,16 @@ def test_a_file_appears_only_when_complete(tmp_path, spark):
     assert sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()) == [
         "out/train/part-00000.tfrecord"
     ]
-    assert path.read_bytes() == codec.gather(data, lengths, np.array([1, 0]))[0].tobytes()  # sorted by key
+    assert path.read_bytes() == encode.gather(data, lengths, np.array([1, 0]))[0].tobytes()  # sorted by key
 
 
 def test_a_task_finishing_does_not_pull_the_scratch_folder_from_under_another(tmp_path, spark, monkeypatch):
     """Two write tasks share `.partial`: one finishing between the other's makedirs and open must not remove it
     (it did: FileNotFoundError on local Spark under load); the folder goes once every file is written."""
-    from launcher.data import prepare_codec as codec
     from launcher.data import prepare_local
 
     app = prepare_local.load_app(spark)
-    data, lengths = codec.frame(*codec.encode_records([b"one"]), codec.crc32c_function())
+    data, lengths = encode.frame(*encode.encode_records([b"one"]), encode.crc32c_function())
     chunk = (0, (np.array([1]), lengths, data.tobytes(), 0))
     paths = [str(tmp_path / "out/train/part-00000.tfrecord"), str(tmp_path / "out/train/part-00001.tfrecord")]
     makedirs, other = app.write.os.makedirs, []

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.data.prepare_codec import crc32c_function, encode_libsvm, frame, gather, parse_libsvm, parse_libsvm_lines
+from launcher.data.prepare_codec import parse_libsvm, parse_libsvm_lines
+from launcher.data.prepare_encode import crc32c_function, encode_libsvm, frame, gather
 from launcher.data.textfile import GZIP_ERRORS, open_text
 
 _BLOCK_CHARS = 1 << 21  # lines parsed and encoded at once: about 4k rows of 39 fields

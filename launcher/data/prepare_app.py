@@ -2,10 +2,10 @@
 one training job out, plus statistics.
 
 Standalone on purpose: it is shipped as a SageMaker Processing job's `submit_app` (with `prepare_codec.py`, its
-parsers and encoder, `prepare_app_stats.py` and `prepare_app_write.py`, its write side, in --py-files) and runs in
-the Spark image (numpy; no TensorFlow, no protobuf, no `launcher`), and `dfm data prepare --local` runs the very
-same files on local Spark. Its one argument is the location of a JSON job description (written by
-`launcher/data/prepare_job.py`).
+parsers, `prepare_encode.py`, its encoder, `prepare_app_stats.py` and `prepare_app_write.py`, its write side, in
+--py-files) and runs in the Spark image (numpy; no TensorFlow, no protobuf, no `launcher`), and `dfm data prepare
+--local` runs the very same files on local Spark. Its one argument is the location of a JSON job description
+(written by `launcher/data/prepare_job.py`).
 
 Stages: read -> parse (bad rows counted; libsvm statistics gathered) -> split eval -> balance (train negatives
 kept with probability negative_rate) -> encode tf.train.Examples and frame them, a block of rows at a time -> the

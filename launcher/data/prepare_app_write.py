@@ -1,14 +1,14 @@
 """The write side of `dfm data prepare`'s Spark application (prepare_app.py): each block of kept rows encoded,
 framed and placed in its file, the shuffle to the write tasks (the read pass's tallies to a partition of their own),
 and the files written under a scratch name and renamed into place. Shipped and imported beside prepare_app by its own
-name, as prepare_codec and prepare_app_stats are.
+name, as prepare_codec, prepare_encode and prepare_app_stats are.
 """
 
 import itertools
 import os
 
 import numpy as np
-import prepare_codec as codec
+import prepare_encode as encode
 import prepare_app_stats as stats
 
 WRITE_TASKS_PER_CORE = 4
@@ -19,7 +19,7 @@ def place_partition(items, layout, job):
     """(part, block, keys) -> (file, (keys, framed lengths, framed bytes, positives)) per file the block's rows go to:
     encoded and framed as arrays; layout[part] = (first file, files), the file is first + key % files. A tally
     goes on as (TALLY, (source, tally)); a part not in the layout (nothing written) is dropped."""
-    crc32c = codec.crc32c_function()
+    crc32c = encode.crc32c_function()
     for item in items:
         if item[0] == "tally":
             yield TALLY, item[1:]
@@ -30,13 +30,13 @@ def place_partition(items, layout, job):
         first_file, files = layout[part]
         labels, payload = block
         if isinstance(payload, tuple):
-            data, lengths = codec.encode_libsvm(labels, *payload)
+            data, lengths = encode.encode_libsvm(labels, *payload)
         else:
-            data, lengths = codec.encode_records([codec.encode_raw(row, job["features"]) for row in payload])
-        data, lengths = codec.frame(data, lengths, crc32c)
+            data, lengths = encode.encode_records([encode.encode_raw(row, job["features"]) for row in payload])
+        data, lengths = encode.frame(data, lengths, crc32c)
         target = first_file + keys % files
         order = np.argsort(target, kind="stable")
-        data, lengths = codec.gather(data, lengths, order)
+        data, lengths = encode.gather(data, lengths, order)
         target, keys, labels = target[order], keys[order], labels[order]
         bounds = np.cumsum(lengths)
         for file in np.unique(target).tolist():
@@ -66,7 +66,7 @@ def write_partition(index, chunks, paths):
     keys = np.concatenate([c[1][0] for c in chunks]) if chunks else np.zeros(0, np.int64)
     lengths = np.concatenate([c[1][1] for c in chunks]) if chunks else np.zeros(0, np.int64)
     data = np.frombuffer(b"".join(c[1][2] for c in chunks), np.uint8)
-    data, _ = codec.gather(data, lengths, np.argsort(keys, kind="stable"))
+    data, _ = encode.gather(data, lengths, np.argsort(keys, kind="stable"))
     path = paths[index]
     folder, scratch = os.path.dirname(path) or ".", scratch_folder(path)
     os.makedirs(folder, exist_ok=True)

@@ -22,7 +22,8 @@ from launcher.spec import Spec
 APP = Path(__file__).with_name("prepare_app.py")  # the Spark application (submit_app)
 # What the application imports, shipped beside it (--py-files).
 APP_MODULES = tuple(
-    Path(__file__).with_name(f"{name}.py") for name in ("prepare_codec", "prepare_app_stats", "prepare_app_write")
+    Path(__file__).with_name(f"{name}.py")
+    for name in ("prepare_codec", "prepare_encode", "prepare_app_stats", "prepare_app_write")
 )
 CONTAINER_OUTPUT = "/opt/ml/processing/output"  # ProcessingOutput sources: one folder per channel, and the report
 REPORT = "report"
