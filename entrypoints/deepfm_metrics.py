@@ -61,6 +61,15 @@ class StreamingMetrics(tf.Module):
         for var in (self.loss_sum, self.examples, self.positives, self.negatives):
             var.assign(tf.zeros_like(var))
 
+    @tf.function
+    def take(self):
+        """-> [loss sum, examples, positives..., negatives...] (float64), and reset: one call, which a
+        parameter-server chief makes once per ps holding them instead of a round trip per read and per reset."""
+        parts = (self.loss_sum, self.examples, self.positives, self.negatives)
+        packed = tf.concat([tf.reshape(tf.cast(var, tf.float64), [-1]) for var in parts], 0)
+        self.reset()  # after the reads: a function runs its operations on a variable in program order
+        return packed
+
     def result(self):
         """-> (mean loss, AUC, examples) as Python numbers, read on the caller's side."""
         examples = int(self.examples.numpy())
@@ -82,10 +91,7 @@ def summed_result(metrics, collectives=None):
     """(mean loss, AUC, examples) of a StreamingMetrics summed over the workers (one collective), then
     reset it."""
     collectives = collectives or SingleProcess()
-    parts = (metrics.loss_sum, metrics.examples, metrics.positives, metrics.negatives)
-    packed = np.concatenate([np.asarray(v.numpy(), np.float64).reshape(-1) for v in parts])
-    total = np.asarray(collectives.sum(tf.constant(packed)))
-    metrics.reset()
+    total = np.asarray(collectives.sum(metrics.take()))
     loss_sum, examples = total[0], total[1]
     positives, negatives = np.split(total[2:], 2)
     loss = loss_sum / examples if examples else float("nan")

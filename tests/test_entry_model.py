@@ -269,6 +269,17 @@ def test_histogram_auc_matches_the_exact_auc():
     assert metrics.result()[2] == 0
 
 
+def test_summed_result_reads_what_the_metrics_hold_and_resets_them():
+    metrics = DM.StreamingMetrics(buckets=4)
+    labels, probs = tf.constant([1.0, 0.0, 1.0]), tf.constant([0.9, 0.1, 0.3])
+    metrics.update(labels, probs, tf.constant([0.5, 1.0, 1.5]))
+    expected = metrics.result()
+    assert DM.summed_result(metrics) == expected
+    assert metrics.result()[2] == 0 and float(metrics.loss_sum.numpy()) == 0.0
+    metrics.update(labels[:1], probs[:1], tf.constant([2.0]))  # the packed read is traced once, read again fresh
+    assert DM.summed_result(metrics)[0::2] == (2.0, 1)
+
+
 @pytest.mark.parametrize("batch_norm,dropout", [(False, 0.0), (True, 0.3)])
 def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, dropout):
     hp = small_hp(batch_norm=batch_norm, dropout=dropout)
