@@ -10,7 +10,7 @@ import time
 import pytest
 
 from launcher.local.cluster import LOOPBACK, free_port
-from launcher.local.local_request import PS_SERVER
+from launcher.local.local_processes import PS_SERVER
 
 # A stand-in launcher: starts the ps server, reports its pid, and exits when its stdin closes.
 LAUNCHER = """

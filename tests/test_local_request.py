@@ -14,7 +14,8 @@ from local_plans import in_run_dir, local_run, make_channel_data, standin_plan
 
 from launcher.errors import DfmError
 from launcher.local import mpi
-from launcher.local.local_request import PS_SERVER, build_request
+from launcher.local.local_processes import PS_SERVER
+from launcher.local.local_request import build_request
 from launcher.local.runner import write_host_tree
 from launcher.local.runtime import Runtime
 

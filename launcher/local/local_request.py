@@ -18,34 +18,28 @@ from typing import Any, Mapping, Sequence
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.plans import hosts
-from launcher.plans import tasks
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import cluster, mpi
+from launcher.local import mpi
 from launcher.local import runtime as runtimes
 from launcher.local.container import (
     HostTree,
     channel_mode,
     config_files,
-    container_env,
-    host_argv,
     host_channels,
     host_cores,
     plan_hosts,
     to_host_path,
 )
-from launcher.local.cores import CoreLayout
+from launcher.local import local_processes
+from launcher.local.local_processes import INHERITS, LocalProcess
 from launcher.local.runtime import Runtime
 from launcher.plans.training_plan import Plan
 
-PS_SERVER = Path(__file__).with_name("ps_server.py")
 PLAN_FILE = "plan.json"  # in the run folder: the plan the run ran (Plan.to_dict)
 DEFAULT_RUN_DIR = "runs"
 PS_GRACE_S = 5.0  # how long stopped ps servers get to exit once every script has finished
 SUPPORTED_DISTRIBUTIONS = ("none", "parameter_server", "horovod", "multi_worker_mirrored")
-# A launcher started inside a job (or a test) must not leak its own container variables to the children.
-NOT_INHERITED = ("SM_*", "TF_CONFIG", "SAGEMAKER_BASE_DIR")
-INHERITS = "the launcher's environment without " + ", ".join(NOT_INHERITED) + ", then each process's env"
 
 
 @dataclass(frozen=True)
@@ -71,20 +65,6 @@ class LocalHost:
     channels: tuple[ChannelFeed, ...]
     checkpoint_dir: str | None = None  # synced with the run's checkpoint store (checkpoint_s3_uri)
     cpus: tuple[int, ...] = ()  # the cores every process of this host runs on (empty: not confined)
-
-
-@dataclass(frozen=True)
-class LocalProcess:
-    label: str  # "algo-1/master", "algo-2/ps", "mpirun", "algo-2/rank3"
-    host: str
-    role: str  # ps | master | worker | train | mpirun | rank
-    argv: tuple[str, ...]
-    env: Mapping[str, str]  # set over the inherited environment (INHERITS)
-    cwd: str
-    log_file: str
-    supervision: str = "script"  # script: its exit ends or fails the job; ps: stopped with its host;
-    #                              rank: started by mpirun (argv as the rank runs it, after rank_exec.py)
-    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,10 +113,6 @@ def stored_plan(job_dir: str | Path) -> Plan:
         raise DfmError(f"{path}: {err}") from None
 
 
-def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if not (k.startswith("SM_") or k in NOT_INHERITED)}
-
-
 def checkpoint_store(plan, root: Path) -> Path | None:
     """Where `--local` keeps what SageMaker would sync to checkpoint_s3_uri (None: no sync), per URI."""
     uri = plan.checkpoint_s3_uri
@@ -144,10 +120,6 @@ def checkpoint_store(plan, root: Path) -> Path | None:
         return None
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.split("://", 1)[-1].strip("/"))
     return root / "checkpoints" / slug
-
-
-def log_file(log_dir: Path, label: str) -> str:
-    return str(log_dir / (label.replace("/", "-") + ".log"))
 
 
 def request_plan(request: LocalRequest) -> Plan:
@@ -181,7 +153,7 @@ def build_request(
     problems: list[str] = [p for p in [bfloat16_problem(plan, environ)] if p]
     sources = _channel_sources(plan, problems)
     host_requests = tuple(_host(plan, tree, sources, store, warnings, owned.cpus[tree.host]) for tree in trees)
-    processes, master, files = _processes(plan, trees, runtime, environ, job_dir, owned)
+    processes, master, files = local_processes.processes(plan, trees, runtime, environ, job_dir, owned)
     files = {str(job_dir / PLAN_FILE): plan.to_dict(), **files}
     return LocalRequest(
         job_name=plan.job_name,
@@ -293,123 +265,3 @@ def _checkpoint_dir(plan, tree: HostTree) -> str:
 
 
 # ---- processes ----
-def _base_env(runtime: Runtime, environ: Mapping[str, str]) -> dict[str, str]:
-    # the runtime's bin first, as in an activated virtual environment: `python` there is the job's Python
-    return {
-        "PATH": os.pathsep.join([str(runtime.bin_dir), *filter(None, [environ.get("PATH")])]),
-        "PYTHONUNBUFFERED": "1",
-    }  # lines reach the terminal as they are written
-
-
-def _host_env(
-    plan, tree: HostTree, environ: Mapping[str, str], owned: CoreLayout, current_host: str | None = None
-) -> dict[str, str]:
-    """What the toolkit sets for the script: SM_* and the rest (container_env), and PYTHONPATH, its own sys.path
-    with the code dir first (here the host's code dir, then the launcher's PYTHONPATH, if any)."""
-    env = container_env(plan, tree, current_host=current_host, num_cpus=owned.per_host)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree.code), *filter(None, [environ.get("PYTHONPATH")])])
-    return env
-
-
-def _processes(
-    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
-):
-    """(processes, the master's label, files to write) for the plan's distribution."""
-    kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
-
-    def script(
-        tree: HostTree, label: str, role: str, tf_config: dict | None = None, extra_env: Mapping[str, str] | None = None
-    ) -> LocalProcess:
-        env = {**base, **_host_env(plan, tree, environ, owned), **(extra_env or {})}
-        if tf_config is not None:
-            env["TF_CONFIG"] = json.dumps(tf_config)
-        return LocalProcess(
-            label,
-            tree.host,
-            role,
-            (runtime.python, plan.entry_point, *host_argv(plan, tree)),
-            env,
-            str(tree.code),
-            log_file(logs, label),
-        )
-
-    if kind == "horovod":
-        return _mpi_processes(plan, trees, runtime, environ, job_dir, owned)
-    if not plan.toolkit_cluster:  # every host runs the script, which builds the cluster itself
-        addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}" for a in tasks.container_addresses(plan)}
-        extra_env = {contract.bundled_cluster().ADDRESSES_ENV: json.dumps(addresses)}
-        scripts = [script(t, f"{t.host}/train", "train", extra_env=extra_env) for t in trees]
-        return tuple(scripts), scripts[0].label, {}
-    if kind == "parameter_server" and len(trees) > 1:
-        layout = cluster.Layout.allocate([t.host for t in trees], with_ps=True)
-        # The job's environment reaches the toolkit's process, and so its ps server (TF_NUM_INTRAOP_THREADS...).
-        job_env = {str(k): str(v) for k, v in plan.environment.items()}
-        servers = [
-            LocalProcess(
-                f"{t.host}/ps",
-                t.host,
-                "ps",
-                (runtime.python, str(PS_SERVER)),
-                {**base, **job_env, "TF_CONFIG": json.dumps(cluster.ps_tf_config(layout, t.host, ps_task=True))},
-                str(t.base),
-                log_file(logs, f"{t.host}/ps"),
-                "ps",
-            )
-            for t in trees
-        ]
-        roles = {t.host: "master" if t.host == layout.master else "worker" for t in trees}
-        scripts = [
-            script(t, f"{t.host}/{roles[t.host]}", roles[t.host], cluster.ps_tf_config(layout, t.host)) for t in trees
-        ]
-        return (*servers, *scripts), f"{layout.master}/master", {}
-    if kind == "multi_worker_mirrored":
-        layout = cluster.Layout.allocate([t.host for t in trees], with_ps=False)
-        scripts = [script(t, f"{t.host}/worker", "worker", cluster.mwms_tf_config(layout, t.host)) for t in trees]
-        return tuple(scripts), scripts[0].label, {}
-    # no distribution (or PS on one host): the toolkit just runs the script on every host
-    scripts = [script(t, f"{t.host}/train", "train") for t in trees]
-    return tuple(scripts), scripts[0].label, {}
-
-
-def _mpi_processes(
-    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
-):
-    """The first host's toolkit runs mpirun, exporting its own environment to every rank; rank_exec.py then
-    gives each rank its host's tree and cores (the rank's host is rank // processes_per_host)."""
-    per_host, first, logs = plan.distribution.processes_per_host, trees[0], job_dir / "logs"
-    envs = {t.host: _host_env(plan, t, environ, owned, current_host=first.host) for t in trees}
-    mpirun_env = {**_base_env(runtime, environ), **envs[first.host]}
-    rank_hosts = job_dir / "rank_hosts.json"
-    # the toolkit exports what it sets for the script (SM_*, PYTHONPATH); PYTHONUNBUFFERED is dfm's own
-    exported = sorted(n for n in envs[first.host] if n.startswith("SM_")) + ["PYTHONPATH", "PYTHONUNBUFFERED"]
-    program = mpi.script_command(runtime, plan.entry_point, list(plan.argv))
-    cmd = mpi.launcher_command(
-        ranks=per_host * len(trees),
-        rank_hosts=rank_hosts,
-        program=program,
-        exported=exported,
-        custom_options=plan.distribution.mpi_options,
-        runtime=runtime,
-        environ={**inherited_env(environ), **mpirun_env},
-    )
-    processes = [
-        LocalProcess("mpirun", first.host, "mpirun", tuple(cmd), mpirun_env, str(first.code), log_file(logs, "mpirun"))
-    ]
-    for rank in range(per_host * len(trees)):
-        tree = trees[rank // per_host]
-        label = f"{tree.host}/rank{rank}"
-        processes.append(
-            LocalProcess(
-                label,
-                tree.host,
-                "rank",
-                tuple(to_host_path(a, tree) for a in program),
-                {**mpirun_env, **envs[tree.host]},
-                str(tree.code),
-                log_file(logs, label),
-                "rank",
-                rank,
-            )
-        )
-    layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t, owned.cpus[t.host]) for t in trees])
-    return tuple(processes), "mpirun", {str(rank_hosts): layout}

@@ -22,7 +22,8 @@ from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import curves, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
-from launcher.local.local_request import LocalHost, LocalRequest, build_request, inherited_env
+from launcher.local.local_processes import inherited_env
+from launcher.local.local_request import LocalHost, LocalRequest, build_request
 from launcher.local.supervisor import Supervisor
 from launcher.local.watchdog import StallWatchdog
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 from annotated_types import MinLen
 from pydantic import (
     AfterValidator,
-    Discriminator,
     Field,
     PrivateAttr,
     StringConstraints,
@@ -26,6 +25,14 @@ from pydantic import (
 )
 
 from launcher.facts.conventions import CONTAINER_CHECKPOINT_DIR
+from launcher.spec.distribution_spec import (
+    Distribution,
+    Horovod,
+    HorovodDistribution,
+    ParameterServer,
+    ParameterServerDistribution,
+    PsGroup,
+)
 from launcher.spec.spec_errors import schema_problems
 from launcher.spec.operations_spec import Mlflow, Recover, Retry, TensorBoard
 from launcher.spec.prepare_spec import Prepare
@@ -45,7 +52,6 @@ from launcher.spec.value_types import (
     _by_shape,
     _custom,
     _pattern,
-    _shape,
     _Strict,
 )
 from launcher.spec.file import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
@@ -67,63 +73,7 @@ class Instance(_Strict):
     volume_gb: int = Field(30, ge=1, le=16384, description="EBS volume per host (File mode downloads data here)")
 
 
-class Horovod(_Strict):
-    processes_per_host: int = Field(1, ge=1, description="MPI ranks per host: GPUs per host on GPU instances")
-    mpi_options: str = Field("", description="extra mpirun options (SDK custom_mpi_options)")
-
-
-class HorovodDistribution(_Strict):
-    horovod: Horovod
-
-
-class PsGroup(_Strict):
-    """The parameter servers' own instance group (a heterogeneous cluster): no training data, CPU by intent."""
-
-    type: InstanceTypeName = Field(description="e.g. ml.r5.4xlarge: memory for the embedding tables")
-    count: int = Field(1, ge=1, le=1000, description="hosts in the ps group")
-    per_host: int = Field(1, ge=1, le=64, description="parameter server processes per ps host")
-
-
-class ParameterServer(_Strict):
-    ps: PsGroup | None = Field(
-        None, description="put the parameter servers on their own instances; omitted: one ps on every host"
-    )
-
-
-class ParameterServerDistribution(_Strict):
-    parameter_server: ParameterServer
-
-
 ImageFeature = Literal["horovod", "pipe_mode"]
-DistributionName = Literal["parameter_server", "multi_worker_mirrored", "horovod", "none"]
-_DISTRIBUTION_KEYS = {"horovod": "~horovod", "parameter_server": "~parameter_server"}
-
-
-def _distribution_shape(value: Any) -> str | None:
-    """Which distribution branch a value is meant for: the name, or the one key of a mapping."""
-    if isinstance(value, HorovodDistribution):
-        return "~horovod"
-    if isinstance(value, ParameterServerDistribution):
-        return "~parameter_server"
-    if isinstance(value, Mapping):
-        tags = [tag for key, tag in _DISTRIBUTION_KEYS.items() if key in value]
-        return tags[0] if len(tags) == 1 else None  # none or several: the error says which (spec.sdk_words)
-    return _shape(value)
-
-
-Distribution = Annotated[
-    Union[
-        Annotated[DistributionName, Tag("~text")],
-        Annotated[HorovodDistribution, Tag("~horovod")],
-        Annotated[ParameterServerDistribution, Tag("~parameter_server")],
-    ],
-    Discriminator(
-        _distribution_shape,
-        custom_error_type="wrong_shape",
-        custom_error_message="expected parameter_server, multi_worker_mirrored, horovod, none, "
-        "{horovod: {processes_per_host: N}} or {parameter_server: {ps: {type: ..., count: N}}}",
-    ),
-]
 
 
 class FileSystem(_Strict):
