@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.common import cpu_between, machine, run_sampled, run_sampled_window, section, verdict, versions
-from bench.distributed import (
-    Runs,
-    busiest_host_ms,
-    efficiency,
-    eval_seconds,
-    examples_between,
-    host_busy,
-    label_of,
-    throughput,
-)
+from bench.distributed import busiest_host_ms
+from bench.distributed_runs import Runs, efficiency, eval_seconds, examples_between, host_busy, label_of, throughput
 from bench.report import render
 
 REPO = Path(__file__).resolve().parent.parent
