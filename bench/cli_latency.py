@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-from bench.common import REPO, add_table, alternate, fmt, median, run_measured, section, verdict
+from bench.common import DFM, REPO, add_table, alternate, fmt, median, run_measured, section, verdict
 
 HELP_LIMIT_S = 0.5
 DRY_RUN_MARGIN_S = 1.0
 
 
 def _commands() -> dict[str, list[str]]:
-    dfm = str(Path(sys.executable).with_name("dfm"))
+    dfm = DFM
     return {
         "dfm --help": [dfm, "--help"],
         "dfm validate configs/ps.yaml": [dfm, "validate", "configs/ps.yaml"],

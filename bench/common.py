@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
+DFM = str(Path(sys.executable).with_name("dfm"))  # the console script installed beside this Python
 ENTRYPOINTS = REPO / "entrypoints"
 
 

@@ -11,14 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from launcher.data.synth import DEFAULT_FEATURE_SIZE, DEFAULT_FIELD_SIZE
-from bench.common import REPO, fmt, median, run_sampled_window
+from bench.common import DFM, REPO, fmt, median, run_sampled_window
 
 BATCH = 1024
 PS_GOAL = 0.7  # shared cores: 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same cores
@@ -66,15 +65,11 @@ WEAK = {
 }
 
 
-def _dfm() -> str:
-    return str(Path(sys.executable).with_name("dfm"))
-
-
 def make_data(work: Path, rows: int) -> dict[str, Path]:
     data = work / "data"
     subprocess.run(
         [
-            _dfm(),
+            DFM,
             "data",
             "synth",
             "--out",
@@ -96,7 +91,7 @@ def make_data(work: Path, rows: int) -> dict[str, Path]:
     split = work / "split"
     subprocess.run(
         [
-            _dfm(),
+            DFM,
             "data",
             "split",
             *sorted(str(p) for p in (data / "train").iterdir()),
@@ -151,7 +146,7 @@ def eval_seconds(output: str) -> float:
 def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path, timeout_s: int):
     # Each run is a new job under run_dir with its own hosts' checkpoint folders (dfm derives checkpoint_dir
     # and refuses it when set), so no run resumes from the previous one.
-    argv = [_dfm(), "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", str(timeout_s)]
+    argv = [DFM, "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", str(timeout_s)]
     for item in sets:
         argv += ["--set", item]
     for name, path in channels.items():

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from bench.common import REPO, add_table, fmt, run_measured, section, verdict
-from bench.quality import LR_C, SAMPLES, _indexed, _one_hot, logistic_regression
+from bench.quality import SAMPLES
+from bench.quality_baselines import LR_C, indexed, logistic_regression, one_hot
 
 CONFIG = "configs/tune-ps.yaml"
 TRIALS = 4
@@ -30,9 +31,9 @@ def _sample(work: Path) -> Path:
 
 def _logistic_regression(sample: Path) -> float:
     fields = json.loads((sample / "meta.json").read_text())["field_size"]
-    (tr_ids, _, tr_y), (ev_ids, _, ev_y) = (_indexed(sample / part, fields) for part in ("train", "eval"))
-    tr_x, vocabulary = _one_hot([[(str(i), 1.0) for i in row] for row in tr_ids])
-    ev_x, _ = _one_hot([[(str(i), 1.0) for i in row] for row in ev_ids], vocabulary)
+    (tr_ids, _, tr_y), (ev_ids, _, ev_y) = (indexed(sample / part, fields) for part in ("train", "eval"))
+    tr_x, vocabulary = one_hot([[(str(i), 1.0) for i in row] for row in tr_ids])
+    ev_x, _ = one_hot([[(str(i), 1.0) for i in row] for row in ev_ids], vocabulary)
     return logistic_regression(tr_x, tr_y, ev_x, ev_y)
 
 
