@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping, Union
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Field, Tag
 
-from launcher.spec.value_types import InstanceTypeName, _shape, _Strict
+from launcher.spec.value_types import InstanceTypeName, _by_shape, _shape, _Strict
 
 
 class Horovod(_Strict):
@@ -59,10 +59,9 @@ Distribution = Annotated[
         Annotated[HorovodDistribution, Tag("~horovod")],
         Annotated[ParameterServerDistribution, Tag("~parameter_server")],
     ],
-    Discriminator(
-        _distribution_shape,
-        custom_error_type="wrong_shape",
-        custom_error_message="expected parameter_server, multi_worker_mirrored, horovod, none, "
+    _by_shape(
+        "parameter_server, multi_worker_mirrored, horovod, none, "
         "{horovod: {processes_per_host: N}} or {parameter_server: {ps: {type: ..., count: N}}}",
+        _distribution_shape,
     ),
 ]

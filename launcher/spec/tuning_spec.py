@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping, Union
 
-from pydantic import BaseModel, Discriminator, Field, Tag
+from pydantic import BaseModel, Field, Tag
 
-from launcher.spec.value_types import _Strict
+from launcher.spec.value_types import _by_shape, _Strict
 
 Scalar = Union[bool, int, float, str]
 
@@ -60,11 +60,7 @@ Range = Annotated[
         Annotated[IntegerRange, Tag("~integer")],
         Annotated[CategoricalRange, Tag("~categorical")],
     ],
-    Discriminator(
-        _range_kind,
-        custom_error_type="wrong_shape",
-        custom_error_message="expected {min, max[, scaling]}, {min, max, type: integer} or {values: [...]}",
-    ),
+    _by_shape("{min, max[, scaling]}, {min, max, type: integer} or {values: [...]}", _range_kind),
 ]
 
 

@@ -4,7 +4,7 @@ S3 URIs, ARNs, instance types and ids checked by pattern, unions chosen by the Y
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator
 from pydantic_core import PydanticCustomError
@@ -71,9 +71,10 @@ def _shape(value: Any) -> str | None:
     return None
 
 
-def _by_shape(expected: str) -> Discriminator:
-    """A union chosen by the YAML shape of the value, so errors come from the one branch meant."""
-    return Discriminator(_shape, custom_error_type="wrong_shape", custom_error_message=f"expected {expected}")
+def _by_shape(expected: str, shape: Callable[[Any], str | None] = _shape) -> Discriminator:
+    """A union chosen by the YAML shape of the value (`shape(value)` -> the branch's tag, None: no branch), so
+    errors come from the one branch meant."""
+    return Discriminator(shape, custom_error_type="wrong_shape", custom_error_message=f"expected {expected}")
 
 
 class _Strict(BaseModel):
