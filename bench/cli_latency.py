@@ -12,11 +12,10 @@ DRY_RUN_MARGIN_S = 1.0
 
 
 def _commands() -> dict[str, list[str]]:
-    dfm = DFM
     return {
-        "dfm --help": [dfm, "--help"],
-        "dfm validate configs/ps.yaml": [dfm, "validate", "configs/ps.yaml"],
-        "dfm launch configs/ps.yaml --dry-run": [dfm, "launch", "configs/ps.yaml", "--dry-run"],
+        "dfm --help": [DFM, "--help"],
+        "dfm validate configs/ps.yaml": [DFM, "validate", "configs/ps.yaml"],
+        "dfm launch configs/ps.yaml --dry-run": [DFM, "launch", "configs/ps.yaml", "--dry-run"],
         'python -c "import sagemaker.tensorflow"': [sys.executable, "-c", "import sagemaker.tensorflow"],
     }
 

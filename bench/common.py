@@ -38,6 +38,17 @@ def seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def synth(out: Path, *options: str) -> Path:
+    """`dfm data synth --out OUT OPTIONS...` from the repository. -> out; RuntimeError with the end of its stderr
+    when it fails."""
+    import subprocess
+
+    done = subprocess.run([DFM, "data", "synth", "--out", str(out), *options], capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"dfm data synth failed: {done.stderr[-300:]}")
+    return out
+
+
 def run_measured(argv: list[str], **kwargs):
     """subprocess.run plus (wall seconds, CPU seconds of the child and its waited-for descendants).
     CPU time tells a slow command from a starved one on a machine shared with other work."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.data.synth import DEFAULT_FEATURE_SIZE, DEFAULT_FIELD_SIZE
-from bench.common import DFM, REPO, fmt, median, run_sampled_window
+from bench.common import DFM, REPO, synth, fmt, median, run_sampled_window
 
 BATCH = 1024
 PS_GOAL = 0.7  # shared cores: 2 hosts (chief, 2 workers, 2 ps) vs 1 host's single process, same cores
@@ -66,28 +66,7 @@ WEAK = {
 
 
 def make_data(work: Path, rows: int) -> dict[str, Path]:
-    data = work / "data"
-    subprocess.run(
-        [
-            DFM,
-            "data",
-            "synth",
-            "--out",
-            str(data),
-            "--rows",
-            str(rows),
-            "--files",
-            "8",
-            "--eval-rows",
-            "8192",
-            "--seed",
-            "3",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    data = synth(work / "data", "--rows", str(rows), "--files", "8", "--eval-rows", "8192", "--seed", "3")
     split = work / "split"
     subprocess.run(
         [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import DFM, REPO, add_table, fmt, section, verdict, versions
+from bench.common import DFM, REPO, add_table, fmt, section, synth, verdict, versions
 from bench.quality_baselines import LR_C, deepctr_per_epoch, indexed, logistic_regression, one_hot, tokens, weighted
 
 # The samples as `make demo` and configs/criteo-raw.yaml's comment make them, and the epochs dfm trains on
@@ -138,18 +138,6 @@ DEEPCTR_DEEP8 = {
 }
 
 
-def _synth(work: Path, name: str) -> Path:
-    out = work / name
-    subprocess.run(
-        [DFM, "data", "synth", "--out", str(out), *SAMPLES[name][1]],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    return out
-
-
 def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Path):
     argv = [DFM, "launch", config, "--local", "--run-dir", str(run_dir), "--timeout", "1800"]
     for item in sets:
@@ -212,7 +200,7 @@ def measure(quick: bool, context: dict) -> dict:
     rows, data = [], {}
     try:
         for name, (config, _, epochs, base_sets) in _samples().items():
-            sample = _synth(work, name)
+            sample = synth(work / name, *SAMPLES[name][1])
             meta = json.loads((sample / "meta.json").read_text())
             ceiling = meta["eval_teacher_auc"]
             if name != "raw":

@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import REPO, add_table, fmt, run_measured, section, verdict
+from bench.common import REPO, add_table, fmt, run_measured, section, synth, verdict
 from bench.quality import SAMPLES
 from bench.quality_baselines import LR_C, indexed, logistic_regression, one_hot
 
 CONFIG = "configs/tune-ps.yaml"
 TRIALS = 4
-
-
-def _sample(work: Path) -> Path:
-    out = work / "sample"
-    argv = [sys.executable, "-m", "launcher.cli", "data", "synth", "--out", str(out), *SAMPLES["demo"][1]]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"dfm data synth failed: {done.stderr[-300:]}")
-    return out
 
 
 def _logistic_regression(sample: Path) -> float:
@@ -69,7 +59,7 @@ def measure(quick: bool, context: dict) -> dict:
     )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-tune-example-"))
     try:
-        sample = _sample(work)
+        sample = synth(work / "sample", *SAMPLES["demo"][1])
         lr_auc = _logistic_regression(sample)
         document, wall_s = _study(work, sample)
     finally:

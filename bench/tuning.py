@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import REPO, add_table, fmt, run_measured, section, verdict
+from bench.common import REPO, add_table, fmt, run_measured, section, synth, verdict
 
 TRIALS = 12
 RANGES = {
@@ -104,31 +104,7 @@ def measure(quick: bool, context: dict) -> dict:
     )
     work = Path(tempfile.mkdtemp(prefix="dfm-bench-tuning-"))
     try:
-        data = work / "data"
-        synth = run_measured(
-            [
-                sys.executable,
-                "-m",
-                "launcher.cli",
-                "data",
-                "synth",
-                "--out",
-                str(data),
-                "--rows",
-                str(rows),
-                "--files",
-                "4",
-                "--eval-rows",
-                str(rows // 5),
-                "--seed",
-                "7",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )[0]
-        if synth.returncode != 0:
-            raise RuntimeError(f"dfm data synth failed: {synth.stderr[-300:]}")
+        data = synth(work / "data", "--rows", str(rows), "--files", "4", "--eval-rows", str(rows // 5), "--seed", "7")
         studies = {mode: _study(_spec(work, data, mode)) for mode in ("off", "auto")}
     finally:
         shutil.rmtree(work, ignore_errors=True)
