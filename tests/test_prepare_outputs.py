@@ -27,8 +27,8 @@ SECTION = {
 @pytest.fixture
 def app(monkeypatch):
     """The Spark application module itself, loaded as Spark's workers load it (its modules by their own names)."""
-    for name in ("prepare_codec", "prepare_encode", "prepare_app_stats", "prepare_app_write"):  # imported in this order
-        monkeypatch.setitem(sys.modules, name, importlib.import_module(f"launcher.data.{name}"))
+    for path in prepare_job.APP_MODULES:  # what the job ships beside the app, under the names the app imports
+        monkeypatch.setitem(sys.modules, path.stem, importlib.import_module(f"launcher.data.{path.stem}"))
     spec = importlib.util.spec_from_file_location("dfm_prepare_app_under_test", prepare_job.APP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
