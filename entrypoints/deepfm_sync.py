@@ -105,17 +105,16 @@ class SyncSteps(Distribution):
             )
         )
         self.skipped = 0
+        self.run_window = window_runner(self.step_fn, collectives)
 
     def after_restore(self):
         self.collectives.broadcast(model_state(self.trainer))
 
     def epoch_input(self, epoch, skip_steps):
-        # a runner per epoch: it carries its look-ahead batch from one window to the next of one iterator
-        return iter(self.train_input(skip_steps, epoch)), window_runner(self.step_fn, self.collectives)
+        return iter(self.train_input(skip_steps, epoch))
 
     def run_steps(self, epoch_input, step, todo):
-        iterator, run_window = epoch_input
-        trained, bad = run_window(iterator, todo)
+        trained, bad = self.run_window(epoch_input, todo)
         self.skipped += bad
         return trained, trained < todo
 

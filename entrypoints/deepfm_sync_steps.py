@@ -19,7 +19,8 @@ def guarded_steps(step_fn, collectives):
     The check is the condition of a traced while loop, with the batch fetched one step ahead, so no
     conditional wraps the step: MultiWorkerMirrored's strategy.run cannot be traced inside one across
     workers (TF 2.14: "You must feed a value for placeholder"). The look-ahead batch and its check are
-    carried from one window to the next."""
+    carried from one window to the next of the same iterator. One runner serves every epoch's iterator: the
+    loop is traced once, not again for each epoch."""
     import tensorflow as tf
 
     @tf.function
@@ -39,12 +40,13 @@ def guarded_steps(step_fn, collectives):
         start = (tf.constant(0, tf.int64), batch, have, tf.constant(0, tf.int64))
         return tf.while_loop(lambda done, _, have, __: tf.logical_and(done < todo, have), body, start)
 
-    ahead = []  # [(batch, have)]: the next batch, fetched and checked by the last window
+    ahead = []  # [(iterator, batch, have)]: its next batch, fetched and checked by its last window
 
     def run(iterator, todo):
-        batch, have = ahead.pop() if ahead else fetch(iterator)
+        held = ahead.pop() if ahead else None
+        batch, have = held[1:] if held is not None and held[0] is iterator else fetch(iterator)
         trained, batch, have, bad_rows = steps(iterator, batch, have, tf.constant(todo, tf.int64))
-        ahead.append((batch, have))
+        ahead.append((iterator, batch, have))
         return int(trained.numpy()), int(bad_rows.numpy())
 
     return run
