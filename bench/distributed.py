@@ -241,8 +241,9 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "host confined to its host's cores (`--set local.cores_per_host=1`; algo-1 on core 0, algo-2 on core 1), as "
         "separate instances would be; efficiency = examples/s of n hosts / (n x examples/s of 1 host). "
         + ("" if own_cores else f"This machine has {cpus} core(s), too few: the hosts time-shared them. ")
-        + f"{steps}; `--set hyperparameters.epochs=0` (the data repeats to max_steps, so the one evaluation comes "
-        "after the last train line), eval_batches 2, no checkpoints or export. Each log step ends a window, where "
+        + f"{steps}; `--set hyperparameters.epochs=0` (the data repeats to max_steps) and `eval_steps` = max_steps "
+        "(one evaluation, after the last train line; eval_steps 0 would evaluate after every pass), eval_batches 2, "
+        "no checkpoints or export. Each log step ends a window, where "
         "the parameter server's chief joins the closures and reads the metrics: at the paper's size, logging every "
         "10 steps gave the chief 18% of a "
         "worker's CPU and every 40 steps 11% (configs log every 50). The batch is per worker (parameter "

@@ -227,7 +227,9 @@ def weak_runs(data: dict, quick: bool) -> dict:
                     f"hyperparameters.log_steps={model.log_steps[quick]}",
                     "hyperparameters.checkpoint_steps=100000",
                     "hyperparameters.export=false",
-                    "hyperparameters.epochs=0",  # repeat the data to max_steps: one evaluation, at the end
+                    "hyperparameters.epochs=0",  # repeat the data to max_steps
+                    # one evaluation, at the end (eval_steps 0 would evaluate after every pass over the data)
+                    f"hyperparameters.eval_steps={model.steps[quick]}",
                     "hyperparameters.eval_batches=2",
                     *extra,
                 ]
