@@ -40,13 +40,13 @@ def guarded_steps(step_fn, collectives):
         start = (tf.constant(0, tf.int64), batch, have, tf.constant(0, tf.int64))
         return tf.while_loop(lambda done, _, have, __: tf.logical_and(done < todo, have), body, start)
 
-    ahead = []  # [(iterator, batch, have)]: its next batch, fetched and checked by its last window
+    ahead = None  # (iterator, its next batch, its check): fetched by that iterator's last window
 
     def run(iterator, todo):
-        held = ahead.pop() if ahead else None
-        batch, have = held[1:] if held is not None and held[0] is iterator else fetch(iterator)
+        nonlocal ahead
+        batch, have = ahead[1:] if ahead is not None and ahead[0] is iterator else fetch(iterator)
         trained, batch, have, bad_rows = steps(iterator, batch, have, tf.constant(todo, tf.int64))
-        ahead.append((iterator, batch, have))
+        ahead = (iterator, batch, have)
         return int(trained.numpy()), int(bad_rows.numpy())
 
     return run
