@@ -11,7 +11,7 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -205,7 +205,8 @@ class Runs:
 
     @classmethod
     def empty(cls, keys) -> "Runs":
-        return cls(*({key: [] for key in keys} for _ in range(7)), failures={})
+        lists = [field.name for field in fields(cls) if field.name != "failures"]
+        return cls(**{name: {key: [] for key in keys} for name in lists}, failures={})
 
 
 def weak_runs(data: dict, quick: bool) -> dict:

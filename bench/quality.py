@@ -20,7 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import DFM, REPO, add_table, fmt, section, synth, verdict, versions
-from bench.quality_baselines import LR_C, deepctr_per_epoch, indexed, logistic_regression, one_hot, tokens, weighted
+from bench.quality_baselines import (
+    LR_C,
+    deepctr_per_epoch,
+    indexed,
+    logistic_regression,
+    one_hot,
+    one_hot_ids,
+    tokens,
+    weighted,
+)
 
 # The samples as `make demo` and configs/criteo-raw.yaml's comment make them, and the epochs dfm trains on
 # each (the config's own: configs/ps.yaml 4, configs/criteo-raw.yaml 5). deep8: far from the demo's layout
@@ -206,8 +215,7 @@ def measure(quick: bool, context: dict) -> dict:
             if name != "raw":
                 fields = meta["field_size"]
                 (tr_ids, _, tr_y), (ev_ids, _, ev_y) = (indexed(sample / part, fields) for part in ("train", "eval"))
-                tr_x, vocabulary = one_hot([[(str(i), 1.0) for i in row] for row in tr_ids])
-                ev_x, _ = one_hot([[(str(i), 1.0) for i in row] for row in ev_ids], vocabulary)
+                tr_x, ev_x = one_hot_ids(tr_ids, ev_ids)
             else:
                 (tr_s, tr_b, tr_y), (ev_s, ev_b, ev_y) = tokens(sample / "train"), tokens(sample / "eval")
                 tr_x, vocabulary = one_hot(weighted(tr_s, tr_b))

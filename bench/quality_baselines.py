@@ -58,6 +58,13 @@ def one_hot(rows: list[list[tuple[str, float]]], vocabulary: dict | None = None)
     return csr_matrix((data, indices, indptr), shape=(len(rows), max(len(vocabulary), 1))), vocabulary
 
 
+def one_hot_ids(train_ids, eval_ids):
+    """-> (train, eval) one-hot matrices of id rows, eval's columns those of train's vocabulary."""
+    train_x, vocabulary = one_hot([[(str(i), 1.0) for i in row] for row in train_ids])
+    eval_x, _ = one_hot([[(str(i), 1.0) for i in row] for row in eval_ids], vocabulary)
+    return train_x, eval_x
+
+
 def weighted(singles: list[list[str]], bags: list[list[str]]) -> list[list[tuple[str, float]]]:
     """Single-valued tokens weigh 1; a multi-hot bag's tokens 1/length (its mean, as the recipe pools it)."""
     return [[(t, 1.0) for t in one] + [(t, 1.0 / len(bag)) for t in bag] for one, bag in zip(singles, bags)]

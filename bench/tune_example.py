@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.common import REPO, add_table, fmt, run_measured, section, synth, verdict
 from bench.quality import SAMPLES
-from bench.quality_baselines import LR_C, indexed, logistic_regression, one_hot
+from bench.quality_baselines import LR_C, indexed, logistic_regression, one_hot_ids
 
 CONFIG = "configs/tune-ps.yaml"
 TRIALS = 4
@@ -22,8 +22,7 @@ TRIALS = 4
 def _logistic_regression(sample: Path) -> float:
     fields = json.loads((sample / "meta.json").read_text())["field_size"]
     (tr_ids, _, tr_y), (ev_ids, _, ev_y) = (indexed(sample / part, fields) for part in ("train", "eval"))
-    tr_x, vocabulary = one_hot([[(str(i), 1.0) for i in row] for row in tr_ids])
-    ev_x, _ = one_hot([[(str(i), 1.0) for i in row] for row in ev_ids], vocabulary)
+    tr_x, ev_x = one_hot_ids(tr_ids, ev_ids)
     return logistic_regression(tr_x, tr_y, ev_x, ev_y)
 
 
