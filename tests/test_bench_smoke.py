@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.common import cpu_between, machine, run_sampled, run_sampled_window, section, verdict, versions
@@ -128,14 +129,31 @@ def test_quick_cli_item_writes_a_well_formed_report(tmp_path):
     assert "Not run" not in markdown
 
 
-def test_run_sampled_counts_each_process_cpu_once_under_its_own_label():
+def _wait_for(path) -> str:
+    """Python lines that idle until path exists: a script's way to wait until the sampler has seen it."""
+    return f"import os, time\nwhile not os.path.exists({str(path)!r}): time.sleep(0.01)\n"
+
+
+def test_run_sampled_counts_each_process_cpu_once_under_its_own_label(tmp_path):
     """A parent that only waits for a child burning 0.6 CPU seconds: the child's time goes to the child's
-    label, not again to the parent's (whose children_* time includes the child once it is reaped)."""
-    burn = "import time\nwhile time.process_time() < 0.6: pass"
+    label, not again to the parent's (whose children_* time includes the child once it is reaped). The child
+    exits only once a sample has seen its burn, so no sample can miss it."""
+    seen = tmp_path / "seen"
+    burn = "import time\nwhile time.process_time() < 0.6: pass\n" + _wait_for(seen)
     parent = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn!r}, 'child']); time.sleep(0.5)"
-    done, _, cpu = run_sampled([sys.executable, "-c", parent], lambda p: p.cmdline()[-1], timeout=60)
+
+    def label(process) -> str:
+        command = process.cmdline()
+        if not command:  # a zombie's, which run_sampled skips as it does any process it cannot read
+            raise psutil.ZombieProcess(process.pid)
+        name = command[-1]
+        if name == "child" and sum(process.cpu_times()[:2]) >= 0.6:
+            seen.touch()
+        return name
+
+    done, _, cpu = run_sampled([sys.executable, "-c", parent], label, timeout=60)
     assert done.returncode == 0
-    assert cpu["child"] >= 0.35, cpu  # its last 0.2 s of wall time may fall between samples
+    assert cpu["child"] >= 0.6, cpu
     assert cpu[parent] < 0.3, cpu
 
 
@@ -145,19 +163,37 @@ def test_cpu_between_counts_what_each_label_spent_between_two_samples():
     assert cpu_between(first, last) == {"algo-1 ps": 1.5, "algo-1 worker": 4.5}
 
 
-def test_run_sampled_window_times_only_the_part_between_the_marked_lines():
-    """CPU burnt before the first marked line (start-up) stays out of the window; the burn between the marks is in."""
+def test_run_sampled_window_times_only_the_part_between_the_marked_lines(tmp_path):
+    """CPU burnt before the first marked line (start-up) stays out of the window; the burn between the marks is in.
+    After each mark the script waits until the sample after the one that read the mark, so the samples that open
+    and close the window see it idle."""
     code = (
         "import time\n"
         "def burn(s):\n    t = time.process_time()\n    while time.process_time() - t < s: pass\n"
-        "burn(0.8); print('mark', flush=True); burn(0.6); print('mark', flush=True); time.sleep(0.5)"
+        f"burn(0.8); print('mark', flush=True)\n{_wait_for(tmp_path / 'go1')}"
+        f"burn(0.6); print('mark', flush=True)\n{_wait_for(tmp_path / 'go2')}"
     )
+    marks: list[str] = []
+    samples_since_mark = [0]
+
+    def mark(line: str) -> bool:
+        if line == "mark":
+            marks.append(line)
+            samples_since_mark[0] = 0
+        return line == "mark"
+
+    def label(process) -> str:
+        samples_since_mark[0] += 1
+        if marks and samples_since_mark[0] == 2:
+            (tmp_path / f"go{len(marks)}").touch()
+        return "script"
+
     done, _, total, (seconds, window, first, last) = run_sampled_window(
-        [sys.executable, "-c", code], lambda p: "script", timeout=60, mark=lambda line: line == "mark"
+        [sys.executable, "-c", code], label, timeout=60, mark=mark
     )
     assert done.returncode == 0
-    assert total["script"] >= 1.2, total
-    assert 0.2 <= window["script"] <= 1.0, window  # the 0.6 s burn, give or take a sample (0.2 s) at each end
+    assert total["script"] >= 1.4, total
+    assert 0.55 <= window["script"] <= 0.8, window  # the 0.6 s burn and the idle waits' polling
     assert seconds > 0 and first == last == "mark"
 
 
