@@ -95,10 +95,14 @@ def embedding_partitioner(hp, num_ps):
 
 
 def closure_sizes(todo, steps_per_closure, num_workers):
-    """`todo` steps as closures of at most steps_per_closure steps, small enough that every worker gets
-    one when the window is short (a window ends at each log, checkpoint and evaluation step)."""
-    size = max(1, min(steps_per_closure, -(-todo // num_workers)))
-    return [size] * (todo // size) + ([todo % size] if todo % size else [])
+    """`todo` steps as closures of at most steps_per_closure steps, as even as they can be and as many as a
+    multiple of the workers (a window ends at each log, checkpoint and evaluation step, and waits for its last
+    closure): 50 steps at 16 on 2 workers are 13, 13, 12, 12, not 16, 16, 16, 2, which one worker would run 32
+    steps of while the other ran 18."""
+    count = -(-todo // steps_per_closure)
+    count = min(todo, -(-count // num_workers) * num_workers)
+    size, longer = divmod(todo, count)
+    return [size + 1] * longer + [size] * (count - longer)
 
 
 class WorkerAnswers:

@@ -18,14 +18,18 @@ def closure_sizes(todo, steps_per_closure, workers):
     return sizes(todo, steps_per_closure, workers)
 
 
-def test_a_window_is_split_into_closures_every_worker_gets_one_of():
+def test_a_window_is_split_into_even_closures_every_worker_gets_as_many_of():
     assert closure_sizes(7, 5, 2) == [4, 3]  # short window: both workers busy, 7 steps exactly
-    assert closure_sizes(100, 16, 2) == [16] * 6 + [4]
+    assert closure_sizes(50, 16, 2) == [13, 13, 12, 12]  # configs' log_steps: no worker runs 16 + 16 against 16 + 2
+    assert closure_sizes(100, 16, 2) == [13] * 4 + [12] * 4
     assert closure_sizes(1, 16, 3) == [1]
-    assert closure_sizes(9, 1, 2) == [1] * 9  # steps_per_closure=1: the old one step per closure
+    assert closure_sizes(9, 1, 2) == [1] * 9  # steps_per_closure=1: one step per closure
     for todo in range(1, 60):
         for size in (1, 3, 16):
-            assert sum(closure_sizes(todo, size, 2)) == todo and max(closure_sizes(todo, size, 2)) <= size
+            for workers in (1, 2, 3):
+                sizes = closure_sizes(todo, size, workers)
+                assert sum(sizes) == todo and max(sizes) <= size and max(sizes) - min(sizes) <= 1
+                assert len(sizes) % workers == 0 or len(sizes) == todo
 
 
 def raw_hosts(tmp_path, rows_per_host, batch_size):
