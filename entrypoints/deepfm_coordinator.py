@@ -94,15 +94,20 @@ def embedding_partitioner(hp, num_ps):
     return partition
 
 
-def closure_sizes(todo, steps_per_closure, num_workers):
-    """`todo` steps as closures of at most steps_per_closure steps, as even as they can be and as many as a
-    multiple of the workers (a window ends at each log, checkpoint and evaluation step, and waits for its last
-    closure): 50 steps at 16 on 2 workers are 13, 13, 12, 12, not 16, 16, 16, 2, which one worker would run 32
-    steps of while the other ran 18."""
-    count = -(-todo // steps_per_closure)
-    count = min(todo, -(-count // num_workers) * num_workers)
-    size, longer = divmod(todo, count)
-    return [size + 1] * longer + [size] * (count - longer)
+def closure_sizes(todo, steps_per_closure, num_workers, local_steps=1):
+    """`todo` steps as closures of at most steps_per_closure steps: an even share for each worker (a window ends
+    at each log, checkpoint and evaluation step, and waits for its last closure), each share in closures of whole
+    groups of local_steps, so it takes as few exchanges with the ps as it can. 50 steps at 16 on 2 workers with 8
+    local steps are 16, 16, 9 and 9, not 16, 16, 16 and 2, which one worker would run 32 steps of while the other
+    ran 18."""
+    most = (
+        steps_per_closure - steps_per_closure % local_steps if steps_per_closure >= local_steps else steps_per_closure
+    )
+    sizes = []
+    for worker in range(num_workers):
+        share = todo // num_workers + (worker < todo % num_workers)
+        sizes += [most] * (share // most) + ([share % most] if share % most else [])
+    return sorted(sizes, reverse=True)
 
 
 class WorkerAnswers:
@@ -276,7 +281,7 @@ class CoordinatorSteps(Distribution):
     def run_steps(self, epoch_input, step, todo):
         import tensorflow as tf
 
-        for count in closure_sizes(todo, self.hp.steps_per_closure, self.workers):
+        for count in closure_sizes(todo, self.hp.steps_per_closure, self.workers, self.hp.local_steps):
             self.coordinator.schedule(self.worker_steps, args=(epoch_input, tf.constant(count, tf.int64)))
         self.join()
         trained = int(self.trainer.optimizer.iterations.numpy()) - step

@@ -12,24 +12,32 @@ from test_entry_ps import HP, INSTANTIATIONS_LOGGED, group_gone, run_cluster
 from test_entry_features import BAD_LINES, features_for, write_raw
 
 
-def closure_sizes(todo, steps_per_closure, workers):
+def closure_sizes(todo, steps_per_closure, workers, local_steps=1):
     from deepfm_coordinator import closure_sizes as sizes
 
-    return sizes(todo, steps_per_closure, workers)
+    return sizes(todo, steps_per_closure, workers, local_steps)
 
 
-def test_a_window_is_split_into_even_closures_every_worker_gets_as_many_of():
+def test_a_window_is_split_into_an_even_share_for_each_worker_in_whole_groups_of_local_steps():
     assert closure_sizes(7, 5, 2) == [4, 3]  # short window: both workers busy, 7 steps exactly
-    assert closure_sizes(50, 16, 2) == [13, 13, 12, 12]  # configs' log_steps: no worker runs 16 + 16 against 16 + 2
-    assert closure_sizes(100, 16, 2) == [13] * 4 + [12] * 4
+    assert closure_sizes(100, 16, 2) == [16] * 6 + [2, 2]
     assert closure_sizes(1, 16, 3) == [1]
     assert closure_sizes(9, 1, 2) == [1] * 9  # steps_per_closure=1: one step per closure
+    # the configs' 50-step windows: no worker runs 16 + 16 while the other runs 16 + 2
+    assert closure_sizes(50, 16, 2, 8) == [16, 16, 9, 9]
+    assert closure_sizes(40, 16, 2, 8) == [16, 16, 4, 4]  # 3 exchanges a worker, where 10 + 10 would take 4
+    assert closure_sizes(40, 12, 2, 8) == [8, 8, 8, 8, 4, 4]  # a closure holds whole groups
     for todo in range(1, 60):
         for size in (1, 3, 16):
             for workers in (1, 2, 3):
-                sizes = closure_sizes(todo, size, workers)
-                assert sum(sizes) == todo and max(sizes) <= size and max(sizes) - min(sizes) <= 1
-                assert len(sizes) % workers == 0 or len(sizes) == todo
+                for local in (1, 8):
+                    sizes = closure_sizes(todo, size, workers, local)
+                    assert sum(sizes) == todo and max(sizes) <= size, (todo, size, workers, local)
+                    # ClusterCoordinator hands each closure to the next free worker: none runs more than its share
+                    load = [0] * workers
+                    for closure in sizes:
+                        load[load.index(min(load))] += closure
+                    assert max(load) == -(-todo // workers), (todo, size, workers, local, sizes)
 
 
 def raw_hosts(tmp_path, rows_per_host, batch_size):
