@@ -130,8 +130,12 @@ def test_quick_cli_item_writes_a_well_formed_report(tmp_path):
 
 
 def _wait_for(path) -> str:
-    """Python lines that idle until path exists: a script's way to wait until the sampler has seen it."""
-    return f"import os, time\nwhile not os.path.exists({str(path)!r}): time.sleep(0.01)\n"
+    """Python lines that idle until path exists (at most a minute, should the test have failed): a script's way to
+    wait until the sampler has seen it."""
+    return (
+        f"import os, time\nquit_at = time.time() + 60\n"
+        f"while not os.path.exists({str(path)!r}) and time.time() < quit_at: time.sleep(0.01)\n"
+    )
 
 
 def test_run_sampled_counts_each_process_cpu_once_under_its_own_label(tmp_path):
