@@ -133,7 +133,9 @@ class Supervisor:
                 return
 
     def poll(self) -> list[Child]:
-        """Refresh the tracked process tree; return the children that exited since the last poll."""
+        """Refresh the tracked process tree; return the children that exited since the last poll, those a signal
+        killed first: the others may have ended because of them (a chief whose ps was killed), and the first
+        failure is the one a run reports."""
         for child in self.children:
             if child.returncode is None:
                 self._track(child.popen.pid)
@@ -142,7 +144,7 @@ class Supervisor:
             if child.returncode is None and child.popen.poll() is not None:
                 child.returncode = child.popen.returncode
                 exited.append(child)
-        return exited
+        return sorted(exited, key=lambda child: child.returncode >= 0)
 
     def running(self, role: str | None = None) -> list[Child]:
         return [c for c in self.children if c.returncode is None and (role is None or c.role == role)]
