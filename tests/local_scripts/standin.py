@@ -117,9 +117,8 @@ if args.probe_ps_s:
         chief = socket.socket()
         chief.bind(tuple([master.rsplit(":", 1)[0], int(master.rsplit(":", 1)[1])]))
         chief.listen()
-        # then watch the ps servers while the workers' scripts end
-        wait_until(lambda: not all(map(port_open, ps)), args.probe_ps_s)
-        time.sleep(1)
+        # then watch the ps servers while the workers' scripts end: ps[i] is host i's, the master is host 0
+        wait_until(lambda: not any(map(port_open, ps[1:])), args.probe_ps_s)
         report["ps_up"] = [port_open(address) for address in ps]
     else:  # a worker leaves as soon as the master is up
         report["master_seen"] = wait_until(lambda: port_open(master), 90)
