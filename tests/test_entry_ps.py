@@ -441,9 +441,25 @@ def test_waiting_for_the_chief_ends_when_its_port_closes():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
+    server.settimeout(60)
     port = server.getsockname()[1]
-    threading.Timer(1.5, server.close).start()
-    assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+    accepted = []
+
+    def chief():  # it finishes right after the first probe has seen it up (its connection accepted)
+        try:
+            accepted.append(server.accept()[0])
+        finally:
+            server.close()
+
+    closer = threading.Thread(target=chief, daemon=True)
+    closer.start()
+    try:
+        assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+        assert accepted  # seen up, then gone
+    finally:
+        closer.join(timeout=60)
+        for connection in accepted:
+            connection.close()
     assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
 
 
