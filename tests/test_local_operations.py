@@ -174,7 +174,7 @@ def test_the_chief_fails_with_a_line_when_a_worker_task_dies(tmp_path, sample): 
     # the measured wait: DFM_WORKER_WAIT_S's 5 s at least, and well short of the 60 s it is without it
     assert 5 <= int(lost[1]) < 60, run.output[-3000:]
     assert "FAILED: algo-1/master exited with code 1" in run.output
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def recovering_plan(tmp_path: Path, interrupt: str, behave: str = "ok", max_restarts: int = 2):
@@ -277,4 +277,4 @@ def test_a_run_that_lost_a_host_resumes_from_its_checkpoint_and_finishes(tmp_pat
         r"  1\. ops-recover-\S+: algo-2/worker exited with code -9 \(SIGKILL: an interruption\) \(exit 1\)", second
     )
     assert re.search(r"  2\. ops-recover-\S+-r1: finished \(exit 0\)", second)
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
