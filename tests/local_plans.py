@@ -122,18 +122,27 @@ def local_run(plan: Plan, tmp_path: Path, *, timeout_s: float | None = None, ech
     return LocalRun(build_request(in_run_dir(plan, tmp_path / "runs", timeout_s)), echo=echo)
 
 
-def assert_no_survivors(pids) -> None:
-    """None of a run's recorded processes is still running (zombies count as gone), after a moment to settle."""
-    time.sleep(0.3)
-    assert pids, "no process of the run was seen"
+def assert_no_survivors(processes, settle_s: float = 10.0) -> None:
+    """None of a run's recorded processes is still running (zombies count as gone), given `settle_s` to finish
+    exiting. A psutil.Process is checked by identity (its pid and creation time), so a pid the system has since
+    given to another process does not read as a survivor; a bare pid (an int) is checked by number alone."""
+    assert processes, "no process of the run was seen"
 
-    def alive(pid: int) -> bool:
+    def alive(proc) -> bool:
         try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            if isinstance(proc, int):
+                proc = psutil.Process(proc)
+            elif not proc.is_running():  # ended, or its pid reused
+                return False
+            return proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
-    survivors = [pid for pid in pids if alive(pid)]
+    deadline = time.monotonic() + settle_s
+    survivors = [proc for proc in processes if alive(proc)]
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.1)
+        survivors = [proc for proc in survivors if alive(proc)]
     assert not survivors, f"processes of the run still running: {survivors}"
 
 

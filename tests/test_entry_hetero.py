@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -172,11 +171,18 @@ def test_waiting_for_tasks_names_the_ones_that_never_answer():
     groups = [("worker", "ml.g5.2xlarge", ["algo-1"]), ("ps", "ml.r5.4xlarge", ["algo-5", "algo-6"])]
     cluster = hc.build_cluster(resource_config(groups, "algo-1"), "ps", addresses=addresses)
     up = [listen(ports[0]), listen(ports[1])]
+    probed: list[str] = []
+
+    def probe(address):
+        probed.append(address)
+        assert len(probed) < 100, "the wait went on past its timeout"
+        return hc.port_open(address)
+
     try:
-        started = time.monotonic()
         with pytest.raises(hc.ClusterError) as refused:
-            hc.wait_for_tasks(cluster.job("worker") + cluster.job("ps"), timeout=1.0, poll=0.2)
-        assert time.monotonic() - started < 5
+            hc.wait_for_tasks(cluster.job("worker") + cluster.job("ps"), timeout=1.0, poll=0.2, probe=probe)
+        # it gave up after its 1 s: at least 0.2 s between two probes of the silent task, however slow the machine
+        assert 1 <= probed.count(f"127.0.0.1:{ports[2]}") <= 1.0 / 0.2 + 1
         assert str(refused.value).startswith(f"parameter server ps:1 on algo-6 (127.0.0.1:{ports[2]}) never came up")
         up.append(listen(ports[2]))
         hc.wait_for_tasks(cluster.job("worker") + cluster.job("ps"), timeout=1.0, poll=0.2)
@@ -192,8 +198,19 @@ def test_waiting_for_the_chief_ends_once_it_has_come_and_gone():
     )
     assert hc.wait_until_chief_done(cluster, appear_timeout=0.5, poll=0.1) is False  # never came up
     chief = listen(port)
-    threading.Timer(1.0, chief.close).start()
-    assert hc.wait_until_chief_done(cluster, appear_timeout=10, poll=0.1) is True
+    answers: list[bool] = []
+
+    def probe(address):  # the chief finishes right after the first probe that saw it up
+        answers.append(hc.port_open(address))
+        if answers[-1]:
+            chief.close()
+        return answers[-1]
+
+    try:
+        assert hc.wait_until_chief_done(cluster, appear_timeout=30, poll=0.1, probe=probe) is True
+    finally:
+        chief.close()
+    assert answers[-2:] == [True, False]  # it ended at the first probe after the chief had gone
 
 
 @pytest.mark.parametrize(

@@ -210,15 +210,16 @@ def test_restart_after_a_kill_continues_from_the_checkpoint(tmp_path):
     es.write_tfrecords(tmp_path / "input/data/train", train, 2)
     es.write_tfrecords(tmp_path / "input/data/eval", evaluation, 1)
     hp = dict(HP, feature_size=600, epochs=100, max_steps=800, checkpoint_steps=40, log_steps=40, best_of="last")
-    first = es.start_script(tmp_path, "train_ps.py", hp, env, tmp_path / "first.log")
+    # the first run cannot finish before its kill, however late the kill comes
+    endless = dict(hp, epochs=100000, max_steps=100000)
+    first = es.start_script(tmp_path, "train_ps.py", endless, env, tmp_path / "first.log")
     try:
         deadline = time.monotonic() + 180
-        state = tmp_path / "checkpoints" / "checkpoint"  # what a restore follows, written after each ckpt
+        state = tmp_path / "checkpoints" / "checkpoint"  # what a restore follows, written (atomically) after each ckpt
         while not state.exists() and time.monotonic() < deadline:
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
-            time.sleep(0.2)
-        time.sleep(0.5)  # let the checkpoint state file land, then kill mid-run as a spot reclaim would
-        os.killpg(first.pid, signal.SIGKILL)
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)  # mid-run, as a spot reclaim would
         first.wait(timeout=30)
     finally:
         stop_all([first])
@@ -441,9 +442,25 @@ def test_waiting_for_the_chief_ends_when_its_port_closes():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
+    server.settimeout(60)
     port = server.getsockname()[1]
-    threading.Timer(1.5, server.close).start()
-    assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+    accepted = []
+
+    def chief():  # it finishes right after the first probe has seen it up (its connection accepted)
+        try:
+            accepted.append(server.accept()[0])
+        finally:
+            server.close()
+
+    closer = threading.Thread(target=chief, daemon=True)
+    closer.start()
+    try:
+        assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=30, poll=0.2) is True
+        assert accepted  # seen up, then gone
+    finally:
+        closer.join(timeout=60)
+        for connection in accepted:
+            connection.close()
     assert train_ps.wait_until_gone("127.0.0.1", port, appear_timeout=0.5, poll=0.2) is False  # never came up
 
 

@@ -102,7 +102,7 @@ class WatchedRun:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "launcher.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        self.pids: set[int] = set()
+        self.processes: set[psutil.Process] = set()  # by identity: a reused pid is another process
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
         self._reader.start()
@@ -112,7 +112,7 @@ class WatchedRun:
             found = psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
-        self.pids.update(p.pid for p in found)
+        self.processes.update(found)
         return found
 
     def wait(self, timeout: float = 280, until=None) -> int:
@@ -159,7 +159,7 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
     for host in ("algo-1", "algo-2"):  # each host's ps went with its host's script
         assert "ps server stopping: SIGTERM" in (job / "logs" / f"{host}-ps.log").read_text()
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
@@ -177,7 +177,7 @@ def test_two_host_multi_worker_mirrored_job(tmp_path, sample):
     assert {p.name for p in (job / "logs").iterdir()} == {"algo-1-worker.log", "algo-2-worker.log"}
     assert "[algo-1/worker] [dfm] eval step=" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def horovod_runtime_missing() -> str | None:
@@ -228,7 +228,7 @@ def test_horovod_two_ranks_in_pipe_mode_one_channel_per_worker(tmp_path, sample)
     assert not list((job / "hosts" / "algo-1" / "input" / "data").iterdir())
     assert "[algo-1/rank0] [dfm] eval step=" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def kill_once(killed: list[float], after: str, chooses):
@@ -272,7 +272,7 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
     assert killed
     assert "FAILED: algo-2/worker exited with code -9" in run.output
     assert "last lines of algo-2/worker" in run.output
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
@@ -295,8 +295,8 @@ def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
     assert "starting at step 0" in first.output
     second = launch(20)
     assert "continuing at step 10" in second.output
-    assert_no_survivors(first.pids)
-    assert_no_survivors(second.pids)
+    assert_no_survivors(first.processes)
+    assert_no_survivors(second.processes)
 
 
 HETERO = {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1, "per_host": 2}}}
@@ -321,7 +321,7 @@ def test_parameter_servers_on_their_own_group(tmp_path, sample):
     assert "[algo-1/train] [dfm] eval step=" in run.output and "final eval:" in run.output
     assert list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
     assert "ps:0, ps:1" in (job / "logs" / "algo-3-train.log").read_text()  # two parameter servers on algo-3
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
@@ -338,4 +338,4 @@ def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
     assert run.wait(until=kill_script_once_training("algo-3", killed)) == 1, run.output[-3000:]
     assert killed and time.monotonic() - killed[0] < 60, "the run outlived its parameter servers by a minute"
     assert "FAILED: algo-3/train exited with code -9" in run.output
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)

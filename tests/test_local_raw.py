@@ -184,7 +184,7 @@ def test_one_host_trains_raw_rows_near_the_teacher_skipping_bad_ones_and_serves_
     probabilities = answer_raw(export.parent, raw_sample)
     assert len(probabilities) == 5 and all(0.0 < p < 1.0 for p in probabilities)
     assert len(set(probabilities)) > 1  # the rows' features reach the model
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def test_two_host_parameter_server_trains_raw_rows_near_the_teacher_counting_bad_ones_per_worker(tmp_path, raw_sample):
@@ -209,7 +209,7 @@ def test_two_host_parameter_server_trains_raw_rows_near_the_teacher_counting_bad
     assert sorted(counts) == [(str(4 * len(BAD_LINES)), "0"), (str(4 * len(BAD_LINES)), "1")], run.output[
         -3000:
     ]  # 4 epochs
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 @pytest.mark.parametrize(
@@ -241,7 +241,7 @@ def test_raw_rows_train_the_same_way_on_the_other_distributions(
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 @pytest.mark.horovod
@@ -262,7 +262,7 @@ def test_raw_rows_train_under_horovod_on_the_tf_2_12_runtime(tmp_path, raw_sampl
     auc = final_auc(run.output)
     assert_near_teacher(auc, raw_sample)
     assert list(run.job_dir(tmp_path / "runs").glob("hosts/algo-1/model/*/saved_model.pb"))
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)
 
 
 def with_bad_lines(tmp_path: Path, sample: Path, rows: int | None = None) -> Path:
@@ -294,4 +294,4 @@ def test_bad_rows_fail_stops_the_job_naming_the_row(tmp_path, raw_sample):
         r"(1.{1,2}not-a-number|0.{1,2}too.{1,2}few.{1,2}columns)"
     )
     assert error and re.search(named, error[0]), run.output[-3000:]
-    assert_no_survivors(run.pids)
+    assert_no_survivors(run.processes)

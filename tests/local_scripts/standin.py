@@ -21,6 +21,7 @@ parser.add_argument("--pipe_epochs", type=int, default=0)
 parser.add_argument("--spawn_child", default="False")
 parser.add_argument("--listen", default="False")  # bind a port on all interfaces, as a TF server does
 parser.add_argument("--stop_on", default="")  # this host stops itself (SIGSTOP) after its train lines: a hung process
+parser.add_argument("--stop_marker", default="")  # with stop_on: where that host writes its pid just before stopping
 parser.add_argument("--interrupt", default="never")  # first | always: the chief SIGKILLs itself (a lost instance)
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
@@ -116,9 +117,8 @@ if args.probe_ps_s:
         chief = socket.socket()
         chief.bind(tuple([master.rsplit(":", 1)[0], int(master.rsplit(":", 1)[1])]))
         chief.listen()
-        # then watch the ps servers while the workers' scripts end
-        wait_until(lambda: not all(map(port_open, ps)), args.probe_ps_s)
-        time.sleep(1)
+        # then watch the ps servers while the workers' scripts end: ps[i] is host i's, the master is host 0
+        wait_until(lambda: not any(map(port_open, ps[1:])), args.probe_ps_s)
         report["ps_up"] = [port_open(address) for address in ps]
     else:  # a worker leaves as soon as the master is up
         report["master_seen"] = wait_until(lambda: port_open(master), 90)
@@ -129,12 +129,36 @@ with open(out + ".tmp", "w") as handle:
     json.dump(report, handle)
 os.replace(out + ".tmp", out)
 
+
+def stopped(marker):
+    """Whether the process whose pid `marker` holds has been stopped by a signal (without /proc: has written it)."""
+    try:
+        with open(marker) as handle:
+            pid = int(handle.read())
+        if not os.path.isdir("/proc"):
+            return True
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, ValueError):
+        return False
+
+
+if args.stop_on and args.stop_marker and args.stop_on != host:
+    # the other hosts' train lines wait until the stopping host has stopped: when the chief falls silent, the
+    # stopped process is there for the stall watchdog to find
+    deadline = time.monotonic() + 120
+    while not stopped(args.stop_marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
 for step in (10, 20):
     print(f"[dfm] train step={step} loss={1.0 / step:.4f} auc=0.6{step} examples_per_sec=1000.0", flush=True)
 mine = args.on_host in ("", host)
 if args.stop_on == host:
     import signal
 
+    if args.stop_marker:
+        with open(args.stop_marker + ".tmp", "w") as handle:
+            handle.write(str(os.getpid()))
+        os.replace(args.stop_marker + ".tmp", args.stop_marker)
     os.kill(os.getpid(), signal.SIGSTOP)
 if mine and args.behave == "sleep":
     time.sleep(args.sleep_s)
