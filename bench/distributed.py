@@ -24,6 +24,7 @@ from bench.distributed_runs import (
     OLD_CLOSURE,
     PS,
     PS_GOAL,
+    SHARED_STEPS,
     WEAK,
     Runs,
     distinct_ids_per_batch,
@@ -246,7 +247,8 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "no checkpoints or export. Each log step ends a window, where "
         "the parameter server's chief joins the closures and reads the metrics: at the paper's size, logging every "
         "10 steps gave the chief 18% of a "
-        "worker's CPU and every 40 steps 11% (configs log every 50). The batch is per worker (parameter "
+        "worker's CPU and every 40 steps 11%; the configs log every 50, as the demo's full runs do (a 2-host window "
+        "is then 25 steps a worker, closures of 16 and 9 steps at 8 local steps). The batch is per worker (parameter "
         "server) or per replica (Horovod, MultiWorkerMirrored), so n hosts train n batches per step.",
         "Parameter server at n hosts: algo-1 runs a ps server, the chief and the chief's own worker task; algo-2 a ps "
         "server and a worker (`configs/ps.yaml`, File mode, ShardedByS3Key emulated over 8 files), each worker "
@@ -261,7 +263,8 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "busy (a host near 100% is the bottleneck); each process's share of a core, labelled `host part` (TF_CONFIG's "
         "task; `script` for a process without one).",
         "Shared cores: the older rows, every host on all of this machine's cores (`--set local.cores_per_host="
-        f"{cpus}`), demo model, `epochs=100` (an evaluation at every pass over the data). 2 hosts there means a "
+        f"{cpus}`), demo model, max_steps {SHARED_STEPS[quick]}, log_steps 25, `epochs=100` (an evaluation at every "
+        "pass over the data). 2 hosts there means a "
         "chief, two workers and two ps servers on the same cores. `steps_per_closure=1`: one step and one chief round "
         "trip per closure (the default runs up to 16). Adam: TensorFlow's fused dense updates and lazy Adam's moment "
         "math on the table's ps; `vs 1` is against the 1-host adagrad row. The two `8 evaluations` rows evaluate the "
