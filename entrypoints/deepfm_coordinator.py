@@ -100,9 +100,7 @@ def closure_sizes(todo, steps_per_closure, num_workers, local_steps=1):
     groups of local_steps, so it takes as few exchanges with the ps as it can. 50 steps at 16 on 2 workers with 8
     local steps are 16, 16, 9 and 9, not 16, 16, 16 and 2, which one worker would run 32 steps of while the other
     ran 18."""
-    most = (
-        steps_per_closure - steps_per_closure % local_steps if steps_per_closure >= local_steps else steps_per_closure
-    )
+    most = steps_per_closure // local_steps * local_steps or steps_per_closure
     sizes = []
     for worker in range(num_workers):
         share = todo // num_workers + (worker < todo % num_workers)
