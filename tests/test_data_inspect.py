@@ -240,3 +240,20 @@ def test_ids_past_feature_size_are_counted_and_the_text_says_the_fix(synth_folde
     text = capsys.readouterr().out
     assert text.startswith(f"{out / 'train' / 'part-00000.tfrecord'}: 100 rows in 1 files")
     assert "ids outside 0..9: raise feature_size" in text and "positive" in text
+
+
+def test_the_readmes_raw_path_inspect_appended_to_an_init_spec_validates(criteo, capsys, tmp_path, monkeypatch):
+    """README "Your data": `dfm init`, then `dfm data inspect FILE --columns ... >> spec`, then `dfm validate`."""
+    path, meta = criteo
+    monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(tmp_path / "no-sagemaker-config.yaml"))
+    spec = tmp_path / "my-job.yaml"
+    assert main(["init", "ps", "-o", str(spec), "--role", "arn:aws:iam::111122223333:role/r", "--bucket", "b-1"]) == 0
+    capsys.readouterr()
+    with spec.open("a") as handle:
+        handle.write(_inspect(capsys, path, "--columns", ",".join(meta["columns"])))
+    assert main(["validate", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert "hyperparameters.feature_size: not used with features:" in err and "error" not in err
+    spec.write_text("\n".join(line for line in spec.read_text().splitlines() if "feature_size:" not in line))
+    assert main(["validate", str(spec)]) == 0
+    assert "feature_size" not in capsys.readouterr().err

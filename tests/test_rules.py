@@ -277,6 +277,12 @@ CASES = [
     (
         rules.check_features,
         {"features": RAW},
+        {"features": RAW, "hyperparameters": {"feature_size": 117581}},
+        ("warning", "hyperparameters.feature_size", "not used with features: (the scripts count the fields"),
+    ),
+    (
+        rules.check_features,
+        {"features": RAW},
         {**USER_SCRIPT, "features": RAW},
         ("error", "features", "bundled entry points"),
     ),

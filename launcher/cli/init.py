@@ -114,7 +114,9 @@ output: s3://{bucket}/{name}/   # each job writes under <output>/<job name>/
 checkpoints: auto         # <output>/<job name>/checkpoints
 max_run: 3600             # seconds: SageMaker stops the job after this
 hyperparameters:
-  feature_size: 117581    # ids in your data (dfm data inspect shows their range)
+  # TFRecords of ids: one more than the largest id (dfm data inspect DIR shows it). Raw TSV/CSV with a
+  # features: section (dfm data inspect FILE writes one): drop this line, the section's fields set it
+  feature_size: 117581
   batch_size: 1024
   epochs: 1
 """

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from launcher.facts import contract
-from launcher.rules.findings import Finding, error
+from launcher.rules.findings import Finding, error, warning
 from launcher.spec import Spec
 
 
@@ -25,4 +25,17 @@ def check_features(spec: Spec) -> list[Finding]:
     for path, message in contract.bundled_features().validate(spec.features):
         field = ".".join(["features", *(str(key) for key in path)])
         problems.append(error(field, message))
-    return problems
+    return problems or _sizes_from_features(spec)
+
+
+def _sizes_from_features(spec: Spec) -> list[Finding]:
+    """The scripts take field_size and feature_size from the section's fields, whatever the spec says."""
+    return [
+        warning(
+            f"hyperparameters.{name}",
+            "not used with features: (the scripts count the fields, and their ids from hash_buckets and "
+            "vocabularies): drop it",
+        )
+        for name in ("field_size", "feature_size")
+        if name in spec.hyperparameters
+    ]
