@@ -268,6 +268,8 @@ def test_utilization_per_role_and_gpu_metrics_per_gpu(probe_request, moto_logs):
         put_cpu(job, "algo-3", minute, 360.0)
     description = {
         "TrainingJobStatus": "Completed",
+        "TrainingStartTime": T0 + dt.timedelta(minutes=1),
+        "TrainingEndTime": T0 + dt.timedelta(minutes=7, seconds=30),
         "SecondaryStatusTransitions": [
             {"Status": "Training", "StartTime": T0 + dt.timedelta(minutes=2), "EndTime": T0 + dt.timedelta(minutes=7)}
         ],
@@ -389,3 +391,22 @@ def test_probes_keep_no_warm_pool_whatever_the_spec_says(aws):
     requests = probes.dryrun(probe).document()["requests"]
 
     assert [r["request"]["ResourceConfig"].get("KeepAlivePeriodInSeconds") for r in requests] == [None, None]
+
+
+def test_dfm_probe_ends_on_an_aws_error_with_its_report_exit_1_and_no_probe_left(
+    aws, tmp_path, capsys, monkeypatch, aws_answers
+):
+    from spec_helpers import run, write_spec
+
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    path = write_spec(tmp_path, merged(SPEC, {"local": {"run_dir": str(tmp_path / "runs")}}))
+    stopped: list[str] = []
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: stopped.append(name))
+    aws_answers["DescribeTrainingJob"] = "ThrottlingException"
+
+    code, out, err = run(capsys, "probe", path, "--try", "instance.count=1,2", "--name", NAME)
+
+    assert code == 1 and stopped == [f"{NAME}-1"]  # max_parallel 1: the second was never submitted
+    assert "AWS throttled describing" in err and "every probe started was stopped" in err
+    assert "stopped by dfm probe: AWS throttled" in out
+    assert (tmp_path / "runs" / NAME / "probe.json").is_file()
