@@ -4,8 +4,10 @@ end and measured.
 
 `dryrun(probe) -> ProbeRequest` is pure (offline: the SDK builds each request); `execute(request)` submits exactly
 those requests. Measured per probe: steady-state examples/s from the chief's metric lines in CloudWatch Logs, the
-start-up phases from SecondaryStatusTransitions, BillableTimeInSeconds, and each host's instance metrics
-(namespace /aws/sagemaker/TrainingJobs, dimension Host=<job>/algo-N).
+start-up phases from SecondaryStatusTransitions, BillableTimeInSeconds and TrainingTimeInSeconds, and each host's
+instance metrics (namespace /aws/sagemaker/TrainingJobs, dimension Host=<job>/algo-N) over the training phase, read
+once CloudWatch has published its last minute, per role, the GPU metrics per GPU. Any way out of `execute` stops
+every probe job it may have started.
 """
 
 from __future__ import annotations
