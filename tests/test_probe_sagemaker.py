@@ -410,3 +410,23 @@ def test_dfm_probe_ends_on_an_aws_error_with_its_report_exit_1_and_no_probe_left
     assert "AWS throttled describing" in err and "every probe started was stopped" in err
     assert "stopped by dfm probe: AWS throttled" in out
     assert (tmp_path / "runs" / NAME / "probe.json").is_file()
+
+
+def test_sigterm_stops_every_probe_started_like_ctrl_c(probe_request, on_submit, monkeypatch):
+    import signal
+
+    hooks, submitted = on_submit
+    hooks.append(lambda name: setattr(_moto_training_job(name), "training_job_status", "InProgress"))
+    stopped: list[str] = []
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: stopped.append(name))
+    before = signal.getsignal(signal.SIGTERM)
+
+    with pytest.raises(ProbeInterrupted) as caught:
+        probes.execute(probe_request, echo=lambda line: None, sleep=lambda s: signal.raise_signal(signal.SIGTERM))
+
+    assert stopped == submitted == [probe_request.trainings[0][1].job_name]
+    assert caught.value.error.message == "terminated by SIGTERM" and caught.value.error.exit_code == 1
+    assert [(m.status, m.reason) for m in caught.value.measurements] == [
+        ("Stopped", "stopped by dfm probe: terminated by SIGTERM")
+    ]
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -13,10 +13,13 @@ every probe job it may have started.
 from __future__ import annotations
 
 import datetime as dt
+import contextlib
 import json
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from launcher.errors import DfmError
 from launcher.facts import catalog
@@ -338,6 +341,28 @@ def _stop_all(started: dict[int, training_request.TrainingRequest], why: str, ec
     return found
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP (a closed terminal, a CI timeout), raised like Ctrl-C's KeyboardInterrupt: nothing on the
+    way catches it before `execute` has stopped the probes."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise _Terminated(f"terminated by {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def execute(
     probe_request: ProbeRequest,
     *,
@@ -349,8 +374,8 @@ def execute(
 ) -> list[Measurement]:
     """Submit the probes, at most max_parallel running at once, follow each to its end and measure it once
     CloudWatch has its instance metrics. A probe that fails is measured with its reason and the others go on.
-    Whatever ends the probe early (Ctrl-C, an AWS error, a bug) stops every probe job it may have started; Ctrl-C
-    and AWS errors raise ProbeInterrupted with what was measured (and the error)."""
+    Whatever ends the probe early (Ctrl-C, SIGTERM, an AWS error, a bug) stops every probe job it may have started;
+    all but a bug raise ProbeInterrupted with what was measured (and the error)."""
     pending = list(probe_request.trainings)
     started: dict[int, training_request.TrainingRequest] = {}  # may be running: to stop on any way out
     ended: dict[int, _Ended] = {}
@@ -358,42 +383,43 @@ def execute(
     done: list[Measurement] = []
     sagemaker = None
     try:
-        while pending or started or ended:
-            while pending and len(started) < probe_request.probe.max_parallel:
-                number, built = pending.pop(0)
-                started[number] = built  # before the call: once CreateTrainingJob is sent, the job may exist
-                refused = _submit(built, now(), echo, warn)
-                if refused is not None:
-                    del started[number]
-                    done.append(Measurement(number, "Failed", built.job_name, reason=refused))
-                    echo(f"[dfm probe] candidate {number} not submitted: {refused}")
-            for number, built in list(started.items()):
-                sagemaker = sagemaker or aws.client("sagemaker", built.region)
-                with aws.aws_errors(f"describing {built.job_name}", job_name=built.job_name, region=built.region):
-                    description = sagemaker.describe_training_job(TrainingJobName=built.job_name)
-                state = description.get("SecondaryStatus") or description["TrainingJobStatus"]
-                if states.get(number) != state:
-                    echo(f"[dfm probe] candidate {number} ({built.job_name}): {state}")
-                    states[number] = state
-                if description["TrainingJobStatus"] in logs.TERMINAL_STATUSES:
-                    samples = _or_nothing(lambda: metric_lines(built.job_name, built.region), warn) or {}
-                    ended[number] = _Ended(built, description, samples)
-                    del started[number]
-            for number, waiting in list(ended.items()):
-                if waiting.settled(now(), warn):
-                    measured = waiting.measured(number)
-                    if measured.reason:
-                        echo(f"[dfm probe] candidate {number} {measured.status}: {measured.reason}")
-                    done.append(measured)
-                    del ended[number]
-            if started or ended:
-                sleep(poll_seconds)
+        with _terminate_as_interrupt():
+            while pending or started or ended:
+                while pending and len(started) < probe_request.probe.max_parallel:
+                    number, built = pending.pop(0)
+                    started[number] = built  # before the call: once CreateTrainingJob is sent, the job may exist
+                    refused = _submit(built, now(), echo, warn)
+                    if refused is not None:
+                        del started[number]
+                        done.append(Measurement(number, "Failed", built.job_name, reason=refused))
+                        echo(f"[dfm probe] candidate {number} not submitted: {refused}")
+                for number, built in list(started.items()):
+                    sagemaker = sagemaker or aws.client("sagemaker", built.region)
+                    with aws.aws_errors(f"describing {built.job_name}", job_name=built.job_name, region=built.region):
+                        description = sagemaker.describe_training_job(TrainingJobName=built.job_name)
+                    state = description.get("SecondaryStatus") or description["TrainingJobStatus"]
+                    if states.get(number) != state:
+                        echo(f"[dfm probe] candidate {number} ({built.job_name}): {state}")
+                        states[number] = state
+                    if description["TrainingJobStatus"] in logs.TERMINAL_STATUSES:
+                        samples = _or_nothing(lambda: metric_lines(built.job_name, built.region), warn) or {}
+                        ended[number] = _Ended(built, description, samples)
+                        del started[number]
+                for number, waiting in list(ended.items()):
+                    if waiting.settled(now(), warn):
+                        measured = waiting.measured(number)
+                        if measured.reason:
+                            echo(f"[dfm probe] candidate {number} {measured.status}: {measured.reason}")
+                        done.append(measured)
+                        del ended[number]
+                if started or ended:
+                    sleep(poll_seconds)
     except BaseException as exc:
-        why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else getattr(exc, "message", type(exc).__name__)
+        error = DfmError(str(exc), 1) if isinstance(exc, _Terminated) else exc if isinstance(exc, DfmError) else None
+        why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else error.message if error else type(exc).__name__
         done += [waiting.measured(number) for number, waiting in ended.items()]
         done += _stop_all(started, why, echo, warn)
-        if isinstance(exc, (KeyboardInterrupt, DfmError)):
-            error = exc if isinstance(exc, DfmError) else None
+        if error is not None or isinstance(exc, KeyboardInterrupt):
             raise ProbeInterrupted(sorted(done, key=lambda m: m.number), error) from None
         raise
     return sorted(done, key=lambda m: m.number)
