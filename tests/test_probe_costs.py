@@ -1,5 +1,6 @@
 """What a probe's measurements cost: spot candidates from their billable time, the full job's time with the
-start-up the probe measured, the input-bound note only where CPU says so, and the epoch's rows with their source."""
+start-up the probe measured, the input-bound note only where CPU says so, and the epoch's rows with their source;
+the report's utilization per GPU and per role."""
 
 from __future__ import annotations
 
@@ -92,3 +93,28 @@ def test_the_cli_reads_rows_from_the_local_channels_statistics_and_says_so(tmp_p
         f"the statistics beside the local train channel {train} (the full data's rows; the probe reads the sample "
         "s3://dfm-bucket/s/)"
     )
+
+
+def test_the_report_shows_per_gpu_and_ps_utilization_and_the_spot_price_basis(tmp_path):
+    from launcher.cli import probe_report
+
+    probe = build(tmp_path, {"spot": {"max_wait": 2400}}, tries=["instance.count=1"], rows=3_600_000)
+    measured = Measurement(
+        1,
+        "Completed",
+        "j1",
+        examples_per_sec=1000.0,
+        billable_s=30,
+        training_s=100,
+        utilization={"CPUUtilization": 15.0, "GPUUtilization": 80.0},
+        ps_utilization={"CPUUtilization": 90.0},
+    )
+    document = probe_report.report_document(
+        probe, [measured], local=False, deadline_h=None, budget_usd=None, folder=tmp_path
+    )
+
+    text = probe_report.render_report(document)
+
+    assert "GPU 80%" in text and "ps 90%" in text
+    assert "candidate 1 $/h: spot: billed 30 s of 100 s trained" in text
+    assert document["candidates"][0]["ps_utilization"] == {"CPUUtilization": 90.0}

@@ -152,13 +152,16 @@ def render_report(document: dict[str, Any]) -> str:
         cost_per = e["epoch_usd"] if document["rows"] else e["usd_per_million_examples"]
         cpu = e["utilization"].get("CPUUtilization")
         ps_cpu = e.get("ps_utilization", {}).get("CPUUtilization")
+        gpu = e["utilization"].get("GPUUtilization")  # percent of one GPU
         job = f"{_duration(e['job_s'])} {_money(e['job_usd'])}" if e["job_s"] is not None else "-"
         table.add_row(
             str(e["candidate"]) + ("*" if e.get("pareto") else ""),
             _settings(e["settings"], "\n"),
             e["instances"],
             f"{speed:,.0f}" if speed else "-",
-            (f"{cpu:.0f}%" if cpu is not None else "-") + (f"\nps {ps_cpu:.0f}%" if ps_cpu is not None else ""),
+            (f"{cpu:.0f}%" if cpu is not None else "-")
+            + (f"\nGPU {gpu:.0f}%" if gpu is not None else "")
+            + (f"\nps {ps_cpu:.0f}%" if ps_cpu is not None else ""),
             _money(e["usd_per_hour"], 3),
             _money(e["usd_per_million_examples"], 4),
             _duration(time_per),
