@@ -65,8 +65,8 @@ def test_rows_say_where_they_came_from(tmp_path):
     probe = build(tmp_path, sample, stats_rows=stats)
     assert probe.rows == 5000
     assert probe.rows_source == (
-        "the statistics beside the local train channel data/train (the full data's rows; the probe reads the sample "
-        "s3://dfm-bucket/sample/)"
+        "the statistics beside the local train channel data/train, not the sample the probe reads "
+        "(s3://dfm-bucket/sample/)"
     )
     assert build(tmp_path, stats_rows=stats).rows_source == stats[1]  # no sample: the channel's own count
     from_spec = build(tmp_path, {"probe": {"rows": 7000}}, stats_rows=stats)
@@ -90,8 +90,7 @@ def test_the_cli_reads_rows_from_the_local_channels_statistics_and_says_so(tmp_p
 
     assert probe.rows == 4321
     assert probe.rows_source == (
-        f"the statistics beside the local train channel {train} (the full data's rows; the probe reads the sample "
-        "s3://dfm-bucket/s/)"
+        f"the statistics beside the local train channel {train}, not the sample the probe reads (s3://dfm-bucket/s/)"
     )
 
 

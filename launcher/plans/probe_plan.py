@@ -237,7 +237,7 @@ def epoch_rows(
         return None, None
     count, counted = stats
     if sample:
-        counted += f" (the full data's rows; the probe reads the sample {', '.join(sorted(dict(sample).values()))})"
+        counted += f", not the sample the probe reads ({', '.join(sorted(dict(sample).values()))})"
     return count, counted
 
 
