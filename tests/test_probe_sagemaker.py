@@ -1,7 +1,8 @@
 """`dfm probe` on SageMaker, AWS answered by moto: each probe submitted through the training submit path, at most
-max_parallel at a time, followed, measured (metric lines, start-up, billable time, instance metrics), a failed probe
-reported while the others go on, and every running probe stopped on Ctrl-C (moto has no StopTrainingJob: the stop
-calls are recorded)."""
+max_parallel at a time, followed, measured (metric lines, start-up, billable time, instance metrics over the training
+phase once published, per role and per GPU), a failed probe reported while the others go on, no warm pool, and every
+probe started stopped on any way out: Ctrl-C, SIGTERM, an AWS error (moto has no StopTrainingJob: the stop calls are
+recorded; the AWS errors are answered by a botocore hook)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ def put_cpu(job: str, host: str, minute: int, value: float, metric: str = "CPUUt
     )
 
 
+def only_first(probe_request):
+    return dataclasses.replace(probe_request, trainings=probe_request.trainings[:1])
+
+
 def test_probes_are_submitted_one_at_a_time_followed_and_measured(probe_request, on_submit, moto_logs):
     hooks, submitted = on_submit
     first, second = (built.job_name for _, built in probe_request.trainings)
@@ -182,29 +187,27 @@ def test_ctrl_c_stops_every_probe_started(probe_request, on_submit, monkeypatch)
     assert caught.value.error is None
 
 
-def test_metrics_it_may_not_read_are_a_warning_not_the_end(probe_request, moto_jobs, moto_logs, monkeypatch):
+def test_metrics_it_may_not_read_are_a_warning_not_the_end(probe_request, on_submit, moto_logs, monkeypatch):
     from launcher.errors import DfmError
 
-    built = probe_request.trainings[0][1]
-    moto_jobs.create(built.job_name)
+    hooks, _ = on_submit
+    hooks.append(lived)
+    job = probe_request.trainings[0][1].job_name
     for step in (10, 20):
-        moto_logs(built.job_name, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec=400.0")
+        moto_logs(job, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec=400.0")
 
     def refused(*args):
         raise DfmError("AccessDenied: cloudwatch:GetMetricData", 1)
 
     monkeypatch.setattr(probes, "instance_metrics", refused)
     warned: list[str] = []
-    description = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=built.job_name)
 
-    measured = probes.measure(1, built, description, warn=warned.append)
+    (measured,) = probes.execute(
+        only_first(probe_request), echo=lambda line: None, warn=warned.append, sleep=lambda s: None
+    )
 
     assert measured.examples_per_sec == 400.0 and measured.utilization == {}
     assert warned == ["AccessDenied: cloudwatch:GetMetricData"]
-
-
-def only_first(probe_request):
-    return dataclasses.replace(probe_request, trainings=probe_request.trainings[:1])
 
 
 def test_utilization_is_the_training_phase_read_once_its_last_minute_is_published(probe_request, on_submit):
@@ -275,7 +278,9 @@ def test_utilization_per_role_and_gpu_metrics_per_gpu(probe_request, moto_logs):
         ],
     }
 
-    measured = probes.measure(1, built, description, warn=lambda line: None)
+    measured = probes.measurement(
+        1, built, description, {}, probes.instance_metrics(job, REGION, built.plan, description)
+    )
 
     assert measured.hosts["algo-1"] == {"CPUUtilization": 10.0, "GPUUtilization": 75.0, "GPUMemoryUtilization": 50.0}
     assert measured.utilization == {"CPUUtilization": 15.0, "GPUMemoryUtilization": 50.0, "GPUUtilization": 80.0}

@@ -242,14 +242,6 @@ def measurement(
     )
 
 
-def measure(number: int, built: training_request.TrainingRequest, description: dict, warn: Echo = print) -> Measurement:
-    """One ended probe measured with what CloudWatch has now."""
-    job_name, region = built.job_name, built.region
-    points = _or_nothing(lambda: instance_metrics(job_name, region, built.plan, description), warn) or {}
-    samples = _or_nothing(lambda: metric_lines(job_name, region), warn) or {}
-    return measurement(number, built, description, samples, points)
-
-
 # ------------------------------------------------------------------------------------------- executing
 CLOCK_SKEW = dt.timedelta(minutes=5)  # this machine's clock against SageMaker's, when telling our job from an older one
 
