@@ -254,9 +254,11 @@ def test_metrics_never_published_to_the_end_are_averaged_after_the_wait_with_a_w
     ]
 
 
-def test_utilization_per_role_and_gpu_metrics_per_gpu(probe_request, moto_logs):
+def test_utilization_per_role_and_gpu_metrics_per_gpu(probe_request, on_submit):
     from launcher.plans import hosts
 
+    hooks, _ = on_submit
+    hooks.append(lived)  # training from minute 2 to minute 7
     built = probe_request.trainings[0][1]
     # two ml.g5.12xlarge workers (48 vCPUs, 4 GPUs each), one ml.c5.xlarge parameter server (4 vCPUs)
     groups = hosts.layout("ml.g5.12xlarge", 2, "ml.c5.xlarge", 1)
@@ -269,18 +271,10 @@ def test_utilization_per_role_and_gpu_metrics_per_gpu(probe_request, moto_logs):
         put_cpu(job, "algo-2", minute, 960.0)
         put_cpu(job, "algo-2", minute, 340.0, "GPUUtilization")
         put_cpu(job, "algo-3", minute, 360.0)
-    description = {
-        "TrainingJobStatus": "Completed",
-        "TrainingStartTime": T0 + dt.timedelta(minutes=1),
-        "TrainingEndTime": T0 + dt.timedelta(minutes=7, seconds=30),
-        "SecondaryStatusTransitions": [
-            {"Status": "Training", "StartTime": T0 + dt.timedelta(minutes=2), "EndTime": T0 + dt.timedelta(minutes=7)}
-        ],
-    }
+    clock = Clock(T0 + dt.timedelta(minutes=15))
+    request = dataclasses.replace(probe_request, trainings=((1, built),))
 
-    measured = probes.measurement(
-        1, built, description, {}, probes.instance_metrics(job, REGION, built.plan, description)
-    )
+    (measured,) = probes.execute(request, echo=lambda line: None, sleep=clock.sleep, now=clock)
 
     assert measured.hosts["algo-1"] == {"CPUUtilization": 10.0, "GPUUtilization": 75.0, "GPUMemoryUtilization": 50.0}
     assert measured.utilization == {"CPUUtilization": 15.0, "GPUMemoryUtilization": 50.0, "GPUUtilization": 80.0}
