@@ -73,7 +73,10 @@ def plan_probe(
             tries=tries,
             base_settings=overrides,
             name=name,
-            rows=rows or rows_from_stats(spec),
+            rows=rows,
+            stats_rows=(stats, f"the statistics beside the local train channel {spec.local.channels['train']}")
+            if (stats := rows_from_stats(spec))
+            else None,
             local=local,
         )
     except ValueError as err:
@@ -190,7 +193,7 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
     from launcher.plans.probe_results import ProbeInterrupted
 
     echo = click.echo if output == "text" else _echo_err
-    interrupted = False
+    interrupted, error = False, None
     backend = backend_named("probe", local)
     try:
         measurements = backend.execute(
@@ -200,7 +203,7 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
             poll_seconds=poll_seconds,
         )
     except ProbeInterrupted as stopped:
-        measurements, interrupted = stopped.measurements, True
+        measurements, interrupted, error = stopped.measurements, True, stopped.error
     folder = Path(probe_plan.runnable[0].plan.local.run_dir) / probe_plan.name
     document = probe_report.report_document(
         probe_plan, measurements, local=local, deadline_h=deadline_h, budget_usd=budget_usd, folder=folder
@@ -215,6 +218,8 @@ def _run(probe_plan, local: bool, output: str, deadline_h, budget_usd, poll_seco
     click.echo(
         json.dumps(document, indent=2, default=str) if output == "json" else probe_report.render_report(document)
     )
+    if error is not None:
+        raise DfmError(f"{error.message} (every probe started was stopped; the report is in {folder})", error.exit_code)
     if interrupted:
         echo("[dfm probe] interrupted: every probe started was stopped")
         raise SystemExit(130)

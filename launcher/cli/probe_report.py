@@ -112,6 +112,7 @@ def report_document(
         "backend": "local" if local else "sagemaker",
         "max_steps": probe.max_steps,
         "rows": probe.rows,
+        "rows_source": probe.rows_source,
         "epochs": probe.epochs,
         "deadline_h": deadline_h,
         "budget_usd": budget_usd,
@@ -150,13 +151,17 @@ def render_report(document: dict[str, Any]) -> str:
         time_per = e["epoch_s"] if document["rows"] else (1e6 / speed if speed else None)
         cost_per = e["epoch_usd"] if document["rows"] else e["usd_per_million_examples"]
         cpu = e["utilization"].get("CPUUtilization")
+        ps_cpu = e.get("ps_utilization", {}).get("CPUUtilization")
+        gpu = e["utilization"].get("GPUUtilization")  # percent of one GPU
         job = f"{_duration(e['job_s'])} {_money(e['job_usd'])}" if e["job_s"] is not None else "-"
         table.add_row(
             str(e["candidate"]) + ("*" if e.get("pareto") else ""),
             _settings(e["settings"], "\n"),
             e["instances"],
             f"{speed:,.0f}" if speed else "-",
-            f"{cpu:.0f}%" if cpu is not None else "-",
+            (f"{cpu:.0f}%" if cpu is not None else "-")
+            + (f"\nGPU {gpu:.0f}%" if gpu is not None else "")
+            + (f"\nps {ps_cpu:.0f}%" if ps_cpu is not None else ""),
             _money(e["usd_per_hour"], 3),
             _money(e["usd_per_million_examples"], 4),
             _duration(time_per),
@@ -171,7 +176,11 @@ def render_report(document: dict[str, Any]) -> str:
     ]
     if not document["rows"]:
         lines.append("no row count (no stats.json beside the train channel): give --rows N for time and cost per epoch")
+    if document.get("rows_source"):
+        lines.append(f"rows of one epoch: {document['rows']:,} from {document['rows_source']}")
     for e in document["candidates"]:
+        if e.get("price_basis", "on-demand") != "on-demand":
+            lines.append(f"candidate {e['candidate']} $/h: {e['price_basis']}")
         if e["reason"]:
             lines.append(f"candidate {e['candidate']} {e['status']}: {e['reason']}")
         if e["note"]:

@@ -3,8 +3,8 @@
 keeps dfm's own message and is never run.
 
 Candidates come from `--try KEY=V1,V2,...` (the cross product of every --try) or from the spec's `probe:`
-variants. Each probe is the candidate's spec with `max_steps` (the bundled scripts stop there), no export, its
-`max_run` as the safety bound, tagged `dfm:kind=probe` so that status, logs, stop and list see what it is.
+variants. Each probe is the candidate's spec with `max_steps` (the bundled scripts stop there), no export, no warm
+pool, its `max_run` as the safety bound, tagged `dfm:kind=probe` so that status, logs, stop and list see what it is.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from launcher.facts import contract, conventions
+from launcher.facts import catalog, contract, conventions
 from launcher.plans.training_plan import Plan
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class ProbePlan:
     max_parallel: int
     epochs: int  # of the full job: how many epochs its estimate counts
     rows: int | None  # training rows of one full epoch, when known
+    rows_source: str | None = None  # where `rows` came from
 
     @property
     def runnable(self) -> tuple[Candidate, ...]:
@@ -148,12 +149,13 @@ def probe_settings(
     data: Mapping[str, str] = (),
     local: bool = False,
 ) -> tuple[str, ...]:
-    """What makes a candidate a probe: capped, no export, no resubmission, tagged, maybe on smaller data (locally
-    the run's timeout is the bound)."""
+    """What makes a candidate a probe: capped, no export, no resubmission, no warm pool, tagged, maybe on smaller
+    data (locally the run's timeout is the bound)."""
     lines = [f"local.timeout_s={max_run}"] if local else []
     lines += [
         f"max_run={max_run}",
         "recover=null",
+        "warm_pool_seconds=0",  # a warm pool is billed after the probe and gives the next one an unfair start-up
         f"tags.{KIND_TAG}={KIND}",
         f"tags.{GROUP_TAG}={name}",
         f"tags.dfm:candidate='{number}'",
@@ -187,9 +189,11 @@ def build_probe_plan(
     base_settings: Sequence[str] = (),
     name: str | None = None,
     rows: int | None = None,
+    stats_rows: tuple[int, str] | None = None,
     local: bool = False,
 ) -> ProbePlan:
-    """Every candidate compiled through the rules, as a probe of the spec's `probe:` settings (or their defaults)."""
+    """Every candidate compiled through the rules, as a probe of the spec's `probe:` settings (or their defaults).
+    Rows of one epoch: `rows` (--rows), else `probe.rows`, else `stats_rows` ((rows, where they were counted))."""
     from launcher.spec.probe_spec import Probe
 
     settings = spec.probe or Probe()
@@ -216,8 +220,25 @@ def build_probe_plan(
         max_run,
         settings.max_parallel,
         epochs,
-        rows or settings.rows,
+        *epoch_rows(rows, settings.rows, stats_rows, {} if local else settings.data),
     )
+
+
+def epoch_rows(
+    given: int | None, spec_rows: int | None, stats: tuple[int, str] | None, sample: Mapping[str, str]
+) -> tuple[int | None, str | None]:
+    """(rows of one full epoch, where they came from); a count from statistics says when the probe reads a sample
+    (`probe.data`) instead of the data it was counted on."""
+    if given:
+        return given, "--rows"
+    if spec_rows:
+        return spec_rows, "probe.rows"
+    if stats is None:
+        return None, None
+    count, counted = stats
+    if sample:
+        counted += f", not the sample the probe reads ({', '.join(sorted(dict(sample).values()))})"
+    return count, counted
 
 
 def usd_per_hour(plan: Plan) -> float | None:
@@ -228,3 +249,9 @@ def usd_per_hour(plan: Plan) -> float | None:
             return None
         total += group["instance_hourly_usd"] * group["instance_count"]
     return total if total and not math.isnan(total) else None
+
+
+def gpu_workers(plan: Plan) -> bool:
+    """The chief and worker hosts have GPUs: their CPU utilization says little about what limits them."""
+    found = (catalog.instance(g.instance_type) for g in plan.instance_groups if g.role == "worker")
+    return any(info is not None and info.gpus for info in found)

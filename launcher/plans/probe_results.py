@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from launcher.facts import conventions
-from launcher.plans.probe_plan import Candidate, ProbePlan
+from launcher.plans.probe_plan import Candidate, ProbePlan, gpu_workers
 
 WARMUP_SHARE = 0.2  # the first fifth of the steps (and always the first window) is warm-up: graph building, caches
 LOW_CPU_PERCENT = (
@@ -21,11 +21,13 @@ _SPEED = re.compile(next(m["Regex"] for m in conventions.METRIC_DEFINITIONS if m
 
 
 class ProbeInterrupted(Exception):
-    """Ctrl-C: every probe dfm started is stopped; `measurements` holds those that had ended."""
+    """Ctrl-C, or `error` (an AWS error, say): every probe dfm started is stopped; `measurements` holds what was
+    measured by then, the stopped probes among them."""
 
-    def __init__(self, measurements: list[Measurement]):
+    def __init__(self, measurements: list[Measurement], error: Exception | None = None):
         super().__init__("interrupted")
         self.measurements = measurements
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,10 @@ class Measurement:
     examples_per_sec: float | None = None  # steady state, summed over the processes that report it
     startup_s: float | None = None  # submit (or start) to the first training step
     billable_s: float | None = None
+    training_s: float | None = None  # TrainingTimeInSeconds: with billable_s, the spot saving
     wall_s: float | None = None
-    utilization: Mapping[str, float] = field(default_factory=dict)  # metric -> mean over hosts, percent of a host
+    utilization: Mapping[str, float] = field(default_factory=dict)  # metric -> mean over the chief and worker hosts
+    ps_utilization: Mapping[str, float] = field(default_factory=dict)  # the same over the ps group's own hosts
     hosts: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # host -> metric -> mean percent
 
 
@@ -73,11 +77,25 @@ def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan) -> dict[str, Any]:
-    """One line of the report: what was measured and what it means for the full job."""
-    plan = candidate.plan
+def hourly_usd(candidate: Candidate, measurement: Measurement | None) -> tuple[float | None, str]:
+    """What the candidate's hosts cost per hour of training, and on what basis: the on-demand list price, or for a
+    spot candidate that price x BillableTimeInSeconds / TrainingTimeInSeconds (AWS's own spot saving formula)."""
     price = candidate.usd_per_hour
+    if price is None or candidate.plan.spot_max_wait is None:
+        return price, "on-demand"
+    billable, trained = (measurement.billable_s, measurement.training_s) if measurement else (None, None)
+    if billable is None or not trained:
+        return price, "on-demand (spot, its saving not measured)"
+    return price * billable / trained, f"spot: billed {billable:g} s of {trained:g} s trained"
+
+
+def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan) -> dict[str, Any]:
+    """One line of the report: what was measured and what it means for the full job (its time counts the start-up
+    the probe measured)."""
+    plan = candidate.plan
+    price, price_basis = hourly_usd(candidate, measurement)
     speed = measurement.examples_per_sec if measurement else None
+    startup = (measurement.startup_s if measurement else None) or 0.0
     out: dict[str, Any] = {
         "candidate": candidate.number,
         "settings": list(candidate.settings),
@@ -88,9 +106,11 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
         "reason": measurement.reason if measurement else None,
         "examples_per_sec": _round(speed, 1),
         "usd_per_hour": _round(price, 3),
+        "price_basis": price_basis,
         "startup_s": _round(measurement.startup_s, 0) if measurement else None,
         "billable_s": measurement.billable_s if measurement else None,
         "utilization": dict(measurement.utilization) if measurement else {},
+        "ps_utilization": dict(measurement.ps_utilization) if measurement else {},
         "usd_per_million_examples": None,
         "epoch_s": None,
         "epoch_usd": None,
@@ -103,14 +123,14 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
             out["usd_per_million_examples"] = _round(price / 3600 / speed * 1e6, 4)
         if probe.rows:
             epoch_s = probe.rows / speed
-            out.update(epoch_s=round(epoch_s, 1), job_s=round(epoch_s * probe.epochs, 1))
+            out.update(epoch_s=round(epoch_s, 1), job_s=round(epoch_s * probe.epochs + startup, 1))
             if price is not None:
                 out.update(
                     epoch_usd=_round(epoch_s / 3600 * price, 4),
                     job_usd=_round(epoch_s * probe.epochs / 3600 * price, 4),
                 )
     cpu = out["utilization"].get("CPUUtilization")
-    if cpu is not None and cpu < LOW_CPU_PERCENT:
+    if cpu is not None and cpu < LOW_CPU_PERCENT and not gpu_workers(plan):
         out["note"] = (
             f"CPU {cpu:.0f}% on average: the input pipeline, not the hardware, looks like the limit "
             "(more data threads, prefetch, Pipe/FastFile or more files before more or larger instances)"
