@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +91,8 @@ def limit_warnings(limit: int | None, hosts: int, machine: int) -> list[str]:
 
 
 def size_text(value: float) -> str:
+    if value >= 1 << 40:
+        return f"{value / (1 << 40):.1f} TiB"
     return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"
 
 
@@ -344,6 +345,6 @@ def over_reason(host: HostMemory) -> str:
 
 def _kill(pid: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        psutil.Process(pid).kill()
+    except psutil.Error:
         pass

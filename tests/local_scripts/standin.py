@@ -65,6 +65,11 @@ report = {
     "files": files,
     "pipes": pipes,
     "num_cpus": os.environ.get("SM_NUM_CPUS"),
+    "memory_cgroup": next(  # the cgroup v1 memory controller's group this process runs in
+        (line.split(":", 2)[2] for line in open("/proc/self/cgroup").read().splitlines() if ":memory:" in line), None
+    )
+    if os.path.exists("/proc/self/cgroup")
+    else None,
 }
 if hasattr(os, "sched_getaffinity"):  # the cores this process, a thread of it and a child of it may run on
     import threading
