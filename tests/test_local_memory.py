@@ -59,7 +59,9 @@ def test_a_host_over_its_memory_is_killed_and_the_run_fails_naming_it_its_peak_a
     assert document["hosts"]["algo-1"]["limit_bytes"] == 150 * MIB
     assert document["mechanism"].startswith("cgroup" if mechanism == "cgroup" else "sampler")
     summary = "\n".join(lines)
-    assert "[dfm local] FAILED: algo-1 ran out of memory" in summary and "memory: algo-1 peak" in summary
+    assert "[dfm local] FAILED: algo-1 ran out of memory" in summary
+    assert "[dfm local] last lines of algo-1/train:" in summary and "[dfm] train step=20" in summary
+    assert "  memory: algo-1 peak " in summary and " of 150 MiB (resident peaks: train " in summary
     # nothing left behind: no process, no cgroup; the chief's checkpoint, written before it ran over, was kept
     assert_no_survivors(result.pids)
     assert (len(groups) == 2) == (mechanism == "cgroup") and not any(g.exists() or g.parent.exists() for g in groups)
@@ -82,7 +84,7 @@ def test_every_run_reports_each_hosts_peak_and_each_processs(tmp_path, mechanism
         assert process["role"] == "train" and 5 * MIB < process["peak_bytes"] < 1024 * MIB
         assert measured["peak_bytes"] > 0 and measured["limit_bytes"] is None
         [line] = [line for line in lines if line.startswith(f"  memory: {host} peak ")]
-        assert " MiB (train " in line and " of " not in line
+        assert " MiB (resident peaks: train " in line and " of " not in line
     if mechanism == "cgroup":  # every process of a host ran in that host's group
         for name, report in _reports(result.job_dir).items():
             assert report["memory_cgroup"].endswith("/" + report["host"]), name

@@ -317,16 +317,15 @@ class RunMemory:
         return path
 
     def summary_lines(self) -> list[str]:
-        """`memory: algo-1 peak 1.9 GiB (master 1.1, ps 0.8) of 6.0 GiB`, one line per host."""
+        """`memory: algo-1 peak 982 MiB of 3.0 GiB (resident peaks: master 1.3 GiB, ps 572 MiB)`, a line per host.
+        The processes' resident peaks count the shared library pages in each; the host's peak counts them once."""
         lines = []
         for name, host in self.document()["hosts"].items():
-            peak = host["peak_bytes"]
-            unit, scale = ("GiB", GIB) if peak >= GIB else ("MiB", MIB)
-            digits = 1 if unit == "GiB" else 0
-            roles = ", ".join(f"{p['role']} {p['peak_bytes'] / scale:.{digits}f}" for p in host["processes"].values())
             limit = f" of {size_text(host['limit_bytes'])}" if host["limit_bytes"] else ""
+            roles = ", ".join(f"{p['role']} {size_text(p['peak_bytes'])}" for p in host["processes"].values())
             lines.append(
-                f"  memory: {name} peak {peak / scale:.{digits}f} {unit}" + (f" ({roles})" if roles else "") + limit
+                f"  memory: {name} peak {size_text(host['peak_bytes'])}{limit}"
+                + (f" (resident peaks: {roles})" if roles else "")
             )
         return lines
 

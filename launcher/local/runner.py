@@ -230,7 +230,7 @@ class LocalRun:
 
     def _memory_over(self, sup: Supervisor, exited: list) -> str | None:
         """Each process's memory measured; the failure when a host went over its limit (its processes killed), with
-        a process of that host as the culprit whose last lines the report shows."""
+        that host's largest process as the culprit whose last lines the report shows."""
         self._record_reaped(sup, exited)
         ranks = {p.rank: p.label for p in self.request.processes if p.rank is not None}
         self.memory.sample(sup.processes(), {c.popen.pid: c.label for c in sup.children}, ranks)
@@ -238,8 +238,9 @@ class LocalRun:
         if host is None:
             return None
         self.memory_failure = host
-        mine = [c for c in sup.children if c.label.split("/")[0] == host.name] or sup.children
-        self.culprit = next((c for c in mine if c in exited and c.returncode), mine[0])
+        # the last lines shown are the largest process's: the one the kernel's OOM killer picks
+        mine = [c for c in sup.children if c.label in host.process_peaks] or sup.children
+        self.culprit = max(mine, key=lambda c: host.process_peaks.get(c.label, 0))
         return host_memory.over_reason(host)
 
     def _record_reaped(self, sup: Supervisor, children: list) -> None:
