@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from launcher.local import host_memory
 from launcher.local.local_request import build_request
@@ -67,6 +68,28 @@ def test_a_host_over_its_memory_is_killed_and_the_run_fails_naming_it_its_peak_a
     assert (len(groups) == 2) == (mechanism == "cgroup") and not any(g.exists() or g.parent.exists() for g in groups)
     store = Path(runner.request.checkpoint_store)
     assert (store / "count.txt").read_text() == "1"
+
+
+@pytest.mark.slow  # processes, seconds
+def test_a_host_out_of_memory_is_not_run_again_by_recover(tmp_path, mechanism):
+    from launcher.local import run_local
+    from launcher.plans.training_plan import build_plan
+    from launcher.spec import load_spec
+
+    spec = standin_spec(
+        tmp_path,
+        kind="none",
+        hosts=2,
+        checkpoint_s3_uri="s3://bucket/ckpt/",
+        local={"memory_per_host": "150MiB", "timeout_s": 120},
+        hyperparameters=GREEDY_CHIEF,
+    )
+    data = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**data, "recover": {"max_restarts": 2, "backoff_s": 1}}))
+    lines: list[str] = []
+    assert run_local(build_plan(load_spec(spec), job_name="oom-job"), echo=lines.append) == 1
+    output = "\n".join(lines)
+    assert "  1. oom-job: algo-1 ran out of memory: peak " in output and "attempt 2/" not in output
 
 
 @pytest.mark.slow  # processes, seconds

@@ -40,6 +40,7 @@ class Measurement:
     wall_s: float | None = None
     utilization: Mapping[str, float] = field(default_factory=dict)  # metric -> mean over hosts, percent of a host
     hosts: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # host -> metric -> mean percent
+    memory: Mapping[str, int] = field(default_factory=dict)  # local runs: host -> its peak memory, bytes
 
 
 def train_samples(lines: Iterable[str], label_of=lambda line: "") -> dict[str, list[tuple[int, float]]]:
@@ -91,6 +92,7 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
         "startup_s": _round(measurement.startup_s, 0) if measurement else None,
         "billable_s": measurement.billable_s if measurement else None,
         "utilization": dict(measurement.utilization) if measurement else {},
+        "memory": dict(measurement.memory) if measurement else {},
         "usd_per_million_examples": None,
         "epoch_s": None,
         "epoch_usd": None,
