@@ -32,8 +32,11 @@ def main(argv):
     if host.get("cpus"):  # mpirun runs on the first host's cores; the rank moves to its own host's
         os.sched_setaffinity(0, host["cpus"])
     if host.get("memory_group"):  # and into its own host's memory cgroup, before the script allocates anything
-        with open(os.path.join(host["memory_group"], "cgroup.procs"), "w") as procs:
-            procs.write(str(os.getpid()))
+        try:
+            with open(os.path.join(host["memory_group"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+        except OSError:  # the launcher could not make the groups: its sampler holds the hosts instead
+            pass
     os.chdir(host["cwd"])
     # Arguments naming container paths (--model_dir /opt/ml/model) point into this rank's host tree.
     container = layout["container_base"]
