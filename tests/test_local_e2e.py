@@ -160,6 +160,14 @@ def test_two_host_parameter_server_job(tmp_path, sample):
     for host in ("algo-1", "algo-2"):  # each host's ps went with its host's script
         assert "ps server stopping: SIGTERM" in (job / "logs" / f"{host}-ps.log").read_text()
     assert_no_survivors(run.processes)
+    # each host's and each process's peak memory, by role: TensorFlow processes, each above 50 MB, under 4 GB
+    memory = json.loads((job / "memory.json").read_text())["hosts"]
+    roles = {h: {p["role"]: p["peak_bytes"] for p in memory[h]["processes"].values()} for h in ("algo-1", "algo-2")}
+    assert set(roles["algo-1"]) == {"master", "ps"} and set(roles["algo-2"]) == {"worker", "ps"}
+    assert all(50 << 20 < peak < 4 << 30 for peaks in roles.values() for peak in peaks.values()), roles
+    assert all(memory[h]["peak_bytes"] > 0 for h in roles)
+    shown = {line.split()[1]: line for line in run.output.splitlines() if line.startswith("  memory: algo-")}
+    assert "master " in shown["algo-1"] and "worker " in shown["algo-2"] and "ps " in shown["algo-2"], shown
 
 
 def test_two_host_multi_worker_mirrored_job(tmp_path, sample):

@@ -87,3 +87,9 @@ def test_local_probe_of_two_layouts(tmp_path):
     best = report["recommendation"]
     assert f"recommended (the cheapest per epoch): candidate {best['candidate']}" in out
     assert "  --set instance.count=" in out and "refused: candidate 2" in out and "rank layouts on this machine" in out
+    # each candidate's hosts' peak memory: TensorFlow processes, a ps and a script on each host, above 100 MB
+    for entry in report["candidates"]:
+        hosts = int(entry["instances"].split(" x ")[0])
+        assert sorted(entry["memory"]) == [f"algo-{i}" for i in range(1, hosts + 1)]
+        assert all(peak > 100 << 20 for peak in entry["memory"].values()), entry["memory"]
+        assert f"candidate {entry['candidate']} peak memory per host: algo-1 " in out

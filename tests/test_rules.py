@@ -605,6 +605,12 @@ CASES = [
         ("error", "hyperparameters.feature_size", "9.1 GiB on each ml.c5.xlarge (all on one process"),
     ),
     (
+        rules.check_local_memory,
+        {"hyperparameters": {"feature_size": 10**7}, "local": {"memory_per_host": "2GiB"}},
+        {"hyperparameters": {"feature_size": 10**7}, "local": {"memory_per_host": "512MiB"}},
+        ("error", "local.memory_per_host", "512MiB is less than the 1.0 GiB the embedding tables alone need"),
+    ),
+    (
         rules.check_ps_group,
         hetero("ml.r6i.8xlarge"),
         hetero("ml.g5.2xlarge"),

@@ -185,6 +185,11 @@ def render_report(document: dict[str, Any]) -> str:
             lines.append(f"candidate {e['candidate']} {e['status']}: {e['reason']}")
         if e["note"]:
             lines.append(f"candidate {e['candidate']}: {e['note']}")
+        if e.get("memory"):
+            peaks = ", ".join(f"{host} {peak / (1 << 20):,.0f} MiB" for host, peak in e["memory"].items())
+            lines.append(
+                f"candidate {e['candidate']} peak memory per host: {peaks} (per process: its run's memory.json)"
+            )
     lines += refused_lines(document["refused"])
     if document["note"]:
         lines.append(f"note: {document['note']}")

@@ -70,7 +70,9 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
-def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: float | None) -> list[str]:
+def _local_overrides(
+    channels: tuple[str, ...], run_dir: str | None, timeout: float | None, memory_per_host: str | None = None
+) -> list[str]:
     overrides = []
     for item in channels:
         name, sep, path = item.partition("=")
@@ -81,6 +83,8 @@ def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: fl
         overrides.append(f"local.run_dir={json.dumps(run_dir)}")
     if timeout is not None:
         overrides.append(f"local.timeout_s={int(timeout)}")
+    if memory_per_host is not None:
+        overrides.append(f"local.memory_per_host={json.dumps(memory_per_host)}")
     return overrides
 
 
@@ -105,6 +109,11 @@ def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: fl
     "--timeout", type=click.FloatRange(min=1), metavar="SECONDS", help="--local: stop the run after this many seconds."
 )
 @click.option(
+    "--memory-per-host",
+    metavar="SIZE",
+    help="--local: memory each simulated host's processes may hold together, e.g. 6GiB (spec local.memory_per_host).",
+)
+@click.option(
     "--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them)."
 )
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
@@ -126,6 +135,7 @@ def launch(
     run_dir: str | None,
     channels: tuple[str, ...],
     timeout: float | None,
+    memory_per_host: str | None,
     verbose: bool,
     job_name: str | None,
     show_secrets: bool,
@@ -136,9 +146,10 @@ def launch(
 
     if dry_run and wait:
         raise DfmError("--wait has nothing to wait for in a --dry-run")
-    if not local and (channels or run_dir or timeout or verbose):
-        raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
-    compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
+    if not local and (channels or run_dir or timeout or memory_per_host or verbose):
+        raise DfmError("--channel, --run-dir, --timeout, --memory-per-host and --verbose apply to --local runs")
+    local_overrides = _local_overrides(channels, run_dir, timeout, memory_per_host)
+    compiled = compile_spec(spec_path, (*overrides, *local_overrides), job_name)
     warnings = _warnings(compiled)
     if not compiled.ok:
         refuse(compiled.errors, warnings, output)

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from launcher.local.cores import format_cpus
+from launcher.local.host_memory import size_text
 from launcher.local.local_request import LocalRequest
 
 LONG_VALUE = 160  # text cuts longer SM_* values (the toolkit's JSON views of the job) here; the JSON has them whole
@@ -66,6 +67,16 @@ def _cores_line(cpus: list[int], per_host: int) -> str:
     return f"  cores: {format_cpus(cpus)} (SM_NUM_CPUS={per_host}): every process of this host runs on these only"
 
 
+def _memory_line(group: str, limit: int | None) -> str:
+    held = f"its memory cgroup {group}" if group else "a sampler of its processes' resident memory (no memory cgroup)"
+    if not limit:
+        return f"  memory: no limit (local.memory_per_host); its peak is measured by {held}"
+    return (
+        f"  memory: {size_text(limit)} at most for every process of this host together (local.memory_per_host), "
+        f"held by {held}; over it, the host is killed and the run fails"
+    )
+
+
 def render_request(document: dict[str, Any]) -> str:
     """The text of a local dry run, from its document (request_document) alone."""
     processes = document["processes"]
@@ -94,6 +105,7 @@ def render_request(document: dict[str, Any]) -> str:
             f"input/config/{', '.join(host['config_files'])})",
         ]
         lines.append(_cores_line(host["cpus"], document["cores_per_host"]))
+        lines.append(_memory_line(host["memory_group"], document["memory_per_host"]))
         lines += [_channel_line(feed) for feed in host["channels"]]
         if host["checkpoint_dir"]:
             lines.append(f"  checkpoints: {host['checkpoint_dir']}")

@@ -65,9 +65,16 @@ def _host_env(
 
 
 def processes(
-    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
+    plan,
+    trees: list[HostTree],
+    runtime: Runtime,
+    environ: Mapping[str, str],
+    job_dir: Path,
+    owned: CoreLayout,
+    memory_groups: Mapping[str, str] | None = None,
 ):
-    """(processes, the master's label, files to write) for the plan's distribution."""
+    """(processes, the master's label, files to write) for the plan's distribution. `memory_groups`: host -> the
+    memory cgroup its processes run in (an MPI rank moves into its host's itself)."""
     kind, base, logs = plan.distribution.kind, _base_env(runtime, environ), job_dir / "logs"
 
     def script(
@@ -87,7 +94,7 @@ def processes(
         )
 
     if kind == "horovod":
-        return _mpi_processes(plan, trees, runtime, environ, job_dir, owned)
+        return _mpi_processes(plan, trees, runtime, environ, job_dir, owned, memory_groups or {})
     if not plan.toolkit_cluster:  # every host runs the script, which builds the cluster itself
         addresses = {a: f"{cluster.LOOPBACK}:{cluster.free_port()}" for a in tasks.container_addresses(plan)}
         extra_env = {contract.bundled_cluster().ADDRESSES_ENV: json.dumps(addresses)}
@@ -125,7 +132,13 @@ def processes(
 
 
 def _mpi_processes(
-    plan, trees: list[HostTree], runtime: Runtime, environ: Mapping[str, str], job_dir: Path, owned: CoreLayout
+    plan,
+    trees: list[HostTree],
+    runtime: Runtime,
+    environ: Mapping[str, str],
+    job_dir: Path,
+    owned: CoreLayout,
+    memory_groups: Mapping[str, str],
 ):
     """The first host's toolkit runs mpirun, exporting its own environment to every rank; rank_exec.py then
     gives each rank its host's tree and cores (the rank's host is rank // processes_per_host)."""
@@ -164,5 +177,7 @@ def _mpi_processes(
                 rank,
             )
         )
-    layout = mpi.rank_hosts_layout(per_host, [(envs[t.host], t, owned.cpus[t.host]) for t in trees])
+    layout = mpi.rank_hosts_layout(
+        per_host, [(envs[t.host], t, owned.cpus[t.host], memory_groups.get(t.host, "")) for t in trees]
+    )
     return tuple(processes), "mpirun", {str(rank_hosts): layout}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -31,7 +31,7 @@ from launcher.local.container import (
     plan_hosts,
     to_host_path,
 )
-from launcher.local import local_processes
+from launcher.local import host_memory, local_processes
 from launcher.local.local_processes import INHERITS, LocalProcess
 from launcher.local.runtime import Runtime
 from launcher.plans.training_plan import Plan
@@ -65,6 +65,7 @@ class LocalHost:
     channels: tuple[ChannelFeed, ...]
     checkpoint_dir: str | None = None  # synced with the run's checkpoint store (checkpoint_s3_uri)
     cpus: tuple[int, ...] = ()  # the cores every process of this host runs on (empty: not confined)
+    memory_group: str = ""  # the memory cgroup every process of this host runs in (empty: none, the sampler)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class LocalRequest:
     files: Mapping[str, Any] = field(default_factory=dict)  # more files written before the start: path -> JSON
     source_files: Mapping[str, str] = field(default_factory=dict)  # added to every host's code/ (plan.source_files)
     cores_per_host: int = 1  # each host's SM_NUM_CPUS
+    memory_per_host: int | None = None  # bytes each host's processes may hold together (None: no limit)
     warnings: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # why it cannot run (yet): shown by the dry run, refused by the runner
 
@@ -150,10 +152,16 @@ def build_request(
     store = checkpoint_store(plan, root)
     owned = host_cores(plan, cpus)
     warnings: list[str] = [owned.warning] if owned.warning else []
+    limit = plan.local.memory_per_host
+    warnings += host_memory.limit_warnings(limit, len(trees), host_memory.machine_memory())
+    groups = host_memory.host_groups(str(job_dir), [t.host for t in trees], host_memory.own_group())
     problems: list[str] = [p for p in [bfloat16_problem(plan, environ)] if p]
     sources = _channel_sources(plan, problems)
-    host_requests = tuple(_host(plan, tree, sources, store, warnings, owned.cpus[tree.host]) for tree in trees)
-    processes, master, files = local_processes.processes(plan, trees, runtime, environ, job_dir, owned)
+    host_requests = tuple(
+        replace(_host(plan, tree, sources, store, warnings, owned.cpus[tree.host]), memory_group=groups[tree.host])
+        for tree in trees
+    )
+    processes, master, files = local_processes.processes(plan, trees, runtime, environ, job_dir, owned, groups)
     files = {str(job_dir / PLAN_FILE): plan.to_dict(), **files}
     return LocalRequest(
         job_name=plan.job_name,
@@ -171,6 +179,7 @@ def build_request(
         stall_timeout_s=plan.operations.stall_timeout_s,
         source_files=dict(plan.source_files),
         cores_per_host=owned.per_host,
+        memory_per_host=limit,
         warnings=tuple(warnings),
         problems=tuple(problems),
     )

@@ -64,16 +64,16 @@ def script_command(runtime: "Runtime", entry_point: str, argv: list[str]) -> lis
 
 
 def rank_hosts_layout(
-    processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree", tuple[int, ...]]]
+    processes_per_host: int, hosts: list[tuple[Mapping[str, str], "HostTree", tuple[int, ...], str]]
 ) -> dict:
     """What rank_exec.py reads to place a rank on its host: env, code dir, the tree standing in for /opt/ml,
-    and the host's cores (empty: not confined)."""
+    the host's cores (empty: not confined) and its memory cgroup (empty: none)."""
     return {
         "processes_per_host": processes_per_host,
         "container_base": CONTAINER_BASE_DIR,
         "hosts": [
-            {"env": dict(env), "cwd": str(tree.code), "base": str(tree.base), "cpus": list(cpus)}
-            for env, tree, cpus in hosts
+            {"env": dict(env), "cwd": str(tree.code), "base": str(tree.base), "cpus": list(cpus), "memory_group": group}
+            for env, tree, cpus, group in hosts
         ],
     }
 

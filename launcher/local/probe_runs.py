@@ -86,6 +86,7 @@ def execute(
                 examples_per_sec=steady_examples_per_sec(run.samples),
                 startup_s=startup,
                 wall_s=ended - run.started,
+                memory={name: host["peak_bytes"] for name, host in run.memory.document()["hosts"].items()},
             )
         )
         if result.reason.startswith(f"stopped by {signal.Signals.SIGINT.name}"):

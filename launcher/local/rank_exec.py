@@ -3,8 +3,9 @@
 All simulated hosts are this machine, so mpirun starts every rank here; the rank's host is
 rank // processes_per_host (mpirun maps by slot, filling one host's slots before the next). The wrapper
 takes that host's environment (its SAGEMAKER_BASE_DIR tree and the paths in it) from the JSON file the
-launcher wrote, moves onto the host's cores, changes into the host's code dir, maps /opt/ml arguments into
-the host's tree and replaces itself with the script. Stdlib only: it runs before anything else in the rank.
+launcher wrote, moves onto the host's cores and into its memory cgroup, changes into the host's code dir,
+maps /opt/ml arguments into the host's tree and replaces itself with the script. Stdlib only: it runs before
+anything else in the rank.
 
 usage: python rank_exec.py HOSTS_JSON PROGRAM [ARGS...]
 """
@@ -30,6 +31,12 @@ def main(argv):
     os.environ.update(host["env"])
     if host.get("cpus"):  # mpirun runs on the first host's cores; the rank moves to its own host's
         os.sched_setaffinity(0, host["cpus"])
+    if host.get("memory_group"):  # and into its own host's memory cgroup, before the script allocates anything
+        try:
+            with open(os.path.join(host["memory_group"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+        except OSError:  # the launcher could not make the groups: its sampler holds the hosts instead
+            pass
     os.chdir(host["cwd"])
     # Arguments naming container paths (--model_dir /opt/ml/model) point into this rank's host tree.
     container = layout["container_base"]

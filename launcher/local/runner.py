@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import curves, netns
+from launcher.local import curves, host_memory, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.local_processes import inherited_env
 from launcher.local.local_request import LocalHost, LocalRequest, build_request
@@ -89,6 +89,12 @@ class LocalRun:
         self.watchdog: StallWatchdog | None = None
         self._restored: dict[str, dict[str, tuple[int, int]]] = {}  # host -> checkpoint files copied in from the store
         self.first_cause: str | None = None  # the first process line that says why a run failed
+        self.memory = host_memory.RunMemory(
+            {h.name: h.memory_group for h in request.hosts},
+            request.memory_per_host,
+            {p.label: p.host for p in request.processes},
+        )
+        self.memory_failure: host_memory.HostMemory | None = None  # the host killed for going over its limit
 
     # ---- preparing the hosts ----
     def prepare(self) -> None:
@@ -142,7 +148,7 @@ class LocalRun:
             sup.start(
                 process.label,
                 process.supervision,
-                list(process.argv),
+                host_memory.joining(self.memory.group(process.host), process.argv),
                 env={**base, **process.env},
                 cwd=Path(process.cwd),
                 log_files=logs,
@@ -183,7 +189,11 @@ class LocalRun:
         scripts_done_at: float | None = None
         while True:
             sup.drain(timeout=0.2)
-            for child in sup.poll():
+            exited = sup.poll()
+            over = self._memory_over(sup, exited)
+            if over:
+                return 1, over
+            for child in exited:
                 if child.stopped:
                     continue
                 if child.returncode != 0:
@@ -217,6 +227,44 @@ class LocalRun:
                     f"(on SageMaker this job would run until max_run)"
                 )
             self.display.progress(self.progress, now)
+
+    def _memory_over(self, sup: Supervisor, exited: list) -> str | None:
+        """Each process's memory measured; the failure when a host went over its limit (its processes killed), with
+        that host's largest process as the culprit whose last lines the report shows."""
+        self._record_reaped(sup, exited)
+        ranks = {p.rank: p.label for p in self.request.processes if p.rank is not None}
+        self.memory.sample(sup.processes(), {c.popen.pid: c.label for c in sup.children}, ranks)
+        host = self.memory.over()
+        if host is None:
+            return None
+        self.memory_failure = host
+        # the last lines shown are the largest process's: the one the kernel's OOM killer picks
+        mine = [c for c in sup.children if c.label in host.process_peaks] or sup.children
+        self.culprit = max(mine, key=lambda c: host.process_peaks.get(c.label, 0))
+        return host_memory.over_reason(host)
+
+    def _record_reaped(self, sup: Supervisor, children: list) -> None:
+        for child in children:
+            created = sup.create_time(child.popen.pid)
+            if child.max_rss is not None and created is not None:
+                self.memory.reaped(child.popen.pid, created, child.max_rss)
+
+    def _finish_memory(self, sup: Supervisor) -> None:
+        """The peaks of the processes stopped at the end; the hosts' groups removed."""
+        self._record_reaped(sup, sup.children)
+        self.memory.finish()
+
+    def _memory_lines(self) -> list[str]:
+        """Each host's peak and its processes' (also in the run folder's memory.json), the limit and what held it."""
+        lines = self.memory.summary_lines()
+        if self.request.memory_per_host:
+            lines.append(
+                f"  memory limit: {host_memory.size_text(self.request.memory_per_host)} per host, held by the "
+                f"{self.memory.mechanism}"
+            )
+        if self.prepared:
+            lines.append(f"  memory peaks: {self.memory.save(self.job_dir)}")
+        return lines + ([f"  note: {self.memory.note}"] if self.memory.note else [])
 
     def _stalled(self, sup: Supervisor, now: float) -> tuple[int, str]:
         """The watchdog's verdict: the likeliest culprit in the reason (its last lines follow in the report),
@@ -252,6 +300,7 @@ class LocalRun:
         previous = self._install_signal_handlers()
         code, reason, interruption = 1, "not started", None
         try:
+            self.memory.start()
             for feeder in self.feeders:
                 feeder.start()
             self.start_processes(sup)
@@ -270,6 +319,7 @@ class LocalRun:
             for feeder in self.feeders:
                 feeder.join(timeout=5)
             sup.close()
+            self._finish_memory(sup)
             namespace.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -281,6 +331,8 @@ class LocalRun:
         """The signal that ended the failed process when dfm did not send it (a lost instance, simulated)."""
         child = self.culprit
         if child is None or child.returncode is None or child.returncode >= 0 or child.stopped:
+            return None
+        if self.memory_failure is not None:  # out of memory: the next attempt would end the same way
             return None
         return -child.returncode
 
@@ -333,6 +385,7 @@ class LocalRun:
             f"  logs: {self.request.log_dir}" + self._hidden_note(),
         ]
         lines += [f"  exported: {path}" for path in p.exported]
+        lines += self._memory_lines()
         lines += self._curves_lines()
         if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
             lines.append(f"[dfm local] cause: {self.first_cause}")

@@ -13,7 +13,9 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ class Child:
     returncode: int | None = None
     logs: dict[str, object] = field(default_factory=dict)
     stopped: bool = False  # ended on purpose by the supervisor (its exit code says nothing about the job)
+    max_rss: int | None = None  # bytes: the kernel's peak resident memory of the process, once reaped
 
     def log_for(self, label: str):
         if label not in self.logs:  # a label without a file of its own (a rank mpirun invented) logs to the child's
@@ -141,7 +144,7 @@ class Supervisor:
                 self._track(child.popen.pid)
         exited = []
         for child in self.children:
-            if child.returncode is None and child.popen.poll() is not None:
+            if child.returncode is None and _reap(child) is not None:
                 child.returncode = child.popen.returncode
                 exited.append(child)
         return sorted(exited, key=lambda child: child.returncode >= 0)
@@ -169,6 +172,17 @@ class Supervisor:
     def tracked_pids(self) -> set[int]:
         return set(self._tracked)
 
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the run's trees seen so far and still there."""
+        return [proc for proc in self._tracked.values() if _alive(proc)]
+
+    def create_time(self, pid: int) -> float | None:
+        proc = self._tracked.get(pid)
+        try:
+            return proc.create_time() if proc is not None else None
+        except psutil.Error:
+            return None
+
     def terminate(self, child: Child) -> None:
         """SIGTERM to one child and its descendants, without waiting; `stop` kills what is left at the end."""
         child.stopped = True
@@ -194,13 +208,13 @@ class Supervisor:
                 proc.send_signal(signal.SIGCONT)  # a stopped process (SIGSTOP, a debugger) gets its SIGTERM now
             except psutil.NoSuchProcess:
                 pass
-        _, still = psutil.wait_procs(alive, timeout=grace_s)
+        still = self._wait_gone(alive, grace_s)
         for proc in still:
             try:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(still, timeout=grace_s)
+        self._wait_gone(still, grace_s)
         for child in self.children:
             try:
                 child.popen.wait(timeout=grace_s)
@@ -208,6 +222,23 @@ class Supervisor:
                 pass
             if child.returncode is None:
                 child.returncode = child.popen.returncode
+
+    def _wait_gone(self, procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+        """Wait up to `timeout` for `procs` to end, reaping the launcher's own children with wait4 (which keeps their
+        peak memory); -> those still running."""
+        deadline = time.monotonic() + timeout
+        children = {child.popen.pid: child for child in self.children}
+        while True:
+            for child in children.values():
+                _reap(child)
+            still = [
+                proc
+                for proc in procs
+                if (children[proc.pid].popen.returncode is None if proc.pid in children else _alive(proc))
+            ]
+            if not still or time.monotonic() > deadline:
+                return still
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Flush the remaining output and close the logs (after stop)."""
@@ -218,6 +249,22 @@ class Supervisor:
             child.close_logs()
             if not reader.is_alive():  # closing under a blocked reader would block too
                 child.popen.stdout.close()
+
+
+def _reap(child: Child) -> int | None:
+    """The child's exit code once it has ended (None while it runs), reaped with wait4 so that its peak resident
+    memory (ru_maxrss) is kept in `child.max_rss`."""
+    if child.popen.returncode is not None or not hasattr(os, "wait4"):
+        return child.popen.poll()
+    try:
+        pid, status, usage = os.wait4(child.popen.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere
+        return child.popen.poll()
+    if pid == 0:
+        return None
+    child.popen.returncode = os.waitstatus_to_exitcode(status)
+    child.max_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    return child.popen.returncode
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -44,6 +44,7 @@ class Measurement:
     utilization: Mapping[str, float] = field(default_factory=dict)  # metric -> mean over the chief and worker hosts
     ps_utilization: Mapping[str, float] = field(default_factory=dict)  # the same over the ps group's own hosts
     hosts: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # host -> metric -> mean percent
+    memory: Mapping[str, int] = field(default_factory=dict)  # local runs: host -> its peak memory, bytes
 
 
 def train_samples(lines: Iterable[str], label_of=lambda line: "") -> dict[str, list[tuple[int, float]]]:
@@ -111,6 +112,7 @@ def row(candidate: Candidate, measurement: Measurement | None, probe: ProbePlan)
         "billable_s": measurement.billable_s if measurement else None,
         "utilization": dict(measurement.utilization) if measurement else {},
         "ps_utilization": dict(measurement.ps_utilization) if measurement else {},
+        "memory": dict(measurement.memory) if measurement else {},
         "usd_per_million_examples": None,
         "epoch_s": None,
         "epoch_usd": None,

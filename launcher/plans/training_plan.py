@@ -19,6 +19,7 @@ from launcher.facts import conventions
 from launcher.plans import hosts
 from launcher.facts import images
 from launcher.facts import service_model
+from launcher.spec import size_bytes
 
 if TYPE_CHECKING:
     from launcher.spec import Spec
@@ -52,6 +53,7 @@ class LocalOptions:
     timeout_s: int | None = None
     master_grace_s: float = 60.0
     cores_per_host: int | None = None  # None: this machine's cores divided among the hosts
+    memory_per_host: int | None = None  # bytes each simulated host's processes may hold together (None: no limit)
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,7 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
         timeout_s=spec.local.timeout_s,
         master_grace_s=spec.local.master_grace_s,
         cores_per_host=spec.local.cores_per_host,
+        memory_per_host=size_bytes(spec.local.memory_per_host) if spec.local.memory_per_host else None,
     )
     return Plan(
         job_name=job_name,

@@ -34,7 +34,7 @@ from launcher.rules.gpu import (
     check_ps_pipe_channels,
     one_host_ps_gpus,
 )
-from launcher.rules.memory import check_host_memory
+from launcher.rules.memory import check_host_memory, check_local_memory
 from launcher.rules.precision import check_bfloat16_hardware
 from launcher.rules.recovery_types import check_recovery_types
 from launcher.rules.request_rules import (
@@ -282,6 +282,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_s3_shard,
     check_file_systems,
     check_local_channels,
+    check_local_memory,
     check_recover,
     check_stall_timeout,
     *TUNE_RULES,

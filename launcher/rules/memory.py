@@ -19,7 +19,7 @@ from launcher.rules.findings import Finding, error, warning
 from launcher.rules.gpu import replica_need, table_field
 from launcher.rules.hparams import script_values
 from launcher.rules.ps_group import table_rows
-from launcher.spec import Spec
+from launcher.spec import Spec, size_bytes
 
 
 class HostNeed(NamedTuple):
@@ -127,3 +127,25 @@ def check_host_memory(spec: Spec) -> list[Finding]:
             )
         ]
     return []
+
+
+def check_local_memory(spec: Spec) -> list[Finding]:
+    """`local.memory_per_host` below what one host holds for the tables in this layout (host_need): the local run
+    would only end out of memory."""
+    text = spec.local.memory_per_host
+    values = script_values(spec)
+    if text is None or values is None:
+        return []
+    rows = table_rows(spec, values)
+    limit = size_bytes(text)
+    need = host_need(spec, values, rows, limit / hosts.GIB) if rows else None
+    if need is None or need.needed <= limit:
+        return []
+    return [
+        error(
+            "local.memory_per_host",
+            f"{text} is less than the {hosts.gib(need.needed)} the embedding tables alone need on each simulated "
+            f"host ({need.layout}: {need.how}): give the hosts more than that (TensorFlow itself needs room too), "
+            f"or use {need.fix}",
+        )
+    ]

@@ -43,6 +43,7 @@ from launcher.spec.value_types import (
     EnvName,
     FileSystemId,
     InstanceTypeName,
+    MemorySize,
     Region,
     RoleArn,
     S3OrAuto,
@@ -53,10 +54,21 @@ from launcher.spec.value_types import (
     _custom,
     _pattern,
     _Strict,
+    size_bytes,
 )
 from launcher.spec.file import Location, Problem, SpecError, did_you_mean, parse_override, read_spec_data
 
-__all__ = ["Spec", "SpecError", "Location", "Problem", "load_spec", "json_schema", "did_you_mean", "parse_override"]
+__all__ = [
+    "Spec",
+    "SpecError",
+    "Location",
+    "Problem",
+    "load_spec",
+    "json_schema",
+    "did_you_mean",
+    "parse_override",
+    "size_bytes",
+]
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -160,6 +172,11 @@ class Local(_Strict):
         ge=1,
         description="cores each simulated host owns (its processes run only on them; its SM_NUM_CPUS); "
         "default: this machine's cores divided among the hosts",
+    )
+    memory_per_host: MemorySize | None = Field(
+        None,
+        description="memory each simulated host's processes may hold together, as an instance's memory "
+        "(e.g. 6GiB, 512MiB, 8GB); a host over it is killed and fails the run. Default: no limit",
     )
 
 

@@ -79,3 +79,46 @@ def _by_shape(expected: str, shape: Callable[[Any], str | None] = _shape) -> Dis
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# Sizes: binary units as instance memory is given (GiB), decimal ones as disks are (GB). A bare "6G" is refused:
+# docker reads it as 6 GiB, Kubernetes as 6 GB.
+SIZE_UNITS = {
+    "KiB": 1 << 10,
+    "MiB": 1 << 20,
+    "GiB": 1 << 30,
+    "TiB": 1 << 40,
+    "kB": 10**3,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([A-Za-z]*)")
+
+
+def size_bytes(text: str) -> int:
+    """'6GiB' -> 6442450944, '512MiB', '1.5GiB', '8GB' (10^9); ValueError naming the forms for anything else."""
+    match = _SIZE.fullmatch(text.strip())
+    unit = match and match.group(2)
+    if match and unit in SIZE_UNITS:
+        value = int(float(match.group(1)) * SIZE_UNITS[unit])
+        if value > 0:
+            return value
+    hint = ""
+    letter = (unit or " ")[0].upper()
+    if letter in "KMGT" and unit.upper().rstrip("I") == letter:  # 6G, 6g, 6Gi: which unit is meant?
+        power, number = " KMGT".index(letter), match.group(1)
+        hint = f" ({number}{letter}iB for 2^{10 * power} bytes per unit, {number}{letter}B for 10^{3 * power})"
+    raise ValueError(f"'{text}' is not a size like 512MiB, 6GiB or 8GB{hint}")
+
+
+def _size(value: str) -> str:
+    try:
+        size_bytes(value)
+    except ValueError as err:
+        raise _custom("size", str(err)) from None
+    return value
+
+
+MemorySize = Annotated[str, AfterValidator(_size)]

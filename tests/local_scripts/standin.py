@@ -23,6 +23,7 @@ parser.add_argument("--listen", default="False")  # bind a port on all interface
 parser.add_argument("--stop_on", default="")  # this host stops itself (SIGSTOP) after its train lines: a hung process
 parser.add_argument("--stop_marker", default="")  # with stop_on: where that host writes its pid just before stopping
 parser.add_argument("--interrupt", default="never")  # first | always: the chief SIGKILLs itself (a lost instance)
+parser.add_argument("--allocate_mb", type=int, default=0)  # with on_host: that host holds this much, then sleeps
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
@@ -64,6 +65,11 @@ report = {
     "files": files,
     "pipes": pipes,
     "num_cpus": os.environ.get("SM_NUM_CPUS"),
+    "memory_cgroup": next(  # the cgroup v1 memory controller's group this process runs in
+        (line.split(":", 2)[2] for line in open("/proc/self/cgroup").read().splitlines() if ":memory:" in line), None
+    )
+    if os.path.exists("/proc/self/cgroup")
+    else None,
 }
 if hasattr(os, "sched_getaffinity"):  # the cores this process, a thread of it and a child of it may run on
     import threading
@@ -160,6 +166,9 @@ if args.stop_on == host:
             handle.write(str(os.getpid()))
         os.replace(args.stop_marker + ".tmp", args.stop_marker)
     os.kill(os.getpid(), signal.SIGSTOP)
+if mine and args.allocate_mb:  # every page written, so it is resident
+    held = b"x" * (args.allocate_mb << 20)
+    print(f"[dfm] allocated {args.allocate_mb} MB", flush=True)
 if mine and args.behave == "sleep":
     time.sleep(args.sleep_s)
 if mine and args.behave == "fail":
