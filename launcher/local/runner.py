@@ -333,6 +333,7 @@ class LocalRun:
             f"  logs: {self.request.log_dir}" + self._hidden_note(),
         ]
         lines += [f"  exported: {path}" for path in p.exported]
+        lines += [f"  warning: {warning}" for warning in p.warnings]
         lines += self._curves_lines()
         if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
             lines.append(f"[dfm local] cause: {self.first_cause}")
