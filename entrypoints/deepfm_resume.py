@@ -43,7 +43,7 @@ def mismatch(saved, expected, kind):
         written = optimizer_of(saved_slots)
         words = f" ({_slots_words(written)})" if written in SLOTS else f" ({written})"
         return f"was written with optimizer {written}{words}, this run uses {kind} ({_slots_words(kind)})"
-    for key, shape in expected.items():
+    for key, shape in sorted(expected.items(), key=lambda item: -len(item[1])):  # tables and kernels first
         name = key[: -len(VALUE)] if key.endswith(VALUE) else key
         if key in saved and list(saved[key]) != list(shape):
             return f"holds {name} in shape {list(saved[key])}, this run's is {list(shape)}"
