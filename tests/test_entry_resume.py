@@ -65,6 +65,7 @@ def test_the_finished_record_names_its_step_and_job_and_is_replaced_whole(tmp_pa
     assert finished_by(str(tmp_path), 80) is None
 
 
+@pytest.mark.runtimes  # where tf.train.Checkpoint stores each variable is TensorFlow's choice
 @pytest.mark.parametrize("kind", ["adam", "adagrad", "ftrl", "sgd"])
 def test_each_optimizers_own_checkpoint_fits_it(kind, tmp_path):
     import tensorflow as tf
