@@ -220,3 +220,31 @@ def test_a_final_model_no_better_than_chance_is_warned_about(auc, warned, capsys
     assert len(lines) == warned
     if warned:
         assert f"the final model is no better than chance: eval auc={auc:.4f} at step 4 (below 0.52" in lines[0]
+
+
+@pytest.mark.parametrize("aucs, warned", [([0.51, 0.50], "auc=0.5100 at step 2"), ([0.60, 0.50], None)])
+def test_the_chance_warning_reads_the_exported_model_the_best_evaluations(tmp_path, aucs, warned, capsys):
+    from deepfm_training import build_trainer
+
+    class Evaluations(Steps):
+        def evaluate(self, step):
+            return 0.69, aucs.pop(0)
+
+    hp = deepfm_hparams.parse_hyperparameters(
+        ["--best_of", "eval:auc", "--eval_steps", "2", "--feature_size", "100", "--deep_layers", "8"]
+    )
+    trainer = build_trainer(hp)
+    env = SimpleNamespace(**{**vars(container(["train", "eval"])), "model_dir": str(tmp_path)})
+    TrainingLoop(hp, env, trainer, Evaluations(trainer, batches=4), None).run()
+    out = capsys.readouterr().out
+    assert "best_of eval:auc: exporting the model of step 2" in out and "[dfm] exported" in out
+    lines = [line for line in out.splitlines() if line.startswith("[dfm] warning:")]
+    assert lines == (
+        [
+            f"[dfm] warning: the exported model is no better than chance: eval {warned} (below 0.52; a model"
+            " that learned nothing scores 0.5): check the labels, the features and learning_rate before"
+            " using it"
+        ]
+        if warned
+        else []
+    )
