@@ -124,3 +124,46 @@ def test_a_run_whose_loss_explodes_but_stays_finite_fails_without_a_model(tmp_pa
     assert line.startswith("[dfm] error: training diverged at step 10: train loss=") and "is above 6.93" in line
     assert "nan" not in line and "inf" not in line.split("train loss=")[1].split()[0]
     assert exports(tmp_path) == [] and not any(line.startswith("[dfm] trained steps") for line in lines)
+
+
+def mirrored_pair(tmp_path, job, hp, name):
+    """Two MultiWorkerMirroredStrategy workers (one host each, on loopback) as job `job`. -> (codes, logs)."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    hosts = ["algo-1", "algo-2"]
+    cluster = {"worker": [f"localhost:{es.free_port()}" for _ in hosts]}
+    procs, logs = [], []
+    for index, name_of_host in enumerate(hosts):
+        base = tmp_path / name_of_host
+        env = es.make_container(
+            base, ["train", "eval"], hosts=hosts, current_host=name_of_host, s3_sharded=("train",), num_cpus=1
+        )
+        if not any((base / "input/data/train").iterdir()):
+            train, evaluation = es.synth_split(1024, 256, seed=4, feature_size=HP["feature_size"])
+            es.write_tfrecords(base / "input/data/train", train.take(512 * index, 512 * (index + 1)), 1)
+            es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+        tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}, "environment": "cloud"}
+        extra = {"TF_CONFIG": json.dumps(tf_config), "TRAINING_JOB_NAME": job}
+        logs.append(base / f"{name}.log")
+        procs.append(es.start_script(base, "train_mirrored.py", hp, env, logs[-1], extra))
+    try:
+        codes = [proc.wait(240) for proc in procs]
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("workers did not finish: " + "".join(log.read_text()[-2000:] for log in logs))
+    return codes, [log.read_text().splitlines() for log in logs]
+
+
+@pytest.mark.slow
+def test_synchronous_workers_stop_together_on_a_finished_runs_checkpoints(tmp_path):
+    hp = dict(HP, max_steps=4, log_steps=2)
+    codes, logs = mirrored_pair(tmp_path, "day-1", hp, "first")
+    assert codes == [0, 0], logs[0][-30:] + logs[1][-30:]
+    codes, logs = mirrored_pair(tmp_path, "day-2", hp, "second")
+    assert codes == [1, 1], logs[0][-30:] + logs[1][-30:]
+    (line,) = errors(logs[0])  # rank 0 keeps the checkpoints and says why; its worker follows the vote
+    assert line.startswith("[dfm] error: nothing left to train: ckpt-4 in ") and errors(logs[1]) == []
