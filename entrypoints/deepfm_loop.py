@@ -5,7 +5,9 @@ The loop owns what every run does alike: resume (restore the latest checkpoint, 
 epoch already trained on), epochs, the windows of steps between the hosts' work (a train line every
 `log_steps`, a checkpoint every `checkpoint_steps`, an evaluation every `eval_steps` or after each epoch,
 `max_steps`), model selection and early stopping, the last train line, the bad-row counts, the stops (no
-step trained, divergence, bad input data), the final checkpoint and evaluation, and the export.
+step trained, nothing left to train after a finished run, divergence, bad input data), the final checkpoint
+and evaluation, the export, the warning when the final model is no better than chance, and the record of the
+finished run.
 
 A distribution (`Distribution`: deepfm_sync's `SyncSteps`, deepfm_coordinator's `CoordinatorSteps`) says
 only how it builds an epoch's input, how it runs up to N steps of it (how many ran, whether the data

@@ -1,6 +1,7 @@
 """The metrics of training and evaluation: streaming loss and AUC as variables (`StreamingMetrics`, which
 parameter-server workers update remotely and the chief reads), the train line of a window (`TrainWindow`), the
-eval line of an evaluation, and the stop on a loss or weights no longer finite (`Diverged`).
+eval line of an evaluation, and the stop on a loss or weights no longer finite, or a window's loss far worse than
+knowing nothing (`Diverged`).
 """
 
 import time
