@@ -8,7 +8,7 @@ import math
 import os
 import time
 
-from deepfm_log import emit, format_exported, log
+from deepfm_log import emit, error_line, format_exported, log
 
 
 def checkpoint_dir(hp, env):
@@ -49,16 +49,39 @@ class CheckpointKeeper:
         self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.every_steps, self.directory = every_steps, directory
         self.step_variable = trainer.optimizer.iterations
+        self.trainer = trainer
         self.last_saved = None
+        self.restored = None  # the path of the restored checkpoint
 
     def restore_latest(self):
-        """-> the restored global step (0 when there is no checkpoint)."""
+        """-> the restored global step (0 when there is no checkpoint). A checkpoint that does not fit this
+        run (another optimizer, a variable of another shape) ends the run with one line naming the difference."""
         latest = self.manager.latest_checkpoint
         if latest is None:
             log(f"no checkpoint in {self.directory}: starting at step 0")
             return 0
-        self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
+        import tensorflow as tf
+        from deepfm_resume import expected_shapes, mismatch
+
+        where = f"checkpoint {os.path.basename(latest)} in {self.directory}"
+        trainer = self.trainer
+        saved = dict(tf.train.list_variables(latest))
+        differs = mismatch(
+            saved, expected_shapes(trainer.model, trainer.optimizer, trainer.loss_scale), trainer.optimizer.kind
+        )
+        if differs is None:
+            try:
+                self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
+            except (AssertionError, ValueError, tf.errors.OpError) as err:
+                differs = f"does not fit this run: {error_line(err).split(' Showing ')[0]}"  # not the arrays
+        if differs is not None:
+            log(
+                f"error: {where} {differs}; train with the settings it was written with, "
+                "or from a new checkpoint location"
+            )
+            raise SystemExit(1)
         step = int(self.step_variable.numpy())
+        self.restored = latest
         self.last_saved = step
         log(f"restored {latest}: continuing at step {step}")
         return step
@@ -79,6 +102,24 @@ class CheckpointKeeper:
         self.last_saved = step
         log(f"checkpoint step={step} {path}")
         return path
+
+
+def nothing_left(keeper, step, job):
+    """-> the line of a run that restored the end of another job's finished run at `step` and trained no step
+    on, or None (no such record: a restart of the same job, or one interrupted before its export)."""
+    from deepfm_resume import finished_by, same_job
+
+    if keeper is None or keeper.restored is None or keeper.last_saved != step:
+        return None
+    finished = finished_by(keeper.directory, step)
+    if finished is None or same_job(finished, job):
+        return None
+    return (
+        f"error: nothing left to train: {os.path.basename(keeper.restored)} in {keeper.directory} is where job "
+        f"{finished or '(unnamed)'} finished, at step {step}, and this run trained no step on it; to train on "
+        "new data from scratch use a new checkpoint location (spec checkpoints: auto gives each job its own), "
+        "to go on from this model raise epochs or max_steps; no model exported"
+    )
 
 
 def stop_diverged(err, keeper):

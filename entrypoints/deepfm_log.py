@@ -19,6 +19,12 @@ def log(message):
     emit(f"{LOG_PREFIX} {message}")
 
 
+def warn(message):
+    """`[dfm] warning: <message>`: a run that goes on, or ends "done", with something the user must look at (the
+    local run's summary repeats these lines)."""
+    log(f"warning: {message}")
+
+
 def format_metric(kind, step, loss, auc, examples_per_sec=None):
     """`[dfm] train step=<int> loss=<float> auc=<float> examples_per_sec=<float>` or
     `[dfm] eval step=<int> loss=<float> auc=<float>`."""

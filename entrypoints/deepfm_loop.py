@@ -5,7 +5,9 @@ The loop owns what every run does alike: resume (restore the latest checkpoint, 
 epoch already trained on), epochs, the windows of steps between the hosts' work (a train line every
 `log_steps`, a checkpoint every `checkpoint_steps`, an evaluation every `eval_steps` or after each epoch,
 `max_steps`), model selection and early stopping, the last train line, the bad-row counts, the stops (no
-step trained, divergence, bad input data), the final checkpoint and evaluation, and the export.
+step trained, nothing left to train after a finished run, divergence, bad input data), the final checkpoint
+and evaluation, the export, the warning when the final model is no better than chance, and the record of the
+finished run.
 
 A distribution (`Distribution`: deepfm_sync's `SyncSteps`, deepfm_coordinator's `CoordinatorSteps`) says
 only how it builds an epoch's input, how it runs up to N steps of it (how many ran, whether the data
@@ -19,10 +21,11 @@ the steps just trained, wherever the window ended.
 
 import time
 
-from deepfm_checkpoint import export_saved_model, stop_diverged, stop_untrained
+from deepfm_checkpoint import export_saved_model, nothing_left, stop_diverged, stop_untrained
 from deepfm_collectives import SingleProcess
 from deepfm_data_errors import stop_on_input_error
-from deepfm_log import log
+from deepfm_log import log, warn
+from deepfm_resume import mark_finished
 
 
 class Distribution:
@@ -89,6 +92,7 @@ class TrainingLoop:
         self.has_eval = di.EVAL_CHANNEL in env.channels
         self.during = self.has_eval and evaluates_during_training(hp, env, dist.rank)
         self.evaluated = []
+        self.last_eval = None  # (step, auc) of the last evaluation
 
     def run(self):
         """Restore -> train -> final checkpoint -> final evaluation (unless the last one is at this step) ->
@@ -107,9 +111,14 @@ class TrainingLoop:
             stop_diverged(err, self.keeper)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             stop_on_input_error(err, self.hp, self.env, self.dist.training_channels())
+        model = self.trainer.model
         if self.dist.rank == 0 and self.hp.export:
             model = self.selection.model_to_export(self.trainer.model, step)
             export_saved_model(model, self.hp, self.env.model_dir)
+        if self.dist.rank == 0:
+            self.warn_if_chance(model is not self.trainer.model)
+        if self.keeper is not None:
+            mark_finished(self.keeper.directory, step, self.env.job_name)
         return step
 
     def step(self):
@@ -162,13 +171,40 @@ class TrainingLoop:
         started = time.monotonic()
         loss, auc = self.dist.evaluate(step)
         self.evaluated.append(step)
+        self.last_eval = (step, auc)
         stop = stop_together(self.dist.collectives, self.selection.observe(self.trainer.model, step, loss, auc))
         self.window.leave_out(started)
         return stop
 
+    def warn_if_chance(self, best_copy):
+        """A warning line when the final model (the best evaluation's copy when that is exported) scores an eval
+        AUC no better than chance."""
+        from deepfm_metrics import CHANCE_AUC, no_better_than_chance
+
+        if best_copy:
+            _, step, _, auc = self.selection.best
+        else:
+            step, auc = self.last_eval or (None, None)
+        if step is not None and no_better_than_chance(auc):
+            which = "exported" if self.hp.export else "final"
+            warn(
+                f"the {which} model is no better than chance: eval auc={auc:.4f} at step {step} (below "
+                f"{CHANCE_AUC}; a model that learned nothing scores 0.5): check the labels, the features and "
+                "learning_rate before using it"
+            )
+
     def finish(self, start, step):
-        """Bad-row counts; no step trained stops the run; final checkpoint and evaluation."""
+        """Bad-row counts; no step trained stops the run, and so does a restored finished run that trained no
+        step on; final checkpoint and evaluation."""
+        from deepfm_selection import stop_together
+
         dist = self.dist
+        if step == start and step > 0:
+            line = nothing_left(self.keeper, step, self.env.job_name)  # rank 0 keeps the checkpoints and decides
+            if stop_together(dist.collectives, line is not None):
+                if line:
+                    log(line)
+                raise SystemExit(1)
         for whose, count in dist.bad_rows() if self.hp.features else []:
             log(f"bad rows skipped: {count}" + (f" ({whose})" if whose else ""))
         if dist.rank == 0:

@@ -1,6 +1,7 @@
 """The metrics of training and evaluation: streaming loss and AUC as variables (`StreamingMetrics`, which
 parameter-server workers update remotely and the chief reads), the train line of a window (`TrainWindow`), the
-eval line of an evaluation, and the stop on a loss or weights no longer finite (`Diverged`).
+eval line of an evaluation, and the stop on a loss or weights no longer finite, or a window's loss far worse than
+knowing nothing (`Diverged`).
 """
 
 import time
@@ -98,6 +99,19 @@ def summed_result(metrics, collectives=None):
     return loss, histogram_auc(positives, negatives), int(examples)
 
 
+# A model that predicts every example's probability as the base rate p has a log loss of -p ln p - (1-p) ln(1-p),
+# at most ln 2 (p = 0.5): the train lines' loss is that log loss alone (no regularization term). A window whose mean
+# is ten times that is worse than knowing nothing, by far: the run diverged, even while its numbers stay finite.
+DIVERGED_LOSS = 10 * np.log(2.0)
+# An eval AUC below this is no better than chance (0.5, a model that learned nothing, plus a margin for the noise
+# of a small evaluation set).
+CHANCE_AUC = 0.52
+
+
+def no_better_than_chance(auc):
+    return bool(np.isfinite(auc) and auc < CHANCE_AUC)
+
+
 class Diverged(Exception):
     """The training loss or the model's weights are no longer finite: the run must stop without saving or
     exporting them."""
@@ -133,6 +147,12 @@ class TrainWindow:
         self.started = now
         if examples and not np.isfinite(loss):  # the same sum on every worker: all stop at this step
             raise Diverged(step, f"train loss={loss}")
+        if examples and loss > DIVERGED_LOSS:
+            raise Diverged(
+                step,
+                f"train loss={loss:.6g} is above {DIVERGED_LOSS:.2f} (10 x ln 2, ten times the log loss of a model "
+                "that predicts the base rate)",
+            )
         return loss, auc
 
     def leave_out(self, since):

@@ -131,3 +131,120 @@ def test_a_bad_row_met_while_evaluating_is_its_own_line_wherever_the_loop_meets_
         TrainingLoop(hparams(), container(["train", "eval"]), trainer, BadEval(trainer, batches=4), None).run()
     assert stop.value.code == 1
     assert capsys.readouterr().out.splitlines()[-1] == "[dfm] error: [bad row 3 of eval.csv]"
+
+
+class Keeper:
+    """A CheckpointKeeper's state as the loop and deepfm_checkpoint.nothing_left read it: `restored` at `step`."""
+
+    def __init__(self, directory, step):
+        self.directory, self.restored, self.last_saved = str(directory), f"{directory}/ckpt-{step}", step
+
+    def restore_latest(self):
+        return self.last_saved
+
+    def maybe_save(self, step, force=False):
+        return None
+
+
+def finished_run(tmp_path, job, marked_by):
+    """A loop restored at the end of a finished run (epoch 1 of 1 done at step 10), as job `job`; the run that
+    wrote step 10 left the finished record as `marked_by` (None: it was interrupted before its export)."""
+    from deepfm_resume import mark_finished
+
+    if marked_by is not None:
+        mark_finished(str(tmp_path), 10, marked_by)
+    trainer = fake_trainer(step=10, progress=(1, 10))
+    env = SimpleNamespace(**vars(container()), job_name=job)
+    return TrainingLoop(hparams("--epochs", "1"), env, trainer, Steps(trainer, batches=10), Keeper(tmp_path, 10))
+
+
+def test_a_new_job_on_a_finished_runs_checkpoint_that_trains_nothing_fails_saying_what_to_do(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        finished_run(tmp_path, "day-2", marked_by="day-1").run()
+    assert stop.value.code == 1
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "error:" in line]
+    assert f"nothing left to train: ckpt-10 in {tmp_path} is where job day-1 finished, at step 10" in line
+    assert "use a new checkpoint location" in line and "raise epochs or max_steps" in line
+    assert "trained steps" not in out and "dfm-finished" not in out
+
+
+@pytest.mark.parametrize(
+    "job, marked_by",
+    [
+        ("day-1", "day-1"),  # a spot restart after the export: the same job
+        ("day-1-r1", "day-1"),  # dfm's recovery resubmitted it
+        ("day-2", None),  # restored the final checkpoint of a run interrupted before its export
+    ],
+)
+def test_a_restart_of_a_finished_or_unexported_run_completes_and_records_its_end(tmp_path, job, marked_by, capsys):
+    from deepfm_resume import finished_by
+
+    assert finished_run(tmp_path, job, marked_by).run() == 10
+    assert "trained steps 10..10 on 1 workers" in capsys.readouterr().out
+    assert finished_by(str(tmp_path), 10) == job
+
+
+def test_a_run_whose_window_loss_is_far_above_a_coin_toss_has_diverged_though_finite(capsys):
+    import tensorflow as tf
+
+    trainer = fake_trainer()
+    steps = Steps(trainer, batches=10)
+    trainer.train_metrics.update(tf.constant([1.0]), tf.constant([0.5]), tf.constant([6.9e13]))
+    with pytest.raises(SystemExit) as stop:
+        TrainingLoop(hparams("--log_steps", "5", "--export", "true"), container(), trainer, steps, None).run()
+    assert stop.value.code == 1
+    out = capsys.readouterr().out
+    assert "error: training diverged at step 5: train loss=" in out and "is above 6.93 (10 x ln 2" in out
+    assert "[dfm] exported" not in out and "trained steps" not in out
+
+
+def test_a_healthy_loss_well_above_a_coin_toss_early_on_is_not_divergence(capsys):
+    import tensorflow as tf
+
+    trainer = fake_trainer()
+    trainer.train_metrics.update(tf.constant([1.0]), tf.constant([0.5]), tf.constant([3.0]))  # a bad first window
+    assert TrainingLoop(hparams("--log_steps", "5"), container(), trainer, Steps(trainer, batches=10), None).run() == 10
+    assert train_steps(capsys.readouterr().out) == [5, 10]
+
+
+@pytest.mark.parametrize("auc, warned", [(0.5, True), (0.5199, True), (0.52, False), (0.75, False)])
+def test_a_final_model_no_better_than_chance_is_warned_about(auc, warned, capsys):
+    class Evaluations(Steps):
+        def evaluate(self, step):
+            return 0.69, auc
+
+    trainer = fake_trainer()
+    TrainingLoop(hparams(), container(["train", "eval"]), trainer, Evaluations(trainer, batches=4), None).run()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[dfm] warning:")]
+    assert len(lines) == warned
+    if warned:
+        assert f"the final model is no better than chance: eval auc={auc:.4f} at step 4 (below 0.52" in lines[0]
+
+
+@pytest.mark.parametrize("aucs, warned", [([0.51, 0.50], "auc=0.5100 at step 2"), ([0.60, 0.50], None)])
+def test_the_chance_warning_reads_the_exported_model_the_best_evaluations(tmp_path, aucs, warned, capsys):
+    from deepfm_training import build_trainer
+
+    class Evaluations(Steps):
+        def evaluate(self, step):
+            return 0.69, aucs.pop(0)
+
+    hp = deepfm_hparams.parse_hyperparameters(
+        ["--best_of", "eval:auc", "--eval_steps", "2", "--feature_size", "100", "--deep_layers", "8"]
+    )
+    trainer = build_trainer(hp)
+    env = SimpleNamespace(**{**vars(container(["train", "eval"])), "model_dir": str(tmp_path)})
+    TrainingLoop(hp, env, trainer, Evaluations(trainer, batches=4), None).run()
+    out = capsys.readouterr().out
+    assert "best_of eval:auc: exporting the model of step 2" in out and "[dfm] exported" in out
+    lines = [line for line in out.splitlines() if line.startswith("[dfm] warning:")]
+    assert lines == (
+        [
+            f"[dfm] warning: the exported model is no better than chance: eval {warned} (below 0.52; a model"
+            " that learned nothing scores 0.5): check the labels, the features and learning_rate before"
+            " using it"
+        ]
+        if warned
+        else []
+    )

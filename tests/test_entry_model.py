@@ -336,6 +336,17 @@ def test_metric_lines_match_the_launchers_metric_definitions():
     assert deepfm_log.format_exported("/opt/ml/model/1") == "[dfm] exported /opt/ml/model/1"
 
 
+def test_the_scripts_warnings_reach_the_local_summary_once(capsys):
+    from launcher.local.progress import Progress
+
+    deepfm_log.warn("the exported model is no better than chance")
+    deepfm_log.warn("the exported model is no better than chance")
+    progress = Progress()
+    for line in capsys.readouterr().out.splitlines():
+        assert not progress.feed("algo-1/master", line)  # not a metric line
+    assert progress.warnings == ["the exported model is no better than chance"]
+
+
 def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_scale():
     hp = small_hp(optimizer="adagrad")
     trainer = T.build_trainer(hp, compute_dtype=tf.float16)

@@ -284,7 +284,7 @@ def test_killed_worker_fails_the_run_fast_and_leaves_nothing(tmp_path, sample):
 
 
 def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
-    def launch(max_steps: int) -> WatchedRun:
+    def launch(max_steps: int, code: int = 0) -> WatchedRun:
         spec = e2e_spec(
             tmp_path,
             name="e2e-resume",
@@ -296,15 +296,19 @@ def test_resumed_run_continues_from_the_checkpoint(tmp_path, sample):
             checkpoints="s3://dfm-test/checkpoints/e2e-resume/",
         )
         run = WatchedRun("launch", str(spec), "--local")
-        assert run.wait() == 0, run.output[-3000:]
+        assert run.wait() == code, run.output[-3000:]
         return run
 
     first = launch(10)
     assert "starting at step 0" in first.output
     second = launch(20)
     assert "continuing at step 10" in second.output
-    assert_no_survivors(first.processes)
-    assert_no_survivors(second.processes)
+    # a third job on the same checkpoints with the same settings would train nothing: it fails saying so
+    third = launch(20, code=1)
+    assert "[dfm local] cause: algo-1/" in third.output and "nothing left to train: ckpt-20 in " in third.output
+    assert "done in" not in third.output and "exported:" not in third.output
+    for run in (first, second, third):
+        assert_no_survivors(run.processes)
 
 
 HETERO = {"parameter_server": {"ps": {"type": "ml.r5.large", "count": 1, "per_host": 2}}}

@@ -75,6 +75,17 @@ def test_two_host_ps_job_runs_what_the_request_says(tmp_path):
     assert_no_survivors(result.pids)
 
 
+def test_the_summary_repeats_the_scripts_warnings_once(tmp_path):
+    lines = []
+    warning = "the exported model is no better than chance: eval auc=0.5012 at step 20 (below 0.52"
+    plan = standin_plan(tmp_path, hosts=1, hyperparameters={"warning": warning})
+    result = local_run(plan, tmp_path, timeout_s=120, echo=lines.append).run()
+    assert result.exit_code == 0, lines
+    summary = lines[[i for i, line in enumerate(lines) if line.startswith("[dfm local] done in")][0] :]
+    assert [line for line in summary if "warning" in line] == [f"  warning: {warning}"]
+    assert_no_survivors(result.pids)
+
+
 @pytest.mark.skipif(len(cores.machine_cpus()) < 2, reason="needs 2 cores to give 2 hosts one each")
 def test_each_host_runs_on_cores_of_its_own_and_sm_num_cpus_says_how_many(tmp_path):
     plan = standin_plan(

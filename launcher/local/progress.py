@@ -1,6 +1,7 @@
 """What a local run shows on the terminal: the processes' lines (less TensorFlow's INFO chatter), the
 progress line and the end-of-run summary, read from the entry points' metric lines with the regexes
-SageMaker scrapes them with (conventions.METRIC_DEFINITIONS), and their `[dfm] exported <path>` lines.
+SageMaker scrapes them with (conventions.METRIC_DEFINITIONS), and their `[dfm] exported <path>` and
+`[dfm] warning: ...` lines.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from launcher.facts.conventions import METRIC_DEFINITIONS
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
+_WARNING = re.compile(r"\[dfm\] warning: (\S.*)$")  # deepfm_log.warn: the summary repeats them
 _STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")  # SageMaker's definitions have no eval:step
 
 
@@ -78,6 +80,7 @@ class Progress:
     eval: dict[str, float] | None = None
     eval_label: str | None = None
     exported: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the scripts' `[dfm] warning: ...` lines, each once
     history: list[tuple[str, dict[str, float]]] = field(default_factory=list)  # every metric line, in order
     changed: bool = False
 
@@ -86,6 +89,11 @@ class Progress:
         exported = _EXPORTED.search(line)
         if exported:
             self.exported.append(exported.group(1).strip())
+            return False
+        warning = _WARNING.search(line)
+        if warning:
+            if warning.group(1).strip() not in self.warnings:
+                self.warnings.append(warning.group(1).strip())
             return False
         parsed = parse_metric_line(line)
         if parsed is None:

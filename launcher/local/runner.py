@@ -386,6 +386,7 @@ class LocalRun:
         ]
         lines += [f"  exported: {path}" for path in p.exported]
         lines += self._memory_lines()
+        lines += [f"  warning: {warning}" for warning in p.warnings]
         lines += self._curves_lines()
         if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
             lines.append(f"[dfm local] cause: {self.first_cause}")

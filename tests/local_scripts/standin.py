@@ -24,6 +24,7 @@ parser.add_argument("--stop_on", default="")  # this host stops itself (SIGSTOP)
 parser.add_argument("--stop_marker", default="")  # with stop_on: where that host writes its pid just before stopping
 parser.add_argument("--interrupt", default="never")  # first | always: the chief SIGKILLs itself (a lost instance)
 parser.add_argument("--allocate_mb", type=int, default=0)  # with on_host: that host holds this much, then sleeps
+parser.add_argument("--warning", default="")  # printed as the scripts print a warning (deepfm_log.warn)
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
@@ -175,5 +176,7 @@ if mine and args.behave == "fail":
     print("[dfm] error: stand-in failing on purpose", flush=True)
     sys.exit(3)
 print("[dfm] eval step=20 loss=0.5000 auc=0.7000", flush=True)
+if args.warning:
+    print(f"[dfm] warning: {args.warning}", flush=True)
 with open(os.path.join(os.environ["SM_MODEL_DIR"], f"model-{name}.txt"), "w") as handle:
     handle.write("model")
