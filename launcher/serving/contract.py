@@ -534,8 +534,9 @@ def predict_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> dic
 def _json_values(array: np.ndarray) -> Any:
     """float32 written as its shortest decimal (as TF Serving writes floats), strings as text, NaN as NaN."""
     array = np.asarray(array)
-    if array.dtype == np.float32 or array.dtype == np.float16:
-        return np.vectorize(lambda x: float(str(x)), otypes=[object])(array).tolist() if array.size else array.tolist()
+    if array.dtype in (np.float32, np.float16):
+        shortest = [float(str(x)) for x in array.ravel()]  # each np.float32's shortest decimal
+        return np.array(shortest, dtype=object).reshape(array.shape).tolist()
     if array.dtype == object or array.dtype.kind == "S":
         return np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else b, otypes=[object])(
             array
