@@ -299,9 +299,9 @@ def test_the_bundled_export_lays_out_what_the_container_serves(tmp_path):
     """The scripts export into SM_MODEL_DIR (/opt/ml/model, packed as model.tar.gz's root) a folder named by
     its version: the container finds one model, `model`, at that version, and nothing to refuse."""
     from launcher.serving import contract
-    from launcher.serving.artifact import _folder_files
+    from launcher.serving.artifact import folder_files
 
     version = _export(tmp_path / "model", ["--feature_size", "100", "--field_size", "3"], version=None, seed=4)
-    layout = contract.find_models(_folder_files(tmp_path / "model"))
+    layout = contract.find_models(folder_files(tmp_path / "model"))
     assert layout.problems == ()
     assert layout.models == (contract.Model("model", "", (int(version.name),)),)

@@ -54,7 +54,7 @@ def open_artifact(source: Path) -> Artifact:
         )
     if source.is_dir():
         root = source / LOCAL_RUN_MODEL if (source / LOCAL_RUN_MODEL).is_dir() else source
-        artifact = Artifact(source, root, contract.find_models(_folder_files(root)))
+        artifact = Artifact(source, root, contract.find_models(folder_files(root)))
     else:
         artifact = _unpack(source)
     problems = list(artifact.layout.problems)
@@ -72,7 +72,7 @@ def _is_version_folder(root: Path) -> bool:
     return root.name.isdigit() and (root / "saved_model.pb").is_file()
 
 
-def _folder_files(root: Path) -> list[str]:
+def folder_files(root: Path) -> list[str]:
     files = []
     for folder, _, names in os.walk(root):
         rel = Path(folder).relative_to(root)
