@@ -88,6 +88,7 @@ def serving(folder: Path):
     """The local server of `folder` in a thread of this process, on a free loopback port."""
     import uvicorn
 
+    from launcher.serving import handlers
     from launcher.serving.artifact import ServePlan
     from launcher.serving.check import build_request
     from launcher.serving.model import LoadedModels
@@ -95,15 +96,13 @@ def serving(folder: Path):
 
     request = build_request(ServePlan(folder, 0))
     sock = listen("127.0.0.1", 0)  # connections wait in its backlog until the server takes them
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(LoadedModels(request.artifact, request.described)), log_level="warning", lifespan="off"
-        )
-    )
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    app = build_app(LoadedModels(request.artifact, request.described), handlers.load(request.artifact.root), url)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield url
     finally:
         server.should_exit = True
         thread.join()
@@ -305,3 +304,80 @@ def test_the_bundled_export_lays_out_what_the_container_serves(tmp_path):
     layout = contract.find_models(folder_files(tmp_path / "model"))
     assert layout.problems == ()
     assert layout.models == (contract.Model("model", "", (int(version.name),)),)
+
+
+CSV_HANDLERS = """
+import json
+
+FIELDS = {fields!r}  # (name, kind) per CSV column; kind "ids"/"vals" take {width} columns each
+
+
+def input_handler(data, context):
+    text = data.read().decode("utf-8")
+    if context.request_content_type != "text/csv":
+        return text
+    instances = []
+    for line in text.splitlines():
+        cells, row = line.split(","), {{}}
+        for name, kind in FIELDS:
+            if kind == "ids":
+                row[name], cells = [int(c) for c in cells[:{width}]], cells[{width}:]
+            elif kind == "vals":
+                row[name], cells = [float(c) for c in cells[:{width}]], cells[{width}:]
+            else:
+                row[name], cells = (float(cells[0]) if kind == "number" else cells[0]), cells[1:]
+        instances.append(row)
+    return json.dumps({{"instances": instances}})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+"""
+
+
+def _with_handlers(tmp_path: Path, export: Path, fields, width=0) -> Path:
+    folder = tmp_path / export.name
+    shutil.copytree(export, folder)
+    (folder / "code").mkdir()
+    (folder / "code" / "inference.py").write_text(CSV_HANDLERS.format(fields=fields, width=width))
+    return folder
+
+
+def test_csv_through_code_inference_py_equals_the_models_own_predictions(exports, tmp_path):
+    """The container's way to CSV for named inputs: code/inference.py's input_handler turns rows into named
+    instances, TF Serving predicts, output_handler answers; for the indexed and the raw calibrated export."""
+    ids, vals = indexed_rows(3)
+    indexed = _with_handlers(tmp_path, exports / "indexed", [("feat_ids", "ids"), ("feat_vals", "vals")], width=4)
+    expected = own_predictions(exports / "indexed" / "2", {"feat_ids": ids, "feat_vals": vals})
+    body = "\n".join(",".join(str(v) for v in i + v) for i, v in zip(ids, vals))
+    with serving(indexed) as url:
+        status, by_csv = call(url + "/invocations", body, "text/csv")
+        _, by_json = call(url + "/invocations", json.dumps({"inputs": {"feat_ids": ids, "feat_vals": vals}}))
+        failed = call(url + "/invocations", "1,2", "text/csv")  # too few columns: the handler's error is a 500
+    assert status == 200
+    np.testing.assert_allclose(by_csv["predictions"], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(by_json["outputs"], expected, rtol=0, atol=1e-6)
+    assert failed[0] == 500 and "input feat_ids: got shape [1,2]" in failed[1]["error"]
+
+    fields = [("i1", "number"), ("i2", "number"), ("c1", "string"), ("tags", "string")]
+    raw = _with_handlers(tmp_path, exports / "raw", fields)
+    columns = {"i1": [3.0, 0.0], "i2": [1.0, 5.0], "c1": ["a", "q"], "tags": ["x|y", "z"]}
+    expected = own_predictions(exports / "raw" / "1", columns)
+    with serving(raw) as url:
+        status, by_csv = call(url + "/invocations", "3.0,1.0,a,x|y\n0.0,5.0,q,z\n", "text/csv")
+    assert status == 200
+    np.testing.assert_allclose(by_csv["predictions"], expected, rtol=0, atol=1e-6)
+    document = json.loads(dfm("serve", "--check", raw, "-o", "json", check=True).stdout)
+    assert document["notes"] and "csv_note" not in document["models"]["model"]["example"]
+
+
+def test_an_inference_py_without_handlers_is_one_line_exit_1(exports, tmp_path):
+    folder = tmp_path / "single"
+    shutil.copytree(exports / "single", folder)
+    (folder / "code").mkdir()
+    (folder / "code" / "inference.py").write_text("def input_handler(data, context):\n    return data.read()\n")
+    result = dfm("serve", folder, "--local", "--port", "0")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "Handlers are not implemented correctly in user script." in result.stderr

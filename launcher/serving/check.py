@@ -43,13 +43,14 @@ def document(request: ServeRequest) -> dict[str, Any]:
             "folder": str(request.artifact.root / model.folder) if model.folder else str(request.artifact.root),
             "versions": list(model.versions),
             "signatures": {name: _signature_doc(sig) for name, sig in sorted(latest.signatures.items())},
-            "example": _example(latest),
+            "example": _example(latest, handled=bool(layout.notes)),
         }
     host = f"http://{request.plan.host}:{request.plan.port}"
     default = layout.default.name
     return {
         "artifact": str(request.plan.model),
         "default_model": default,
+        "notes": list(layout.notes),
         "models": models,
         "routes": [
             f"GET {host}/ping",
@@ -69,12 +70,12 @@ def _signature_doc(signature: contract.Signature) -> dict[str, Any]:
     return {"inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs), "method": signature.method_name}
 
 
-def _example(info: VersionInfo) -> dict[str, Any]:
+def _example(info: VersionInfo, handled: bool) -> dict[str, Any]:
     signature = info.signatures.get(contract.DEFAULT_SIGNATURE)
     if signature is None:
         return {"note": f"no {contract.DEFAULT_SIGNATURE} signature: every request must name one (signature_name)"}
     example = contract.example_bodies(signature)
-    if "csv" not in example:
+    if "csv" not in example and not handled:
         example["csv"] = None
         example["csv_note"] = (
             f"text/csv rows reach TensorFlow Serving as plain lists, and {contract.DEFAULT_SIGNATURE} takes "
@@ -87,6 +88,7 @@ def _example(info: VersionInfo) -> dict[str, Any]:
 def text(doc: Mapping[str, Any]) -> str:
     """The document for a terminal."""
     lines = [f"artifact {doc['artifact']}: layout ok (default model {doc['default_model']!r})"]
+    lines += [f"note: {note}" for note in doc["notes"]]
     for name, model in doc["models"].items():
         versions = ", ".join(str(v) for v in model["versions"])
         lines.append(f"model {name!r} in {model['folder']}: versions {versions}")

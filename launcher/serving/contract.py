@@ -98,7 +98,10 @@ def find_models(files: Iterable[str]) -> Layout:
                 "base name; rename one folder"
             )
     problems += _code_problems(paths, models)
-    return Layout(models, tuple(problems))
+    notes = ()
+    if PurePosixPath("code", "inference.py") in paths:
+        notes = ("code/inference.py: its handlers answer /invocations (TF Serving's routes answer as they are)",)
+    return Layout(models, tuple(problems), notes)
 
 
 def _no_models_problem(loose: list[PurePosixPath]) -> str:

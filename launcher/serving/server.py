@@ -10,8 +10,9 @@ import socket
 from typing import Callable
 
 from launcher.errors import DfmError
-from launcher.serving import contract
+from launcher.serving import contract, handlers
 from launcher.serving.check import ServeRequest
+from launcher.serving.handlers import Handler
 from launcher.serving.model import LoadedModels
 
 TFS_PATH = re.compile(
@@ -19,8 +20,9 @@ TFS_PATH = re.compile(
 )
 
 
-def build_app(models: LoadedModels):
-    """The ASGI application answering the container's routes for `models`."""
+def build_app(models: LoadedModels, handler: Handler | None = None, base_url: str = ""):
+    """The ASGI application answering the container's routes for `models`; `/invocations` through `handler`
+    (code/inference.py's, whose `context.rest_uri` is under `base_url`) when there is one."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -36,10 +38,16 @@ def build_app(models: LoadedModels):
         return Response(status_code=200 if models.default in models.described else 502)
 
     async def invocations(request: Request) -> Response:
-        body = (await request.body()).decode("utf-8", "replace")
+        from starlette.concurrency import run_in_threadpool
+
+        raw = await request.body()
         try:
             route = contract.invocation_route(request.headers.get(contract.CUSTOM_ATTRIBUTES), models.default)
-            tfs_body = contract.front_body(request.headers.get("content-type"), body)
+            if handler is not None:
+                context = handlers.context_for(route, base_url, request.headers, raw)
+                status, answer, media = await run_in_threadpool(handlers.invoke, handler, context, raw)
+                return Response(answer, status_code=status, media_type=media)
+            tfs_body = contract.front_body(request.headers.get("content-type"), raw.decode("utf-8", "replace"))
         except contract.ServingError as err:
             return failed(err)
         return await _in_thread(lambda: _predict(models, route, tfs_body))
@@ -117,10 +125,16 @@ def serve(request: ServeRequest, echo: Callable[[str], None]) -> None:
     """Loads every version, listens on the plan's loopback port and answers until SIGINT or SIGTERM."""
     import uvicorn
 
+    handler = handlers.load(request.artifact.root)
     models = LoadedModels(request.artifact, request.described)
     sock = listen(request.plan.host, request.plan.port)
+    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        build_app(models), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        build_app(models, handler, f"http://{host}:{port}"),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
 
@@ -129,15 +143,16 @@ def serve(request: ServeRequest, echo: Callable[[str], None]) -> None:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        host, port = sock.getsockname()[:2]
         name = models.default
+        if handler is not None:
+            echo("code/inference.py: its handlers answer /invocations (code/requirements.txt is not installed)")
         echo(
             f"serving {name!r} (versions {', '.join(str(v) for v in sorted(models.described[name]))}) on "
             f"http://{host}:{port}: /ping, /invocations, /v1/models/{name}:predict; Ctrl-C stops"
         )
         server.run(sockets=[sock])
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
         sock.close()
     echo("stopped")
