@@ -122,5 +122,7 @@ class LoadedModels:
             outputs = function(**tensors)
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as err:
             raise contract.invalid(" ".join(str(err).split())[:500]) from None
+        except tf.errors.OpError as err:  # TF Serving answers its other error codes as server errors
+            raise contract.ServingError(500, " ".join(str(err).split())[:500]) from None
         arrays = {key: np.asarray(value.numpy()) for key, value in outputs.items()}
         return contract.predict_response(arrays, request.row_format)
