@@ -45,8 +45,8 @@ def build_app(models: LoadedModels, handler: Handler | None = None, base_url: st
             route = contract.invocation_route(request.headers.get(contract.CUSTOM_ATTRIBUTES), models.default)
             if handler is not None:
                 context = handlers.context_for(route, base_url, request.headers, raw)
-                status, answer, media = await run_in_threadpool(handlers.invoke, handler, context, raw)
-                return Response(answer, status_code=status, media_type=media)
+                status, reply, media = await run_in_threadpool(handlers.invoke, handler, context, raw)
+                return Response(reply, status_code=status, media_type=media)
             tfs_body = contract.front_body(request.headers.get("content-type"), raw.decode("utf-8", "replace"))
         except contract.ServingError as err:
             return failed(err)
@@ -54,7 +54,7 @@ def build_app(models: LoadedModels, handler: Handler | None = None, base_url: st
 
     async def tfs(request: Request) -> Response:
         match = TFS_PATH.match(request.url.path)
-        if not match or (request.method == "POST") != bool(match["method"]) or (match["method"] and match["metadata"]):
+        if not match or (request.method == "POST") != bool(match["method"]):  # POST :method, GET status/metadata
             return failed(contract.invalid(f"Malformed request: {request.method} {request.url.path}"))
         version = match["version"]
         if version is not None and not version.isdigit():
