@@ -381,3 +381,43 @@ def test_an_inference_py_without_handlers_is_one_line_exit_1(exports, tmp_path):
     result = dfm("serve", folder, "--local", "--port", "0")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "Handlers are not implemented correctly in user script." in result.stderr
+
+
+def test_a_short_local_runs_folder_is_served_as_the_container_would(tmp_path):
+    """`dfm launch --local` (one host, 12 steps) -> `dfm serve runs/<job>`: the chief's export, found where the
+    run puts it, answers rows and columns as the exported SavedModel itself does."""
+    from spec_helpers import LOCAL_BASE, write_spec
+
+    data = tmp_path / "data"
+    synth = ["--rows", "2000", "--files", "2", "--eval-rows", "500", "--eval-files", "1", "--seed", "5"]
+    dfm("data", "synth", "--out", data, *synth, "--field-size", "6", "--feature-size", "300", check=True)
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": "serve-run",
+            "hyperparameters": {"field_size": 6, "feature_size": 300, "batch_size": 128, "max_steps": 12},
+            "local": {
+                "channels": {"train": str(data / "train"), "eval": str(data / "eval")},
+                "run_dir": str(tmp_path / "runs"),
+            },
+        },
+        base=LOCAL_BASE,
+    )
+    dfm("launch", spec, "--local", timeout=400, check=True)
+    (job,) = [p for p in (tmp_path / "runs").iterdir() if (p / "hosts").is_dir()]
+    (version,) = list((job / "hosts" / "algo-1" / "model").glob("*/saved_model.pb"))
+    document = json.loads(dfm("serve", "--check", job, "-o", "json", check=True).stdout)
+    assert document["models"]["model"]["versions"] == [int(version.parent.name)]
+    ids, vals = indexed_rows(6, rows=8, fields=6)
+    ids = (np.array(ids) % 300).tolist()
+    expected = own_predictions(version.parent, {"feat_ids": ids, "feat_vals": vals})
+    with serving(job) as url:
+        _, by_rows = call(
+            url + "/invocations",
+            json.dumps({"instances": [{"feat_ids": i, "feat_vals": v} for i, v in zip(ids, vals)]}),
+        )
+        _, by_columns = call(
+            url + "/v1/models/model:predict", json.dumps({"inputs": {"feat_ids": ids, "feat_vals": vals}})
+        )
+    np.testing.assert_allclose(by_rows["predictions"], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(by_columns["outputs"], expected, rtol=0, atol=1e-6)
