@@ -40,7 +40,7 @@ def document(request: ServeRequest) -> dict[str, Any]:
     for model in layout.models:
         latest = request.described[model.name][max(model.versions)]
         models[model.name] = {
-            "folder": str(request.artifact.root / model.folder) if model.folder else str(request.artifact.root),
+            "folder": model.folder or ".",  # in the artifact
             "versions": list(model.versions),
             "signatures": {name: _signature_doc(sig) for name, sig in sorted(latest.signatures.items())},
             "example": _example(latest, handled=bool(layout.notes)),
@@ -49,6 +49,7 @@ def document(request: ServeRequest) -> dict[str, Any]:
     default = layout.default.name
     return {
         "artifact": str(request.plan.model),
+        "root": str(request.artifact.root) if request.artifact.unpacked is None else "(the archive's root)",
         "default_model": default,
         "notes": list(layout.notes),
         "models": models,
@@ -91,7 +92,7 @@ def text(doc: Mapping[str, Any]) -> str:
     lines += [f"note: {note}" for note in doc["notes"]]
     for name, model in doc["models"].items():
         versions = ", ".join(str(v) for v in model["versions"])
-        lines.append(f"model {name!r} in {model['folder']}: versions {versions}")
+        lines.append(f"model {name!r} in {model['folder']} of {doc['root']}: versions {versions}")
         for sig_name, sig in model["signatures"].items():
             lines.append(f"  signature {sig_name} ({sig['method']}):")
             for key, spec in sorted(sig["inputs"].items()):
