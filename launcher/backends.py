@@ -8,7 +8,9 @@ Each backend turns its kind's plan into a request and runs exactly that request:
   None where it keeps none (local runs end with the command).
 
 kinds: training (plans.training_plan.Plan), tuning (plans.tuning_plan.TuningPlan), processing
-(plans.prepare_plan.PreparePlan), probe (plans.probe_plan.ProbePlan). backends: sagemaker, local. Each backend's
+(plans.prepare_plan.PreparePlan), probe (plans.probe_plan.ProbePlan), each on both backends; serving
+(serving.artifact.ServePlan: an exported model answering requests as SageMaker's TensorFlow inference container
+does), local only so far. backends: sagemaker, local. Each backend's
 modules load only when one of its methods is called, so a command pays only for the SDK (or pyspark) it uses.
 """
 
@@ -24,8 +26,10 @@ if TYPE_CHECKING:
     from launcher.plans.training_plan import Plan
     from launcher.plans.tuning_plan import TuningPlan
     from launcher.sagemaker_backend.kinds import JobKind
+    from launcher.serving.artifact import ServePlan
 
-KINDS = ("training", "tuning", "processing", "probe")
+JOB_KINDS = ("training", "tuning", "processing", "probe")  # on SageMaker and locally
+KINDS = (*JOB_KINDS, "serving")
 BACKENDS = ("sagemaker", "local")
 Echo = Callable[[str], None]
 PlanT = TypeVar("PlanT", contravariant=True)
@@ -254,6 +258,33 @@ class LocalProbe:
     jobs = None
 
 
+# ------------------------------------------------------------------------------------------------ serving
+class LocalServing:
+    """An exported model served on a loopback port as SageMaker's TensorFlow inference container serves it."""
+
+    kind, name = "serving", "local"
+
+    def dryrun(self, plan: ServePlan):
+        """The artifact laid out as the container finds it (a layout it refuses is refused here) and each
+        version's signatures read; nothing loaded, no port taken. The caller closes it (`request.close()`)."""
+        from launcher.serving.check import build_request
+
+        return build_request(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        from launcher.serving.check import document
+
+        return document(request)
+
+    def execute(self, request, *, echo: Echo) -> None:
+        """Serves until SIGINT or SIGTERM."""
+        from launcher.serving.server import serve
+
+        serve(request, echo)
+
+    jobs = None
+
+
 REGISTRY: dict[tuple[str, str], Backend] = {
     (b.kind, b.name): b
     for b in (
@@ -265,12 +296,13 @@ REGISTRY: dict[tuple[str, str], Backend] = {
         LocalProcessing(),
         SageMakerProbe(),
         LocalProbe(),
+        LocalServing(),
     )
 }
 
 
 def backend_for(kind: str, name: str) -> Backend:
-    """The backend `name` (sagemaker | local) of job kind `kind` (training | tuning | processing | probe)."""
+    """The backend `name` (sagemaker | local) of kind `kind` (training | tuning | processing | probe | serving)."""
     try:
         return REGISTRY[(kind, name)]
     except KeyError:

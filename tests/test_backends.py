@@ -9,14 +9,14 @@ import pytest
 from conftest import JOB
 from prepare_support import write_spec
 
-from launcher.backends import BACKENDS, KINDS, backend_for
+from launcher.backends import BACKENDS, JOB_KINDS, backend_for
 from launcher.errors import DfmError
 from launcher.spec import load_spec
 
 PREPARE = {"input": {"uri": "s3://dfm-bucket/clicks/", "format": "libsvm"}, "eval_fraction": 0.1}
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", JOB_KINDS)
 def test_every_kind_has_a_sagemaker_and_a_local_backend(kind):
     for name in BACKENDS:
         backend = backend_for(kind, name)

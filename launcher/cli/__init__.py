@@ -30,6 +30,7 @@ def _register() -> None:
     from launcher.cli import jobs as cli_jobs
     from launcher.cli import prepare as cli_prepare
     from launcher.cli import probe as cli_probe
+    from launcher.cli import serve as cli_serve
     from launcher.cli import spec as cli_spec
     from launcher.cli import tune as cli_tune
     from launcher.cli import data as data_cli
@@ -43,6 +44,7 @@ def _register() -> None:
         *cli_jobs.COMMANDS,
         *cli_tune.COMMANDS,
         *cli_probe.COMMANDS,
+        *cli_serve.COMMANDS,
         data_cli.data,
     ):
         cli.add_command(command)
