@@ -70,7 +70,8 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
-def _local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: float | None) -> list[str]:
+def local_overrides(channels: tuple[str, ...], run_dir: str | None, timeout: float | None) -> list[str]:
+    """`--channel NAME=PATH`, `--run-dir`, `--timeout` of a local run as the --set lines they stand for (local.*)."""
     overrides = []
     for item in channels:
         name, sep, path = item.partition("=")
@@ -138,7 +139,7 @@ def launch(
         raise DfmError("--wait has nothing to wait for in a --dry-run")
     if not local and (channels or run_dir or timeout or verbose):
         raise DfmError("--channel, --run-dir, --timeout and --verbose apply to --local runs")
-    compiled = compile_spec(spec_path, (*overrides, *_local_overrides(channels, run_dir, timeout)), job_name)
+    compiled = compile_spec(spec_path, (*overrides, *local_overrides(channels, run_dir, timeout)), job_name)
     warnings = _warnings(compiled)
     if not compiled.ok:
         refuse(compiled.errors, warnings, output)

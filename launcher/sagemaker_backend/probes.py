@@ -20,7 +20,7 @@ from launcher.errors import DfmError
 from launcher.facts import catalog
 from launcher.plans import hosts
 from launcher.plans.probe_plan import ProbePlan
-from launcher.plans.probe_results import Measurement, ProbeInterrupted, steady_examples_per_sec, train_samples
+from launcher.plans.probe_results import Measurement, ProbeInterrupted, steady_throughput, train_samples
 from launcher.sagemaker_backend import aws, training_jobs, logs, training_request
 
 Echo = Callable[[str], None]
@@ -153,6 +153,7 @@ def measure(number: int, built: training_request.TrainingRequest, description: d
     status = description["TrainingJobStatus"]
     per_host = _or_nothing(lambda: instance_metrics(job_name, region, built.plan, description), warn) or {}
     samples = _or_nothing(lambda: metric_lines(job_name, region), warn) or {}
+    throughput = steady_throughput(samples)
     metrics = sorted({metric for values in per_host.values() for metric in values})
     utilization = {
         metric: round(
@@ -166,7 +167,8 @@ def measure(number: int, built: training_request.TrainingRequest, description: d
         status,
         job_name,
         reason=aws.one_line(description["FailureReason"]) if description.get("FailureReason") else None,
-        examples_per_sec=steady_examples_per_sec(samples),
+        examples_per_sec=throughput.median,
+        throughput=throughput,
         startup_s=startup_seconds(description),
         billable_s=description.get("BillableTimeInSeconds"),
         wall_s=_seconds(description.get("TrainingEndTime"), description.get("CreationTime")),
