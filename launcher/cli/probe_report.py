@@ -146,7 +146,7 @@ def _speed(entry: dict[str, Any]) -> str:
         return "-"
     if spread.get("low") is None:
         return f"{speed:,.0f}"
-    return f"{speed:,.0f}\n({spread['low']:,.0f}-{spread['high']:,.0f})"
+    return f"{speed:,.0f} ({spread['low']:,.0f}-{spread['high']:,.0f})"
 
 
 def render_report(document: dict[str, Any]) -> str:
