@@ -64,7 +64,7 @@ def test_local_probe_of_two_layouts(tmp_path):
         "--max-steps",
         "40",
         "--rows",
-        "3000",
+        "3000000",  # an epoch of the full data set: seconds per epoch that round to more than 0.0
         "--name",
         "probe-e2e-t",
         "--try",
@@ -84,7 +84,7 @@ def test_local_probe_of_two_layouts(tmp_path):
     assert sorted(e["candidate"] for e in report["candidates"]) == [1, 3]
     assert all(
         e["status"] == "Completed" and e["examples_per_sec"] > 0 and e["epoch_s"] > 0 for e in report["candidates"]
-    )
+    ), report["candidates"]
     for e in report[
         "candidates"
     ]:  # 40 steps logged every 4: 8 windows after warm-up, the last one holds the evaluation

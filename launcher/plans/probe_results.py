@@ -91,7 +91,7 @@ def clean_windows(samples: list[Sample], other_work: Iterable[int] = ()) -> tupl
     """(examples/s of each clean window after warm-up, windows left out for other work, train lines after warm-up).
     Warm-up: the first window and the first fifth of the steps. A window (a, b] is left out when other work (of this
     process or `other_work`'s steps, from any process) falls at a step from a to b."""
-    train = [(step, speed) for step, speed in samples if speed is not None]
+    train = sorted((step, speed) for step, speed in samples if speed is not None)  # log events may come unordered
     work = {step for step, speed in samples if speed is None} | set(other_work)
     if not train:
         return [], 0, 0
