@@ -208,6 +208,20 @@ def test_a_local_probe_ranks_what_it_can_and_never_recommends_an_instance_type(t
     )
     assert tie["candidate"] is None and tie["set"] is None and tie["differing"] == ["instance.count"]
     assert tie["tied"] == [1, 2]
+    from launcher.cli import probe_report
+
+    document = probe_report.report_document(
+        layouts,
+        [measured(1, 10_000, 9_000, 11_000), measured(2, 10_400, 9_500, 11_500)],
+        local=True,
+        deadline_h=None,
+        budget_usd=None,
+        folder=tmp_path,
+    )
+    text = probe_report.render_report(document)
+    assert document["launch"] is None and document["indistinguishable"] == [[1, 2]]
+    assert "no recommendation: candidates 1, 2 are indistinguishable here and differ in instance.count" in text
+    assert "10,400 (9,500-11,500)" in text and "launch it" not in text
     # medians 10% apart or more, ranges apart: told apart
     apart = [measured(1, 10_000, 9_500, 10_500), measured(2, 12_000, 11_000, 13_000)]
     assert results.recommend(results.rows(layouts, apart, local=True), layouts, local=True)["set"] == [
