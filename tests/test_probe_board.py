@@ -91,3 +91,23 @@ def test_the_board_throttles_progress_lines_and_draws_a_table():
     console.print(board.table())
     text = console.export_text()
     assert "running" in text and "12/60" in text and "waiting" in text and "-/60" in text
+
+
+def test_sigterm_like_ctrl_c_stops_the_probe_after_the_running_candidate(tmp_path):
+    import pytest
+
+    from launcher.plans.probe_results import ProbeInterrupted
+
+    started: list[int] = []
+
+    class Terminated(probe_runs.ProbeRun):
+        def run(self) -> RunResult:
+            started.append(self.number)
+            Path(self.request.log_dir).mkdir(parents=True)
+            return RunResult(1, Path(self.request.job_dir), "stopped by SIGTERM")
+
+    request = _request(tmp_path)
+    rows = [BoardRow(number, run.job_name, 300) for number, run in request.runs]
+    with pytest.raises(ProbeInterrupted) as stopped:
+        probe_runs.execute(request, run_class=Terminated, board=ProbeBoard(rows, lambda line: None))
+    assert started == [1] and [(m.number, m.status) for m in stopped.value.measurements] == [(1, "Stopped")]

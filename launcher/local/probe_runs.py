@@ -1,7 +1,7 @@
 """`dfm probe --local`: each runnable candidate a local run of its probe plan (runner.LocalRun), one after the other,
 measured from its metric lines. The hosts are simulated on this machine's cores, so the numbers rank layouts
-here, not instance types. Ctrl-C stops the running candidate and starts no other. While they run, a board shows one
-line per candidate; each run's lines stay in its logs folder.
+here, not instance types. Ctrl-C (or SIGTERM) stops the running candidate and starts no other. While they run, a
+board shows one line per candidate; each run's lines stay in its logs folder.
 """
 
 from __future__ import annotations
@@ -160,7 +160,9 @@ def _execute(probe_request: LocalProbeRequest, board: ProbeBoard, run_class: typ
             run.save_own_lines()
         ended = run.clock()
         startup = run.first_metric - run.started if run.first_metric is not None else None
-        interrupted = result.reason.startswith(f"stopped by {signal.Signals.SIGINT.name}")
+        interrupted = result.reason.startswith(
+            tuple(f"stopped by {sig.name}" for sig in (signal.SIGINT, signal.SIGTERM))
+        )
         status = "Completed" if result.exit_code == 0 else "Stopped" if interrupted else "Failed"
         reason = None if result.exit_code == 0 else (run.first_cause or result.reason)
         throughput = steady_throughput(run.samples)
