@@ -320,12 +320,8 @@ def recommend(
         return None
     if local:
         return _recommend_local(fits, table, probe, why)
-    if deadline_h is not None:
-        chosen = min(fits, key=lambda e: _time_cost(e)[1])
-    elif budget_usd is not None:
-        chosen = min(fits, key=lambda e: _time_cost(e)[0])
-    else:
-        chosen = min(fits, key=lambda e: _time_cost(e)[1])
+    by_time = budget_usd is not None and deadline_h is None
+    chosen = min(fits, key=lambda e: _time_cost(e)[0 if by_time else 1])
     return {
         "candidate": chosen["candidate"],
         "why": why,
@@ -341,12 +337,12 @@ def _recommend_local(
     fits: list[Mapping[str, Any]], table: list[Mapping[str, Any]], probe: ProbePlan, why: str
 ) -> dict[str, Any]:
     """The fastest candidate, unless another one is indistinguishable from it in anything but what a local run
-    cannot tell (instance types): then no candidate, only the tie (`chosen` None). The instance type is never
-    recommended from a local probe when the candidates try several."""
+    cannot tell (instance types): then no candidate (`candidate` and `set` None), only the tie and what differs.
+    The instance type is never recommended from a local probe when the candidates try several."""
     best = max(fits, key=lambda e: e["examples_per_sec"])
     tied = [e for e in fits if e is not best and indistinguishable(e, best)]
     values: dict[str, set[str]] = {}
-    for entry in [*table]:
+    for entry in table:
         for line in entry["settings"]:
             values.setdefault(_key(line), set()).add(line)
     blind = {key for key, lines in values.items() if key in LOCAL_BLIND and len(lines) > 1}
