@@ -5,9 +5,9 @@ window's examples/s, the slowest and fastest window, how many windows), the grou
 recommendation. Goals: every run recommends the same settings (the small MLP, no instance type) and reports each
 MLP's two instance types indistinguishable.
 
-Batch sizes were the first choice of candidates that truly differ; on these cores they do not: the bundled scripts
-run a window's steps in one graph call and the demo model's step is cheap, so batch 32, 256 and 4096 trained at
-about the same rate (two aborted runs of this item, under other work, reported in BENCHMARKS.md with this one).
+Batch sizes were the first choice of candidates that truly differ; on these cores they do not: batch 32, 256 and
+4096 trained the demo model at about the same rate (two stopped runs of this item, under other work, reported in
+BENCHMARKS.md report 17).
 """
 
 from __future__ import annotations
