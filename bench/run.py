@@ -36,6 +36,7 @@ ITEMS = {
     "prepare": ("bench.prepare", 600, 1800),
     "broadcast_memory": ("bench.broadcast_memory", 300, 900),
     "sync_steps": ("bench.sync_steps", 300, 900),
+    "probe_stability": ("bench.probe_stability", 2400, 3600),
 }
 
 

@@ -115,7 +115,7 @@ def only_first(probe_request):
 def test_probes_are_submitted_one_at_a_time_followed_and_measured(probe_request, on_submit, moto_logs):
     hooks, submitted = on_submit
     first, second = (built.job_name for _, built in probe_request.trainings)
-    for step, speed in ((10, 5.0), (20, 900.0), (30, 1100.0)):
+    for step, speed in ((10, 5.0), (20, 900.0), (30, 1100.0), (40, 1000.0), (50, 950.0), (60, 1050.0)):
         moto_logs(first, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec={speed}")
     put_cpu(first, "algo-1", 6, 200.0)  # the minute training ended in
 
@@ -141,7 +141,8 @@ def test_probes_are_submitted_one_at_a_time_followed_and_measured(probe_request,
 
     assert sleeps == [(7, [first])] and submitted == [first, second]
     one, two = measured
-    assert one.status == "Completed" and one.examples_per_sec == pytest.approx(2 / (1 / 900 + 1 / 1100))
+    assert one.status == "Completed" and one.examples_per_sec == 1000.0  # the median of 5 windows after warm-up
+    assert (one.throughput.low, one.throughput.high, one.throughput.windows) == (900.0, 1100.0, 5)
     assert one.startup_s == 120 and one.billable_s == 90
     assert one.utilization == {"CPUUtilization": 50.0}  # 200 % summed over ml.c5.xlarge's 4 vCPUs
     assert one.hosts == {"algo-1": {"CPUUtilization": 50.0}}
@@ -193,7 +194,7 @@ def test_metrics_it_may_not_read_are_a_warning_not_the_end(probe_request, on_sub
     hooks, _ = on_submit
     hooks.append(lived)
     job = probe_request.trainings[0][1].job_name
-    for step in (10, 20):
+    for step in (10, 20, 30, 40, 50, 60):
         moto_logs(job, "algo-1", f"[dfm] train step={step} loss=0.5 auc=0.6 examples_per_sec=400.0")
 
     def refused(*args):

@@ -49,21 +49,23 @@ def plan_probe(
     name: str | None,
     local: bool,
     probe_overrides: tuple[str, ...] = (),
+    local_lines: tuple[str, ...] = (),
 ):
     """The probe plan: the spec read with the --set lines (and `probe_overrides`, which change the probe: section
-    only), every candidate compiled through the rules."""
+    only, and `local_lines`, the --channel options' local.channels lines, which are part of no recommendation),
+    every candidate compiled through the rules."""
     from launcher.compile import compile_spec
     from launcher.plans.probe_plan import build_probe_plan
     from launcher.spec import SpecError, load_spec
 
     try:
-        spec = load_spec(spec_path, (*overrides, *probe_overrides))
+        spec = load_spec(spec_path, (*local_lines, *overrides, *probe_overrides))
     except SpecError as err:
         echo_findings(err.lines())
         raise SystemExit(2) from None
 
     def compile_candidate(lines, job_name):
-        compiled = compile_spec(spec_path, lines, job_name)
+        compiled = compile_spec(spec_path, (*local_lines, *lines), job_name)
         return compiled.plan, compiled.errors
 
     try:
@@ -137,6 +139,13 @@ def plan_probe(
     show_default=True,
     help="Seconds between polls of the probe jobs.",
 )
+@click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="--local: read channel NAME from PATH (as dfm launch --local does); not part of the recommendation.",
+)
 @SET
 @OUTPUT
 def probe(
@@ -150,15 +159,27 @@ def probe(
     budget_usd: float | None,
     name: str | None,
     poll_seconds: float,
+    channels: tuple[str, ...],
     overrides: tuple[str, ...],
     output: str,
 ) -> None:
     """Measure candidate setups for a few minutes each and say which one to pay for."""
+    from launcher.cli.spec import local_overrides
+
     if deadline_h is not None and budget_usd is not None:
         raise DfmError("give --deadline (cheapest within it) or --budget (fastest within it), not both")
+    if channels and not local:
+        raise DfmError("--channel applies to --local probes (on SageMaker the spec's data: channels are read)")
     probe_overrides = (f"probe.max_steps={max_steps}",) if max_steps is not None else ()
     probe_plan = plan_probe(
-        spec_path, overrides, tries, rows=rows, name=name, local=local, probe_overrides=probe_overrides
+        spec_path,
+        overrides,
+        tries,
+        rows=rows,
+        name=name,
+        local=local,
+        probe_overrides=probe_overrides,
+        local_lines=tuple(local_overrides(channels, None, None)),
     )
     if not probe_plan.runnable:
         from launcher.cli.probe_report import refused_lines

@@ -4,6 +4,7 @@ and the PNG of time against cost per epoch with the Pareto front marked (matplot
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,9 @@ from launcher.plans.probe_plan import ProbePlan
 PLOT_FILE = "probe.png"
 REPORT_FILE = "probe.json"
 LOCAL_NOTE = (
-    "local numbers rank layouts on this machine's {cores} cores, not instance types: the $ columns price "
-    "each candidate's instances at the throughput measured here"
+    "local numbers rank layouts, processes, threads and batch sizes on this machine's {cores} cores, not instance "
+    "types (every candidate ran on the same cores): the $ columns price each candidate's instances at the "
+    "throughput measured here, and no instance type is recommended from them"
 )
 
 
@@ -48,7 +50,12 @@ def _settings(settings: list[str], sep: str = " ") -> str:
 
 
 def set_lines(settings: list[str]) -> str:
-    return " ".join(f"--set {line}" for line in settings)
+    """--set options as a shell reads them back: each line quoted where it needs it."""
+    return " ".join(f"--set {shlex.quote(line)}" for line in settings)
+
+
+def launch_line(spec_path: str, settings: list[str]) -> str:
+    return " ".join(["dfm launch", shlex.quote(spec_path), set_lines(settings)]).rstrip()
 
 
 # ------------------------------------------------------------------------------------------------ dry run
@@ -104,8 +111,8 @@ def report_document(
     budget_usd: float | None,
     folder: Path,
 ) -> dict[str, Any]:
-    table = probe_results.rows(probe, measurements)
-    recommendation = probe_results.recommend(table, probe, deadline_h=deadline_h, budget_usd=budget_usd)
+    table = probe_results.rows(probe, measurements, local=local)
+    recommendation = probe_results.recommend(table, probe, deadline_h=deadline_h, budget_usd=budget_usd, local=local)
     document = {
         "probe": probe.name,
         "spec": probe.spec_path,
@@ -121,14 +128,26 @@ def report_document(
             {"candidate": c.number, "settings": list(c.settings), "errors": list(c.errors)} for c in probe.refused
         ],
         "recommendation": recommendation,
+        "indistinguishable": probe_results.indistinguishable_groups(table),
+        "min_windows": probe_results.MIN_WINDOWS,
         "launch": None,
         "folder": str(folder),
         "plot": None,
         "note": LOCAL_NOTE.format(cores=os.cpu_count()) if local else None,
     }
-    if recommendation is not None:
-        document["launch"] = f"dfm launch {probe.spec_path} {set_lines(recommendation['set'])}".rstrip()
+    if recommendation is not None and recommendation["set"] is not None:
+        document["launch"] = launch_line(probe.spec_path, recommendation["set"])
     return document
+
+
+def _speed(entry: dict[str, Any]) -> str:
+    """The median window's examples/s and the range of the windows (slowest-fastest)."""
+    speed, spread = entry["examples_per_sec"], entry.get("spread") or {}
+    if not speed:
+        return "-"
+    if spread.get("low") is None:
+        return f"{speed:,.0f}"
+    return f"{speed:,.0f} ({spread['low']:,.0f}-{spread['high']:,.0f})"
 
 
 def render_report(document: dict[str, Any]) -> str:
@@ -158,7 +177,7 @@ def render_report(document: dict[str, Any]) -> str:
             str(e["candidate"]) + ("*" if e.get("pareto") else ""),
             _settings(e["settings"], "\n"),
             e["instances"],
-            f"{speed:,.0f}" if speed else "-",
+            _speed(e),
             (f"{cpu:.0f}%" if cpu is not None else "-")
             + (f"\nGPU {gpu:.0f}%" if gpu is not None else "")
             + (f"\nps {ps_cpu:.0f}%" if ps_cpu is not None else ""),
@@ -169,9 +188,12 @@ def render_report(document: dict[str, Any]) -> str:
             job,
             e["status"],
         )
+    local = document["backend"] == "local"
+    order = "examples/s" if local else f"cost per {'epoch' if document['rows'] else 'million examples'}"
     lines = [
         f"probe {document['probe']} ({document['backend']}, max_steps {document['max_steps']}): "
-        f"sorted by cost per {'epoch' if document['rows'] else 'million examples'}; * on the Pareto front",
+        f"sorted by {order}; * on the Pareto front; examples/s: the median window (slowest-fastest) of at least "
+        f"{document.get('min_windows', probe_results.MIN_WINDOWS)} after warm-up",
         _text(table),
     ]
     if not document["rows"]:
@@ -183,6 +205,8 @@ def render_report(document: dict[str, Any]) -> str:
             lines.append(f"candidate {e['candidate']} $/h: {e['price_basis']}")
         if e["reason"]:
             lines.append(f"candidate {e['candidate']} {e['status']}: {e['reason']}")
+        elif e["status"] == "not measured":
+            lines.append(f"candidate {e['candidate']} not measured")
         if e["note"]:
             lines.append(f"candidate {e['candidate']}: {e['note']}")
         if e.get("memory"):
@@ -193,15 +217,28 @@ def render_report(document: dict[str, Any]) -> str:
     lines += refused_lines(document["refused"])
     if document["note"]:
         lines.append(f"note: {document['note']}")
+    for group in document.get("indistinguishable") or []:
+        lines.append(
+            f"indistinguishable: candidates {', '.join(map(str, group))} (their windows' ranges overlap, or their "
+            f"medians are within {probe_results.SAME_WITHIN:.0%})"
+        )
     recommendation = document["recommendation"]
-    if recommendation is None:
+    if recommendation is not None and recommendation["set"] is None:
+        lines.append(
+            f"no recommendation: candidates {', '.join(map(str, recommendation['tied']))} are indistinguishable "
+            f"here and differ in {', '.join(recommendation['differing'])}: a longer probe (--max-steps) or a "
+            "probe on SageMaker can tell them apart"
+        )
+    elif recommendation is None:
         lines.append(
             "no recommendation: no candidate was measured"
             + (" within the deadline or budget" if document["deadline_h"] or document["budget_usd"] else "")
         )
     else:
         lines.append(f"recommended ({recommendation['why']}): candidate {recommendation['candidate']}")
-        lines += [f"  --set {line}" for line in recommendation["set"]] or ["  (the spec as it is)"]
+        lines += [f"  --set {shlex.quote(line)}" for line in recommendation["set"]] or ["  (the spec as it is)"]
+        for key in recommendation.get("not_told_apart") or []:
+            lines.append(f"  ({key}: not told apart here, every candidate ran on the same cores; the spec's is kept)")
         lines.append(f"launch it: {document['launch']}")
     if document["plot"]:
         lines.append(f"plot: {document['plot']}")

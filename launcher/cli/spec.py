@@ -70,9 +70,11 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
-def _local_overrides(
+def local_overrides(
     channels: tuple[str, ...], run_dir: str | None, timeout: float | None, memory_per_host: str | None = None
 ) -> list[str]:
+    """`--channel NAME=PATH`, `--run-dir`, `--timeout`, `--memory-per-host` of a local run as the --set lines they
+    stand for (local.*)."""
     overrides = []
     for item in channels:
         name, sep, path = item.partition("=")
@@ -148,8 +150,9 @@ def launch(
         raise DfmError("--wait has nothing to wait for in a --dry-run")
     if not local and (channels or run_dir or timeout or memory_per_host or verbose):
         raise DfmError("--channel, --run-dir, --timeout, --memory-per-host and --verbose apply to --local runs")
-    local_overrides = _local_overrides(channels, run_dir, timeout, memory_per_host)
-    compiled = compile_spec(spec_path, (*overrides, *local_overrides), job_name)
+    compiled = compile_spec(
+        spec_path, (*overrides, *local_overrides(channels, run_dir, timeout, memory_per_host)), job_name
+    )
     warnings = _warnings(compiled)
     if not compiled.ok:
         refuse(compiled.errors, warnings, output)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 KIND_TAG = "dfm:kind"
 KIND = "probe"
 GROUP_TAG = "dfm:probe"
+TRAIN_LINES = 10  # train lines a bundled script's probe prints at least: the first fifth warm-up, the rest timed
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ def probe_settings(
     bundled: bool,
     data: Mapping[str, str] = (),
     local: bool = False,
+    log_steps: int | None = None,
 ) -> tuple[str, ...]:
     """What makes a candidate a probe: capped, no export, no resubmission, no warm pool, tagged, maybe on smaller
     data (locally the run's timeout is the bound)."""
@@ -162,9 +164,22 @@ def probe_settings(
         f"hyperparameters.max_steps={max_steps}",
     ]
     if bundled:  # repeat the (maybe small) data until max_steps; the probe's model is not wanted
-        lines += ["hyperparameters.epochs=0", "hyperparameters.export=false"]
+        lines += ["hyperparameters.epochs=0", "hyperparameters.export=false", *timed_windows(max_steps, log_steps)]
     lines += [f"data.{channel}={uri}" for channel, uri in dict(data).items()]
     return tuple(lines)
+
+
+def timed_windows(max_steps: int, log_steps: int | None = None) -> list[str]:
+    """A bundled script's settings that leave a probe enough clean windows to time: a train line at least every
+    max_steps / TRAIN_LINES steps (the spec's log_steps when it is already that often), no evaluation before
+    max_steps (the final one comes after the last train line) and no checkpoint before it."""
+    every = max(1, max_steps // TRAIN_LINES)
+    given = log_steps if isinstance(log_steps, int) and not isinstance(log_steps, bool) and log_steps > 0 else every
+    return [
+        f"hyperparameters.log_steps={min(every, given)}",
+        f"hyperparameters.eval_steps={max_steps + 1}",
+        f"hyperparameters.checkpoint_steps={max_steps}",
+    ]
 
 
 def probe_name(spec_name: str, candidates: int, now: float | None = None) -> str:
@@ -205,7 +220,14 @@ def build_probe_plan(
     for number, lines in enumerate(settings_lines, start=1):
         lines = follow_distribution(lines, spec.entry_point)
         capped = probe_settings(
-            name, number, settings.max_steps, max_run, bundled, {} if local else settings.data, local
+            name,
+            number,
+            settings.max_steps,
+            max_run,
+            bundled,
+            {} if local else settings.data,
+            local,
+            spec.hyperparameters.get("log_steps"),
         )
         plan, errors = compile_candidate((*base_settings, *lines, *capped), job_name(name, number))
         candidates.append(Candidate(number, lines, plan, tuple(errors)))

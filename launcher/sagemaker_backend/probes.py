@@ -25,7 +25,7 @@ from launcher.errors import DfmError
 from launcher.facts import catalog
 from launcher.plans import hosts
 from launcher.plans.probe_plan import ProbePlan
-from launcher.plans.probe_results import Measurement, ProbeInterrupted, steady_examples_per_sec, train_samples
+from launcher.plans.probe_results import Measurement, ProbeInterrupted, Sample, steady_throughput, train_samples
 from launcher.sagemaker_backend import aws, training_jobs, logs, training_request
 
 Echo = Callable[[str], None]
@@ -221,17 +221,19 @@ def measurement(
     number: int,
     built: training_request.TrainingRequest,
     description: dict,
-    samples: dict[str, list[tuple[int, float]]],
+    samples: dict[str, list[Sample]],
     points: Points,
 ) -> Measurement:
     """What one ended probe measured, from its description, metric lines and instance metrics."""
     by_host = per_host(points, training_phases(description), built.plan)
+    throughput = steady_throughput(samples)
     return Measurement(
         number,
         description["TrainingJobStatus"],
         built.job_name,
         reason=aws.one_line(description["FailureReason"]) if description.get("FailureReason") else None,
-        examples_per_sec=steady_examples_per_sec(samples),
+        examples_per_sec=throughput.median,
+        throughput=throughput,
         startup_s=startup_seconds(description),
         billable_s=description.get("BillableTimeInSeconds"),
         training_s=description.get("TrainingTimeInSeconds"),
