@@ -38,8 +38,8 @@ class LoopbackNamespace:
     def start(self) -> bool:
         """True when the namespace is up; False (and nothing left running) when this machine refuses it."""
         # unshare and setpriv exec in turn, so the holder's parent is this process; the kernel kills the holder
-        # when it ends. Had this process ended before setpriv asked for that, the holder's parent is no longer
-        # this process: it exits at once.
+        # when the thread that started it ends (a run starts and stops its namespace in one thread). Had this
+        # process ended before setpriv asked for that, the holder's parent is no longer this process: it exits.
         script = f'[ "$PPID" = {os.getpid()} ] && ip link set lo up && echo ready && exec sleep infinity'
         try:
             self.holder = subprocess.Popen(

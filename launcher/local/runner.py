@@ -249,7 +249,7 @@ class LocalRun:
         if not isolated:
             self.echo(
                 "[dfm local] note: processes share this machine's network (TensorFlow servers bind 0.0.0.0); "
-                "a loopback-only namespace needs root, unshare, nsenter and ip"
+                "a loopback-only namespace needs root, unshare, nsenter, setpriv (with --pdeathsig) and ip"
             )
         sup = self.supervisor = Supervisor(self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
