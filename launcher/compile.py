@@ -11,6 +11,8 @@ from typing import Any, Iterable, Mapping
 
 from launcher import rules
 from launcher.errors import DfmError
+from launcher.rules.findings import warning
+from launcher.rules.prepare_rules import prepared_layout_fits
 from launcher.plans.training_plan import Plan, build_plan
 from launcher.spec import Spec, SpecError, load_spec
 
@@ -70,3 +72,20 @@ def compile_trial(spec: Spec, values: Mapping[str, Any], job_name: str, run_dir:
     if refused:
         raise DfmError(f"trial {job_name} refused: {'; '.join(refused)}", 2)
     return build_plan(trial, job_name=job_name, warnings=[f.render(trial) for f in rules.warnings(findings)])
+
+
+def shard_warnings(spec: Spec, plan: Plan) -> list[str]:
+    """ShardedByS3Key deals whole objects to hosts: a channel sharded among N hosts needs N files, or some hosts
+    get none. The warning for the commands that cannot count them: `dfm validate`, the SageMaker dry runs and a
+    tuning job. A SageMaker launch lists the bucket instead, and `--local` counts its local files (both warn of
+    the hosts left idle); prepared data whose layout fits (`prepare:`) has enough files by construction."""
+    if prepared_layout_fits(spec):
+        return []
+    return [
+        warning(
+            "data.s3_shard",
+            f"channel {name}: ShardedByS3Key deals whole objects to its {hosts} hosts: the prefix needs at least "
+            f"{hosts} files, or hosts sit idle (checked at launch, not offline)",
+        ).render(spec)
+        for name, hosts in plan.sharded_hosts().items()
+    ]

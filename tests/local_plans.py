@@ -188,3 +188,55 @@ def toolkit_versions_off_pin(folder: str) -> list[str]:
         for pin in pins
         if pin.name not in found or not pin.specifier.contains(found[pin.name], prereleases=True)
     ]
+
+
+def sigkill_once_running_and_find_holders(argv: list[str], bound_s: float = 120.0) -> list[psutil.Process]:
+    """Run `python -m launcher.cli *argv`; once the run's network-namespace holder (`sleep infinity`) and a
+    process started inside the namespace are up, SIGKILL the dfm process (no cleanup of its own runs) and
+    return the holders seen. The run's other processes are killed here afterwards (the test started them)."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher.cli", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    seen: set[psutil.Process] = set()
+    holders: list[psutil.Process] = []
+    deadline = time.monotonic() + bound_s
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                found = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            seen.update(found)
+            holders = [p for p in seen if _cmdline(p) == ["sleep", "infinity"]]
+            started = [p for p in found if p not in holders and "python" in " ".join(_cmdline(p))]
+            if holders and started:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "dfm ended before its run was up"
+        assert holders, f"no namespace holder within {bound_s:.0f} s"
+        proc.kill()
+        proc.wait(timeout=30)
+        return holders
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for other in seen - set(holders):
+            try:
+                other.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []

@@ -18,6 +18,7 @@ def clean_env(monkeypatch, tmp_path):
     for name in ("DFM_ROLE_ARN", "DFM_BUCKET", "AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(tmp_path / "no-sagemaker-config.yaml"))
+    monkeypatch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", str(tmp_path / "no-admin-config.yaml"))
     monkeypatch.chdir(tmp_path)
 
 
@@ -60,6 +61,62 @@ def test_role_and_bucket_come_from_the_environment_then_the_sdk_config(capsys, c
     assert spec["role"] == ROLE and spec["output"] == "s3://env-bucket/deepfm-single/"
 
 
+def _sdk_config(path, role=None, bucket=None):
+    sagemaker = {"TrainingJob": {"RoleArn": role}} if role else {}
+    if bucket:
+        sagemaker["PythonSDK"] = {"Modules": {"Session": {"DefaultS3Bucket": bucket}}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"SageMaker": sagemaker}))
+
+
+def test_the_sdk_config_is_found_where_the_sdk_looks(capsys, clean_env, tmp_path, monkeypatch):
+    """No override: platformdirs' user config dir (XDG_CONFIG_HOME here), and the admin config in its site config
+    dir (XDG_CONFIG_DIRS), the user's values over the admin's, as the SDK merges them."""
+    monkeypatch.delenv("SAGEMAKER_USER_CONFIG_OVERRIDE")
+    monkeypatch.delenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "site"))
+    _sdk_config(tmp_path / "site" / "sagemaker" / "config.yaml", role=ROLE, bucket="admin-bucket")
+    _sdk_config(tmp_path / "user" / "sagemaker" / "config.yaml", bucket="user-bucket")
+    assert init_cli.sdk_defaults() == {
+        "role": ROLE,
+        "bucket": "user-bucket",
+        "bucket_from": f"{tmp_path / 'user' / 'sagemaker' / 'config.yaml'}: DefaultS3Bucket",
+    }
+    assert run(capsys, "init", "single", "-o", "a.yaml")[0] == 0
+    spec = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    assert spec["role"] == ROLE and spec["output"] == "s3://user-bucket/deepfm-single/"
+
+
+def test_the_admin_override_and_a_folder_override_are_read(clean_env, tmp_path, monkeypatch):
+    _sdk_config(tmp_path / "admin.yaml", role=ROLE)
+    _sdk_config(tmp_path / "userdir" / "config.yaml", bucket="dir-bucket")
+    monkeypatch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", str(tmp_path / "admin.yaml"))
+    monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(tmp_path / "userdir"))
+    assert init_cli.sdk_defaults() == {
+        "role": ROLE,
+        "bucket": "dir-bucket",
+        "bucket_from": f"{tmp_path / 'userdir' / 'config.yaml'}: DefaultS3Bucket",
+    }
+
+
+@pytest.mark.parametrize("where", ["--bucket", "DFM_BUCKET", "sdk"])
+def test_an_invalid_bucket_name_is_refused_before_writing(capsys, clean_env, tmp_path, monkeypatch, where):
+    arguments = ["init", "single", "-o", "bad.yaml", "--role", ROLE]
+    if where == "--bucket":
+        arguments += ["--bucket", "My_Bucket"]
+    elif where == "DFM_BUCKET":
+        monkeypatch.setenv("DFM_BUCKET", "My_Bucket")
+    else:
+        _sdk_config(tmp_path / "sdk.yaml", bucket="My_Bucket")
+        monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", str(tmp_path / "sdk.yaml"))
+    code, out, err = run(capsys, *arguments)
+    assert code == 2 and not (tmp_path / "bad.yaml").exists()
+    (line,) = err.strip().splitlines()
+    named = str(tmp_path / "sdk.yaml") if where == "sdk" else where
+    assert line.startswith(f"dfm: {named}") and "'My_Bucket' is not an S3 bucket name" in line, line
+
+
 def test_without_role_or_bucket_the_spec_validates_with_a_warning_naming_each_variable(capsys, clean_env, tmp_path):
     assert run(capsys, "init", "-o", "p.yaml")[0] == 0
     code, out, err = run(capsys, "validate", tmp_path / "p.yaml")
@@ -71,9 +128,9 @@ def test_without_role_or_bucket_the_spec_validates_with_a_warning_naming_each_va
 
 def test_it_refuses_to_overwrite_without_force(capsys, clean_env, tmp_path):
     (tmp_path / "mine.yaml").write_text("keep me\n")
-    code, _, err = run(capsys, "init", "-o", "mine.yaml", "--role", ROLE, "--bucket", "b")
+    code, _, err = run(capsys, "init", "-o", "mine.yaml", "--role", ROLE, "--bucket", "my-bucket")
     assert code == 2 and "--force" in err and (tmp_path / "mine.yaml").read_text() == "keep me\n"
-    assert run(capsys, "init", "-o", "mine.yaml", "--role", ROLE, "--bucket", "b", "--force")[0] == 0
+    assert run(capsys, "init", "-o", "mine.yaml", "--role", ROLE, "--bucket", "my-bucket", "--force")[0] == 0
 
 
 @pytest.mark.parametrize("terminal", [False, True])

@@ -236,6 +236,32 @@ def test_launch_submits_the_plan_and_warns_about_idle_hosts(capsys, aws, monkeyp
     assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{bucket}/deepfm/train/"
     assert f"s3://{bucket}/deepfm/train/ holds 1 object(s) for 2 hosts" in err
     assert "eval" not in err.split("holds")[0]  # eval is replicated, not sharded: no warning for it
+    assert "data.s3_shard" not in err  # the bucket was listed: no guess of what it might hold
+
+
+def test_the_shard_file_count_warning_is_given_only_where_nothing_counts_the_files(
+    capsys, tmp_path, no_aws_env, no_network
+):
+    """validate and the SageMaker dry run cannot look at the bucket: they warn. A --local run counts its local
+    files (and warns per host of one left without any), so the guess does not apply there."""
+    spec = REPO / "configs" / "ps.yaml"
+    for argv in (["validate", spec], ["launch", spec, "--dry-run", "--job-name", JOB]):
+        code, _, err = run(capsys, *argv)
+        assert code == 0
+        (line,) = [line for line in err.splitlines() if "data.s3_shard" in line]
+        assert "channel train: ShardedByS3Key deals whole objects to its 2 hosts" in line
+    for name in ("train/a", "train/b", "eval/a"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    channels = ["--channel", f"train={tmp_path / 'train'}", "--channel", f"eval={tmp_path / 'eval'}"]
+    code, _, err = run(capsys, "launch", spec, "--local", "--dry-run", *channels, "--job-name", JOB)
+    assert code == 0 and "data.s3_shard" not in err and "no files" not in err
+    (tmp_path / "train" / "b").unlink()  # one file for two hosts: the local run says so, per host
+    code, out, err = run(capsys, "launch", spec, "--local", "--dry-run", *channels, "--job-name", JOB)
+    assert "data.s3_shard" not in err and "algo-2: channel 'train' has no files on this host" in out + err
+    tune = REPO / "configs" / "tune-ps.yaml"
+    code, out, _ = run(capsys, "tune", tune, "--dry-run", "--output", "json")
+    assert code == 0 and any("channel train: ShardedByS3Key" in w for w in json.loads(out)["warnings"])
 
 
 # --- launch --local wiring -------------------------------------------------------------------------

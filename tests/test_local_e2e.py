@@ -15,8 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from local_plans import assert_no_survivors
+from local_plans import assert_no_survivors, sigkill_once_running_and_find_holders
 from spec_helpers import LOCAL_BASE, dfm, write_spec
+
+from launcher.local import netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -351,3 +353,18 @@ def test_a_killed_ps_host_fails_the_run_fast_naming_it(tmp_path, sample):
     assert killed and time.monotonic() - killed[0] < 60, "the run outlived its parameter servers by a minute"
     assert "FAILED: algo-3/train exited with code -9" in run.output
     assert_no_survivors(run.processes)
+
+
+@pytest.mark.skipif(not (netns.wanted() and netns.possible()), reason="no loopback-only namespace on this machine")
+def test_a_sigkilled_local_launch_leaves_no_namespace_holder(tmp_path, sample):
+    """SIGKILL runs none of dfm's cleanup: the holder of the run's network namespace dies with dfm by itself."""
+    spec = e2e_spec(
+        tmp_path,
+        name="e2e-kill",
+        entry_point="deepfm-ps",
+        distribution="parameter_server",
+        sample=sample,
+        hyperparameters={"max_steps": 100000},
+    )
+    holders = sigkill_once_running_and_find_holders(["launch", str(spec), "--local"])
+    assert_no_survivors(holders)

@@ -71,7 +71,8 @@ def test_ps_plan():
     ) == (900, 60)
     assert plan.distribution.kind == "parameter_server" and plan.instance_count == 2
     assert plan.cost["max_usd"] == round(3.672 * 2 * 1.0, 2) and plan.cost["spot"] is False
-    assert any("data.s3_shard" in w for w in plan.warnings)
+    assert plan.sharded_hosts() == {"train": 2}
+    assert not any("data.s3_shard" in w for w in plan.warnings)  # the offline commands' (compile.shard_warnings)
     json.dumps(dataclasses.asdict(plan))
 
 

@@ -116,11 +116,13 @@ def test_a_layout_that_would_idle_workers_is_caught_offline(tmp_path):
 
 
 def test_prepared_data_settles_the_launch_time_file_count_warning(tmp_path):
+    from launcher.compile import shard_warnings
+
     prepared = compile_spec(str(write_spec(tmp_path / "a", PREPARE, count=2, processes=2)))
-    assert prepared.ok and not any("ShardedByS3Key" in w for w in prepared.warnings)
+    assert prepared.ok and not shard_warnings(prepared.spec, prepared.plan)
     path = write_spec(tmp_path / "b", PREPARE, count=2, processes=2)
     plain = compile_spec(str(path), ["prepare=null", "hyperparameters.negative_rate=0.5"])
-    assert any("ShardedByS3Key" in w for w in plain.warnings)
+    assert any("ShardedByS3Key" in w for w in shard_warnings(plain.spec, plain.plan))
     assert plain.plan.hyperparameters["negative_rate"] == 0.5
 
 

@@ -106,6 +106,55 @@ def test_force_swaps_the_whole_new_set_in_on_success(tmp_path, monkeypatch, caps
     }  # the old part-00007 is gone with its set
 
 
+class InterruptedApp(FakeApp):
+    """Half-way through its files, the command gets `signum` (a Ctrl-C, a SIGTERM); its cancelled job then fails."""
+
+    def __init__(self, signum):
+        super().__init__()
+        self.signum = signum
+
+    def run(self, spark, job):
+        import os
+
+        self.jobs.append(job)
+        first = job["train_paths"][0]
+        scratch = Path(first).parent.parent / ".partial"  # where the write tasks write before renaming
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / "train-part-00000.tfrecord.123").write_bytes(b"half")
+        Path(first).parent.mkdir(parents=True, exist_ok=True)
+        Path(first).write_bytes(b"new")
+        os.kill(os.getpid(), self.signum)
+        raise RuntimeError("org.apache.spark.SparkException: Job 3 cancelled as part of cancellation of all jobs")
+
+
+@pytest.mark.parametrize("signum, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupted_preparation_says_so_on_one_line_and_leaves_nothing_partial(
+    tmp_path, monkeypatch, capsys, signum, code
+):
+    import signal
+
+    spec = _setup(tmp_path, monkeypatch, InterruptedApp(getattr(signal, signum)), section={"eval_fraction": 0.1})
+    before = _old_data(tmp_path)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    assert main(["data", "prepare", str(spec), "--local", "--force"]) == code
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"dfm: interrupted ({signum}): the channel folders keep the data they had; nothing partial is left"
+    )
+    assert _files(tmp_path / "data") == before
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["eval", "train"]  # no .partial, no staging
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # the command's handlers are gone
+
+
+def test_a_killed_runs_partial_folder_goes_with_the_next_run(tmp_path, monkeypatch, capsys):
+    spec = _setup(tmp_path, monkeypatch, FakeApp(), section={"eval_fraction": 0.1})
+    _old_data(tmp_path)
+    leftover = tmp_path / "data" / ".partial" / "train-part-00003.tfrecord.4242"
+    leftover.parent.mkdir()
+    leftover.write_bytes(b"half")
+    assert main(["data", "prepare", str(spec), "--local", "--force"]) == 0
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["eval", "prepare", "train"]
+
+
 def test_without_force_non_empty_channels_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
     fake = FakeApp()
     spec = _setup(tmp_path, monkeypatch, fake)

@@ -224,6 +224,68 @@ def test_the_stall_watch_names_the_host_silent_longest():
     assert "silent longest: algo-2, 56 s since its last line: worker 0: waiting" in str(caught.value)
 
 
+def test_a_return_to_training_starts_the_silence_again():
+    """600 s timeout, 500 s of silence, a spot interruption and a resume: the resumed script restoring its
+    checkpoint has its own 600 s before it must print a metric line."""
+    now = [0.0]
+    watch = StallWatch(600, clock=lambda: now[0])
+    watch.enter("Training", 1)
+    watch.saw("algo-1", "[dfm] train step=10 loss=0.5 auc=0.6 examples_per_sec=1.0")
+    now[0] = 500
+    watch.enter("Interrupted", 1)
+    now[0] = 900
+    watch.enter("Training", 2)
+    now[0] = 1050  # 150 s after resuming, still restoring
+    watch.check()
+    now[0] = 1500
+    watch.check()
+    now[0] = 1501
+    with pytest.raises(Stalled, match="no metric line for 601 s in Training"):
+        watch.check()
+
+
+def test_a_return_to_training_between_two_polls_starts_the_silence_again():
+    """Both polls read Training; the job's transitions show it entered Training once more in between."""
+    now = [0.0]
+    watch = StallWatch(600, clock=lambda: now[0])
+    watch.enter("Training", 1)
+    watch.saw("algo-1", "[dfm] train step=10 loss=0.5 auc=0.6 examples_per_sec=1.0")
+    now[0] = 500
+    watch.enter("Training", 2)
+    now[0] = 1050
+    watch.check()
+    now[0] = 1101
+    with pytest.raises(Stalled, match="no metric line for 601 s"):
+        watch.check()
+
+
+def test_a_resumed_job_restoring_silently_is_not_stopped(sample_plan, moto_jobs, moto_logs, monkeypatch):
+    """The transitions DescribeTrainingJob returns are what the watch reads: a resume between two polls, then
+    restoring longer than the silence left before the interruption, is not a stall."""
+    from conftest import _moto_training_job
+
+    plan = sample_plan({"stall_timeout": 100, "spot": {"max_wait": 7200}})
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    moto_logs(plan.job_name, "algo-1", "[dfm] train step=1 loss=0.5 auc=0.5 examples_per_sec=1.0")
+    entered = [{"Status": "Training", "StartTime": 0}]
+    polls = iter([1, 1, 2, 2])  # Training entries at each poll: one resume, unseen as a phase
+
+    def next_poll(**_):
+        count = next(polls, None)
+        job = _moto_training_job(plan.job_name)
+        if count is None:
+            moto_jobs.set_state(plan.job_name, "Completed")
+            return
+        moto_jobs.set_state(plan.job_name, "InProgress", secondary="Training")
+        job.secondary_status_transitions = entered * count
+
+    hook_sessions(monkeypatch, "before-call.sagemaker.DescribeTrainingJob", next_poll)
+    ticks = itertools.count(0, 20)  # 20 s pass at each reading of the watch's clock (two per poll, one per line)
+    monkeypatch.setattr(attempts, "StallWatch", lambda timeout: StallWatch(timeout, clock=lambda: next(ticks)))
+    monkeypatch.setattr(training_jobs, "stop", lambda name, region: pytest.fail(f"{name} was stopped"))
+    assert attempts.launch(plan, wait=True, echo=lambda line: None, poll_seconds=0) == plan.job_name
+
+
 def test_a_stalled_job_is_stopped_and_exits_1(sample_plan, moto_jobs, moto_logs, monkeypatch):
     plan = sample_plan({"stall_timeout": 60})
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)

@@ -658,12 +658,6 @@ CASES = [
     ),
     (
         rules.check_s3_shard,
-        {"data": {"s3_shard": True}},
-        {"data": {"s3_shard": True}, "instance": {"count": 3}},
-        ("warning", "data.s3_shard", "at least 3 files"),
-    ),
-    (
-        rules.check_s3_shard,
         {"data": {"s3_shard": False, "train": EFS}},
         {"data": {"s3_shard": True, "train": EFS}},
         ("warning", "data.s3_shard", "no effect on file systems"),

@@ -21,6 +21,9 @@ from launcher.local.progress import parse_metric_line
 from launcher.plans.tuning_plan import build_tuning_plan
 from launcher.rules.tuning_objective import objective_schedule
 from spec_helpers import dfm, write_spec
+from local_plans import assert_no_survivors, sigkill_once_running_and_find_holders
+
+from launcher.local import netns
 
 TUNE = {
     "objective": {"metric": "eval:auc", "goal": "maximize"},
@@ -506,3 +509,13 @@ def test_a_trial_the_rules_refuse_fails_as_dfm_validate_would(tmp_path):
     assert refused.value.exit_code == 2
     assert "trial t-261125-000000-001 refused" in refused.value.message
     assert "hyperparameters.batch_size: must be at least 1, got 0" in refused.value.message
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not (netns.wanted() and netns.possible()), reason="no loopback-only namespace on this machine")
+def test_a_sigkilled_local_study_leaves_no_namespace_holder(tmp_path, sample):
+    """SIGKILL runs none of dfm's cleanup: the holders of the trials' network namespaces die with dfm."""
+    spec = tiny_spec(tmp_path, sample)
+    holders = sigkill_once_running_and_find_holders(["tune", str(spec), "--local", "--job-name", "tiny-261124-000002"])
+    assert_no_survivors(holders)

@@ -18,6 +18,7 @@ import yaml
 from launcher.cli.placeholders import BUCKET_VARIABLE, PLACEHOLDER_BUCKET, PLACEHOLDER_ROLE, ROLE_VARIABLE
 from launcher.errors import DfmError
 from launcher.facts import catalog, images
+from launcher.spec.value_types import BUCKET
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,27 @@ def image_for(layout: Layout) -> images.TrainingImage:
     return max(usable, key=lambda image: images.version_tuple(image.version))
 
 
-def sdk_defaults() -> dict[str, str]:
-    """Role and bucket from the SageMaker SDK's defaults file (~/.config/sagemaker/config.yaml, or the file
-    SAGEMAKER_USER_CONFIG_OVERRIDE names), read as plain YAML; {} when there is none."""
-    path = Path(
-        os.environ.get("SAGEMAKER_USER_CONFIG_OVERRIDE") or Path.home() / ".config" / "sagemaker" / "config.yaml"
-    )
+def sdk_config_files() -> list[Path]:
+    """The SageMaker SDK v2's defaults files in the order it merges them (a later one wins): the admin config
+    (SAGEMAKER_ADMIN_CONFIG_OVERRIDE, else config.yaml in platformdirs' site config dir for "sagemaker"), then
+    the user config (SAGEMAKER_USER_CONFIG_OVERRIDE, else config.yaml in its user config dir). A directory
+    stands for the config.yaml in it; an s3:// location is left to the SDK."""
+    from platformdirs import site_config_dir, user_config_dir
+
+    found = []
+    for variable, folder in (
+        ("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", site_config_dir("sagemaker")),
+        ("SAGEMAKER_USER_CONFIG_OVERRIDE", user_config_dir("sagemaker")),
+    ):
+        location = os.environ.get(variable) or str(Path(folder) / "config.yaml")
+        if location.startswith("s3://"):
+            continue
+        path = Path(location)
+        found.append(path / "config.yaml" if path.is_dir() else path)
+    return found
+
+
+def _read_defaults(path: Path) -> dict[str, str]:
     try:
         sagemaker = (yaml.safe_load(path.read_text()) or {}).get("SageMaker") or {}
     except (OSError, yaml.YAMLError, AttributeError):
@@ -83,6 +99,26 @@ def sdk_defaults() -> dict[str, str]:
     session = ((sagemaker.get("PythonSDK") or {}).get("Modules") or {}).get("Session") or {}
     found = {"role": (sagemaker.get("TrainingJob") or {}).get("RoleArn"), "bucket": session.get("DefaultS3Bucket")}
     return {key: value for key, value in found.items() if isinstance(value, str) and value}
+
+
+def sdk_defaults() -> dict[str, str]:
+    """Role and bucket from the SageMaker SDK's defaults files (`sdk_config_files`), read as plain YAML, the user
+    file's values over the admin file's (bucket_from: the file and key the bucket came from); {} when there is
+    none."""
+    merged: dict[str, str] = {}
+    for path in sdk_config_files():
+        found = _read_defaults(path)
+        merged.update(found, **({"bucket_from": f"{path}: DefaultS3Bucket"} if "bucket" in found else {}))
+    return merged
+
+
+def check_bucket(bucket: str, source: str) -> None:
+    """A literal bucket must be one the spec's S3 URIs accept; a `${DFM_BUCKET:-...}` form is checked later."""
+    if "${" not in bucket and not BUCKET.fullmatch(bucket):
+        raise DfmError(
+            f"{source}: '{bucket}' is not an S3 bucket name (3-63 lowercase letters, digits, dots and hyphens, "
+            f"starting and ending with a letter or digit); nothing written"
+        )
 
 
 def render(name: str, layout_name: str, role: str, bucket: str, region: str, file: str) -> str:
@@ -175,8 +211,11 @@ def init(
         raise DfmError(f"{target}: already exists; pass --force to overwrite it, or -o another file")
     defaults = sdk_defaults()
     role = _resolve(role, ROLE_VARIABLE, defaults.get("role"), "SageMaker execution role ARN", PLACEHOLDER_ROLE)
+    given = {"--bucket": bucket, BUCKET_VARIABLE: os.environ.get(BUCKET_VARIABLE)}
+    source = next((where for where, value in given.items() if value), defaults.get("bucket_from", "the S3 bucket"))
     bucket = _resolve(bucket, BUCKET_VARIABLE, defaults.get("bucket"), "S3 bucket", PLACEHOLDER_BUCKET)
     bucket = bucket.removeprefix("s3://").rstrip("/")
+    check_bucket(bucket, source)
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     try:
         target.write_text(render(name, layout, role, bucket, region, target.name))

@@ -25,11 +25,16 @@ def _echo_err(message: str) -> None:
     click.echo(message, err=True)
 
 
-def _warnings(compiled: Any) -> list[str]:
-    """The rules' warnings, and a placeholder role or bucket still in the spec."""
+def _warnings(compiled: Any, *, offline: bool = False) -> list[str]:
+    """The rules' warnings, and a placeholder role or bucket still in the spec; `offline` (a command that looks
+    at neither the bucket nor local files): the ShardedByS3Key file-count warning too."""
     from launcher.cli.placeholders import placeholder_warnings
+    from launcher.compile import shard_warnings
 
-    return [*compiled.warnings, *(placeholder_warnings(compiled.spec) if compiled.spec is not None else [])]
+    found = [*compiled.warnings, *(placeholder_warnings(compiled.spec) if compiled.spec is not None else [])]
+    if offline and compiled.plan is not None:
+        found += shard_warnings(compiled.spec, compiled.plan)
+    return found
 
 
 @click.command()
@@ -44,7 +49,12 @@ def validate(specs: tuple[str, ...], overrides: tuple[str, ...], output: str) ->
     for path in specs:
         compiled = compile_spec(path, overrides)
         results.append(
-            {"path": path, "valid": compiled.ok, "errors": list(compiled.errors), "warnings": _warnings(compiled)}
+            {
+                "path": path,
+                "valid": compiled.ok,
+                "errors": list(compiled.errors),
+                "warnings": _warnings(compiled, offline=True),
+            }
         )
     valid = all(r["valid"] for r in results)
     if output == "json":
@@ -153,7 +163,7 @@ def launch(
     compiled = compile_spec(
         spec_path, (*overrides, *local_overrides(channels, run_dir, timeout, memory_per_host)), job_name
     )
-    warnings = _warnings(compiled)
+    warnings = _warnings(compiled, offline=dry_run and not local)
     if not compiled.ok:
         refuse(compiled.errors, warnings, output)
     from launcher.backends import backend_named

@@ -4,6 +4,7 @@ dispatch on the job's kind (`sagemaker_backend.kinds`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -27,9 +28,10 @@ def _echo_err(message: str) -> None:
     click.echo(message, err=True)
 
 
-def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None):
-    """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise."""
-    from launcher.compile import compile_spec
+def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | None, *, local: bool = True):
+    """(spec, TuningPlan) of a valid spec with a tune: section; prints the errors and exits 2 otherwise. Not
+    `local`: with the warning of S3 sharding that nothing checks before SageMaker's trials start."""
+    from launcher.compile import compile_spec, shard_warnings
     from launcher.plans.training_plan import build_plan
     from launcher.plans.tuning_plan import build_tuning_plan, tuning_job_name
     from launcher.rules.tuning_objective import objective_schedule
@@ -47,6 +49,8 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     spec = compiled.spec
     name = job_name or tuning_job_name(spec)
     training = build_plan(spec, job_name=name, warnings=compiled.warnings)
+    if not local:
+        training = dataclasses.replace(training, warnings=(*training.warnings, *shard_warnings(spec, training)))
     return spec, build_tuning_plan(spec, training, name=name, schedule=objective_schedule(spec))
 
 
@@ -105,7 +109,7 @@ def tune(
         raise DfmError("--local --dry-run is not supported: `dfm launch SPEC --local --dry-run` shows one trial's run")
     if resume and job_name is None:
         job_name = _newest_study(spec_path, overrides)
-    spec, tplan = compile_tuning(spec_path, overrides, job_name)
+    spec, tplan = compile_tuning(spec_path, overrides, job_name, local=local)
     resume_line = shlex.join(
         [
             "dfm",

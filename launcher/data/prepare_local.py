@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from launcher.data import prepare_job
+from launcher.data.spark_interrupt import SparkInterruption
 from launcher.data.staging import Staged, check_writable
 from launcher.errors import DfmError
 from launcher.spec import Spec
@@ -250,15 +251,34 @@ def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None) 
     what = f"{spec.where('local.channels')}: local.channels"
     if job["stats_only"]:  # only the report folder's files, each replaced as it is written
         check_writable(Path(job["report_dir"]), what)
-        return _run_app(spec, job, spark)
-    with Staged(output_folders(job), force, what) as stage:
-        return _run_app(spec, staged_job(job, stage), spark)
+        with SparkInterruption(f"{job['report_dir']} holds no partial file") as guard:
+            return _run_app(spec, job, spark, guard)
+    scratch = scratch_folders(job)
+    remove_folders(scratch)  # a killed run's
+    try:
+        with Staged(output_folders(job), force, what) as stage:
+            with SparkInterruption("the channel folders keep the data they had; nothing partial is left") as guard:
+                return _run_app(spec, staged_job(job, stage), spark, guard)
+    finally:
+        remove_folders(scratch)
 
 
-def _run_app(spec: Spec, job: dict[str, Any], spark) -> dict[str, Any]:
+def scratch_folders(job: Mapping[str, Any]) -> set[Path]:
+    """Where the application's write tasks write a file before renaming it into its channel folder (`.partial`
+    beside the channel folders: prepare_app_write.scratch_folder)."""
+    return {Path(p).parent.parent / ".partial" for p in job["train_paths"] + job["eval_paths"]}
+
+
+def remove_folders(folders) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_app(spec: Spec, job: dict[str, Any], spark, guard: SparkInterruption) -> dict[str, Any]:
     owned = spark is None
     spark = spark or spark_session(class_archive=True)
     try:
+        guard.watch(spark)
         prepare_app = load_app(spark)
         report = prepare_app.run(spark, job)
     except SystemExit as stop:  # no good rows, or bad rows under bad_rows: fail

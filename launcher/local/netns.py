@@ -3,7 +3,9 @@
 TensorFlow's gRPC server binds 0.0.0.0 whatever address TF_CONFIG gives it, so a ps or worker port would be
 reachable from the network while a run lasts. Inside a fresh network namespace there is only `lo`: the
 simulated hosts reach each other on 127.0.0.1 and nothing outside can reach them (nor can they reach out).
-Needs root, `unshare`, `nsenter` and `ip` (util-linux, iproute2); elsewhere runs use the host network.
+Needs root, `unshare`, `nsenter`, `setpriv` and `ip` (util-linux, iproute2); elsewhere runs use the host network.
+The holder process dies with the dfm process that started it (`setpriv --pdeathsig KILL`): a dfm killed with
+SIGKILL, which runs no cleanup, leaves no namespace behind.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def possible() -> bool:
     return (
         hasattr(os, "geteuid")
         and os.geteuid() == 0
-        and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip"))
+        and all(shutil.which(tool) for tool in ("unshare", "nsenter", "setpriv", "ip"))
     )
 
 
@@ -35,9 +37,13 @@ class LoopbackNamespace:
 
     def start(self) -> bool:
         """True when the namespace is up; False (and nothing left running) when this machine refuses it."""
+        # unshare and setpriv exec in turn, so the holder's parent is this process; the kernel kills the holder
+        # when the thread that started it ends (a run starts and stops its namespace in one thread). Had this
+        # process ended before setpriv asked for that, the holder's parent is no longer this process: it exits.
+        script = f'[ "$PPID" = {os.getpid()} ] && ip link set lo up && echo ready && exec sleep infinity'
         try:
             self.holder = subprocess.Popen(
-                ["unshare", "--net", "sh", "-c", "ip link set lo up && echo ready && exec sleep infinity"],
+                ["unshare", "--net", "setpriv", "--pdeathsig", "KILL", "sh", "-c", script],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

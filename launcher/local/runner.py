@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import curves, host_memory, netns
+from launcher.local import checkpoint_store, curves, host_memory, netns
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.local_processes import inherited_env
 from launcher.local.local_request import LocalHost, LocalRequest, build_request
@@ -115,8 +115,8 @@ class LocalRun:
             write_host_tree(host, request.source_dir, request.source_files)
             if host.checkpoint_dir is not None:
                 Path(host.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-                if store is not None and store.is_dir():
-                    shutil.copytree(store, host.checkpoint_dir, dirs_exist_ok=True)
+                if store is not None:
+                    checkpoint_store.restore(store, Path(host.checkpoint_dir))
                 self._restored[host.name] = _file_stamps(Path(host.checkpoint_dir))
             for feed in host.channels:
                 files = [(key, Path(path)) for key, path in feed.files]
@@ -287,14 +287,17 @@ class LocalRun:
 
     def run(self) -> RunResult:
         started = time.monotonic()
-        self.prepare()
+        try:
+            self.prepare()
+        except (OSError, shutil.Error) as err:
+            raise checkpoint_store.write_failed(err, f"preparing the run folder {self.job_dir}") from None
         namespace = netns.LoopbackNamespace()
         isolated = netns.wanted() and netns.possible() and namespace.start()
         holder = {namespace.pid} - {None}
         if not isolated:
             self.echo(
                 "[dfm local] note: processes share this machine's network (TensorFlow servers bind 0.0.0.0); "
-                "a loopback-only namespace needs root, unshare, nsenter and ip"
+                "a loopback-only namespace needs root, unshare, nsenter, setpriv (with --pdeathsig) and ip"
             )
         sup = self.supervisor = Supervisor(self._on_line, wrap=namespace.wrap)
         previous = self._install_signal_handlers()
@@ -323,7 +326,11 @@ class LocalRun:
             namespace.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._save_checkpoints()
+            unsaved = self._save_checkpoints() or self._unwritten_logs(sup)
+        if unsaved is not None and code:  # the run's own failure stays the reason
+            self.echo(f"[dfm local] {unsaved}")
+        elif unsaved is not None:
+            code, reason = 1, unsaved
         self._report(code, reason, time.monotonic() - started)
         return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated, interruption)
 
@@ -336,20 +343,33 @@ class LocalRun:
             return None
         return -child.returncode
 
-    def _save_checkpoints(self) -> None:
+    @staticmethod
+    def _unwritten_logs(sup: Supervisor) -> str | None:
+        for path, err in sup.unwritten.items():
+            return checkpoint_store.write_failed(err, "a process's log; its lines were shown here", path).message
+        return None
+
+    def _save_checkpoints(self) -> str | None:
+        """-> why the store could not be updated (it still names its previous checkpoint), or None."""
         # SageMaker uploads /opt/ml/checkpoints to checkpoint_s3_uri; the next run with that URI starts from it.
         if self.request.checkpoint_store is None:
-            return
+            return None
         # Like SageMaker's sync, only what a host wrote: its copy of the store's older files must not overwrite
         # what another host (the one that checkpoints) wrote since.
-        store = Path(self.request.checkpoint_store)
+        changed = []
         for host in self.request.hosts:
             folder = Path(host.checkpoint_dir)
             restored = self._restored.get(host.name, {})
-            for name, stamp in _file_stamps(folder).items():
-                if restored.get(name) != stamp:
-                    (store / name).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(folder / name, store / name)
+            changed += [
+                (name, folder / name) for name, stamp in _file_stamps(folder).items() if restored.get(name) != stamp
+            ]
+        try:
+            notes = checkpoint_store.save(Path(self.request.checkpoint_store), changed)
+        except DfmError as err:
+            return err.message
+        for note in notes:
+            self.echo(f"[dfm local] checkpoint store {note}")
+        return None
 
     def _hidden_note(self) -> str:
         hidden = self.terminal.hidden
@@ -415,5 +435,8 @@ class LocalRun:
                 lines.append(f"  learning curves: {drawn}")
         except ImportError:
             lines.append("  learning curves: not drawn, matplotlib is not installed (pip install 'dfm[tune]')")
+        except OSError as err:
+            failed = checkpoint_store.write_failed(err, "the plot", self.job_dir / curves.PLOT_FILE)
+            lines.append(f"  learning curves: not drawn: {failed.message}")
         lines += [f"  tensorboard: tensorboard --logdir {folder}" for folder in self.tensorboard_dirs()]
         return lines

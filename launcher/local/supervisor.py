@@ -49,9 +49,15 @@ class Child:
             self.logs[label] = open(path, "a", encoding="utf-8")
         return self.logs[label]
 
-    def close_logs(self) -> None:
+    def close_logs(self) -> list[tuple[str, OSError]]:
+        """-> (log file, error) for each log whose last lines could not be written."""
+        failed = []
         for handle in self.logs.values():
-            handle.close()
+            try:
+                handle.close()
+            except OSError as err:
+                failed.append((handle.name, err))
+        return failed
 
 
 class Supervisor:
@@ -69,6 +75,8 @@ class Supervisor:
         self._tail = tail
         self._tracked: dict[int, psutil.Process] = {}
         self._readers: list[threading.Thread] = []
+        # log file -> the first error writing it (a full disk): its lines still reach the terminal and the tails
+        self.unwritten: dict[str, OSError] = {}
 
     def start(
         self,
@@ -114,9 +122,12 @@ class Supervisor:
             match = _RANK_TAG.match(line)
             if match:
                 label, line = child.rank_labels(int(match.group(1))), _ANY_TAG.sub("", line[match.end() :])
-        handle = child.log_for(label)
-        handle.write(line + "\n")
-        handle.flush()
+        try:
+            handle = child.log_for(label)
+            handle.write(line + "\n")
+            handle.flush()
+        except OSError as err:
+            self.unwritten.setdefault(child.log_files.get(label, child.log_files[child.label]), err)
         self.tails.setdefault(label, deque(maxlen=self._tail)).append(line)
         self.on_line(label, line)
 
@@ -246,7 +257,8 @@ class Supervisor:
             reader.join(timeout=2)
         self.drain(timeout=0)
         for child, reader in zip(self.children, self._readers):
-            child.close_logs()
+            for path, err in child.close_logs():
+                self.unwritten.setdefault(path, err)
             if not reader.is_alive():  # closing under a blocked reader would block too
                 child.popen.stdout.close()
 

@@ -133,6 +133,22 @@ class Plan:
         """The script's argv exactly as the container renders it from the hyperparameters."""
         return tuple(conventions.render_argv(self.hyperparameters))
 
+    def sharded_hosts(self) -> dict[str, int]:
+        """channel name -> the hosts ShardedByS3Key deals its objects to, for every sharded channel that reaches
+        at least 2 hosts (its instance groups', or every host)."""
+        found = {}
+        for channel in self.channels:
+            if channel.distribution != "ShardedByS3Key":
+                continue
+            reached = sum(
+                g.count
+                for g in self.instance_groups
+                if not channel.instance_groups or g.name in channel.instance_groups
+            )
+            if reached >= 2:
+                found[channel.name] = reached
+        return found
+
     @property
     def toolkit_cluster(self) -> bool:
         """True: SageMaker's TensorFlow toolkit sets the cluster up (TF_CONFIG and a ps per host, or mpirun), told

@@ -26,7 +26,7 @@ from launcher.rules.hparams import (
     check_evaluation_schedule,
 )
 from launcher.rules.tuning_rules import TUNE_RULES
-from launcher.rules.prepare_rules import check_prepare, check_prepared_layout, prepared_layout_fits
+from launcher.rules.prepare_rules import check_prepare, check_prepared_layout
 from launcher.rules.gpu import (
     check_gpu_memory,
     check_mixed_precision_on_cpu,
@@ -214,19 +214,11 @@ def check_spot(spec: Spec) -> list[Finding]:
 
 
 def check_s3_shard(spec: Spec) -> list[Finding]:
-    if not spec.data.s3_shard:
-        return []
-    if not any(isinstance(s, str) for s in spec.train_sources):
+    """s3_shard with no S3 training channel. Whether sharded channels hold enough files is a question about the
+    data, asked where it can be answered (`compile.shard_warnings`)."""
+    if spec.data.s3_shard and not any(isinstance(s, str) for s in spec.train_sources):
         return [warning("data.s3_shard", "no S3 training channel to shard: it has no effect on file systems")]
-    if spec.instance.count == 1 or prepared_layout_fits(spec):
-        return []
-    return [
-        warning(
-            "data.s3_shard",
-            f"ShardedByS3Key gives each of the {spec.instance.count} hosts whole objects: each training prefix needs "
-            f"at least {spec.instance.count} files, or hosts sit idle (checked at launch, not offline)",
-        )
-    ]
+    return []
 
 
 def check_file_systems(spec: Spec) -> list[Finding]:

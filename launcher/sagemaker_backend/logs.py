@@ -25,8 +25,9 @@ class LogSource:
     """Where a kind of job writes its logs, and how its state is read while they are followed."""
 
     log_group: str
-    # (sagemaker client, job) -> (status, progress line, several hosts, phase the stall watch reads or None)
-    state: Callable[[Any, str], tuple[str, str, bool, str | None]]
+    # (sagemaker client, job) -> (status, progress line, several hosts, phase the stall watch reads or None, how
+    # many times the job has entered that counted phase so far or None)
+    state: Callable[[Any, str], tuple[str, str, bool, str | None, int | None]]
 
 
 def _host_of(stream_name: str) -> str:
@@ -93,7 +94,9 @@ TRAINING_PHASE = "Training"
 class StallWatch:
     """Seconds spent in the Training phase since the last metric line, counted from the first line any host wrote
     (provisioning and the download come before it); the host silent longest is named as the likely culprit. A
-    phase of None (a job kind without phases) always counts."""
+    phase of None (a job kind without phases) always counts. Every return to Training (a resume after a spot
+    interruption or a restart, seen as a phase change or as one more Training entry in the job's transitions)
+    starts the silence again: the resumed script restores its checkpoint before its first metric line."""
 
     timeout_s: float
     clock: Callable[[], float] = time.monotonic
@@ -102,6 +105,7 @@ class StallWatch:
     phase: str | None = None
     last_reading: float | None = None
     last_line: dict[str, tuple[float, str]] | None = None
+    entries: int | None = None  # times the job had entered Training at the last reading
 
     def _counts(self) -> bool:
         return self.phase is None or self.phase == TRAINING_PHASE
@@ -113,10 +117,15 @@ class StallWatch:
         self.last_reading = now
         return now
 
-    def enter(self, phase: str | None) -> str | None:
-        """Note the job's phase; -> the line to show when the watch starts waiting through a phase it does not count."""
+    def enter(self, phase: str | None, entries: int | None = None) -> str | None:
+        """Note the job's phase (and how many times it has entered Training); -> the line to show when the watch
+        starts waiting through a phase it does not count."""
         self._advance()
         counted, self.phase = self._counts(), phase
+        returned = entries is not None and self.entries is not None and entries > self.entries
+        if (phase == TRAINING_PHASE and not counted) or returned:
+            self.silent_s = 0.0
+        self.entries = entries if entries is not None else self.entries
         if self.started and counted and not self._counts():
             return (
                 f"[dfm] stall watch: waiting while the job is {phase}; only time in {TRAINING_PHASE} counts "
@@ -158,11 +167,14 @@ def _progress_line(description: dict) -> str:
     return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
 
 
-def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool, str | None]:
+def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool, str | None, int | None]:
     description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
     groups = aws.instance_groups(description.get("ResourceConfig", {}))
     several = sum(g["instance_count"] for g in groups) > 1
-    return description["TrainingJobStatus"], _progress_line(description), several, description.get("SecondaryStatus")
+    transitions = description.get("SecondaryStatusTransitions") or []
+    entries = sum(1 for t in transitions if t.get("Status") == TRAINING_PHASE)
+    phase = description.get("SecondaryStatus")
+    return description["TrainingJobStatus"], _progress_line(description), several, phase, entries
 
 
 TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
@@ -192,11 +204,11 @@ def stream_logs(
     was_running, last_progress = False, None
     with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
-            status, progress, multi_host, phase = source.state(sagemaker_client, job_name)
+            status, progress, multi_host, phase, entries = source.state(sagemaker_client, job_name)
             if follow and not as_json and progress != last_progress:
                 echo(progress)
                 last_progress = progress
-            waiting = stall.enter(phase) if stall is not None else None
+            waiting = stall.enter(phase, entries) if stall is not None else None
             if waiting and not as_json:
                 echo(waiting)
             for event in cursor.new_events():

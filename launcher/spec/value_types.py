@@ -25,7 +25,8 @@ def _pattern(regex: str, kind: str, example: str):
     return AfterValidator(check)
 
 
-_S3 = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?")
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")  # an S3 bucket name, as an S3 URI's host
+_S3 = re.compile(rf"s3://{BUCKET.pattern}(/\S*)?")
 S3Uri = Annotated[str, _pattern(_S3.pattern, "s3_uri", "an S3 URI like s3://bucket/prefix/")]
 
 
