@@ -355,6 +355,21 @@ def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_
     assert int(trainer.optimizer.iterations.numpy()) == 3
 
 
+@pytest.mark.parametrize("shape, parts", [([1001, 17], [500, 501]), ([7, 1], [3, 1, 3]), ([64, 33], [1, 62, 1])])
+def test_a_partitioned_tables_shards_are_computed_alone_and_equal_the_whole_tables_rows(shape, parts):
+    """What ParameterServerStrategy asks each shard of (partition_shape/partition_offset) is that shard's rows
+    of the table one process would make with the same seed, bit for bit, without the other rows."""
+    initial_value = M.normal_initializer(shape, 5, 0.01)
+    whole = initial_value().numpy()
+    np.testing.assert_array_equal(whole, tf.random.stateless_normal(shape, seed=[5, 7], stddev=0.01).numpy())
+    first = 0
+    for rows in parts:
+        part = initial_value(partition_shape=[rows] + shape[1:], partition_offset=[first] + [0] * (len(shape) - 1))
+        assert part.shape == (rows, *shape[1:])
+        np.testing.assert_array_equal(part.numpy(), whole[first : first + rows])
+        first += rows
+
+
 def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_whole(tmp_path):
     """ParameterServerStrategy turns the tables into ShardedVariables; their per-shard gradients must
     stay IndexedSlices and the export must hold the whole table."""
