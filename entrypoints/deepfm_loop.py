@@ -85,7 +85,7 @@ class TrainingLoop:
 
         self.hp, self.env, self.trainer, self.dist, self.keeper = hp, env, trainer, dist, keeper
         self.window = None  # the train line's window, from the start of training
-        self.selection = ModelSelection(hp, dist.rank)
+        self.selection = ModelSelection(hp, dist.rank, keeper)
         self.has_eval = di.EVAL_CHANNEL in env.channels
         self.during = self.has_eval and evaluates_during_training(hp, env, dist.rank)
         self.evaluated = []
@@ -109,7 +109,7 @@ class TrainingLoop:
             stop_on_input_error(err, self.hp, self.env, self.dist.training_channels())
         if self.dist.rank == 0 and self.hp.export:
             model = self.selection.model_to_export(self.trainer.model, step)
-            export_saved_model(model, self.hp, self.env.model_dir)
+            export_saved_model(model, self.hp, self.env.model_dir, keeper=self.keeper)
         return step
 
     def step(self):

@@ -18,6 +18,7 @@ Both cluster layouts are data (the jobs of a host's tasks, a ChiefLayout) for on
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -167,6 +168,8 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
         start=True,
     )
     chief_host, chief_port = cluster["chief"][0].rsplit(":", 1)
+    # the chief ends its own worker tasks with SIGTERM: they still say their peak memory
+    signal.signal(signal.SIGTERM, lambda signum, frame: exit_now(128 + signum))
     log(f"{task_type} {task_index} serving {server.target}; waiting for the chief at {chief_host}:{chief_port}")
     seen = wait_until_gone(chief_host, chief_port)
     log(f"{task_type} {task_index}: chief {'finished' if seen else 'never appeared'}; exiting")

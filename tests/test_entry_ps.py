@@ -494,3 +494,54 @@ def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)
     ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation, hps)
+
+
+def memory_lines(text):
+    """`[dfm] memory role=.. host=.. peak_rss_mb=..` lines -> {(role, host): MiB}."""
+    peaks = {}
+    for line in text.splitlines():
+        if line.startswith("[dfm] memory "):
+            fields = dict(part.split("=", 1) for part in line.split()[2:])
+            peaks[(fields["role"], fields["host"])] = float(fields["peak_rss_mb"])
+    return peaks
+
+
+def shared_checkpoints(bases, tmp_path):
+    """Both hosts' `checkpoints` channel: one folder (EFS/FSx as a local run mounts it); -> the checkpoint_dir."""
+    shared = tmp_path / "efs"
+    shared.mkdir()
+    for base in bases:
+        (base / "input/data/checkpoints").symlink_to(shared)
+    return str(bases[0] / "input/data/checkpoints/job")
+
+
+@pytest.mark.slow
+def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path):
+    """Two tables, the larger by over 1 GiB of state (weights and Adam's two slots): the ps tasks hold it; the
+    chief and the workers, which initialize, checkpoint (each task its own shards, on a directory both hosts
+    mount), keep the best evaluation and export it, stay within 10% of that growth of their small-table peaks."""
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 4000, 1000)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 1)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    hp = dict(HP, optimizer="adam", embedding_size=16, max_steps=30, log_steps=10, checkpoint_steps=1000)
+    hp["checkpoint_dir"] = shared_checkpoints(bases, tmp_path)
+    small, large = 20000, 5_300_000
+    growth_mb = (large - small) * (hp["embedding_size"] + 1) * 4 * 3 / 2**20  # weights + m + v
+    assert growth_mb > 1024
+    peaks, exported = {}, {}
+    for size in (small, large):
+        run = dict(hp, feature_size=size, checkpoint_dir=f"{hp['checkpoint_dir']}-{size}")
+        codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, run, tag=f"size{size}")
+        assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+        assert "embeddings in 2 shard(s)" in chief and "written by each task" in chief
+        assert "is partitioned but not initialized in a memory-efficient way" not in chief
+        peaks[size] = memory_lines(chief + worker)
+        exported[size] = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
+    roles = {("chief", "algo-1"), ("worker", "algo-1"), ("worker", "algo-2")}
+    assert set(peaks[small]) == set(peaks[large]) == roles, peaks
+    for role in roles:
+        assert abs(peaks[large][role] - peaks[small][role]) < 0.1 * growth_mb, (role, peaks, growth_mb)
+    (path,) = exported[large]
+    probs = predict_saved_model(path)  # the large export serves in one process
+    assert np.all((probs > 0) & (probs < 1))
