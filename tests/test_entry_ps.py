@@ -60,6 +60,19 @@ def predict_saved_model(path, field_size=39, rows=8):
     return out["probabilities"].numpy()
 
 
+def checkpoint_predictions(checkpoint, hp, field_size=39, rows=8):
+    """What the model in `checkpoint` predicts for predict_saved_model's rows, read into a model in this process."""
+    import tensorflow as tf
+    import deepfm_hparams
+    import deepfm_model
+
+    model = deepfm_model.build_model(deepfm_hparams.parse_hyperparameters(es.argv_for(hp)))
+    tf.train.Checkpoint(model=model).read(str(checkpoint)).expect_partial()
+    rng = np.random.default_rng(0)
+    ids, values = rng.integers(0, 600, (rows, field_size)), rng.random((rows, field_size))
+    return model.predict(tf.constant(ids, tf.int64), tf.constant(values, tf.float32)).numpy()
+
+
 def loopback_cluster():
     """SageMaker's PS layout for two hosts, ports free on loopback (the hosts map to 127.0.0.1)."""
     ports = [es.free_port() for _ in range(4)]
@@ -146,6 +159,9 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     probs = predict_saved_model(exported)
     assert np.all((probs > 0) & (probs < 1))
+    # the export (its table still in parts) serves what the trained model predicts: step 100's checkpoint, read
+    # into an unpartitioned model in this process
+    np.testing.assert_allclose(probs, checkpoint_predictions(bases[0] / "checkpoints/ckpt-100", hp), rtol=1e-5)
 
     # A new cluster on the same checkpoint dir (a restarted job) continues at step 100.
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=140), tag="again")
@@ -489,10 +505,14 @@ def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_
     for base, part in zip(bases, [train.take(0, 1000), train.take(1000, 2000)]):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-    hps = ss.every(12)  # mid-epoch evaluations: the chief evaluates between two windows of scheduled steps
+    # mid-epoch evaluations: the chief evaluates between two windows of scheduled steps. 20,000 rows (the data's ids
+    # stay under 5,000, whose initial values are the same in any larger table): the tables are partitioned over the
+    # two ps, so the best evaluation is kept as a checkpoint and restored for the export, not copied
+    hps = dict(ss.every(12), feature_size=20000)
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hps)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)
+    assert "embeddings in 2 shard(s)" in chief and "best evaluation kept: checkpoint step=" in chief
     ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation, hps)
 
 
@@ -519,7 +539,8 @@ def shared_checkpoints(bases, tmp_path):
 def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path):
     """Two tables, the larger by over 1 GiB of state (weights and Adam's two slots): the ps tasks hold it; the
     chief and the workers, which initialize, checkpoint (each task its own shards, on a directory both hosts
-    mount), keep the best evaluation and export it, stay within 10% of that growth of their small-table peaks."""
+    mount), keep the best evaluation and export it, stay within 10% of that growth of their small-table peaks.
+    Every process's peak is within 25% of dfm validate's estimate of it."""
     bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 4000, 1000)
     for base, part in zip(bases, parts):
         es.write_tfrecords(base / "input/data/train", part, 1)
@@ -529,7 +550,7 @@ def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path
     small, large = 20000, 5_300_000
     growth_mb = (large - small) * (hp["embedding_size"] + 1) * 4 * 3 / 2**20  # weights + m + v
     assert growth_mb > 1024
-    peaks, exported = {}, {}
+    peaks, ps_peaks, exported = {}, {}, {}
     for size in (small, large):
         run = dict(hp, feature_size=size, checkpoint_dir=f"{hp['checkpoint_dir']}-{size}")
         codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, run, tag=f"size{size}")
@@ -537,11 +558,20 @@ def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path
         assert "embeddings in 2 shard(s)" in chief and "written by each task" in chief
         assert "is partitioned but not initialized in a memory-efficient way" not in chief
         peaks[size] = memory_lines(chief + worker)
+        ps_peaks[size] = memory_lines("".join((tmp_path / f"size{size}-ps{i}.log").read_text() for i in range(2)))
         exported[size] = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     roles = {("chief", "algo-1"), ("worker", "algo-1"), ("worker", "algo-2")}
     assert set(peaks[small]) == set(peaks[large]) == roles, peaks
     for role in roles:
         assert abs(peaks[large][role] - peaks[small][role]) < 0.1 * growth_mb, (role, peaks, growth_mb)
+    # dfm validate's estimate of each process (rules.memory) is within 25% of what it measured here
+    from launcher.rules import memory
+
+    working = memory.PROCESS_WORKING_SET / 2**20
+    share = large * (hp["embedding_size"] + 1) * 4 * 3 / 2 / 2**20
+    estimates = {"chief": working, "worker": working, "ps": working + memory.PS_SHARE_FACTOR * share}
+    for (role, host), peak in {**peaks[large], **ps_peaks[large]}.items():
+        assert abs(estimates[role] - peak) < 0.25 * peak, (role, host, peak, estimates)
     (path,) = exported[large]
     probs = predict_saved_model(path)  # the large export serves in one process
     assert np.all((probs > 0) & (probs < 1))

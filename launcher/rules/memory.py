@@ -3,13 +3,14 @@
 What each process holds (`host_need`, `plan_host_memory`): one host alone (`none`, or a parameter-server job on one
 host, where no ps starts) holds the whole tables and their optimizer slots beside its working set. With parameter
 servers each ps holds its share (weights and slots: the tables are split over the ps tasks, each shard initialized
-where it lives); the chief and every worker hold a working set (PROCESS_WORKING_SET) whatever the table, except
-where the chief writes the checkpoints and the export itself: a checkpoint directory on the hosts' own disks (not
-`checkpoints.file_system`) has the chief receive every ps's variables, all at once as TensorFlow's multi-device
-save runs, so its host needs about twice the whole state more (CHIEF_WRITE_FACTOR). On CPU hosts under Horovod or
-MultiWorkerMirrored, a whole replica per process (each rank or replica holds the tables, at its peak as
-`rules.gpu.replica_bytes` counts). GPU hosts of the replicated layouts hold the tables on the GPUs (`rules.gpu`), a
-ps group on its own instances (`rules.ps_group`; its worker group's first host, the chief's, is checked here).
+where it lives; PS_SHARE_FACTOR at its peak); the chief and every worker hold a working set (PROCESS_WORKING_SET)
+whatever the table, except where the chief writes the checkpoints and the export itself: a checkpoint directory on
+the hosts' own disks (not `checkpoints.file_system`) has the chief receive every ps's variables, all at once as
+TensorFlow's multi-device save runs, so its host needs about twice the whole state more (CHIEF_WRITE_FACTOR).
+On CPU hosts under Horovod or MultiWorkerMirrored, a whole replica per process (each rank or replica holds the
+tables, at its peak as `rules.gpu.replica_bytes` counts). GPU hosts of the replicated layouts hold the tables on
+the GPUs (`rules.gpu`), a ps group on its own instances (`rules.ps_group`; its worker group's first host, the
+chief's, is checked here).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ PROCESS_WORKING_SET = 640 << 20
 # them: measured 2,352 MB above its working set for 1,027 MiB of state (a 5.3M-id table, embedding 16, Adam) on
 # TF 2.14.
 CHIEF_WRITE_FACTOR = 2.3
+# A ps task's peak over its share of the tables and slots (initializing it, writing its checkpoint files): measured
+# 749 MB above the 564 MB of a ps holding a 20,000-id table, for a 514 MiB share (same run, two ps tasks).
+PS_SHARE_FACTOR = 1.4
 
 
 class ProcessNeed(NamedTuple):
@@ -55,6 +59,15 @@ def _tasks_write(spec: Spec) -> bool:
     """Whether the checkpoints go to a file system every host mounts, where each ps writes its own shards."""
     config = spec.checkpoint_config
     return config is not None and config.file_system is not None
+
+
+def _ps(tables: int, count: int) -> ProcessNeed:
+    """A ps task holding 1/count of the tables and slots, at its peak."""
+    return ProcessNeed(
+        "ps",
+        PROCESS_WORKING_SET + math.ceil(tables / count * PS_SHARE_FACTOR),
+        f"its working set + {PS_SHARE_FACTOR} x its share of the tables and slots (1/{count})",
+    )
 
 
 def _working(role: str, count: int = 1) -> list[ProcessNeed]:
@@ -114,13 +127,13 @@ def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None
     if kind == "parameter_server" and spec.ps_group is None and count > 1:
         workers = tasks.host_tasks(spec.instance.type, kind).worker_tasks
         processes = (
-            ProcessNeed("ps", math.ceil(tables / count), f"its share of the tables and slots (1/{count})"),
+            _ps(tables, count),
             _chief(spec, tables),
             *_working("worker", workers),
         )
         needed = sum(p.bytes for p in processes)
-        working = (1 + workers) * PROCESS_WORKING_SET  # the chief's host without a table in its chief
-        enough = max(count + 1, math.ceil(tables / max(per_host_fit - working, 1)))
+        working = (2 + workers) * PROCESS_WORKING_SET  # the chief's host's processes without a table in its chief
+        enough = max(count + 1, math.ceil(tables * PS_SHARE_FACTOR / max(per_host_fit - working, 1)))
         shared = (
             ""
             if _tasks_write(spec)
