@@ -368,8 +368,9 @@ def wait_until_gone(host, port, appear_timeout=1800.0, poll=1.0):
 
 def exit_now(code=0):
     """Leave without waiting on TensorFlow's server threads (server.join() never returns); a process that knows
-    its role says its peak resident memory first."""
-    if "role" in PROCESS:
+    its role and ends well (or by the chief's SIGTERM) says its peak resident memory first: after a failure the
+    error stays the last line."""
+    if "role" in PROCESS and code in (0, 128 + signal.SIGTERM):
         log_peak_memory(PROCESS["role"], PROCESS.get("host", ""))
     sys.stdout.flush()
     sys.stderr.flush()
