@@ -535,6 +535,35 @@ def shared_checkpoints(bases, tmp_path):
     return str(bases[0] / "input/data/checkpoints/job")
 
 
+@pytest.mark.runtimes
+@pytest.mark.slow
+def test_on_a_directory_every_host_mounts_each_task_writes_its_checkpoint_shards_and_a_restart_reads_them(tmp_path):
+    """checkpoint_dir on a channel both hosts mount (EFS/FSx): the ps tasks write their own shards, the export is
+    staged there and copied into the model dir, and a new cluster continues from those files."""
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 8000, 1000)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 1)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    hp = dict(HP, max_steps=40, checkpoint_steps=20, checkpoint_dir=shared_checkpoints(bases, tmp_path))
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp)
+    assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+    assert "embeddings in 2 shard(s)" in chief and "written by each task (a directory every host mounts)" in chief
+    # one data file per task that holds variables, merged under one index: the chief's few small ones (devices in
+    # name order: /job:chief first) and each ps's share of the tables (20,000 x 9 floats x 2 with adagrad's slot)
+    files = {p.name: p.stat().st_size for p in (tmp_path / "efs/job").glob("ckpt-40.*")}
+    assert sorted(files) == [f"ckpt-40.data-0000{i}-of-00003" for i in range(3)] + ["ckpt-40.index"]
+    chief_file, *ps_files = (files[f"ckpt-40.data-0000{i}-of-00003"] for i in range(3))
+    assert chief_file < 10_000 and all(size > 20000 * 9 * 4 * 2 / 2 for size in ps_files), files
+    (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
+    assert exported.startswith(str(bases[0] / "model")) and not (tmp_path / "efs/job/export-staging").exists()
+    np.testing.assert_allclose(
+        predict_saved_model(exported), checkpoint_predictions(tmp_path / "efs/job/ckpt-40", hp), rtol=1e-5
+    )
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=60), tag="again")
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert "continuing at step 40" in chief and [row["step"] for row in es.metric_lines(chief, "train")] == [60]
+
+
 @pytest.mark.slow
 def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path):
     """Two tables, the larger by over 1 GiB of state (weights and Adam's two slots): the ps tasks hold it; the
