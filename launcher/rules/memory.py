@@ -27,18 +27,13 @@ from launcher.rules.hparams import script_values
 from launcher.rules.ps_group import table_rows
 from launcher.spec import Spec
 
-# A training process's own peak beyond the tables it holds: TensorFlow, the traced steps, the input pipeline,
-# gRPC buffers. Measured (each process's ru_maxrss, its `[dfm] memory` line) at 585-592 MiB for the chief and
-# the workers of a 2-host parameter-server run on TF 2.14, the same with a 20,000-id and a 5.3M-id table.
-PROCESS_WORKING_SET = 640 << 20
+PROCESS_WORKING_SET = hosts.PROCESS_WORKING_SET  # a chief's or worker's own peak (measured: plans.hosts)
+PS_SHARE_FACTOR = hosts.PS_SHARE_FACTOR  # a ps's peak over its share of the tables and slots
 # The chief that writes the checkpoints and the export itself (experimental_io_device: a checkpoint directory on the
 # hosts' own disks) receives every ps's variables at once, as TensorFlow's multi-device save runs, and serializes
 # them: measured 2,352 MB above its working set for 1,027 MiB of state (a 5.3M-id table, embedding 16, Adam) on
 # TF 2.14.
 CHIEF_WRITE_FACTOR = 2.3
-# A ps task's peak over its share of the tables and slots (initializing it, writing its checkpoint files): measured
-# 749 MB above the 564 MB of a ps holding a 20,000-id table, for a 514 MiB share (same run, two ps tasks).
-PS_SHARE_FACTOR = 1.4
 
 
 class ProcessNeed(NamedTuple):
