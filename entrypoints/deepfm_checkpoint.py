@@ -160,11 +160,11 @@ def export_saved_model(model, hp, model_dir, version=None, keeper=None):
     int64[None, field_size], feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features,
     the raw inputs by name (deepfm_raw.RawServing). With negative_rate < 1 the probabilities are calibrated.
 
-    A model whose tables are partitioned is saved as it is: each table stays one variable per shard, and the
-    serving lookup routes each id to its part (ShardedVariable's embedding_lookup), so the SavedModel loads and
-    serves in one process and no training process gathers a table. The parts are written by the tasks that hold
-    them when the checkpoint directory is shared by every host (keeper.tasks_write: the SavedModel is written
-    there, then copied file by file into model_dir), else by the chief (keeper.io_device). Other models are
+    A model whose tables are partitioned is saved as it is, no copy: each shard is written as its slice of the
+    table, and tf.saved_model.load makes the table whole again in the one process that serves it (the serving host
+    needs its memory; no training process gathers it). The slices are written by the tasks that hold them when the
+    checkpoint directory is shared by every host (keeper.tasks_write: the SavedModel is written there, then copied
+    file by file into model_dir), else by the chief (keeper.io_device), which then receives them. Other models are
     copied into a plain, unpartitioned model on this CPU first (unless `model` is such a copy: deepfm_selection's
     best model), as a mirrored variable is not saved as it is."""
     import shutil
