@@ -32,12 +32,25 @@ def _shared_checkpoint_dir(hp, env):
     return os.path.join(env.base_dir, "checkpoints")
 
 
+def shared_by_every_host(directory, env):
+    """Whether every host reaches `directory` at the same path: a channel's folder under input/data (checkpoints
+    on EFS/FSx: the plan passes --checkpoint_dir /opt/ml/input/data/checkpoints/<job>)."""
+    data = os.path.abspath(env.data_dir) + os.sep
+    return os.path.abspath(directory).startswith(data)
+
+
 class CheckpointKeeper:
     """tf.train.CheckpointManager around the trainer's model, optimizer (its `iterations` is the
-    global step) and loss scale. io_device: under PS the chief writes every shard itself, so the
-    directory need not be shared with the ps hosts."""
+    global step) and loss scale, and a second one in `<directory>/best` for the best evaluation of a run whose
+    tables are partitioned (deepfm_selection keeps it instead of a copy of the model).
 
-    def __init__(self, trainer, directory, every_steps, io_device=None, max_to_keep=3):
+    io_device: the device that writes every file (the parameter-server chief's CPU), or None: each variable's
+    own task writes it. Under parameter servers, `tasks_write` (the directory is on a file system every host
+    mounts: shared_by_every_host) drops io_device, so each ps writes its own shards and no process holds
+    another's; otherwise the chief writes them all, holding the ps tasks' shares (weights and optimizer slots)
+    while it does (docs/big-tables.md)."""
+
+    def __init__(self, trainer, directory, every_steps, io_device=None, max_to_keep=3, tasks_write=False):
         import tensorflow as tf
 
         self.model = trainer.model
@@ -46,12 +59,32 @@ class CheckpointKeeper:
             objects["loss_scale"] = trainer.loss_scale
         self.checkpoint = tf.train.Checkpoint(**objects)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep)
-        self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+        self.best_manager = None
+        self.io_device = None if tasks_write else io_device
+        self.options = tf.train.CheckpointOptions(experimental_io_device=self.io_device)
         self.every_steps, self.directory = every_steps, directory
+        self.tasks_write = tasks_write
         self.step_variable = trainer.optimizer.iterations
         self.trainer = trainer
         self.last_saved = None
         self.restored = None  # the path of the restored checkpoint
+
+    def save_best(self, step):
+        """Save the model of the evaluation at `step` as the best so far (the one checkpoint in <dir>/best)."""
+        import tensorflow as tf
+
+        if self.best_manager is None:
+            best = os.path.join(self.directory, "best")
+            self.best_manager = tf.train.CheckpointManager(self.checkpoint, best, max_to_keep=1)
+        path = self.best_manager.save(checkpoint_number=step, options=self.options)
+        log(f"best evaluation kept: checkpoint step={step} {path}")
+        return path
+
+    def restore_best(self):
+        """Load the best evaluation's checkpoint into the model (after training: the last state is checkpointed)."""
+        path = self.best_manager.latest_checkpoint
+        self.checkpoint.restore(path, options=self.options).assert_existing_objects_matched()
+        return path
 
     def restore_latest(self):
         """-> the restored global step (0 when there is no checkpoint). A checkpoint that does not fit this
@@ -163,16 +196,33 @@ def serving_model(model, negative_rate):
     return Calibrated(model)
 
 
-def export_saved_model(model, hp, model_dir, version=None):
-    """Copy the trained values into a plain, unpartitioned model (unless `model` is such a copy already:
-    deepfm_selection's best model) and save it to
-    `<model_dir>/<version>/` with a `serving_default` signature: feat_ids int64[None, field_size],
-    feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features, the raw
-    inputs by name (deepfm_raw.RawServing). With negative_rate < 1 the probabilities are calibrated."""
+def export_saved_model(model, hp, model_dir, version=None, keeper=None):
+    """Save the trained model to `<model_dir>/<version>/` with a `serving_default` signature: feat_ids
+    int64[None, field_size], feat_vals float32[None, field_size] -> probabilities float32[None]; with raw features,
+    the raw inputs by name (deepfm_raw.RawServing). With negative_rate < 1 the probabilities are calibrated.
+
+    A model whose tables are partitioned is saved as it is, no copy: each shard is written as its slice of the
+    table, and tf.saved_model.load makes the table whole again in the one process that serves it (the serving host
+    needs its memory; no training process gathers it). The slices are written by the tasks that hold them when the
+    checkpoint directory is shared by every host (keeper.tasks_write: the SavedModel is written there, then copied
+    file by file into model_dir), else by the chief (keeper.io_device), which then receives them. Other models are
+    copied into a plain, unpartitioned model on this CPU first (unless `model` is such a copy: deepfm_selection's
+    best model), as a mirrored variable is not saved as it is."""
+    import shutil
+
     import tensorflow as tf
     from deepfm_selection import copy_model
+    from deepfm_variables import partitioned
 
-    local = model if getattr(model, "is_copy", False) else copy_model(model, hp)
+    options, staging = None, None
+    if partitioned(model):
+        local = model
+        if keeper is not None and keeper.tasks_write:
+            staging = os.path.join(keeper.directory, "export-staging")
+        elif keeper is not None:
+            options = tf.saved_model.SaveOptions(experimental_io_device=keeper.io_device)
+    else:
+        local = model if getattr(model, "is_copy", False) else copy_model(model, hp)
     local = serving_model(local, getattr(hp, "negative_rate", 1.0))
 
     class Serving(tf.Module):
@@ -191,14 +241,17 @@ def export_saved_model(model, hp, model_dir, version=None):
 
     version = str(version if version is not None else int(time.time()))
     path = os.path.join(model_dir, version)
+    written = os.path.join(staging, version) if staging else path
     spec = getattr(hp, "feature_spec", None)
     if spec is not None:  # serving_default takes raw features by name; `indexed` the (ids, values) slots
         from deepfm_raw import RawServing
 
-        RawServing(local, spec).save(path)
-        emit(format_exported(path))
-        return path
-    module = Serving(local)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+        RawServing(local, spec).save(written, options=options)
+    else:
+        module = Serving(local)
+        tf.saved_model.save(module, written, signatures={"serving_default": module.serve}, options=options)
+    if staging:
+        shutil.copytree(written, path)  # file by file, in chunks
+        shutil.rmtree(staging, ignore_errors=True)
     emit(format_exported(path))
     return path

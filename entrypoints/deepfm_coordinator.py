@@ -9,7 +9,7 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 
 import time
 
-from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir
+from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, shared_by_every_host
 from deepfm_data_errors import is_bad_row, stop_on_input_error
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
@@ -170,8 +170,17 @@ def train_with_coordinator(hp, env, cluster):
         f"on {' '.join(shard.device for shard in shards)}"
         + (f"; each worker trains {hp.local_steps} local steps between exchanges" if hp.local_steps > 1 else "")
     )
+    directory = checkpoint_dir(hp, env)
     keeper = CheckpointKeeper(
-        trainer, checkpoint_dir(hp, env), hp.checkpoint_steps, io_device="/job:chief/replica:0/task:0/device:CPU:0"
+        trainer,
+        directory,
+        hp.checkpoint_steps,
+        io_device="/job:chief/replica:0/task:0/device:CPU:0",
+        tasks_write=shared_by_every_host(directory, env),
+    )
+    log(
+        f"checkpoints in {directory}, written by "
+        + ("each task (a directory every host mounts)" if keeper.tasks_write else "the chief")
     )
     steps = CoordinatorSteps(hp, env, strategy, coordinator, trainer, len(cluster["worker"]))
     TrainingLoop(hp, env, trainer, steps, keeper).run()

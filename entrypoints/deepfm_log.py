@@ -40,6 +40,23 @@ def format_exported(path):
     return f"{LOG_PREFIX} exported {path}"
 
 
+def format_memory(role, host, peak_bytes):
+    """`[dfm] memory role=<chief|worker|ps|single|rank N> host=<host> peak_rss_mb=<float>`: a process's peak
+    resident memory, printed as it exits (the local summary and the memory tests read it)."""
+    return f"{LOG_PREFIX} memory role={role} host={host} peak_rss_mb={peak_bytes / 2**20:.1f}"
+
+
+def peak_rss_bytes():
+    """This process's peak resident set size so far (Linux's ru_maxrss, in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def log_peak_memory(role, host):
+    emit(format_memory(role, host, peak_rss_bytes()))
+
+
 def error_line(message):
     """The line of a TensorFlow error message that says what went wrong. Eager errors lead with it; an error
     raised inside a traced function leads with "Graph execution error:" and a node trace, and an assertion

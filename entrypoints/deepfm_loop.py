@@ -88,7 +88,7 @@ class TrainingLoop:
 
         self.hp, self.env, self.trainer, self.dist, self.keeper = hp, env, trainer, dist, keeper
         self.window = None  # the train line's window, from the start of training
-        self.selection = ModelSelection(hp, dist.rank)
+        self.selection = ModelSelection(hp, dist.rank, keeper)
         self.has_eval = di.EVAL_CHANNEL in env.channels
         self.during = self.has_eval and evaluates_during_training(hp, env, dist.rank)
         self.evaluated = []
@@ -111,12 +111,11 @@ class TrainingLoop:
             stop_diverged(err, self.keeper)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             stop_on_input_error(err, self.hp, self.env, self.dist.training_channels())
-        model = self.trainer.model
         if self.dist.rank == 0 and self.hp.export:
             model = self.selection.model_to_export(self.trainer.model, step)
-            export_saved_model(model, self.hp, self.env.model_dir)
+            export_saved_model(model, self.hp, self.env.model_dir, keeper=self.keeper)
         if self.dist.rank == 0:
-            self.warn_if_chance(model is not self.trainer.model)
+            self.warn_if_chance(self.selection.exported_best)
         if self.keeper is not None:
             mark_finished(self.keeper.directory, step, self.env.job_name)
         return step
@@ -176,12 +175,12 @@ class TrainingLoop:
         self.window.leave_out(started)
         return stop
 
-    def warn_if_chance(self, best_copy):
-        """A warning line when the final model (the best evaluation's copy when that is exported) scores an eval
-        AUC no better than chance."""
+    def warn_if_chance(self, exported_best):
+        """A warning line when the final model (the best evaluation's when that is exported) scores an eval AUC no
+        better than chance."""
         from deepfm_metrics import CHANCE_AUC, no_better_than_chance
 
-        if best_copy:
+        if exported_best:
             _, step, _, auc = self.selection.best
         else:
             step, auc = self.last_eval or (None, None)

@@ -124,7 +124,9 @@ class Diverged(Exception):
 def check_finite(variables, step):
     """Raise Diverged when any of `variables` holds a NaN or an infinity (read where each variable lives)."""
     for var in variables:
-        if not bool(tf.reduce_all(tf.math.is_finite(var))):
+        with tf.device(var.device):  # a ps's shard is checked on its ps, not copied here
+            finite = tf.reduce_all(tf.math.is_finite(var))
+        if not bool(finite):
             raise Diverged(step, f"{var.name} holds NaN or infinite values")
 
 

@@ -57,6 +57,37 @@ def dropout(x, rate):
     return scaled * tf.cast(keep, x.dtype)
 
 
+def normal_initializer(shape, seed, stddev):
+    """-> an initial_value callable: tf.random.stateless_normal(shape, seed=[seed, 7], stddev) called bare; given
+    partition_shape/partition_offset (ParameterServerStrategy's partitioned variables), just those rows of that
+    same tensor, computed where it runs (the shard's ps task), so a table's values do not depend on its shards."""
+
+    def initial_value(partition_shape=None, partition_offset=None):
+        if partition_shape is None or list(partition_shape) == list(shape):
+            return tf.random.stateless_normal(shape, seed=[seed, 7], stddev=stddev)
+        return normal_rows(shape, seed, stddev, int(partition_offset[0]), int(partition_shape[0]))
+
+    return initial_value
+
+
+def normal_rows(shape, seed, stddev, first, count):
+    """Rows first..first+count of tf.random.stateless_normal(shape, seed=[seed, 7], stddev), bit for bit, without
+    the others: the counter-based generator (Philox) turns each counter value into 4 normals, element by element
+    in row-major order, so the rows start `first * width // 4` counters on, a few normals into that block."""
+    import numpy as np
+    from tensorflow.python.ops import gen_stateless_random_ops_v2 as v2
+
+    width = int(np.prod(shape[1:], dtype=np.int64))
+    skip, drop = divmod(first * width, 4)
+    with tf.init_scope():
+        key, counter = v2.stateless_random_get_key_counter(tf.constant([seed, 7], tf.int64))
+        low, high = (int(c) for c in counter.numpy())
+    low += skip
+    counter = tf.constant(np.array([low % 2**64, (high + low // 2**64) % 2**64], np.uint64))
+    draws = v2.stateless_random_normal_v2([count * width + drop], key=key, counter=counter, alg=3, dtype=tf.float32)
+    return tf.reshape(draws[drop:], [count] + list(shape[1:])) * stddev
+
+
 @tf.custom_gradient
 def spread(rows, places):
     """rows[places]; its gradient sums the places of each row into a dense [rows, ...] tensor (tf.gather's own
@@ -104,15 +135,16 @@ class DeepFM(tf.Module):
         self.byte_dropout, self.distinct_lookup = byte_dropout, distinct_lookup
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self._seed = seed
-        # Callables, so ParameterServerStrategy can create the tables partitioned.
-        self.first_order = tf.Variable(self._normal([feature_size, 1], 0.01), name="first_order")
-        self.embeddings = tf.Variable(self._normal([feature_size, embedding_size], 0.01), name="embeddings")
+        # Initializers that take partition_shape/partition_offset, with shape and dtype given: under
+        # ParameterServerStrategy each shard's values are computed on the ps task that holds it.
+        self.first_order = self._normal_variable([feature_size, 1], 0.01, "first_order")
+        self.embeddings = self._normal_variable([feature_size, embedding_size], 0.01, "embeddings")
         self.bias = tf.Variable(tf.zeros([]), name="bias")
         self.kernels, self.biases, self.bn_params = [], [], []
         width = field_size * embedding_size
         for i, units in enumerate(list(deep_layers) + [1]):
             scale = np.sqrt(2.0 / (width + units))  # Glorot normal
-            self.kernels.append(tf.Variable(self._normal([width, units], scale), name=f"kernel_{i}"))
+            self.kernels.append(self._normal_variable([width, units], scale, f"kernel_{i}"))
             self.biases.append(tf.Variable(tf.zeros([units]), name=f"bias_{i}"))
             if batch_norm and i < len(deep_layers):
                 self.bn_params.append(
@@ -125,10 +157,9 @@ class DeepFM(tf.Module):
                 )
             width = units
 
-    def _normal(self, shape, stddev):
+    def _normal_variable(self, shape, stddev, name):
         self._seed += 1
-        seed = self._seed
-        return lambda: tf.random.stateless_normal(shape, seed=[seed, 7], stddev=stddev)
+        return tf.Variable(normal_initializer(shape, self._seed, stddev), shape=shape, dtype=tf.float32, name=name)
 
     @property
     def sparse_variables(self):

@@ -314,6 +314,8 @@ class RawServing(tf.Module):
     def _indexed(self, feat_ids, feat_vals):
         return {"probabilities": self.model.predict(feat_ids, feat_vals)}
 
-    def save(self, path):
-        tf.saved_model.save(self, path, signatures={"serving_default": self.raw, "indexed": self.indexed})
+    def save(self, path, options=None):
+        tf.saved_model.save(
+            self, path, signatures={"serving_default": self.raw, "indexed": self.indexed}, options=options
+        )
         return path

@@ -1,6 +1,8 @@
-"""Model selection during training: which evaluation is the best (`best_of`), a copy of the model of the
-best evaluation to export instead of the last, and early stopping after `early_stopping_patience`
-evaluations without improvement.
+"""Model selection during training: which evaluation is the best (`best_of`), the model of the best
+evaluation to export instead of the last, and early stopping after `early_stopping_patience` evaluations
+without improvement. The best model is kept as a checkpoint of its own (CheckpointKeeper.save_best) when the
+tables are partitioned across ps tasks: no process gathers them; else as a copy of the model on rank 0's CPU
+(replicated tables fit each replica already).
 
 One object per run, on every worker of a synchronous run and on the parameter-server chief. Every
 worker sees the same evaluation (its metrics are summed over the workers), but only rank 0 decides:
@@ -25,16 +27,19 @@ def monitored(hp):
 
 
 class ModelSelection:
-    """Follows the evaluations of a run: keeps rank 0's copy of the best model and counts evaluations
-    without improvement. `rank`: this worker's rank (0 decides and keeps the copy)."""
+    """Follows the evaluations of a run: keeps rank 0's best model and counts evaluations without improvement.
+    `rank`: this worker's rank (0 decides and keeps the best model); `keeper`: its CheckpointKeeper, which keeps
+    the best model of a partitioned one as a checkpoint."""
 
-    def __init__(self, hp, rank=0):
-        self.hp, self.rank = hp, rank
+    def __init__(self, hp, rank=0, keeper=None):
+        self.hp, self.rank, self.keeper = hp, rank, keeper
+        self.checkpointed = False  # the best evaluation's model is keeper's best checkpoint
         self.metric = monitored(hp)
         self.patience = hp.early_stopping_patience
         self.best = None  # (value, step, loss, auc) of the best evaluation so far
         self.stale = 0  # evaluations since the best
         self.copy = None  # rank 0: unpartitioned model holding the best evaluation's values
+        self.exported_best = False  # model_to_export chose the best evaluation's model over the last state
 
     def observe(self, model, step, loss, auc):
         """Record one evaluation of `model` at `step`. -> True when training should stop (rank 0's view)."""
@@ -45,7 +50,7 @@ class ModelSelection:
         if self.best is None or better(value, self.best[0]):
             self.best, self.stale = (value, step, loss, auc), 0
             if self.rank == 0:
-                self.copy = copy_model(model, self.hp, self.copy)
+                self.keep(model, step)
             return False
         self.stale += 1
         if self.patience and self.stale >= self.patience:
@@ -57,15 +62,28 @@ class ModelSelection:
             return True
         return False
 
+    def keep(self, model, step):
+        from deepfm_variables import partitioned
+
+        if self.keeper is not None and partitioned(model):
+            self.keeper.save_best(step)
+            self.checkpointed = True
+        else:
+            self.copy = copy_model(model, self.hp, self.copy)
+
     def model_to_export(self, model, step):
         """The best evaluation's copy when it is not the last state, else `model`. Rank 0 states which,
         and repeats the chosen evaluation's metric line last, so the final value SageMaker and the tuner
         read is that of the exported model."""
-        if self.copy is None or self.best[1] == step and self.stale == 0:
+        if (self.copy is None and not self.checkpointed) or self.best[1] == step and self.stale == 0:
             return model
         value, best_step, loss, auc = self.best
+        self.exported_best = True
         log(f"best_of {self.hp.best_of}: exporting the model of step {best_step} ({value:.6f}), not of step {step}")
         emit(format_metric("eval", best_step, loss, auc))
+        if self.checkpointed:  # training is over and its last state checkpointed: the model takes the best's values
+            self.keeper.restore_best()
+            return model
         return self.copy
 
 

@@ -62,8 +62,12 @@ class SparseOptimizer(tf.Module):
             with extended.colocate_vars_with(var):
                 for slot in names:
                     start = self.initial_accumulator if slot == "accum" else 0.0
-                    slots[slot] = tf.Variable(
-                        tf.fill(var.shape, start), trainable=False, name=f"{var.name.split(':')[0]}/{slot}"
+                    slots[slot] = tf.Variable(  # a callable: filled where the variable lives
+                        lambda shape=var.shape, start=start: tf.fill(shape, start),
+                        shape=var.shape,
+                        dtype=tf.float32,
+                        trainable=False,
+                        name=f"{var.name.split(':')[0]}/{slot}",
                     )
             self.slots.append(slots)
         self._variables = list(variables)

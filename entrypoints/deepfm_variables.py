@@ -18,6 +18,11 @@ def flat_variables(variables):
     return flat
 
 
+def partitioned(model):
+    """Whether the model's tables are partitioned (ShardedVariables across ps tasks)."""
+    return any(len(flat_variables([var])) > 1 for var in model.sparse_variables)
+
+
 def full_value(var):
     """The whole value of a variable, concatenating the shards of a ShardedVariable."""
     shards = flat_variables([var])

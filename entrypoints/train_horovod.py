@@ -18,7 +18,8 @@ import sys
 
 import deepfm_sync
 from deepfm_container import start_or_exit
-from deepfm_log import log
+
+from deepfm_log import log, log_peak_memory
 from deepfm_tuning import configure_tensorflow, per_process_threads, pin_gpu, set_thread_environment
 from deepfm_worker_input import Placement
 
@@ -65,6 +66,7 @@ def main(argv):
             f"hyperparameters={json.dumps(vars(hp), sort_keys=True, default=str)}"
         )
     deepfm_sync.run(hp, env, trainer, collectives, where)  # 5 (broadcast) and 6 (rank 0 saves) inside
+    log_peak_memory(f"rank {where.rank}", env.current_host)
     return 0
 
 

@@ -27,7 +27,8 @@ import sys
 
 import deepfm_sync
 from deepfm_container import start_or_exit
-from deepfm_log import log
+
+from deepfm_log import log, log_peak_memory
 from deepfm_tuning import configure_tensorflow, per_process_threads, set_thread_environment
 from deepfm_worker_input import Placement, train_dataset
 
@@ -144,6 +145,7 @@ def main(argv):
         train_step_fn=replica_train_step(trainer, strategy),
         train_input=replica_input(hp, env, strategy, where, collectives.local_replicas, num_gpus),
     )
+    log_peak_memory(f"rank {rank}", env.current_host)
     return 0
 
 

@@ -18,6 +18,7 @@ Both cluster layouts are data (the jobs of a host's tasks, a ChiefLayout) for on
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import hetero_cluster
 import ps_gpu_workers as gpu_workers
 from deepfm_container import start_or_exit
-from deepfm_log import log
+from deepfm_log import log, log_peak_memory
 from deepfm_tuning import (
     HOST_ROLES_ENV,
     configure_tensorflow,
@@ -40,17 +41,22 @@ PROG = "train_ps.py"
 CHIEF_WORKER_ENV = "DFM_PS_CHIEF_WORKER"
 # Set by a heterogeneous chief for the child that runs its host's worker task: the task's name ("worker:0").
 HETERO_TASK_ENV = "DFM_HETERO_TASK"
+# This process's role and host, named by its memory line as it exits (exit_now).
+PROCESS = {}
 
 
 def main(argv):
     hp, env = start_or_exit(argv, PROG)
+    PROCESS["host"] = env.current_host
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})
     if not cluster and hp.ps_group:
         return run_heterogeneous(hp, env, argv)
     if not cluster or sum(len(v) for v in cluster.values()) <= 1:
+        PROCESS["role"] = "single"
         return train_single_host(thread_budget(hp, env, ["single process"]), env)
     cluster, task_type, task_index = rename_master(cluster, tf_config["task"])
+    PROCESS["role"] = task_type
     per_host = gpu_workers.workers_per_host(env.num_gpus)
     hp = thread_budget(hp, env, roles_from_environment() or host_roles(toolkit_jobs(task_type, per_host)))
     if task_type == "ps":
@@ -162,6 +168,8 @@ def serve_until_chief_done(hp, env, cluster, task_type, task_index, data_hosts=N
         start=True,
     )
     chief_host, chief_port = cluster["chief"][0].rsplit(":", 1)
+    # the chief ends its own worker tasks with SIGTERM: they still say their peak memory
+    signal.signal(signal.SIGTERM, lambda signum, frame: exit_now(128 + signum))
     log(f"{task_type} {task_index} serving {server.target}; waiting for the chief at {chief_host}:{chief_port}")
     seen = wait_until_gone(chief_host, chief_port)
     log(f"{task_type} {task_index}: chief {'finished' if seen else 'never appeared'}; exiting")
@@ -285,6 +293,7 @@ def run_heterogeneous(hp, env, argv):
     task = mine.get(chosen) if chosen else cluster.local_tasks()[0]
     if task is None:
         return fail(f"{HETERO_TASK_ENV}={chosen} names no task of {cluster.current_host} ({', '.join(mine)})")
+    PROCESS["role"] = task.job
     if task.job == "ps":
         return serve_ps_tasks(hp, env, cluster)
     if task.job == "worker":
@@ -358,7 +367,11 @@ def wait_until_gone(host, port, appear_timeout=1800.0, poll=1.0):
 
 
 def exit_now(code=0):
-    """Leave without waiting on TensorFlow's server threads (server.join() never returns)."""
+    """Leave without waiting on TensorFlow's server threads (server.join() never returns); a process that knows
+    its role and ends well (or by the chief's SIGTERM) says its peak resident memory first: after a failure the
+    error stays the last line."""
+    if "role" in PROCESS and code in (0, 128 + signal.SIGTERM):
+        log_peak_memory(PROCESS["role"], PROCESS.get("host", ""))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -279,6 +279,9 @@ while time.time() - start < 600:
     elif seen:
         break
     time.sleep(0.5)
+import resource  # what the toolkit's ps held at its peak (the bundled scripts' own processes say it themselves)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"[dfm] memory role=ps host=ps{index} peak_rss_mb={peak:.1f}")
 sys.stdout.flush()
 os._exit(0)
 """

@@ -221,3 +221,31 @@ def test_force_keeps_the_old_data_until_the_new_is_complete(tmp_path, monkeypatc
         "meta.json",
         "train",
     ]
+
+
+def test_cli_synth_like_criteo_kaggle_has_its_fields_vocabularies_and_zipf_ids(tmp_path, capsys):
+    from launcher.data.tfrecord import read_examples
+
+    out = tmp_path / "kaggle"
+    argv = ["data", "synth", "--like", "criteo-kaggle", "--out", str(out), "--rows", "20000", "--files", "1"]
+    assert main(argv) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    sizes = meta["category_sizes"]
+    assert (meta["like"], meta["field_size"], meta["numeric_fields"], len(sizes)) == ("criteo-kaggle", 39, 13, 26)
+    assert sum(sizes) == 33_762_577 and meta["feature_size"] == 13 * synth.NUMERIC_BUCKETS + 33_762_577
+    assert 0.7 < meta["teacher_auc"] < 1.0  # the planted teacher's AUC on these rows: the best a model can expect
+    ids = read_examples(sorted((out / "train").iterdir()), 39)[1]
+    widths = [synth.NUMERIC_BUCKETS] * 13 + sizes
+    starts = np.concatenate([[0], np.cumsum(widths)[:-1]])
+    assert np.all(ids >= starts) and np.all(ids < starts + widths)  # each field in its own vocabulary
+    # Zipf-like: in the 10.1M-id field a few ids are common and most of the ids seen are seen once
+    counts = np.unique(ids[:, 13 + sizes.index(max(sizes))], return_counts=True)[1]
+    assert counts.max() > 100 and np.mean(counts == 1) > 0.5
+    raw = tmp_path / "kaggle-tsv"
+    assert main(["data", "synth", "--like", "criteo-kaggle", "--out", str(raw), "--rows", "300", "--files", "1",
+                 "--format", "criteo-tsv"]) == 0  # fmt: skip
+    (part,) = sorted((raw / "train").iterdir())
+    assert {len(line.split("\t")) for line in part.read_text().splitlines()} == {1 + 13 + 26}
+    capsys.readouterr()
+    assert main(argv[:4] + ["--feature-size", "1000", "--out", str(tmp_path / "c"), "--rows", "10"]) == 2
+    assert "--like criteo-kaggle sets the fields and their sizes: drop --feature-size" in capsys.readouterr().err

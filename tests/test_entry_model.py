@@ -366,9 +366,25 @@ def test_float16_compute_trains_and_an_overflow_skips_the_update_and_halves_the_
     assert int(trainer.optimizer.iterations.numpy()) == 3
 
 
-def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_whole(tmp_path):
+@pytest.mark.parametrize("shape, parts", [([1001, 17], [500, 501]), ([7, 1], [3, 1, 3]), ([64, 33], [1, 62, 1])])
+def test_a_partitioned_tables_shards_are_computed_alone_and_equal_the_whole_tables_rows(shape, parts):
+    """What ParameterServerStrategy asks each shard of (partition_shape/partition_offset) is that shard's rows
+    of the table one process would make with the same seed, bit for bit, without the other rows."""
+    initial_value = M.normal_initializer(shape, 5, 0.01)
+    whole = initial_value().numpy()
+    np.testing.assert_array_equal(whole, tf.random.stateless_normal(shape, seed=[5, 7], stddev=0.01).numpy())
+    first = 0
+    for rows in parts:
+        part = initial_value(partition_shape=[rows] + shape[1:], partition_offset=[first] + [0] * (len(shape) - 1))
+        assert part.shape == (rows, *shape[1:])
+        np.testing.assert_array_equal(part.numpy(), whole[first : first + rows])
+        first += rows
+
+
+def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_partitioned(tmp_path):
     """ParameterServerStrategy turns the tables into ShardedVariables; their per-shard gradients must
-    stay IndexedSlices and the export must hold the whole table."""
+    stay IndexedSlices, and the export keeps each table in its parts (nothing gathers them) and serves what the
+    model predicts, in one process."""
     from tensorflow.python.distribute.sharded_variable import ShardedVariable
 
     hp = small_hp(optimizer="adam", feature_size=1000)
@@ -385,11 +401,17 @@ def test_partitioned_tables_as_under_parameter_servers_stay_sparse_and_export_wh
     second_before = model.embeddings.variables[1].numpy().copy()
     tf.function(trainer.train_step)((features, labels))
     np.testing.assert_array_equal(model.embeddings.variables[1].numpy(), second_before)
-    whole = V.full_value(model.embeddings).numpy()
-    assert whole.shape == (1000, hp.embedding_size)
     path = C.export_saved_model(model, hp, str(tmp_path), version=1)
     loaded = tf.saved_model.load(path)
-    np.testing.assert_allclose(loaded.deepfm.embeddings.numpy(), whole)
+    # written as the parts' slices of one table (each by the device that holds it), loaded whole for serving
+    reader = tf.train.load_checkpoint(f"{path}/variables/variables")
+    (key,) = [k for k in reader.get_variable_to_shape_map() if k.startswith("deepfm/embeddings/")]
+    np.testing.assert_array_equal(reader.get_tensor(key), V.full_value(model.embeddings).numpy())
+    np.testing.assert_array_equal(loaded.deepfm.embeddings.numpy(), V.full_value(model.embeddings).numpy())
+    ids = np.array([[0, 499, 500, 999] * 10][0][: hp.field_size] * 3).reshape(3, hp.field_size)
+    values = np.random.default_rng(1).random((3, hp.field_size)).astype(np.float32)
+    served = loaded.signatures["serving_default"](feat_ids=tf.constant(ids, tf.int64), feat_vals=tf.constant(values))
+    np.testing.assert_allclose(served["probabilities"].numpy(), model.predict(ids, values).numpy(), rtol=1e-6)
 
 
 def test_model_selection_keeps_the_best_evaluations_copy_and_counts_patience(capsys):

@@ -60,6 +60,19 @@ def predict_saved_model(path, field_size=39, rows=8):
     return out["probabilities"].numpy()
 
 
+def checkpoint_predictions(checkpoint, hp, field_size=39, rows=8):
+    """What the model in `checkpoint` predicts for predict_saved_model's rows, read into a model in this process."""
+    import tensorflow as tf
+    import deepfm_hparams
+    import deepfm_model
+
+    model = deepfm_model.build_model(deepfm_hparams.parse_hyperparameters(es.argv_for(hp)))
+    tf.train.Checkpoint(model=model).read(str(checkpoint)).expect_partial()
+    rng = np.random.default_rng(0)
+    ids, values = rng.integers(0, 600, (rows, field_size)), rng.random((rows, field_size))
+    return model.predict(tf.constant(ids, tf.int64), tf.constant(values, tf.float32)).numpy()
+
+
 def loopback_cluster():
     """SageMaker's PS layout for two hosts, ports free on loopback (the hosts map to 127.0.0.1)."""
     ports = [es.free_port() for _ in range(4)]
@@ -146,6 +159,9 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
     probs = predict_saved_model(exported)
     assert np.all((probs > 0) & (probs < 1))
+    # the export (its table still in parts) serves what the trained model predicts: step 100's checkpoint, read
+    # into an unpartitioned model in this process
+    np.testing.assert_allclose(probs, checkpoint_predictions(bases[0] / "checkpoints/ckpt-100", hp), rtol=1e-5)
 
     # A new cluster on the same checkpoint dir (a restarted job) continues at step 100.
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=140), tag="again")
@@ -489,8 +505,102 @@ def test_parameter_server_chief_exports_the_best_evaluation_and_stops_early(tmp_
     for base, part in zip(bases, [train.take(0, 1000), train.take(1000, 2000)]):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-    hps = ss.every(12)  # mid-epoch evaluations: the chief evaluates between two windows of scheduled steps
+    # mid-epoch evaluations: the chief evaluates between two windows of scheduled steps. 20,000 rows (the data's ids
+    # stay under 5,000, whose initial values are the same in any larger table): the tables are partitioned over the
+    # two ps, so the best evaluation is kept as a checkpoint and restored for the export, not copied
+    hps = dict(ss.every(12), feature_size=20000)
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hps)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)
+    assert "embeddings in 2 shard(s)" in chief and "best evaluation kept: checkpoint step=" in chief
     ss.assert_best_kept_and_stopped_early(chief, bases[0] / "model", evaluation, hps)
+
+
+def memory_lines(text):
+    """`[dfm] memory role=.. host=.. peak_rss_mb=..` lines -> {(role, host): MiB}."""
+    peaks = {}
+    for line in text.splitlines():
+        if line.startswith("[dfm] memory "):
+            fields = dict(part.split("=", 1) for part in line.split()[2:])
+            peaks[(fields["role"], fields["host"])] = float(fields["peak_rss_mb"])
+    return peaks
+
+
+def shared_checkpoints(bases, tmp_path):
+    """Both hosts' `checkpoints` channel: one folder (EFS/FSx as a local run mounts it); -> the checkpoint_dir."""
+    shared = tmp_path / "efs"
+    shared.mkdir()
+    for base in bases:
+        (base / "input/data/checkpoints").symlink_to(shared)
+    return str(bases[0] / "input/data/checkpoints/job")
+
+
+@pytest.mark.runtimes
+@pytest.mark.slow
+def test_on_a_directory_every_host_mounts_each_task_writes_its_checkpoint_shards_and_a_restart_reads_them(tmp_path):
+    """checkpoint_dir on a channel both hosts mount (EFS/FSx): the ps tasks write their own shards, the export is
+    staged there and copied into the model dir, and a new cluster continues from those files."""
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 8000, 1000)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 1)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    hp = dict(HP, max_steps=40, checkpoint_steps=20, checkpoint_dir=shared_checkpoints(bases, tmp_path))
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp)
+    assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+    assert "embeddings in 2 shard(s)" in chief and "written by each task (a directory every host mounts)" in chief
+    # one data file per task that holds variables, merged under one index: the chief's few small ones and each ps's
+    # share of the tables (20,000 x 9 floats x 2 with adagrad's slot); the order of the files varies by runtime
+    files = {p.name: p.stat().st_size for p in (tmp_path / "efs/job").glob("ckpt-40.*")}
+    assert sorted(files) == [f"ckpt-40.data-0000{i}-of-00003" for i in range(3)] + ["ckpt-40.index"]
+    chief_file, *ps_files = sorted(files[f"ckpt-40.data-0000{i}-of-00003"] for i in range(3))
+    assert chief_file < 10_000 and all(size > 20000 * 9 * 4 * 2 / 2 for size in ps_files), files
+    (exported,) = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
+    assert exported.startswith(str(bases[0] / "model")) and not (tmp_path / "efs/job/export-staging").exists()
+    np.testing.assert_allclose(
+        predict_saved_model(exported), checkpoint_predictions(tmp_path / "efs/job/ckpt-40", hp), rtol=1e-5
+    )
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=60), tag="again")
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert "continuing at step 40" in chief and [row["step"] for row in es.metric_lines(chief, "train")] == [60]
+
+
+@pytest.mark.slow
+def test_the_chief_and_workers_peak_memory_does_not_grow_with_the_table(tmp_path):
+    """Two tables, the larger by over 1 GiB of state (weights and Adam's two slots): the ps tasks hold it; the
+    chief and the workers, which initialize, checkpoint (each task its own shards, on a directory both hosts
+    mount), keep the best evaluation and export it, stay within 10% of that growth of their small-table peaks.
+    Every process's peak is within 25% of dfm validate's estimate of it."""
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 4000, 1000)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 1)
+        es.write_tfrecords(base / "input/data/eval", evaluation, 1)
+    hp = dict(HP, optimizer="adam", embedding_size=16, max_steps=30, log_steps=10, checkpoint_steps=1000)
+    hp["checkpoint_dir"] = shared_checkpoints(bases, tmp_path)
+    small, large = 20000, 5_300_000
+    growth_mb = (large - small) * (hp["embedding_size"] + 1) * 4 * 3 / 2**20  # weights + m + v
+    assert growth_mb > 1024
+    peaks, ps_peaks, exported = {}, {}, {}
+    for size in (small, large):
+        run = dict(hp, feature_size=size, checkpoint_dir=f"{hp['checkpoint_dir']}-{size}")
+        codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, run, tag=f"size{size}")
+        assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
+        assert "embeddings in 2 shard(s)" in chief and "written by each task" in chief
+        assert "is partitioned but not initialized in a memory-efficient way" not in chief
+        peaks[size] = memory_lines(chief + worker)
+        ps_peaks[size] = memory_lines("".join((tmp_path / f"size{size}-ps{i}.log").read_text() for i in range(2)))
+        exported[size] = [line.split()[-1] for line in chief.splitlines() if line.startswith("[dfm] exported ")]
+    roles = {("chief", "algo-1"), ("worker", "algo-1"), ("worker", "algo-2")}
+    assert set(peaks[small]) == set(peaks[large]) == roles, peaks
+    for role in roles:
+        assert abs(peaks[large][role] - peaks[small][role]) < 0.1 * growth_mb, (role, peaks, growth_mb)
+    # dfm validate's estimate of each process (rules.memory) is within 25% of what it measured here
+    from launcher.rules import memory
+
+    working = memory.PROCESS_WORKING_SET / 2**20
+    share = large * (hp["embedding_size"] + 1) * 4 * 3 / 2 / 2**20
+    estimates = {"chief": working, "worker": working, "ps": working + memory.PS_SHARE_FACTOR * share}
+    for (role, host), peak in {**peaks[large], **ps_peaks[large]}.items():
+        assert abs(estimates[role] - peak) < 0.25 * peak, (role, host, peak, estimates)
+    (path,) = exported[large]
+    probs = predict_saved_model(path)  # the large export serves in one process
+    assert np.all((probs > 0) & (probs < 1))

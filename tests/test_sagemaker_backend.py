@@ -618,9 +618,14 @@ def check_hetero_ps(request: dict) -> None:
         ("ps", "ml.r5.4xlarge", 2),
     ]
     # the ps hosts download nothing; no toolkit distribution (its ps would sit on every host of one group)
-    assert [c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in request["InputDataConfig"]] == [
-        ["worker"]
-    ] * 2
+    s3 = [c for c in request["InputDataConfig"] if "S3DataSource" in c["DataSource"]]
+    assert [c["DataSource"]["S3DataSource"]["InstanceGroupNames"] for c in s3] == [["worker"]] * 2
+    # the checkpoints' EFS directory: every host mounts it (a ps writes its own share there)
+    (efs,) = [c for c in request["InputDataConfig"] if "FileSystemDataSource" in c["DataSource"]]
+    assert (
+        efs["ChannelName"] == "checkpoints"
+        and efs["DataSource"]["FileSystemDataSource"]["FileSystemAccessMode"] == "rw"
+    )
     assert not [k for k in request["HyperParameters"] if k.endswith("_enabled")]
     assert (request["HyperParameters"]["ps_group"], request["HyperParameters"]["ps_per_host"]) == ('"ps"', "1")
     assert "-gpu-" in request["AlgorithmSpecification"]["TrainingImage"]  # the workers' type decides

@@ -72,6 +72,13 @@ from launcher.facts.contract import bundled_hparams
     help="criteo-tsv: add a multi-hot column NAME (ids joined by '|') that the teacher uses.",
 )
 @click.option(
+    "--like",
+    type=click.Choice(["criteo-kaggle"]),
+    default=None,
+    help="Shape the data like a public data set: criteo-kaggle = 13 numeric and 26 categorical fields with "
+    "Criteo Kaggle's per-field vocabularies (33,762,577 ids; the generator holds about 1.2 GB for them).",
+)
+@click.option(
     "--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out (swapped in when complete)."
 )
 def synth(
@@ -90,11 +97,24 @@ def synth(
     fmt: str,
     missing_rate: float | None,
     multi_hot: str | None,
+    like: str | None,
     force: bool,
 ) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
     from launcher.data import stream, synth as synth_mod
     from launcher.data.staging import Staged
+
+    category_sizes = None
+    if like is not None:
+        context = click.get_current_context()
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("field_size", "feature_size", "numeric_fields")
+            if context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if given:
+            raise DfmError(f"--like {like} sets the fields and their sizes: drop {', '.join(given)}")
+        field_size, feature_size, numeric_fields, category_sizes = synth_mod.like_sizes(like)
 
     if missing_rate is None:
         missing_rate = 0.05 if fmt == "criteo-tsv" else 0.0
@@ -119,6 +139,7 @@ def synth(
             missing_rate=missing_rate,
             multi_hot=synth_mod.MultiHot() if multi_hot else None,
             deep_share=deep_share,
+            category_sizes=category_sizes,
         )
     except ValueError as err:
         raise DfmError(str(err)) from None
@@ -157,6 +178,9 @@ def synth(
             meta["missing_rate"] = missing_rate
         if deep_share:
             meta["deep_share"] = deep_share
+        if like is not None:
+            meta["like"] = like
+            meta["category_sizes"] = list(category_sizes)
         if fmt == "criteo-tsv":
             meta.update(_raw_meta(generator, multi_hot))
         stage.path(out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

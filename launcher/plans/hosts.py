@@ -26,6 +26,13 @@ FLOAT_BYTES = 4  # the tables are float32 (mixed precision casts only the MLP's 
 # accumulator and linear term, none for SGD.
 OPTIMIZER_SLOTS = {"adam": 2, "adagrad": 1, "ftrl": 2, "sgd": 0}
 WARN_FRACTION = 0.7  # the ps process, gRPC buffers and the OS need the rest
+# A training process's own peak beyond the tables it holds: TensorFlow, the traced steps, the input pipeline,
+# gRPC buffers. Measured (each process's ru_maxrss, its `[dfm] memory` line) at 585-592 MiB for the chief and
+# the workers of a 2-host parameter-server run on TF 2.14, the same with a 20,000-id and a 5.3M-id table.
+PROCESS_WORKING_SET = 640 << 20
+# A ps task's peak over its share of the tables and slots (initializing it, writing its checkpoint files): measured
+# 749 MB above the 564 MB of a ps holding a 20,000-id table, for a 514 MiB share (same run, two ps tasks).
+PS_SHARE_FACTOR = 1.4
 GIB = 1 << 30
 # The bundled script's hyperparameters for this layout (the launcher sets them; the script reads them
 # to find its groups in resourceconfig.json).
@@ -190,22 +197,25 @@ def gib(value: float) -> str:
 def embedding_memory_findings(
     feature_size: int, embedding_size: int, optimizer: str, ps: InstanceGroup
 ) -> list[tuple[str, str]]:
-    """[(severity, message)]: "error" when the tables and slots exceed the ps group's memory, "warning"
-    above WARN_FRACTION of it; nothing for an instance type dfm does not know."""
+    """[(severity, message)]: "error" when the ps processes at their peak (PS_SHARE_FACTOR x the tables and slots,
+    plus a working set each) exceed the ps group's memory, "warning" above WARN_FRACTION of it; nothing for an
+    instance type dfm does not know."""
     info = catalog.instance(ps.instance_type)
     if info is None:
         return []
-    needed = embedding_bytes(feature_size, embedding_size, optimizer)
+    tables = embedding_bytes(feature_size, embedding_size, optimizer)
+    needed = math.ceil(tables * PS_SHARE_FACTOR) + ps.count * PROCESS_WORKING_SET
     available = info.memory_gib * GIB * ps.count
     slots = OPTIMIZER_SLOTS[optimizer]
     how = (
         f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
-        f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})"
+        f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}) = {gib(tables)}, "
+        f"x {PS_SHARE_FACTOR} at the ps processes' peak + {gib(PROCESS_WORKING_SET)} each"
     )
     have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {gib(available)}"
     share = needed / available
-    per_instance = info.memory_gib * GIB * WARN_FRACTION
-    enough = max(ps.count + 1, math.ceil(needed / per_instance))
+    per_instance = info.memory_gib * GIB * WARN_FRACTION - PROCESS_WORKING_SET
+    enough = max(ps.count + 1, math.ceil(tables * PS_SHARE_FACTOR / per_instance))
     if share > 1:
         return [
             (

@@ -1,10 +1,16 @@
-"""The embedding tables in the hosts' memory, for every layout the bundled scripts run.
+"""The embedding tables and the training processes in the hosts' memory, for every layout the bundled scripts run.
 
-What one host holds: on one host (`none`, or a parameter-server job on one host, where no ps starts) the whole
-tables and their optimizer slots; with parameter servers on every host, its share of them (the tables are split
-over the hosts' ps); on CPU hosts under Horovod or MultiWorkerMirrored, a whole replica per process (each rank
-or replica holds the tables, at its peak as `rules.gpu.replica_bytes` counts). GPU hosts of the replicated
-layouts hold the tables on the GPUs (`rules.gpu`), a ps group on its own instances (`rules.ps_group`).
+What each process holds (`host_need`, `plan_host_memory`): one host alone (`none`, or a parameter-server job on one
+host, where no ps starts) holds the whole tables and their optimizer slots beside its working set. With parameter
+servers each ps holds its share (weights and slots: the tables are split over the ps tasks, each shard initialized
+where it lives; PS_SHARE_FACTOR at its peak); the chief and every worker hold a working set (PROCESS_WORKING_SET)
+whatever the table, except where the chief writes the checkpoints and the export itself: a checkpoint directory on
+the hosts' own disks (not `checkpoints.file_system`) has the chief receive every ps's variables, all at once as
+TensorFlow's multi-device save runs, so its host needs about twice the whole state more (CHIEF_WRITE_FACTOR).
+On CPU hosts under Horovod or MultiWorkerMirrored, a whole replica per process (each rank or replica holds the
+tables, at its peak as `rules.gpu.replica_bytes` counts). GPU hosts of the replicated layouts hold the tables on
+the GPUs (`rules.gpu`), a ps group on its own instances (`rules.ps_group`; its worker group's first host, the
+chief's, is checked here).
 """
 
 from __future__ import annotations
@@ -21,12 +27,62 @@ from launcher.rules.hparams import script_values
 from launcher.rules.ps_group import table_rows
 from launcher.spec import Spec, size_bytes
 
+PROCESS_WORKING_SET = hosts.PROCESS_WORKING_SET  # a chief's or worker's own peak (measured: plans.hosts)
+PS_SHARE_FACTOR = hosts.PS_SHARE_FACTOR  # a ps's peak over its share of the tables and slots
+# The chief that writes the checkpoints and the export itself (experimental_io_device: a checkpoint directory on the
+# hosts' own disks) receives every ps's variables at once, as TensorFlow's multi-device save runs, and serializes
+# them: measured 2,352 MB above its working set for 1,027 MiB of state (a 5.3M-id table, embedding 16, Adam) on
+# TF 2.14.
+CHIEF_WRITE_FACTOR = 2.3
+
+
+class ProcessNeed(NamedTuple):
+    role: str  # ps | chief | worker | single | rank | replica
+    bytes: int
+    what: str  # what it holds
+
 
 class HostNeed(NamedTuple):
-    needed: int  # bytes one host holds for the tables
-    how: str  # how they were counted
+    needed: int  # bytes the busiest host's processes hold together
+    how: str  # how the tables were counted
     layout: str  # what the layout puts on each host
     fix: str  # the layout's own way to need less per host
+    processes: tuple = ()  # the busiest host's processes (ProcessNeed), where the layout knows them
+
+
+def _tasks_write(spec: Spec) -> bool:
+    """Whether the checkpoints go to a file system every host mounts, where each ps writes its own shards."""
+    config = spec.checkpoint_config
+    return config is not None and config.file_system is not None
+
+
+def _ps(tables: int, count: int) -> ProcessNeed:
+    """A ps task holding 1/count of the tables and slots, at its peak."""
+    return ProcessNeed(
+        "ps",
+        PROCESS_WORKING_SET + math.ceil(tables / count * PS_SHARE_FACTOR),
+        f"its working set + {PS_SHARE_FACTOR} x its share of the tables and slots (1/{count})",
+    )
+
+
+def _working(role: str, count: int = 1) -> list[ProcessNeed]:
+    return [ProcessNeed(role, PROCESS_WORKING_SET, "its working set")] * count
+
+
+def _chief(spec: Spec, state: int) -> ProcessNeed:
+    """The chief: its working set, and the whole state when it writes the checkpoints (not on a shared file system)."""
+    if _tasks_write(spec):
+        return ProcessNeed("chief", PROCESS_WORKING_SET, "its working set (each ps writes its own checkpoint shards)")
+    return ProcessNeed(
+        "chief",
+        PROCESS_WORKING_SET + math.ceil(state * CHIEF_WRITE_FACTOR),
+        f"its working set + {CHIEF_WRITE_FACTOR} x every ps's variables ({hosts.gib(state)}) while it writes a "
+        "checkpoint to its own disk",
+    )
+
+
+def _describe(processes) -> str:
+    return " + ".join(f"{p.role} {hosts.gib(p.bytes)}" for p in processes)
 
 
 def _slots(optimizer: str) -> str:
@@ -64,32 +120,88 @@ def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None
             f"distribution: parameter_server)",
         )
     if kind == "parameter_server" and spec.ps_group is None and count > 1:
-        enough = max(count + 1, math.ceil(tables / per_host_fit))
+        workers = tasks.host_tasks(spec.instance.type, kind).worker_tasks
+        processes = (
+            _ps(tables, count),
+            _chief(spec, tables),
+            *_working("worker", workers),
+        )
+        needed = sum(p.bytes for p in processes)
+        working = (2 + workers) * PROCESS_WORKING_SET  # the chief's host's processes without a table in its chief
+        enough = max(count + 1, math.ceil(tables * PS_SHARE_FACTOR / max(per_host_fit - working, 1)))
+        shared = (
+            ""
+            if _tasks_write(spec)
+            else "checkpoints on a file system every host mounts (checkpoints: {file_system: ...}: each ps then "
+            "writes its own share, and the chief holds no table), "
+        )
         return HostNeed(
-            math.ceil(tables / count),
+            needed,
             how,
-            f"split over the {count} hosts' parameter servers",
-            f"instance.count {enough} (more ps to split them over), or the ps on their own memory-"
+            f"split over the {count} hosts' parameter servers; the chief's host: {_describe(processes)}",
+            f"{shared}instance.count {enough} (more ps to split them over), or the ps on their own memory-"
             "optimized instances (distribution: {parameter_server: {ps: {type: ml.r5.24xlarge, count: N}}})",
+            processes,
+        )
+    if kind == "parameter_server" and spec.ps_group is not None:
+        workers = tasks.host_tasks(spec.instance.type, kind).worker_tasks
+        processes = (_chief(spec, tables), *_working("worker", workers))
+        if _tasks_write(spec):
+            return None  # the worker hosts hold no table; rules.ps_group checks the ps group
+        return HostNeed(
+            sum(p.bytes for p in processes),
+            how,
+            f"the chief's host of the worker group: {_describe(processes)}",
+            "checkpoints on a file system every host mounts (checkpoints: {file_system: ...}: each ps then writes "
+            "its own share, and the chief holds no table)",
+            processes,
         )
     if kind in ("none", "parameter_server") and spec.ps_group is None:
         enough = max(2, math.ceil(tables / per_host_fit))
+        processes = (ProcessNeed("single", tables + PROCESS_WORKING_SET, "the whole tables and slots"),)
         return HostNeed(
-            tables,
+            tables + PROCESS_WORKING_SET,
             how,
             "all on one process" if count == 1 else "whole on each host",
             f"parameter servers on {enough} hosts, which split the tables (distribution: parameter_server, "
             f"instance.count: {enough})",
+            processes,
         )
     return None
 
 
-def _bigger_host(needed: int) -> str | None:
-    """The catalogue's cheapest instance type whose memory keeps `needed` under the headroom fraction."""
+def plan_host_memory(spec: Spec) -> HostNeed | None:
+    """The memory the busiest host of `spec` needs (its processes together), or None where dfm cannot count it (not
+    the bundled scripts, an unknown instance type, a bad value, GPU hosts of the replicated layouts)."""
+    values = script_values(spec)
+    info = catalog.instance(spec.instance.type)
+    if values is None or info is None:
+        return None
+    rows = table_rows(spec, values)
+    if not rows:
+        return None
+    return host_need(spec, values, rows, info.memory_gib)
+
+
+MEMORY_OPTIMIZED = ("r", "x")  # the families whose names start so: the most memory per vCPU and per dollar
+
+
+def _bigger_host(needed: int, gpus: bool = False) -> str | None:
+    """The instance type to suggest for `needed` bytes under the headroom fraction: memory-optimized CPU types (the r
+    and x families) first, then other CPU types, each by list price; GPU types only for a job on GPUs (`gpus`), after
+    those; types without a known price are left out (they are not the cheapest that dfm knows of)."""
+
+    def rank(name: str, info) -> tuple:
+        family = name.split(".")[1]
+        return (info.gpus > 0, not family.startswith(MEMORY_OPTIMIZED), info.usd_per_hour)
+
     fits = [
-        (info.usd_per_hour or float("inf"), name, info)
+        (rank(name, info), name, info)
         for name, info in catalog.INSTANCES.items()
-        if needed <= info.memory_gib * hosts.GIB * hosts.WARN_FRACTION
+        if info.usd_per_hour is not None
+        and not info.accelerators
+        and (gpus or not info.gpus)
+        and needed <= info.memory_gib * hosts.GIB * hosts.WARN_FRACTION
     ]
     if not fits:
         return None
@@ -98,18 +210,12 @@ def _bigger_host(needed: int) -> str | None:
 
 
 def check_host_memory(spec: Spec) -> list[Finding]:
-    values = script_values(spec)  # None: not the bundled scripts, or a bad value (reported on its own)
-    info = catalog.instance(spec.instance.type)
-    if values is None or info is None:
-        return []
-    rows = table_rows(spec, values)
-    if not rows:  # an invalid features: section, which check_features reports
-        return []
-    need = host_need(spec, values, rows, info.memory_gib)
+    need = plan_host_memory(spec)
     if need is None:
         return []
+    info = catalog.instance(spec.instance.type)
     have = info.memory_gib * hosts.GIB
-    bigger = _bigger_host(need.needed)
+    bigger = _bigger_host(need.needed, gpus=info.gpus > 0)
     fix = (
         need.fix + (f", an instance type with more memory ({bigger})" if bigger else "") + ", or a smaller feature_size"
     )
