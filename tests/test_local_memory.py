@@ -149,13 +149,13 @@ def test_an_ambiguous_or_unknown_size_is_refused_with_the_forms_it_could_be(tmp_
 
 def test_a_limit_below_what_the_tables_need_is_refused_before_anything_runs(tmp_path, capsys):
 
-    big = ["--set", "hyperparameters.feature_size=100000000"]  # 100e6 x 9 x 4 bytes x 2 = 6.7 GiB, 3.4 per ps host
+    big = ["--set", "hyperparameters.feature_size=10000000"]  # the chief's host: its ps share, chief, checkpoints
     code, out, err = run(
         capsys, "launch", str(REPO / "configs" / "ps.yaml"), "--local", "--memory-per-host", "2GiB", *big
     )
     [found] = [line for line in err.splitlines() if "local.memory_per_host" in line]
     assert code == 2 and found.startswith("error: ")
-    assert "2GiB is less than the 3.4 GiB the embedding tables alone need on each simulated host" in found
+    assert "2GiB is less than the 3.9 GiB the busiest simulated host needs" in found
     assert "split over the 2 hosts' parameter servers" in found
     assert "[dfm local]" not in out + err  # refused before the run started
     code, _, err = run(

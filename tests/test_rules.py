@@ -608,9 +608,9 @@ CASES = [
     ),
     (
         rules.check_local_memory,
-        {"hyperparameters": {"feature_size": 10**7}, "local": {"memory_per_host": "2GiB"}},
+        {"hyperparameters": {"feature_size": 10**7}, "local": {"memory_per_host": "8GiB"}},
         {"hyperparameters": {"feature_size": 10**7}, "local": {"memory_per_host": "512MiB"}},
-        ("error", "local.memory_per_host", "512MiB is less than the 1.0 GiB the embedding tables alone need"),
+        ("error", "local.memory_per_host", "512MiB is less than the 1.6 GiB the busiest simulated host needs"),
     ),
     (
         rules.check_ps_group,

@@ -236,8 +236,8 @@ def check_host_memory(spec: Spec) -> list[Finding]:
 
 
 def check_local_memory(spec: Spec) -> list[Finding]:
-    """`local.memory_per_host` below what one host holds for the tables in this layout (host_need): the local run
-    would only end out of memory."""
+    """`local.memory_per_host` below what the busiest host's processes hold in this layout (host_need): the local
+    run would only end out of memory."""
     text = spec.local.memory_per_host
     values = script_values(spec)
     if text is None or values is None:
@@ -250,8 +250,7 @@ def check_local_memory(spec: Spec) -> list[Finding]:
     return [
         error(
             "local.memory_per_host",
-            f"{text} is less than the {hosts.gib(need.needed)} the embedding tables alone need on each simulated "
-            f"host ({need.layout}: {need.how}): give the hosts more than that (TensorFlow itself needs room too), "
-            f"or use {need.fix}",
+            f"{text} is less than the {hosts.gib(need.needed)} the busiest simulated host needs ({need.layout}: "
+            f"{need.how}): give the hosts more than that, or use {need.fix}",
         )
     ]
