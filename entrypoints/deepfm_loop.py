@@ -21,7 +21,7 @@ import time
 
 from deepfm_checkpoint import export_saved_model, stop_diverged, stop_untrained
 from deepfm_collectives import SingleProcess
-from deepfm_data_errors import stop_on_input_error
+from deepfm_data_errors import stop_on_input_error, stop_past_bad_row_bound
 from deepfm_log import log
 
 
@@ -171,6 +171,7 @@ class TrainingLoop:
         dist = self.dist
         for whose, count in dist.bad_rows() if self.hp.features else []:
             log(f"bad rows skipped: {count}" + (f" ({whose})" if whose else ""))
+        stop_past_bad_row_bound(self.hp, self.env, dist, self.window.rows)
         if dist.rank == 0:
             log(f"trained steps {start}..{step} on {dist.workers} workers")
         if step == 0:

@@ -122,9 +122,11 @@ class TrainWindow:
     def __init__(self, metrics, collectives=None):
         self.metrics, self.collectives = metrics, collectives or SingleProcess()
         self.started = time.monotonic()
+        self.rows = 0  # the examples every window so far trained on, over the workers
 
     def report(self, step):
         loss, auc, examples = summed_result(self.metrics, self.collectives)
+        self.rows += examples
         now = time.monotonic()
         if examples and self.collectives.rank == 0:
             speed = examples / max(now - self.started, 1e-9)
@@ -156,10 +158,20 @@ def report_evaluation(metrics, step, collectives=None):
     -> (loss, auc, examples)."""
     collectives = collectives or SingleProcess()
     loss, auc, examples = summed_result(metrics, collectives)
-    if collectives.rank == 0:
-        if examples:
+    if examples and np.isfinite(loss):
+        if collectives.rank == 0:
             emit(format_metric("eval", step, loss, auc))
             record("eval", step, loss=loss, auc=auc)
-        else:
-            log("eval channel is empty: no eval line")
-    return loss, auc, examples
+        return loss, auc, examples
+    # the same sums on every worker: all stop here
+    if collectives.rank == 0:
+        log(
+            f"error: the evaluation at step {step} had {examples} rows and loss {loss}: "
+            + (
+                "the eval channel holds no rows (empty files, or every row skipped as bad); "
+                if not examples
+                else "the eval data or the model's predictions hold values that are not finite numbers; "
+            )
+            + "fix the eval data (or leave the channel out); no model exported"
+        )
+    raise SystemExit(1)
