@@ -156,13 +156,15 @@ def checked_rows(labels, values):
 
     def refuse():
         first = tf.argmin(tf.cast(good, tf.int32))
-        slot = tf.argmin(tf.cast(finite[first], tf.int32))
+        # the first value that is not finite (a row of none: past the end, where a NaN stands in)
+        slot = tf.argmin(tf.concat([tf.cast(finite[first], tf.int32), [0]], 0))
+        value = tf.gather(tf.concat([values[first], [float("nan")]], 0), slot)
         problem = tf.where(
             label_ok[first],
             tf.strings.join(
                 [
                     "value ",
-                    tf.strings.as_string(values[first][slot]),
+                    tf.strings.as_string(value),
                     " in field slot ",
                     tf.strings.as_string(slot),
                     " is not a finite number",

@@ -24,6 +24,12 @@ def raw_features(bad_rows="skip"):
     }
 
 
+def raw_tfrecord_features(bad_rows):
+    features = {**raw_features(bad_rows), "format": "tfrecord"}
+    del features["columns"]
+    return features
+
+
 def raw_lines(rows, seed):
     rng = random.Random(seed)
     return [f"{rng.randint(0, 1)}\t{rng.randint(0, 50)}\tc{rng.randint(0, 20)}" for _ in range(rows)]
@@ -202,3 +208,44 @@ def test_raw_bad_rows_fail_names_file_line_and_reason(tmp_path, bad, why):
     code, log = run(tmp_path, {**RAW_HP, "features": json.dumps(raw_features({"skip": False}))}, env)
     assert code == 1, log[-3000:]
     assert errors(log) == [f"[dfm] error: bad input data in {second}: line 58: {why}: {shown(bad)}"], log[-3000:]
+
+
+def test_bad_rows_takes_a_bound_and_keeps_its_string_forms():
+    import deepfm_features as F
+
+    def policy(value):
+        spec = F.spec_from_dict(raw_features(value))
+        return spec.bad_rows, spec.max_bad_fraction
+
+    assert policy("skip") == ("skip", F.DEFAULT_MAX_BAD_FRACTION) == ("skip", 0.01)
+    assert policy("fail")[0] == "fail" and policy({"skip": False})[0] == "fail"
+    assert policy({"skip": True, "max_fraction": 0.2}) == ("skip", 0.2) == policy({"max_fraction": 0.2})
+
+
+@pytest.mark.runtimes
+def test_raw_labels_outside_0_and_1_are_bad_rows_in_text_and_examples():
+    import tensorflow as tf
+
+    import deepfm_features as F
+    import deepfm_raw as R
+
+    spec = F.spec_from_dict(raw_features())
+    lines = tf.constant(["1\t3\tc1", "2\t3\tc1", "0\t\tc2", "-1\t1\tc1", "0.5\t1\tc1", "1\t2\tc3\tx"])
+    raw, labels, bad = R.parse_text_batch(lines, spec)
+    assert labels.numpy().tolist() == [1.0, 0.0] and int(bad) == 4 and raw["c1"].numpy().tolist() == [b"c1", b"c2"]
+    examples = tf.constant(
+        [
+            tf.train.Example(
+                features=tf.train.Features(
+                    feature={"clicked": tf.train.Feature(float_list=tf.train.FloatList(value=[label]))}
+                )
+            ).SerializeToString()
+            for label in (1.0, 7.5, 0.0)
+        ]
+    )
+    tfrecord = F.spec_from_dict(raw_tfrecord_features("skip"))
+    raw, labels, bad = R.parse_example_batch(examples, tfrecord)
+    assert labels.numpy().tolist() == [1.0, 0.0] and int(bad) == 1 and raw["c1"].shape[0] == 2
+    failing = F.spec_from_dict(raw_tfrecord_features("fail"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bad record: label 7.5 is not 0 or 1"):
+        R.parse_example_batch(examples, failing)
