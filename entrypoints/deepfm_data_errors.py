@@ -138,10 +138,9 @@ def stop_on_input_error(err, hp, env, channels):
 
 
 def stop_past_bad_row_bound(hp, env, dist, rows_trained):
-    """With raw features and bad_rows: skip, end the run (exit 1) when more than max_fraction of the rows read
-    were bad: one line on rank 0 naming the channel, the count, the share and the first bad row (file and line,
-    or record) this host finds. `rows_trained`: the rows the run trained on, over the workers; `dist` counts the
-    bad rows (deepfm_loop's Distribution: its own workers', summed over its collectives)."""
+    """With raw features and bad_rows: skip, end the run (exit 1) when more than max_fraction of the training rows
+    read were bad. `rows_trained`: the rows the run trained on, over the workers; `dist` counts the bad rows
+    (deepfm_loop's Distribution: its own workers', summed over its collectives)."""
     import numpy as np
     import tensorflow as tf
 
@@ -151,12 +150,17 @@ def stop_past_bad_row_bound(hp, env, dist, rows_trained):
     mine = sum(count for _, count in dist.bad_rows())
     bad = int(round(float(np.asarray(dist.collectives.sum(tf.constant([mine], tf.float64)))[0])))
     read = bad + rows_trained
-    if not bad or bad <= spec.max_bad_fraction * read:
-        return
-    if dist.rank == 0:
+    if bad and bad > spec.max_bad_fraction * read:
+        stop_bad_rows_past_bound(hp, env, dist.rank, dist.training_channels(), bad, read)
+
+
+def stop_bad_rows_past_bound(hp, env, rank, channels, bad, read):
+    """End the run (exit 1): one line on rank 0 naming the channel, the count, the share and the first bad row
+    (file and line, or record) this host's files of `channels` hold, found by reading them with bad_rows: fail."""
+    if rank == 0:
         import dataclasses
 
-        channels = dist.training_channels()
+        spec = hp.feature_spec
         reader = record_reader(hp, env, dataclasses.replace(spec, bad_rows="fail"))
         found = locate_bad_record(env, channels, reader)
         first = (

@@ -249,3 +249,23 @@ def test_raw_labels_outside_0_and_1_are_bad_rows_in_text_and_examples():
     failing = F.spec_from_dict(raw_tfrecord_features("fail"))
     with pytest.raises(tf.errors.InvalidArgumentError, match="bad record: label 7.5 is not 0 or 1"):
         R.parse_example_batch(examples, failing)
+
+
+@pytest.mark.slow
+def test_raw_eval_rows_skipped_are_counted_and_bounded(tmp_path):
+    env = es.make_container(tmp_path, ["train", "eval"])
+    (tmp_path / "input/data/train/a.tsv").write_text("\n".join(raw_lines(300, seed=5)) + "\n")
+    bad = ["7.5\t1\tc1", "2\t1\tc2", "-1\t4\tc3"]
+    evaluation = tmp_path / "input/data/eval/e.tsv"
+    evaluation.write_text("\n".join(raw_lines(40, seed=6) + bad) + "\n")
+    code, log = run(tmp_path, {**RAW_HP, "features": json.dumps(raw_features())}, env)
+    assert code == 1, log[-3000:]
+    assert "[dfm] eval bad rows skipped: 3" in log
+    assert errors(log) == [
+        "[dfm] error: too many bad rows in channel eval: 3 of 43 rows read (7.0%) were bad, more than "
+        f"features.bad_rows.max_fraction 0.01; the first: {evaluation}: line 41: label 7.5 is not 0 or 1: "
+        f"{shown(bad[0])}"
+    ], log[-3000:]
+    assert exported(tmp_path / "model") == []
+    code, log = run(tmp_path, {**RAW_HP, "features": json.dumps(raw_features({"max_fraction": 0.1}))}, env)
+    assert code == 0 and "[dfm] eval bad rows skipped: 3" in log and not errors(log), log[-3000:]
