@@ -5,6 +5,7 @@ read again, one at a time, to find the first one that fails, the record where it
 are FIFOs that cannot be read twice: they are named, not searched). A run whose skipped bad rows pass their
 bound (`features.bad_rows.max_fraction`) is located the same way."""
 
+import dataclasses
 import os
 import re
 
@@ -32,7 +33,7 @@ def record_reader(hp, env, feature_spec=None):
 
     cfg = di.config_from_hparams(hp, "File", env.data_dir, env.config_dir, env.pipe_state_dir)
     if feature_spec is not None:
-        cfg = di.InputConfig(**{**cfg.__dict__, "feature_spec": feature_spec})
+        cfg = dataclasses.replace(cfg, feature_spec=feature_spec)
     parse = di.batch_parser(cfg)
     source = tf.data.TextLineDataset if cfg.text_records else tf.data.TFRecordDataset
 
@@ -158,8 +159,6 @@ def stop_bad_rows_past_bound(hp, env, rank, channels, bad, read):
     """End the run (exit 1): one line on rank 0 naming the channel, the count, the share and the first bad row
     (file and line, or record) this host's files of `channels` hold, found by reading them with bad_rows: fail."""
     if rank == 0:
-        import dataclasses
-
         spec = hp.feature_spec
         reader = record_reader(hp, env, dataclasses.replace(spec, bad_rows="fail"))
         found = locate_bad_record(env, channels, reader)

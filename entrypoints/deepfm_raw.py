@@ -73,8 +73,7 @@ def parse_text_batch(lines, spec, files=None):
     good = tf.equal(cells.row_lengths(), width)
     table = cells.to_tensor(default_value="", shape=[None, width])
     label_cells = table[:, index[spec.label]]
-    label_number = tf.strings.regex_full_match(label_cells, NUMBER)
-    good &= label_number
+    good &= tf.strings.regex_full_match(label_cells, NUMBER)
     labels = tf.strings.to_number(tf.where(good, label_cells, "0"), tf.float32)
     good &= di.is_label(labels)
     numeric_names = [f.name for f in spec.numeric]

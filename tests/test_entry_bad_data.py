@@ -269,3 +269,35 @@ def test_raw_eval_rows_skipped_are_counted_and_bounded(tmp_path):
     assert exported(tmp_path / "model") == []
     code, log = run(tmp_path, {**RAW_HP, "features": json.dumps(raw_features({"max_fraction": 0.1}))}, env)
     assert code == 0 and "[dfm] eval bad rows skipped: 3" in log and not errors(log), log[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        ("field_size", r"row has 10 (ids|values), the spec's field_size is 39"),
+        ("random", r"corrupted record at byte 0: not a TFRecord file, or a damaged one"),
+    ],
+)
+def test_the_parameter_server_chief_names_a_bad_record_and_its_reason(tmp_path, damage, why):
+    import re
+
+    from test_entry_ps import run_cluster, two_hosts_s3_sharded
+
+    bases, envs, parts, _ = two_hosts_s3_sharded(tmp_path, 2000, 0)
+    for base, part in zip(bases, parts):
+        es.write_tfrecords(base / "input/data/train", part, 1)
+    other, _ = es.synth_split(40, 0, seed=3, feature_size=20000, field_size=10)
+    (written,) = es.write_tfrecords(bases[0] / "input/data/train/z", other, 1)
+    bad = bases[0] / "input/data/train" / "z-part.tfrecord"
+    if damage == "random":
+        bad.write_bytes(random.Random(2).randbytes(written.stat().st_size))
+    else:
+        written.rename(bad)
+    written.unlink(missing_ok=True)
+    (bases[0] / "input/data/train/z").rmdir()
+    codes, chief, worker, _ = run_cluster(tmp_path, bases, envs, {**HP, "eval_steps": 0})
+    assert codes[0] == 1, chief[-3000:]
+    first = errors(chief)[0]
+    assert re.fullmatch(rf"\[dfm\] error: bad input data in {re.escape(str(bad))}: record 1: {why}.*", first), chief
+    assert "root error" not in first
