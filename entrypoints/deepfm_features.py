@@ -22,6 +22,9 @@ TEXT_FORMATS = {"tsv": "\t", "csv": ","}
 TRANSFORMS = ("log1p", "bucketize", "none")
 POOLINGS = ("mean", "sum")
 BAD_ROWS = ("skip", "fail")
+BAD_ROWS_KEYS = ("skip", "max_fraction")
+# bad_rows: skip fails the run when more than this share of the rows read were bad (bad_rows.max_fraction)
+DEFAULT_MAX_BAD_FRACTION = 0.01
 # The batch key of the rows bad_rows: skip dropped (deepfm_raw adds it, the loops count it); NAME refuses it
 # as a feature name (it starts with `_`).
 BAD_ROWS_KEY = "_bad_rows"
@@ -69,6 +72,7 @@ class FeatureSpec:
     categorical: tuple = ()
     multi_hot: tuple = ()
     bad_rows: str = "skip"
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION  # with skip: the share of bad rows read past which the run fails
 
     @property
     def fields(self):
@@ -116,6 +120,30 @@ def _check_keys(problems, path, entry, allowed):
             problems.append((path + (key,), f"unknown key; expected one of {', '.join(allowed)}"))
 
 
+def _check_bad_rows(problems, policy):
+    """skip | fail | {skip: true|false, max_fraction: 0..1}."""
+    if not isinstance(policy, dict):
+        if policy not in BAD_ROWS:
+            problems.append(
+                (("bad_rows",), f"must be skip, fail or {{skip: true, max_fraction: 0.01}}, got {policy!r}")
+            )
+        return
+    _check_keys(problems, ("bad_rows",), policy, BAD_ROWS_KEYS)
+    if not isinstance(policy.get("skip", True), bool):
+        problems.append((("bad_rows", "skip"), f"must be true or false, got {policy.get('skip')!r}"))
+    fraction = policy.get("max_fraction", DEFAULT_MAX_BAD_FRACTION)
+    if not _is_number(fraction) or not 0 <= fraction <= 1:
+        problems.append((("bad_rows", "max_fraction"), f"must be a number from 0 to 1, got {fraction!r}"))
+
+
+def bad_rows_policy(policy):
+    """(skip | fail, max_fraction) of a checked bad_rows value."""
+    if isinstance(policy, dict):
+        skip = policy.get("skip", True)
+        return ("skip" if skip else "fail"), float(policy.get("max_fraction", DEFAULT_MAX_BAD_FRACTION))
+    return policy, DEFAULT_MAX_BAD_FRACTION
+
+
 def validate(features):
     """Every problem of a `features:` mapping as (key path, message), [] when it checks out. Pure."""
     problems = []
@@ -125,8 +153,7 @@ def validate(features):
     fmt = features.get("format")
     if fmt not in FORMATS:
         problems.append((("format",), f"must be one of {', '.join(FORMATS)}, got {fmt!r}"))
-    if features.get("bad_rows", "skip") not in BAD_ROWS:
-        problems.append((("bad_rows",), f"must be skip or fail, got {features.get('bad_rows')!r}"))
+    _check_bad_rows(problems, features.get("bad_rows", "skip"))
     label = features.get("label")
     if not isinstance(label, str) or not NAME.match(label):
         problems.append((("label",), f"must name the label column (letters, digits, _), got {label!r}"))
@@ -268,7 +295,7 @@ def spec_from_dict(features, check=True):
         numeric,
         categorical,
         multi_hot,
-        features.get("bad_rows", "skip"),
+        *bad_rows_policy(features.get("bad_rows", "skip")),
     )
 
 

@@ -137,6 +137,51 @@ def _pipe_records(channels, cfg, num_shards, index):
     return records
 
 
+# The start of an assertion's text about a record the parser refuses: the run then locates it by file and record
+# (deepfm_data_errors), reading the files again one record at a time.
+BAD_RECORD = "bad record: "
+
+
+def is_label(labels):
+    """Per row, whether its label is 0 or 1 (a click or not: anything else is a bad row)."""
+    return tf.logical_or(tf.equal(labels, 0.0), tf.equal(labels, 1.0))
+
+
+def checked_rows(labels, values):
+    """labels, once every row's label is 0 or 1 and its values are finite; else an assertion naming what is wrong
+    with the batch's first bad row (built only then: a good batch pays for the comparisons)."""
+    label_ok = is_label(labels)
+    finite = tf.math.is_finite(values)
+    good = tf.logical_and(label_ok, tf.reduce_all(finite, axis=1))
+
+    def refuse():
+        first = tf.argmin(tf.cast(good, tf.int32))
+        # the first value that is not finite (a row of none: past the end, where a NaN stands in)
+        slot = tf.argmin(tf.concat([tf.cast(finite[first], tf.int32), [0]], 0))
+        value = tf.gather(tf.concat([values[first], [float("nan")]], 0), slot)
+        problem = tf.where(
+            label_ok[first],
+            tf.strings.join(
+                [
+                    "value ",
+                    tf.strings.as_string(value),
+                    " in field slot ",
+                    tf.strings.as_string(slot),
+                    " is not a finite number",
+                ]
+            ),
+            tf.strings.join(["label ", tf.strings.as_string(labels[first], shortest=True), " is not 0 or 1"]),
+        )
+        with tf.control_dependencies(
+            [tf.debugging.Assert(tf.constant(False), [tf.strings.join([BAD_RECORD, problem])])]
+        ):
+            return tf.constant(False)
+
+    check = tf.cond(tf.reduce_all(good), lambda: tf.constant(True), refuse)
+    with tf.control_dependencies([check]):
+        return tf.identity(labels)
+
+
 def parse_tfrecord_batch(serialized, field_size):
     features = tf.io.parse_example(
         serialized,
@@ -146,7 +191,8 @@ def parse_tfrecord_batch(serialized, field_size):
             "values": tf.io.FixedLenFeature([field_size], tf.float32),
         },
     )
-    return {"ids": features["ids"], "values": features["values"]}, features["label"]
+    labels = checked_rows(features["label"], features["values"])
+    return {"ids": features["ids"], "values": features["values"]}, labels
 
 
 def parse_libsvm_batch(lines, field_size):
@@ -156,8 +202,8 @@ def parse_libsvm_batch(lines, field_size):
     labels = tf.strings.to_number(tokens[:, 0], tf.float32)
     pairs = tf.reshape(tf.strings.split(tf.reshape(tokens[:, 1:], [-1]), ":").flat_values, [-1, 2])
     ids = tf.strings.to_number(pairs[:, 0], tf.int64)
-    values = tf.strings.to_number(pairs[:, 1], tf.float32)
-    return ({"ids": tf.reshape(ids, [-1, field_size]), "values": tf.reshape(values, [-1, field_size])}, labels)
+    values = tf.reshape(tf.strings.to_number(pairs[:, 1], tf.float32), [-1, field_size])
+    return ({"ids": tf.reshape(ids, [-1, field_size]), "values": values}, checked_rows(labels, values))
 
 
 def batch_parser(cfg):

@@ -3,6 +3,7 @@ whose format the launcher's metric regexes (SageMaker MetricDefinitions, the loc
 parse. Standard library only, so the launcher's tests can load this file on its own.
 """
 
+import re
 import sys
 
 LOG_PREFIX = "[dfm]"
@@ -59,11 +60,17 @@ def log_peak_memory(role, host):
 
 def error_line(message):
     """The line of a TensorFlow error message that says what went wrong. Eager errors lead with it; an error
-    raised inside a traced function leads with "Graph execution error:" and a node trace, and an assertion
-    (a bad row under bad_rows: fail) carries its own text after "assertion failed:"."""
+    raised inside a traced function leads with "Graph execution error:" and a node trace, one that crossed from
+    another task with "N root error(s) found." and "(0) INVALID_ARGUMENT:", and an assertion (a bad row) carries
+    its own text after "assertion failed:"."""
     lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
     for line in lines:
         if "assertion failed:" in line:
             return line.split("assertion failed:", 1)[1].strip()
     noise = ("Graph execution error", "Detected at node", "File ", "Traceback", "Stack trace", "<stack traces")
-    return next((line for line in lines if not line.startswith(noise)), lines[0] if lines else "")
+    useful = [
+        re.sub(r"^\(\d+\) [A-Z_]+: ", "", line)
+        for line in lines
+        if not line.startswith(noise) and not re.match(r"^\d+ root error\(s\) found", line)
+    ]
+    return next((line for line in useful if line), lines[0] if lines else "")

@@ -23,7 +23,7 @@ import time
 
 from deepfm_checkpoint import export_saved_model, nothing_left, stop_diverged, stop_untrained
 from deepfm_collectives import SingleProcess
-from deepfm_data_errors import stop_on_input_error
+from deepfm_data_errors import stop_bad_rows_past_bound, stop_on_input_error, stop_past_bad_row_bound
 from deepfm_log import log, warn
 from deepfm_resume import mark_finished
 
@@ -98,7 +98,7 @@ class TrainingLoop:
         """Restore -> train -> final checkpoint -> final evaluation (unless the last one is at this step) ->
         export (rank 0) of the best evaluation's model (best_of)."""
         import tensorflow as tf
-        from deepfm_metrics import Diverged
+        from deepfm_metrics import BadRowsPastBound, Diverged
 
         if self.keeper is not None:
             self.keeper.restore_latest()
@@ -111,6 +111,8 @@ class TrainingLoop:
             stop_diverged(err, self.keeper)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
             stop_on_input_error(err, self.hp, self.env, self.dist.training_channels())
+        except BadRowsPastBound as err:  # in an evaluation
+            stop_bad_rows_past_bound(self.hp, self.env, self.dist.rank, [err.channel], err.bad, err.read)
         if self.dist.rank == 0 and self.hp.export:
             model = self.selection.model_to_export(self.trainer.model, step)
             export_saved_model(model, self.hp, self.env.model_dir, keeper=self.keeper)
@@ -206,6 +208,7 @@ class TrainingLoop:
                 raise SystemExit(1)
         for whose, count in dist.bad_rows() if self.hp.features else []:
             log(f"bad rows skipped: {count}" + (f" ({whose})" if whose else ""))
+        stop_past_bad_row_bound(self.hp, self.env, dist, self.window.rows)
         if dist.rank == 0:
             log(f"trained steps {start}..{step} on {dist.workers} workers")
         if step == 0:

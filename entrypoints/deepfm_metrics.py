@@ -25,6 +25,10 @@ class StreamingMetrics(tf.Module):
         self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
         self.positives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="positives")
         self.negatives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="negatives")
+        # rows the batches' parser dropped as bad (raw features, bad_rows: skip), and the share of the rows read
+        # past which an evaluation fails (None: not bounded)
+        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped")
+        self.max_skipped_fraction = None
 
     def update(self, labels, probs, losses):
         """losses: per-example log loss."""
@@ -58,15 +62,18 @@ class StreamingMetrics(tf.Module):
         self.loss_sum.assign_add(loss_sum)
         self.examples.assign_add(examples)
 
+    def skip(self, count):
+        self.skipped.assign_add(tf.cast(count, tf.int64))
+
     def reset(self):
-        for var in (self.loss_sum, self.examples, self.positives, self.negatives):
+        for var in (self.loss_sum, self.examples, self.skipped, self.positives, self.negatives):
             var.assign(tf.zeros_like(var))
 
     @tf.function
     def take(self):
-        """-> [loss sum, examples, positives..., negatives...] (float64), and reset: one call, which a
+        """-> [loss sum, examples, skipped, positives..., negatives...] (float64), and reset: one call, which a
         parameter-server chief makes once per ps holding them instead of a round trip per read and per reset."""
-        parts = (self.loss_sum, self.examples, self.positives, self.negatives)
+        parts = (self.loss_sum, self.examples, self.skipped, self.positives, self.negatives)
         packed = tf.concat([tf.reshape(tf.cast(var, tf.float64), [-1]) for var in parts], 0)
         self.reset()  # after the reads: a function runs its operations on a variable in program order
         return packed
@@ -88,15 +95,29 @@ def histogram_auc(positives, negatives):
     return float(np.sum(neg * (pos_above + 0.5 * pos)) / (total_pos * total_neg))
 
 
+def summed_counts(metrics, collectives=None):
+    """(mean loss, AUC, examples, rows skipped as bad) of a StreamingMetrics summed over the workers (one
+    collective), then reset it."""
+    collectives = collectives or SingleProcess()
+    total = np.asarray(collectives.sum(metrics.take()))
+    loss_sum, examples, skipped = total[0], total[1], total[2]
+    positives, negatives = np.split(total[3:], 2)
+    loss = loss_sum / examples if examples else float("nan")
+    return loss, histogram_auc(positives, negatives), int(examples), int(skipped)
+
+
 def summed_result(metrics, collectives=None):
     """(mean loss, AUC, examples) of a StreamingMetrics summed over the workers (one collective), then
     reset it."""
-    collectives = collectives or SingleProcess()
-    total = np.asarray(collectives.sum(metrics.take()))
-    loss_sum, examples = total[0], total[1]
-    positives, negatives = np.split(total[2:], 2)
-    loss = loss_sum / examples if examples else float("nan")
-    return loss, histogram_auc(positives, negatives), int(examples)
+    return summed_counts(metrics, collectives)[:3]
+
+
+class BadRowsPastBound(Exception):
+    """More than the bound's share of the rows a channel gave were bad (raw features, bad_rows: skip)."""
+
+    def __init__(self, channel, bad, read, bound):
+        super().__init__(f"{bad} of {read} rows of {channel} bad")
+        self.channel, self.bad, self.read, self.bound = channel, bad, read, bound
 
 
 # A model that predicts every example's probability as the base rate p has a log loss of -p ln p - (1-p) ln(1-p),
@@ -138,9 +159,11 @@ class TrainWindow:
     def __init__(self, metrics, collectives=None):
         self.metrics, self.collectives = metrics, collectives or SingleProcess()
         self.started = time.monotonic()
+        self.rows = 0  # the examples every window so far trained on, over the workers
 
     def report(self, step):
         loss, auc, examples = summed_result(self.metrics, self.collectives)
+        self.rows += examples
         now = time.monotonic()
         if examples and self.collectives.rank == 0:
             speed = examples / max(now - self.started, 1e-9)
@@ -177,11 +200,26 @@ def report_evaluation(metrics, step, collectives=None):
     """The eval line of what `metrics` (eval metrics) hold, summed over the workers; rank 0 prints it.
     -> (loss, auc, examples)."""
     collectives = collectives or SingleProcess()
-    loss, auc, examples = summed_result(metrics, collectives)
-    if collectives.rank == 0:
-        if examples:
+    loss, auc, examples, skipped = summed_counts(metrics, collectives)
+    if skipped and collectives.rank == 0:
+        log(f"eval bad rows skipped: {skipped}")
+    bound = metrics.max_skipped_fraction
+    if skipped and bound is not None and skipped > bound * (skipped + examples):
+        raise BadRowsPastBound("eval", skipped, skipped + examples, bound)  # on every worker: the same sums
+    if examples and np.isfinite(loss):
+        if collectives.rank == 0:
             emit(format_metric("eval", step, loss, auc))
             record("eval", step, loss=loss, auc=auc)
-        else:
-            log("eval channel is empty: no eval line")
-    return loss, auc, examples
+        return loss, auc, examples
+    # the same sums on every worker: all stop here
+    if collectives.rank == 0:
+        log(
+            f"error: the evaluation at step {step} had {examples} rows and loss {loss}: "
+            + (
+                "the eval channel holds no rows (empty files, or every row skipped as bad); "
+                if not examples
+                else "the eval data or the model's predictions hold values that are not finite numbers; "
+            )
+            + "fix the eval data (or leave the channel out); no model exported"
+        )
+    raise SystemExit(1)

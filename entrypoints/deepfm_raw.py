@@ -22,31 +22,51 @@ NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 # ---- parsing ----
 
 
-def _text_problem(spec, files):
-    return (
+def _first_bad_row(spec, lines, cells, label_cells, numeric_names, block, valid, files):
+    """The assertion text naming what is wrong with the first bad row of a batch (BAD_RECORD first: the run then
+    locates it by file and line): its column count, its label, or its first numeric cell that is not a number;
+    then the row itself (its first 200 characters)."""
+    import deepfm_input as di
+
+    width = len(spec.columns)
+    counts = cells.row_lengths()
+    label_ok = tf.strings.regex_full_match(label_cells, NUMBER)
+    is_label = label_ok & di.is_label(tf.strings.to_number(tf.where(label_ok, label_cells, "0"), tf.float32))
+    valid = valid if valid is not None else tf.ones([tf.shape(lines)[0], 1], tf.bool)
+    good = tf.equal(counts, width) & is_label & tf.reduce_all(valid, axis=1)
+    first = tf.argmin(tf.cast(good, tf.int32))
+    column = tf.argmin(tf.cast(valid[first], tf.int32))
+    names = tf.constant(numeric_names or [""])
+    cell = block[first][column] if block is not None else tf.constant("")
+    problem = tf.where(
+        tf.not_equal(counts[first], width),
         tf.strings.join(
-            [
-                f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count "
-                "or a non-numeric label/number) in ",
-                files,
-                ": ",
-            ]
-        )
-        if files is not None
-        else tf.constant(
-            f"bad row ({spec.format}, {len(spec.columns)} columns expected; wrong column count or a "
-            "non-numeric label/number): "
-        )
+            ["row has ", tf.strings.as_string(counts[first]), f" columns, not the {width} of features.columns"]
+        ),
+        tf.where(
+            tf.logical_not(label_ok[first]),
+            tf.strings.join(["label ", label_cells[first], " is not a number"]),
+            tf.where(
+                tf.logical_not(is_label[first]),
+                tf.strings.join(["label ", label_cells[first], " is not 0 or 1"]),
+                tf.strings.join(["column ", tf.gather(names, column), " value ", cell, " is not a number"]),
+            ),
+        ),
     )
+    where = [" in ", tf.gather(files, first)] if files is not None else []
+    return tf.strings.join([di.BAD_RECORD, problem, *where, ": ", tf.strings.substr(lines[first], 0, 200)])
 
 
 def parse_text_batch(lines, spec, files=None):
     """A batch of text lines -> (raw features by name, labels float32[B'], bad rows dropped int64).
 
-    A row is bad when its column count differs from spec.columns, or its label or a numeric cell (when
-    not empty) is not a number. bad_rows: skip drops bad rows and counts them; fail stops with an
-    InvalidArgumentError naming the first bad row (and its file, when `files`[B] is given).
+    A row is bad when its column count differs from spec.columns, its label is not 0 or 1, or a numeric cell
+    (when not empty) is not a number. bad_rows: skip drops bad rows and counts them; fail stops with an
+    InvalidArgumentError naming the first bad row and what is wrong with it (and its file, when `files`[B] is
+    given).
     """
+    import deepfm_input as di
+
     width = len(spec.columns)
     index = {name: i for i, name in enumerate(spec.columns)}
     cells = tf.strings.split(lines, sep=spec.delimiter)
@@ -54,7 +74,10 @@ def parse_text_batch(lines, spec, files=None):
     table = cells.to_tensor(default_value="", shape=[None, width])
     label_cells = table[:, index[spec.label]]
     good &= tf.strings.regex_full_match(label_cells, NUMBER)
+    labels = tf.strings.to_number(tf.where(good, label_cells, "0"), tf.float32)
+    good &= di.is_label(labels)
     numeric_names = [f.name for f in spec.numeric]
+    block = valid = None
     if numeric_names:
         block = tf.gather(table, [index[n] for n in numeric_names], axis=1)
         missing = tf.equal(block, "")
@@ -63,17 +86,17 @@ def parse_text_batch(lines, spec, files=None):
         numbers = tf.strings.to_number(tf.where(valid & ~missing, block, "0"), tf.float32)
         numbers = tf.where(missing, tf.constant(float("nan")), numbers)
     if spec.bad_rows == "fail":
-        first_bad = tf.argmin(tf.cast(good, tf.int32))
-        where = tf.gather(files, first_bad) if files is not None else None
-        checks = [
-            tf.debugging.Assert(
-                tf.reduce_all(good), [_text_problem(spec, where), tf.gather(lines, first_bad)], summarize=1
-            )
-        ]
+
+        def refuse():
+            problem = _first_bad_row(spec, lines, cells, label_cells, numeric_names, block, valid, files)
+            with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [problem], summarize=1)]):
+                return tf.constant(False)
+
+        checks = [tf.cond(tf.reduce_all(good), lambda: tf.constant(True), refuse)]
         bad, keep = tf.constant(0, tf.int64), None
     else:
         bad, keep, checks = tf.reduce_sum(tf.cast(~good, tf.int64)), good, []
-    labels = tf.strings.to_number(tf.where(good, label_cells, "0"), tf.float32)
+    labels = tf.where(good, labels, 0.0)
     if keep is not None:  # mask whole blocks once, not column by column
         table, labels = tf.boolean_mask(table, keep), tf.boolean_mask(labels, keep)
         numbers = tf.boolean_mask(numbers, keep) if numeric_names else None
@@ -99,13 +122,20 @@ def example_features(spec):
 
 
 def parse_example_batch(serialized, spec):
-    """Serialized tf.train.Examples[B] -> (raw features by name, labels, 0 bad rows). A malformed record
-    fails the batch with TensorFlow's parse error (both policies)."""
+    """Serialized tf.train.Examples[B] -> (raw features by name, labels, bad rows dropped). A row whose label
+    is not 0 or 1 is bad (skip: dropped and counted; fail: an assertion naming it). A malformed record fails
+    the batch with TensorFlow's parse error (both policies)."""
+    import deepfm_input as di
+
     parsed = tf.io.parse_example(serialized, example_features(spec))
     labels = parsed.pop(spec.label)
     for field in spec.multi_hot:
         parsed[field.name] = tf.strings.reduce_join(parsed[field.name], axis=1, separator=field.separator)
-    return parsed, labels, tf.constant(0, tf.int64)
+    good = di.is_label(labels)
+    if spec.bad_rows == "fail":
+        return parsed, di.checked_rows(labels, tf.zeros([tf.shape(labels)[0], 0])), tf.constant(0, tf.int64)
+    parsed = {name: tf.boolean_mask(column, good) for name, column in parsed.items()}
+    return parsed, tf.boolean_mask(labels, good), tf.reduce_sum(tf.cast(~good, tf.int64))
 
 
 def batch_parser(spec, transform=None):

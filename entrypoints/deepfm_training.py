@@ -9,6 +9,7 @@ the parameter-server chief.
 
 import tensorflow as tf
 
+from deepfm_features import BAD_ROWS_KEY
 from deepfm_metrics import StreamingMetrics
 from deepfm_summaries import follow_learning_rate
 from deepfm_model import build_model
@@ -240,6 +241,8 @@ class Trainer:
         logits, _ = self.model(features["ids"], features["values"], training=False)
         losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
         self.eval_metrics.update(labels, tf.sigmoid(logits), losses)
+        if BAD_ROWS_KEY in features:  # raw features: the rows the parser dropped as bad
+            self.eval_metrics.skip(features[BAD_ROWS_KEY])
         return tf.reduce_mean(losses)
 
 
@@ -259,5 +262,8 @@ def build_trainer(
         optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
         loss_scale = LossScale() if tf.as_dtype(compute_dtype) == tf.float16 else None
         metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
+        spec = getattr(hp, "feature_spec", None)
+        if spec is not None and spec.bad_rows == "skip":
+            metrics[1].max_skipped_fraction = spec.max_bad_fraction
         follow_learning_rate(optimizer.learning_rate)
         return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)

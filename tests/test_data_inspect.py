@@ -257,3 +257,36 @@ def test_the_readmes_raw_path_inspect_appended_to_an_init_spec_validates(criteo,
     spec.write_text("\n".join(line for line in spec.read_text().splitlines() if "feature_size:" not in line))
     assert main(["validate", str(spec)]) == 0
     assert "feature_size" not in capsys.readouterr().err
+
+
+def _write_records(path, labels, field_size=3):
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for label in labels:
+            feature = {
+                "label": tf.train.Feature(float_list=tf.train.FloatList(value=[label])),
+                "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=list(range(field_size)))),
+                "values": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] * field_size)),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_a_zero_byte_file_is_said_to_be_empty(tmp_path, capsys):
+    empty = tmp_path / "part-0.tfrecord"
+    empty.write_bytes(b"")
+    text = _inspect(capsys, empty)
+    assert text.strip() == f"{empty}: 0 rows in 1 files: the file is empty (0 bytes)"
+    assert "None" not in text
+    (tmp_path / "part-1.tfrecord").write_bytes(b"")
+    assert "every file is empty (2 of 0 bytes)" in _inspect(capsys, tmp_path)
+
+
+def test_labels_outside_0_and_1_are_counted_apart_from_the_positive_rate(tmp_path, capsys):
+    _write_records(tmp_path / "part-0.tfrecord", [0, 1, 2, -1, 7.5, 1, 0, 0])
+    (tmp_path / "part-1.tfrecord").write_bytes(b"")
+    text = _inspect(capsys, tmp_path)
+    assert "labels   40.0% positive; 3 not 0 or 1" in text  # 2 of the 5 rows labelled 0 or 1
+    assert f"empty    1 files of 0 bytes, e.g. {tmp_path / 'part-1.tfrecord'}" in text
+    summary = json.loads(_inspect(capsys, tmp_path, "-o", "json"))
+    assert summary["label_rate"] == pytest.approx(0.4) and summary["labels_not_0_or_1"] == 3

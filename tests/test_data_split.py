@@ -116,7 +116,19 @@ def test_a_damaged_input_is_one_line_naming_the_file_and_nothing_is_written(reco
     assert main(["data", "split", str(source), str(bad), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"dfm: {bad}: not a complete TFRecord file ({words}") and err.count("\n") == 1, err
-    assert not out.exists() or not any(out.iterdir())
+    assert not out.exists()  # nor the --out folder the command would have made
+
+
+def test_a_failed_split_leaves_no_new_out_folder_and_an_old_one_as_it_was(records, tmp_path, capsys):
+    source, _ = records
+    out = tmp_path / "new" / "out"
+    assert main(["data", "split", str(source), "--out", str(out), "--hosts", "200"]) == 2
+    assert "cannot fill 200 files" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert main(["data", "split", str(source), "--out", str(out)]) == 0
+    before = _counts(out)
+    assert main(["data", "split", str(source), "--out", str(out), "--hosts", "200", "--force"]) == 2
+    assert _counts(out) == before and sorted(p.name for p in out.iterdir()) == ["split.json", "train"]
 
 
 def test_gzip_tfrecords_are_read(records, tmp_path):

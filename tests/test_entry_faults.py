@@ -92,10 +92,12 @@ def test_bad_records_are_located_by_file_and_record(tmp_path):
 
     _, env, (good, other) = bad_data_host(tmp_path, field_size=10)
     read = de.record_reader(H.parse_hyperparameters([]), env)
-    assert de.locate_bad_record(env, ["train"], read) == f"{other}: record 1"
+    assert de.locate_bad_record(env, ["train"], read)[:2] == (str(other), 1)
     data = good.read_bytes()
     other.write_bytes(data[: len(data) - 20])  # the last record cut short
-    assert de.locate_bad_record(env, ["train"], read) == f"{other}: record 40"
+    path, number, why = de.locate_bad_record(env, ["train"], read)
+    assert (path, number) == (str(other), 40)
+    assert why.startswith("the file ends inside a record (truncated record at byte ") and why.endswith("cut short")
     other.write_bytes(data)
     assert de.locate_bad_record(env, ["train"], read) is None
 

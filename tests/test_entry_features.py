@@ -123,7 +123,10 @@ def test_a_good_spec_has_no_problems_and_its_layout_adds_up(synth_tsv):
         (lambda f: f["multi_hot"][BAG].update(separator="\t"), ("multi_hot", BAG, "separator"), "tab"),
         (lambda f: f["multi_hot"][BAG].update(max_length=0), ("multi_hot", BAG, "max_length"), "from 1"),
         (lambda f: f.update(format="tfrecord"), ("columns",), "tsv and csv only"),
-        (lambda f: f.update(bad_rows="ignore"), ("bad_rows",), "skip or fail"),
+        (lambda f: f.update(bad_rows="ignore"), ("bad_rows",), "skip, fail or {skip: true, max_fraction: 0.01}"),
+        (lambda f: f.update(bad_rows={"skip": True, "max_fraction": 2}), ("bad_rows", "max_fraction"), "from 0 to 1"),
+        (lambda f: f.update(bad_rows={"skip": "yes"}), ("bad_rows", "skip"), "true or false"),
+        (lambda f: f.update(bad_rows={"skip": True, "most": 1}), ("bad_rows", "most"), "unknown key"),
         (lambda f: f.update(labels="clicked"), ("labels",), "unknown key"),
         (lambda f: f["categorical"].update(c1={"hash_buckets": 2**30}, c2={"hash_buckets": 2**30}), (), "ids"),
     ],
@@ -240,7 +243,8 @@ def test_fail_stops_naming_the_file_and_the_row(synth_tsv, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError) as caught:
         list(R.raw_dataset([str(path)], spec, 32))
     message = str(caught.value)
-    assert "bad row" in message and str(path) in message and "1\\t3" in message.replace("\t", "\\t"), message
+    assert "bad record: row has 2 columns" in message and str(path) in message, message
+    assert "1\\t3" in message.replace("\t", "\\t"), message
 
 
 def _example(row, columns, spec):

@@ -279,6 +279,28 @@ def test_an_s3_channel_with_no_files_is_refused_as_sagemaker_refuses_an_empty_pr
         local_run(plan, tmp_path).run()
 
 
+@pytest.mark.parametrize("names", [[".keep"], [".hidden/part-0.tfrecord", "_SUCCESS"]])
+def test_a_channel_of_only_files_the_bundled_scripts_skip_is_refused_like_an_empty_one(tmp_path, names):
+    folder = tmp_path / "hidden"
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"x")
+    plan = standin_plan(tmp_path)
+    plan = replace(
+        plan, channels=tuple(replace(c, local_path=str(folder)) if c.name == "train" else c for c in plan.channels)
+    )
+    assert build_request(in_run_dir(plan, str(tmp_path / "runs")), runtime=FAKE_RUNTIME).problems == ()  # own script
+    bundled = replace(plan, bundled=True)
+    request = build_request(in_run_dir(bundled, str(tmp_path / "runs")), runtime=FAKE_RUNTIME)
+    assert request.problems == (
+        f"channel 'train': {folder} holds only hidden or `_` files ({sorted(names)[0]}), which the bundled scripts "
+        "skip, so it holds no data for them; point the channel at data",
+    )
+    with pytest.raises(DfmError, match="holds only hidden") as err:
+        local_run(bundled, tmp_path).run()
+    assert err.value.exit_code == 2
+
+
 def test_warnings_name_idle_hosts(tmp_path):
     _, request = request_for(tmp_path, kind="none", hosts=3, train_files=2)
     assert request.warnings == ("algo-3: channel 'train' has no files on this host",)

@@ -276,6 +276,12 @@ CASES = [
     ),
     (
         rules.check_features,
+        {"features": {**RAW, "bad_rows": {"skip": True, "max_fraction": 0.05}}},
+        {"features": {**RAW, "bad_rows": {"skip": True, "max_fraction": 5}}},
+        ("error", "features.bad_rows.max_fraction", "must be a number from 0 to 1, got 5"),
+    ),
+    (
+        rules.check_features,
         {"features": RAW},
         {"features": RAW, "hyperparameters": {"feature_size": 117581}},
         ("warning", "hyperparameters.feature_size", "not used with features: (the scripts count the fields"),

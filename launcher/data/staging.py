@@ -59,8 +59,8 @@ class Staged:
 
     `with Staged(targets, force, what) as stage:` refuses (exit 2) a taken target without `force`, checks the
     parents are writable, then `stage.path(target)` is where to write it; leaving the block by an exception
-    removes the staging copies and keeps the targets; leaving it normally swaps every target in (a target
-    without a staging copy is removed: the new set does not have it)."""
+    removes the staging copies and the folders it made for them (when empty), and keeps the targets; leaving it
+    normally swaps every target in (a target without a staging copy is removed: the new set does not have it)."""
 
     def __init__(self, targets: Iterable[Path], force: bool, what: str):
         self.targets = [Path(t) for t in targets]
@@ -76,7 +76,9 @@ class Staged:
                 "and swapped in when complete)",
                 2,
             )
-        for parent in sorted({t.parent for t in self.targets}):
+        parents = sorted({t.parent for t in self.targets})
+        self.made = [f for f in dict.fromkeys(a for p in parents for a in [p, *p.parents]) if not f.exists()]
+        for parent in parents:
             check_writable(parent, self.what)
         for target in self.targets:
             _remove(staging_path(target))
@@ -95,6 +97,11 @@ class Staged:
         if kind is not None:
             for target in self.targets:
                 _remove(staging_path(target))
+            for folder in sorted(self.made, key=lambda f: len(f.parts), reverse=True):
+                try:
+                    folder.rmdir()  # the folders made for the output, when still empty
+                except OSError:
+                    pass
             return
         self.commit()
 

@@ -62,7 +62,7 @@ def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any
         "ids": tf.io.RaggedFeature(tf.int64),
         "values": tf.io.RaggedFeature(tf.float32),
     }
-    rows, positives, other_labels, out_of_range = 0, 0.0, 0, 0
+    rows, positives, other_labels, out_of_range = 0, 0, 0, 0
     id_min, id_max, per_row = None, None, set()
     names: set[str] = set()
     for file in files:
@@ -74,7 +74,7 @@ def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any
                 ids, labels = parsed["ids"].flat_values.numpy(), parsed["label"].flat_values.numpy()
                 rows += int(raw.shape[0])
                 per_row.update(parsed["ids"].row_lengths().numpy().tolist())
-                positives += float(labels.sum())
+                positives += int(np.count_nonzero(labels == 1))
                 other_labels += int(np.count_nonzero((labels != 0) & (labels != 1)))
                 if ids.size:
                     id_min = int(ids.min()) if id_min is None else min(id_min, int(ids.min()))
@@ -91,12 +91,23 @@ def summarize(path: Path, feature_size: int, batch: int = 4096) -> dict[str, Any
         "fields": sorted(names),
         "ids_per_row": sorted(per_row),
         "ids": {"min": id_min, "max": id_max, "feature_size": feature_size, "out_of_range": out_of_range},
-        "label_rate": positives / rows if rows else None,
+        "label_rate": positives / (rows - other_labels) if rows > other_labels else None,
         "labels_not_0_or_1": other_labels,
+        "empty_files": [str(f) for f in files if f.stat().st_size == 0],
     }
 
 
 def render(summary: dict[str, Any]) -> str:
+    if not summary["rows"]:
+        empty = len(summary.get("empty_files", []))
+        what = (
+            "the file is empty (0 bytes)"
+            if summary["files"] == 1 and empty
+            else f"every file is empty ({empty} of 0 bytes)"
+            if empty == summary["files"]
+            else "no records in its files"
+        )
+        return f"{summary['path']}: 0 rows in {summary['files']} files: {what}"
     ids = summary["ids"]
     per_row = summary["ids_per_row"]
     size = summary["bytes"] / 1024 / 1024
@@ -111,7 +122,13 @@ def render(summary: dict[str, Any]) -> str:
         + (str(per_row[0]) if len(per_row) == 1 else f"{per_row[0]} to {per_row[-1]}" if per_row else "none"),
         f"ids      {ids['min']} to {ids['max']} (feature_size {ids['feature_size']}: {in_range})",
         "labels   "
-        + (f"{summary['label_rate']:.1%} positive" if summary["label_rate"] is not None else "none")
-        + (f"; {summary['labels_not_0_or_1']} not 0 or 1" if summary["labels_not_0_or_1"] else ""),
+        + (f"{summary['label_rate']:.1%} positive" if summary["label_rate"] is not None else "none 0 or 1")
+        + (
+            f"; {summary['labels_not_0_or_1']} not 0 or 1 (bad rows to the training scripts; the rate is of the others)"
+            if summary["labels_not_0_or_1"]
+            else ""
+        ),
     ]
+    if summary.get("empty_files"):
+        lines.append(f"empty    {len(summary['empty_files'])} files of 0 bytes, e.g. {summary['empty_files'][0]}")
     return "\n".join(lines)

@@ -48,6 +48,22 @@ def empty_channel_problem(channel: Channel, source: Path) -> str:
     )
 
 
+def skipped_by_bundled_scripts(key: str) -> bool:
+    """A file the bundled scripts leave out of a channel: a hidden one (in a hidden folder) or one named `_...`."""
+    parts = key.split("/")
+    return any(part.startswith(".") for part in parts) or parts[-1].startswith("_")
+
+
+def only_skipped_files_problem(channel: Channel, source: Path, objects: list[tuple[str, Path]]) -> str | None:
+    """The channel's files are all ones the bundled scripts skip: as good as an empty channel to them."""
+    if not objects or not all(skipped_by_bundled_scripts(key) for key, _ in objects):
+        return None
+    return (
+        f"channel '{channel.name}': {source} holds only hidden or `_` files ({objects[0][0]}), which the bundled "
+        "scripts skip, so it holds no data for them; point the channel at data"
+    )
+
+
 def files_for_host(
     objects: list[tuple[str, Path]], distribution: str, host_index: int, num_hosts: int
 ) -> list[tuple[str, Path]]:

@@ -216,6 +216,11 @@ def _channel_sources(plan, problems: list[str]) -> dict[str, tuple[str, list[tup
             problems.append(ch.empty_channel_problem(channel, source))
             found[channel.name] = None
             continue
+        skipped = ch.only_skipped_files_problem(channel, source, objects) if plan.bundled else None
+        if skipped:
+            problems.append(skipped)
+            found[channel.name] = None
+            continue
         found[channel.name] = (str(source), objects)
     return found
 
