@@ -250,6 +250,7 @@ def test_the_chance_warning_reads_the_exported_model_the_best_evaluations(tmp_pa
     )
 
 
+@pytest.mark.runtimes
 def test_rank_0_prints_progress_lines_inside_a_window_without_the_loop_waiting_for_them(monkeypatch, capsys):
     """A run shorter than one log window: a progress line at the start, then the step a thread read while the window
     was still running (the window waits for the line here, the hand-shake; the loop itself never does)."""
@@ -289,6 +290,7 @@ def test_rank_0_prints_progress_lines_inside_a_window_without_the_loop_waiting_f
     assert not any(line.startswith("[dfm] train") for line in printed[: printed.index("[dfm] progress step=30")])
 
 
+@pytest.mark.runtimes
 def test_a_worker_rank_prints_no_progress_lines(capsys):
     trainer = fake_trainer()
     steps = Steps(trainer, batches=10)
