@@ -141,12 +141,23 @@ class LocalTuning:
         return {"tuning_job": request.plan.name, "folder": str(request.folder)}
 
     def execute(
-        self, request: LocalStudyRequest, *, spec, compile_trial, echo: Echo, status: Echo, resume: bool = False
+        self,
+        request: LocalStudyRequest,
+        *,
+        spec,
+        compile_trial,
+        echo: Echo,
+        status: Echo,
+        resume: bool = False,
+        counts=None,
     ):
-        """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study)."""
+        """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study).
+        `counts`: told the trial counts as numbers (a terminal's bar)."""
         from launcher.local.tuning_study import LocalTuning as Study
 
         tuning = Study(request.plan, spec, request.folder.parent, compile_trial, echo=echo, status=status)
+        if counts is not None:
+            tuning.counts = counts
         return tuning, tuning.run(resume=resume)
 
     jobs = None

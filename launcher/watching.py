@@ -129,8 +129,9 @@ class CountBar:
     def __exit__(self, *exc) -> None:
         self.progress.stop()
 
-    def update(self, done: int, detail: str) -> None:
-        self.progress.update(self.task, completed=done, detail=detail)
+    def update(self, done: int, detail: str, total: int | None = None) -> None:
+        self.progress.update(self.task, completed=done, detail=detail, **({"total": total} if total else {}))
+        self.progress.refresh()
 
 
 class Stages:
