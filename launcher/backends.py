@@ -217,11 +217,11 @@ class LocalProcessing:
             "report": str(Path(job["report_dir"]).resolve()),
         }
 
-    def execute(self, request: LocalPrepareRequest, *, force: bool = False) -> dict[str, Any]:
-        """-> the application's report."""
+    def execute(self, request: LocalPrepareRequest, *, force: bool = False, stages=None) -> dict[str, Any]:
+        """-> the application's report. `stages` is told each stage's name as it starts."""
         from launcher.data import prepare_local
 
-        return prepare_local.run(request.job, request.plan.spec, force=force)
+        return prepare_local.run(request.job, request.plan.spec, force=force, stages=stages)
 
     jobs = None
 

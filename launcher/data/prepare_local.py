@@ -241,30 +241,43 @@ def local_job(spec: Spec, *, stats_only: bool = False) -> dict[str, Any]:
     return job
 
 
-def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None) -> dict[str, Any]:
+def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None, stages=None) -> dict[str, Any]:
     """Run `job` (`local_job`'s, the one the dry run shows) on local Spark; -> the app's report (also in
     <train folder>/../prepare/prepare.json). `spec` names the places in errors and sizes the features: proposal.
-    Everything is written beside its place and swapped in only when the preparation succeeds."""
+    Everything is written beside its place and swapped in only when the preparation succeeds. `stages` is told the
+    name of each stage as it starts (a terminal's status line)."""
+    stages = stages or (lambda name: None)
     job = dict(job)
     refuse_unnamed_gzip(job)
     what = f"{spec.where('local.channels')}: local.channels"
     if job["stats_only"]:  # only the report folder's files, each replaced as it is written
         check_writable(Path(job["report_dir"]), what)
-        return _run_app(spec, job, spark)
+        return _run_app(spec, job, spark, stages)
     with Staged(output_folders(job), force, what) as stage:
-        return _run_app(spec, staged_job(job, stage), spark)
+        report = _run_app(spec, staged_job(job, stage), spark, stages)
+        stages("moving the outputs into place")
+        return report
 
 
-def _run_app(spec: Spec, job: dict[str, Any], spark) -> dict[str, Any]:
+def _run_app(spec: Spec, job: dict[str, Any], spark, stages) -> dict[str, Any]:
     owned = spark is None
+    if owned:
+        stages("starting local Spark")
     spark = spark or spark_session(class_archive=True)
+    watchers: list = []
     try:
         prepare_app = load_app(spark)
+        stages("read: parse the input and check its rows")
+        watchers = getattr(prepare_app, "WATCHERS", [])  # the app tells each next stage as the last one ends
+        watchers.append(stages)
         report = prepare_app.run(spark, job)
     except SystemExit as stop:  # no good rows, or bad rows under bad_rows: fail
         raise DfmError(str(stop.code).removeprefix(prepare_app.STAGE_PREFIX + " "), 1) from None
     finally:
+        if stages in watchers:
+            watchers.remove(stages)
         if owned:
+            stages("ending local Spark")
             end_session(spark)
     if "stats" in report:
         from launcher.data.prepare_stats import proposal_yaml
