@@ -82,7 +82,8 @@ class ProgressTicker:
 
     def __exit__(self, *exc):
         self._stop.set()
-        self._thread.join(timeout=10)  # a read in flight finishes; a daemon thread never holds the process
+        # a read in flight finishes; after an error (a ps gone) no wait: the daemon thread never holds the process
+        self._thread.join(timeout=10 if exc[0] is None else 0)
 
 
 def format_exported(path):
