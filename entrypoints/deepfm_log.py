@@ -5,15 +5,19 @@ parse. Standard library only, so the launcher's tests can load this file on its 
 
 import re
 import sys
+import threading
 
 LOG_PREFIX = "[dfm]"
+PROGRESS_SECONDS = 5.0  # at most one progress line this often
+_WRITING = threading.Lock()  # the progress thread's lines and the loop's never share a line
 
 
 def emit(line):
     # One write per line: print() writes the text and the newline separately, and under mpirun's
     # --tag-output two ranks' halves can interleave into one tagged line.
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    with _WRITING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def log(message):
@@ -35,6 +39,52 @@ def format_metric(kind, step, loss, auc, examples_per_sec=None):
     if kind == "train":
         line += f" examples_per_sec={float(examples_per_sec or 0.0):.1f}"
     return line
+
+
+def format_progress(step):
+    """`[dfm] progress step=<int>`: the steps trained so far, between the train lines (the launcher's progress
+    display reads it; no metric definition does)."""
+    return f"{LOG_PREFIX} progress step={int(step)}"
+
+
+class ProgressTicker:
+    """A progress line when training starts, then at most every `every_s` seconds while the step moves, from a
+    thread of its own that reads the step (`read_step`: a variable's value, which no step waits for): the training
+    loop never waits for it, and its windows stay as long as they are. A failed read ends the thread: the run is
+    ending, and these lines are only a display's."""
+
+    def __init__(self, read_step, every_s=None):
+        self.read_step, self.every_s = read_step, PROGRESS_SECONDS if every_s is None else every_s
+        self._stop = threading.Event()
+        self._thread = None
+        self.last = None
+
+    def tick(self):
+        """Print the step if it moved since the last line. -> whether a line was printed."""
+        step = int(self.read_step())
+        if step == self.last:
+            return False
+        self.last = step
+        emit(format_progress(step))
+        return True
+
+    def _run(self):
+        while not self._stop.wait(self.every_s):
+            try:
+                self.tick()
+            except Exception:
+                return
+
+    def __enter__(self):
+        self.tick()
+        self._thread = threading.Thread(target=self._run, name="dfm-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        # a read in flight finishes; after an error (a ps gone) no wait: the daemon thread never holds the process
+        self._thread.join(timeout=10 if exc[0] is None else 0)
 
 
 def format_exported(path):

@@ -24,7 +24,7 @@ import time
 from deepfm_checkpoint import export_saved_model, nothing_left, stop_diverged, stop_untrained
 from deepfm_collectives import SingleProcess
 from deepfm_data_errors import stop_bad_rows_past_bound, stop_on_input_error, stop_past_bad_row_bound
-from deepfm_log import log, warn
+from deepfm_log import ProgressTicker, log, warn
 from deepfm_resume import mark_finished
 
 
@@ -127,11 +127,19 @@ class TrainingLoop:
 
     def train(self):
         """Epochs of windows until `epochs`, `max_steps` or early stopping. -> the step reached."""
-        from deepfm_hparams import crossed, steps_to_boundary
         from deepfm_metrics import TrainWindow
 
-        hp, dist = self.hp, self.dist
+        dist = self.dist
         self.window = TrainWindow(self.trainer.train_metrics, dist.collectives)
+        if dist.rank != 0:
+            return self.train_epochs()
+        with ProgressTicker(self.step):  # rank 0's progress lines between the train lines
+            return self.train_epochs()
+
+    def train_epochs(self):
+        from deepfm_hparams import crossed, steps_to_boundary
+
+        hp, dist = self.hp, self.dist
         step = self.step()
         epoch, epoch_start = (int(v) for v in self.trainer.progress.numpy())
         stopped = False

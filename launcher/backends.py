@@ -141,12 +141,23 @@ class LocalTuning:
         return {"tuning_job": request.plan.name, "folder": str(request.folder)}
 
     def execute(
-        self, request: LocalStudyRequest, *, spec, compile_trial, echo: Echo, status: Echo, resume: bool = False
+        self,
+        request: LocalStudyRequest,
+        *,
+        spec,
+        compile_trial,
+        echo: Echo,
+        status: Echo,
+        resume: bool = False,
+        counts=None,
     ):
-        """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study)."""
+        """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study).
+        `counts`: told the trial counts as numbers (a terminal's bar)."""
         from launcher.local.tuning_study import LocalTuning as Study
 
         tuning = Study(request.plan, spec, request.folder.parent, compile_trial, echo=echo, status=status)
+        if counts is not None:
+            tuning.counts = counts
         return tuning, tuning.run(resume=resume)
 
     jobs = None
@@ -206,11 +217,11 @@ class LocalProcessing:
             "report": str(Path(job["report_dir"]).resolve()),
         }
 
-    def execute(self, request: LocalPrepareRequest, *, force: bool = False) -> dict[str, Any]:
-        """-> the application's report."""
+    def execute(self, request: LocalPrepareRequest, *, force: bool = False, stages=None) -> dict[str, Any]:
+        """-> the application's report. `stages` is told each stage's name as it starts."""
         from launcher.data import prepare_local
 
-        return prepare_local.run(request.job, request.plan.spec, force=force)
+        return prepare_local.run(request.job, request.plan.spec, force=force, stages=stages)
 
     jobs = None
 

@@ -248,3 +248,52 @@ def test_the_chance_warning_reads_the_exported_model_the_best_evaluations(tmp_pa
         if warned
         else []
     )
+
+
+@pytest.mark.runtimes
+def test_rank_0_prints_progress_lines_inside_a_window_without_the_loop_waiting_for_them(monkeypatch, capsys):
+    """A run shorter than one log window: a progress line at the start, then the step a thread read while the window
+    was still running (the window waits for the line here, the hand-shake; the loop itself never does)."""
+    import threading
+
+    import deepfm_log
+
+    seen, printed = threading.Event(), []
+    emit = deepfm_log.emit
+
+    def recording(line):
+        emit(line)
+        printed.append(line)
+        if line == "[dfm] progress step=30":
+            seen.set()
+
+    monkeypatch.setattr(deepfm_log, "emit", recording)
+    monkeypatch.setattr(deepfm_log, "PROGRESS_SECONDS", 0.01)
+
+    class Halfway(Steps):
+        def run_steps(self, left, step, todo):
+            ran, ended = super().run_steps([30], step, min(todo, 30))
+            assert seen.wait(60), "no progress line while the window ran"
+            rest, ended = super().run_steps([left[0] - 30], step + ran, todo - ran)
+            left[0] = 0
+            return ran + rest, True
+
+    trainer = fake_trainer()
+    assert TrainingLoop(hparams("--log_steps", "100"), container(), trainer, Halfway(trainer, 54), None).run() == 54
+    printed = capsys.readouterr().out.splitlines()
+    progress = [line for line in printed if line.startswith("[dfm] progress")]
+    steps = [int(line.rsplit("=", 1)[1]) for line in progress]
+    assert steps[0] == 0 and 30 in steps and steps == sorted(set(steps))  # each line a new step
+    assert printed.index("[dfm] progress step=30") < next(
+        i for i, line in enumerate(printed) if line.startswith("[dfm] train step=54")
+    )
+    assert not any(line.startswith("[dfm] train") for line in printed[: printed.index("[dfm] progress step=30")])
+
+
+@pytest.mark.runtimes
+def test_a_worker_rank_prints_no_progress_lines(capsys):
+    trainer = fake_trainer()
+    steps = Steps(trainer, batches=10)
+    steps.rank = 1
+    TrainingLoop(hparams("--log_steps", "4"), container(), trainer, steps, None).run()
+    assert "[dfm] progress" not in capsys.readouterr().out

@@ -265,3 +265,33 @@ def test_a_write_task_of_several_files_writes_each_even_an_empty_one(app, tmp_pa
     assert Path(paths[1]).read_bytes() == b""
     assert Path(paths[4]).read_bytes() == data[one : 2 * one].tobytes() + data[:one].tobytes()  # sorted by key
     assert sorted(p.name for p in (tmp_path / "out/train").iterdir()) == ["part-00001.tfrecord", "part-00004.tfrecord"]
+
+
+def test_a_local_preparation_tells_each_stage_as_it_starts(app, tmp_path, monkeypatch):
+    """What a terminal's status line shows (dfm data prepare --local): Spark's start, the app's stages as each one
+    before it ends (the app's own stage lines), its end, the swap."""
+    from launcher.spec import load_spec
+
+    class StagedApp(FakeApp):
+        WATCHERS = app.WATCHERS
+
+        def run(self, spark, job):
+            progress = app.Progress()  # the application's own stage lines
+            progress.stage("read", "20 good rows, 0 bad")
+            report = super().run(spark, job)
+            progress.stage("write", "20 train rows in 1 files")
+            return report
+
+    spec = _setup(tmp_path, monkeypatch, StagedApp())
+    seen = []
+    job = prepare_local.local_job(load_spec(spec))
+    prepare_local.run(job, load_spec(spec), stages=seen.append)
+    assert seen == [
+        "starting local Spark",
+        "read: parse the input and check its rows",
+        "statistics, split, encode and write",
+        "finishing",
+        "ending local Spark",
+        "moving the outputs into place",
+    ]
+    assert app.WATCHERS == []  # told only while it ran

@@ -91,7 +91,7 @@ def prepare(
     if local:
         from launcher.data.prepare_local import dump, summary
 
-        report = backend.execute(request, force=force)
+        report = _prepare_locally(backend, request, force, output)
         click.echo(dump(report) if output == "json" else summary(report))
         return
     if dry_run:
@@ -130,3 +130,13 @@ def _proposal(spec, stats_file: str) -> str:
         return proposal_yaml(stats, spec)
     except (ValueError, KeyError, TypeError) as err:
         raise DfmError(f"{stats_file}: not a stats.json of dfm data prepare ({err})", 2) from None
+
+
+def _prepare_locally(backend, request, force: bool, output: str) -> dict:
+    """The local preparation; on a terminal with text output its stages on a status line (watching.Stages)."""
+    from launcher.watching import Stages, on_terminal
+
+    if output != "text" or not on_terminal():
+        return backend.execute(request, force=force)
+    with Stages() as shown:
+        return backend.execute(request, force=force, stages=shown.stage)

@@ -4,6 +4,7 @@ dispatch on the job's kind (`sagemaker_backend.kinds`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -159,7 +160,15 @@ def _wait(spec, tplan, output: str, poll_seconds: float) -> None:
     from launcher.sagemaker_backend import tuning_jobs
     from launcher.sagemaker_backend.training_jobs import raise_for_outcome
 
-    summary = tuning_jobs.wait(tplan.name, tplan.training.region, echo=_echo_err, poll_seconds=poll_seconds)
+    bar = _trial_bar(output, tplan.max_jobs)
+    with bar or contextlib.nullcontext():
+        summary = tuning_jobs.wait(
+            tplan.name,
+            tplan.training.region,
+            echo=_echo_err,
+            poll_seconds=poll_seconds,
+            watch=(lambda s: show_sagemaker_counts(bar, s)) if bar is not None else None,
+        )
     document = tune_report.sagemaker_document(summary, spec.path)
     folder = Path(tplan.training.local.run_dir) / tplan.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -218,12 +227,20 @@ def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool,
     except ImportError:
         raise DfmError("dfm tune --local needs Optuna: pip install 'dfm[tune]'") from None
     echo = click.echo if output == "text" else _echo_err
-    status = _status_line(output)
+    bar = _trial_bar(output, tplan.max_jobs)
+    status = _status_line(output) if bar is None else (lambda line: None)
     from launcher.compile import compile_trial
 
-    tuning, study = backend.execute(
-        backend.dryrun(tplan), spec=spec, compile_trial=compile_trial, echo=echo, status=status, resume=resume
-    )
+    with bar or contextlib.nullcontext():
+        tuning, study = backend.execute(
+            backend.dryrun(tplan),
+            spec=spec,
+            compile_trial=compile_trial,
+            echo=echo,
+            status=status,
+            resume=resume,
+            counts=(lambda c: show_local_counts(bar, c)) if bar is not None else None,
+        )
     status("")
     rows = tune_report.trial_rows(study)
     document = tune_report.study_document(tplan, rows, tuning.folder, spec.path)
@@ -238,6 +255,31 @@ def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool,
         raise SystemExit(130)
     if document["best"] is None:
         raise DfmError(tune_report.no_trial_completed(document), exit_code=1)
+
+
+def _trial_bar(output: str, max_jobs: int):
+    """The trials on a bar (done of max_jobs, running, failed, the best so far) on a terminal with text output;
+    None otherwise (the plain lines)."""
+    from launcher.watching import CountBar, on_terminal
+
+    return CountBar("trials", max_jobs) if output == "text" and on_terminal() else None
+
+
+def show_local_counts(bar, counts: dict) -> None:
+    """A local study's counts (tuning_study.trial_counts) on the bar."""
+    detail = f"{counts['running']} running, {counts['failed']} failed, {counts['pruned']} pruned"
+    if counts["best"] is not None:
+        detail += f", best {counts['objective']}={counts['best'][0]:.4f} (trial {counts['best'][1]})"
+    bar.update(counts["done"], detail)
+
+
+def show_sagemaker_counts(bar, summary: dict) -> None:
+    """A tuning job's counts (tuning_jobs.describe) on the bar."""
+    trials = summary["trials"]
+    detail = f"{summary['status']}: {trials['running']} running, {trials['failed']} failed, {trials['stopped']} stopped"
+    if summary.get("best"):
+        detail += f", best {summary['objective']['metric']}={summary['best']['objective']}"
+    bar.update(trials["completed"] + trials["stopped"] + trials["failed"], detail, summary.get("max_jobs"))
 
 
 def _status_line(output: str):

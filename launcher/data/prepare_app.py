@@ -52,6 +52,12 @@ _lighten_worker()
 
 
 # ------------------------------------------------------------------------------------------------ stages
+# The stage after each one ends (Spark is lazy: a stage is known when its action ends), for a watcher in the same
+# process (`dfm data prepare --local` on a terminal): name -> what runs next.
+NEXT_STAGE = {"read": "statistics, split, encode and write", "stats": "split, encode and write"}
+WATCHERS = []  # callables told the next stage's name
+
+
 class Progress:
     def __init__(self):
         self.started = self.last = time.time()
@@ -62,6 +68,8 @@ class Progress:
         self.seconds[name] = round(now - self.last, 3)
         self.last = now
         print(f"{STAGE_PREFIX} {name} {self.seconds[name]:.1f}s{(': ' + detail) if detail else ''}", flush=True)
+        for watcher in WATCHERS:
+            watcher(NEXT_STAGE.get(name, "finishing"))
 
 
 def split_files(lines):

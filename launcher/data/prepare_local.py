@@ -242,23 +242,27 @@ def local_job(spec: Spec, *, stats_only: bool = False) -> dict[str, Any]:
     return job
 
 
-def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None) -> dict[str, Any]:
+def run(job: Mapping[str, Any], spec: Spec, *, force: bool = False, spark=None, stages=None) -> dict[str, Any]:
     """Run `job` (`local_job`'s, the one the dry run shows) on local Spark; -> the app's report (also in
     <train folder>/../prepare/prepare.json). `spec` names the places in errors and sizes the features: proposal.
-    Everything is written beside its place and swapped in only when the preparation succeeds."""
+    Everything is written beside its place and swapped in only when the preparation succeeds. `stages` is told the
+    name of each stage as it starts (a terminal's status line)."""
+    stages = stages or (lambda name: None)
     job = dict(job)
     refuse_unnamed_gzip(job)
     what = f"{spec.where('local.channels')}: local.channels"
     if job["stats_only"]:  # only the report folder's files, each replaced as it is written
         check_writable(Path(job["report_dir"]), what)
         with SparkInterruption(f"{job['report_dir']} holds no partial file") as guard:
-            return _run_app(spec, job, spark, guard)
+            return _run_app(spec, job, spark, guard, stages)
     scratch = scratch_folders(job)
     remove_folders(scratch)  # a killed run's
     try:
         with Staged(output_folders(job), force, what) as stage:
             with SparkInterruption("the channel folders keep the data they had; nothing partial is left") as guard:
-                return _run_app(spec, staged_job(job, stage), spark, guard)
+                report = _run_app(spec, staged_job(job, stage), spark, guard, stages)
+            stages("moving the outputs into place")
+            return report
     finally:
         remove_folders(scratch)
 
@@ -274,17 +278,26 @@ def remove_folders(folders) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_app(spec: Spec, job: dict[str, Any], spark, guard: SparkInterruption) -> dict[str, Any]:
+def _run_app(spec: Spec, job: dict[str, Any], spark, guard: SparkInterruption, stages) -> dict[str, Any]:
     owned = spark is None
+    if owned:
+        stages("starting local Spark")
     spark = spark or spark_session(class_archive=True)
+    watchers: list = []
     try:
         guard.watch(spark)
         prepare_app = load_app(spark)
+        stages("read: parse the input and check its rows")
+        watchers = getattr(prepare_app, "WATCHERS", [])  # the app tells each next stage as the last one ends
+        watchers.append(stages)
         report = prepare_app.run(spark, job)
     except SystemExit as stop:  # no good rows, or bad rows under bad_rows: fail
         raise DfmError(str(stop.code).removeprefix(prepare_app.STAGE_PREFIX + " "), 1) from None
     finally:
+        if stages in watchers:
+            watchers.remove(stages)
         if owned:
+            stages("ending local Spark")
             end_session(spark)
     if "stats" in report:
         from launcher.data.prepare_stats import proposal_yaml

@@ -31,6 +31,20 @@ def best_eval(points: dict[int, dict[str, float]]) -> tuple[int, float] | None:
 
 def plot(history: Iterable[tuple[str, dict[str, float]]], path: Path, title: str) -> Path | None:
     """Draw the curves into `path`; None when there is no metric line. ImportError without matplotlib."""
+    fig = draw(history, title)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def draw(history: Iterable[tuple[str, dict[str, float]]], title: str):
+    """The figure of the curves (matplotlib), or None without a metric line. Every logged window is a marked point,
+    so a run of one window (one train line, one evaluation) still shows its values, not a line of one point, which
+    matplotlib draws as nothing."""
     found = series(history)
     train, evals = found["train"], found["eval"]
     if not train and not evals:
@@ -42,7 +56,7 @@ def plot(history: Iterable[tuple[str, dict[str, float]]], path: Path, title: str
 
     fig, (auc_axis, loss_axis) = plt.subplots(1, 2, figsize=(10, 3.6))
     for metric, axis in (("auc", auc_axis), ("loss", loss_axis)):
-        for kind, points, style in (("train", train, "-"), ("eval", evals, "o-")):
+        for kind, points, style in (("train", train, ".-"), ("eval", evals, "o-")):
             steps = sorted(s for s, v in points.items() if metric in v)
             if steps:
                 axis.plot(steps, [points[s][metric] for s in steps], style, label=f"{kind} {metric}")
@@ -63,6 +77,4 @@ def plot(history: Iterable[tuple[str, dict[str, float]]], path: Path, title: str
             axis.legend(loc="best", fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig

@@ -11,10 +11,13 @@ import re
 from dataclasses import dataclass, field
 
 from launcher.facts.conventions import METRIC_DEFINITIONS
+from launcher.watching import Total, TrainingBar, on_terminal
 
 _EXPORTED = re.compile(r"\[dfm\] exported (\S.*)$")
 _WARNING = re.compile(r"\[dfm\] warning: (\S.*)$")  # deepfm_log.warn: the summary repeats them
 _STEP = re.compile(r"\[dfm\] (?:train|eval) step=(\d+)")  # SageMaker's definitions have no eval:step
+# rank 0's step between the train lines (deepfm_log.ProgressTicker): for the progress bar only
+PROGRESS_LINE = re.compile(r"\[dfm\] progress step=(\d+)")
 
 
 @functools.cache
@@ -49,6 +52,8 @@ class TerminalFilter:
     def shows(self, label: str, line: str) -> bool:
         if self.verbose:
             return True
+        if PROGRESS_LINE.search(line):  # the progress bar's; in the log files
+            return False
         record = _TF_RECORD.match(line)
         if record:
             self._in_info[label] = (record.group(1) or record.group(2)) == "I"
@@ -82,10 +87,16 @@ class Progress:
     exported: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the scripts' `[dfm] warning: ...` lines, each once
     history: list[tuple[str, dict[str, float]]] = field(default_factory=list)  # every metric line, in order
-    changed: bool = False
+    changed: bool = False  # a metric line came since the display last showed them
+    ticked: int | None = None  # the step of the last progress line
+    moved: bool = False  # a progress line came since the bar last showed it
 
     def feed(self, label: str, line: str) -> bool:
         """Take one process line; -> whether it was a metric line."""
+        ticked = PROGRESS_LINE.search(line)
+        if ticked:
+            self.ticked, self.moved = int(ticked.group(1)), True
+            return False
         exported = _EXPORTED.search(line)
         if exported:
             self.exported.append(exported.group(1).strip())
@@ -114,6 +125,12 @@ class Progress:
     def step(self) -> int | None:
         steps = [v["step"] for v in self.train.values() if "step" in v]
         return int(max(steps)) if steps else None
+
+    @property
+    def steps_done(self) -> int | None:
+        """The step reached, by the train lines or the progress lines between them."""
+        known = [s for s in (self.step, self.ticked) if s is not None]
+        return max(known) if known else None
 
     @property
     def examples_per_sec(self) -> float | None:
@@ -170,39 +187,47 @@ class PlainDisplay:
 
 
 class LiveDisplay:
-    """On a terminal: the lines scroll, and the progress line stays at the bottom (rich Live)."""
+    """On a terminal: the lines scroll, and a progress bar stays at the bottom (watching.TrainingBar): steps and
+    examples done of the run's total, examples/s, the last train loss, the latest eval and the time left."""
 
-    def __init__(self):
-        from rich.console import Console
-        from rich.live import Live
-        from rich.text import Text
-
-        self._text = Text
-        self.console = Console()
-        self.live = Live(Text("starting"), console=self.console, transient=True, refresh_per_second=4)
+    def __init__(self, console=None):
+        self.console = console
+        self.total: Total | None = None  # set before the display starts (runner: run_total)
+        self.bar: TrainingBar | None = None
 
     def __enter__(self):
-        self.live.__enter__()
+        self.bar = TrainingBar(self.total, self.console)
+        self.bar.__enter__()
+        if self.total is not None:
+            steps = f"{self.total.steps:,} steps" if self.total.steps else "steps"
+            self.bar.print(f"[dfm local] progress: {steps}; {self.total.how}")
         return self
 
     def __exit__(self, *exc) -> None:
-        self.live.__exit__(*exc)
+        self.bar.__exit__(*exc)
 
     def line(self, text: str) -> None:
-        self.console.print(self._text(text), highlight=False, soft_wrap=True)
+        if self.bar is None:
+            from rich.console import Console
+
+            self.bar = TrainingBar(self.total, self.console or Console())
+        self.bar.print(text)
 
     def progress(self, progress: Progress, now: float) -> None:
-        if progress.changed:
-            self.live.update(self._text(f"[dfm local] {progress.line()}", style="bold"))
-            progress.changed = False
+        if progress.changed or progress.moved:
+            latest = max(progress.train.values(), key=lambda v: v.get("step", 0), default={})
+            phase = "training" + (
+                f" (eval auc {progress.eval['auc']:.4f})" if progress.eval and "auc" in progress.eval else ""
+            )
+            self.bar.update(progress.steps_done, progress.examples_per_sec, latest.get("loss"), phase)
+            progress.changed = progress.moved = False
 
 
-def display_for(echo):
-    """Live display when the caller echoes to a terminal the plain way; otherwise plain lines through `echo`."""
-    import sys
-
+def display_for(echo, console=None):
+    """Live display when the caller echoes to a terminal the plain way (or a `console` is handed in); otherwise
+    plain lines through `echo`."""
     import click
 
-    if echo in (print, click.echo) and sys.stdout.isatty():
-        return LiveDisplay()
+    if console is not None or (echo in (print, click.echo) and on_terminal()):
+        return LiveDisplay(console)
     return PlainDisplay(echo)

@@ -20,10 +20,10 @@ from typing import Callable, Mapping
 from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import checkpoint_store, curves, host_memory, netns
+from launcher.local import checkpoint_store, curves, host_memory, netns, run_total
 from launcher.local.progress import Progress, TerminalFilter, display_for
 from launcher.local.local_processes import inherited_env
-from launcher.local.local_request import LocalHost, LocalRequest, build_request
+from launcher.local.local_request import LocalHost, LocalRequest, build_request, request_plan
 from launcher.local.supervisor import Supervisor
 from launcher.local.watchdog import StallWatchdog
 
@@ -312,6 +312,7 @@ class LocalRun:
                 f"{len(self.request.hosts)} simulated host(s); {self.request.runtime.note}; "
                 f"logs in {self.request.log_dir}"
             )
+            self._progress_total()
             with self.display:
                 code, reason = self.supervise(sup)
             interruption = self._interruption()  # before the stop: the processes dfm stops are no interruption
@@ -333,6 +334,12 @@ class LocalRun:
             code, reason = 1, unsaved
         self._report(code, reason, time.monotonic() - started)
         return RunResult(code, self.job_dir, reason, sup.tracked_pids() | holder, isolated, interruption)
+
+    def _progress_total(self) -> None:
+        """What a terminal's progress bar counts the steps out of (the plain display has no bar)."""
+        if hasattr(self.display, "total"):
+            replicas = sum(1 for p in self.request.processes if p.role in ("master", "worker", "train", "rank"))
+            self.display.total = run_total.run_total(request_plan(self.request), replicas)
 
     def _interruption(self) -> int | None:
         """The signal that ended the failed process when dfm did not send it (a lost instance, simulated)."""

@@ -61,6 +61,17 @@ def failure_reason(lines: list[str], code: int, reason: str, objective: str) -> 
     return f"no {objective} line"
 
 
+def counts_text(counts: dict[str, Any]) -> str:
+    """`3/8 trials done (1 pruned, 1 failed), 2 running, best eval:auc=0.7012 (trial 2)`."""
+    text = (
+        f"{counts['done']}/{counts['max_jobs']} trials done ({counts['pruned']} pruned, {counts['failed']} failed), "
+        f"{counts['running']} running"
+    )
+    if counts["best"] is not None:
+        text += f", best {counts['objective']}={counts['best'][0]:.4f} (trial {counts['best'][1]})"
+    return text
+
+
 @dataclass
 class Active:
     trial: Any  # optuna.Trial
@@ -81,6 +92,7 @@ class LocalTuning:
     plan_trial: Callable[[Any, dict, str, str], Any]
     echo: Callable[[str], None] = print
     status: Callable[[str], None] = lambda line: None  # the live progress line
+    counts: Callable[[dict], None] = lambda counts: None  # the same as numbers (trial_counts), for a terminal's bar
     active: dict[int, Active] = field(default_factory=dict)
     events: "queue.Queue" = field(default_factory=queue.Queue)
     stopping: str | None = None
@@ -273,19 +285,28 @@ class LocalTuning:
             active.stop_reason = active.stop_reason or reason
             active.run.stop(reason)
 
-    def _line(self, study) -> str:
+    def trial_counts(self, study) -> dict[str, Any]:
+        """Trials done (of max_jobs), pruned, failed and running, and the best so far: what the progress shows."""
         import optuna
 
+        State = optuna.trial.TrialState
         counted = self.counted(study)
-        pruned = sum(1 for t in counted if t.state == optuna.trial.TrialState.PRUNED)
-        best = [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
-        text = (
-            f"[dfm tune] {len(counted)}/{self.tplan.max_jobs} trials done ({pruned} pruned), {len(self.active)} running"
-        )
-        if best:
-            top = study.best_trial
-            text += f", best {self.tplan.objective_metric}={top.value:.4f} (trial {top.number})"
-        return text
+        complete = [t for t in counted if t.state == State.COMPLETE]
+        best = study.best_trial if complete else None
+        return {
+            "done": len(counted),
+            "max_jobs": self.tplan.max_jobs,
+            "pruned": sum(1 for t in counted if t.state == State.PRUNED),
+            "failed": sum(1 for t in counted if t.state == State.FAIL),
+            "running": len(self.active),
+            "objective": self.tplan.objective_metric,
+            "best": (best.value, best.number) if best is not None else None,
+        }
+
+    def _line(self, study) -> str:
+        counts = self.trial_counts(study)
+        self.counts(counts)
+        return "[dfm tune] " + counts_text(counts)
 
     def _out_of_time(self, study, session_start: float) -> bool:
         if self.tplan.max_runtime_s is None:

@@ -5,24 +5,37 @@ one uploaded."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
 
 from launcher.plans import recovery
 from launcher.errors import DfmError
 from launcher.plans.training_plan import Plan
-from launcher.sagemaker_backend import training_jobs, training_request
+from launcher.sagemaker_backend import job_watch, training_jobs, training_request
 from launcher.sagemaker_backend.logs import StallWatch, Stalled, stream_logs
 
 Echo = Callable[[str], None]
 
 
 def follow(plan: Plan, job_name: str, echo: Echo, poll_seconds: float) -> str:
-    """Stream the job's logs to its end; a stalled job is stopped and reported (exit 1)."""
+    """Stream the job's logs to its end (on a terminal under a bar of its phase and progress); a stalled job is
+    stopped and reported (exit 1)."""
     timeout = plan.operations.stall_timeout_s
     watch = StallWatch(timeout) if timeout else None
+    console = job_watch.terminal_console(echo)
+    bar = job_watch.JobWatch(plan, console) if console is not None else None
     try:
-        return stream_logs(job_name, plan.region, follow=True, echo=echo, poll_seconds=poll_seconds, stall=watch)
+        with bar or contextlib.nullcontext():
+            return stream_logs(
+                job_name,
+                plan.region,
+                follow=True,
+                echo=bar.echo if bar is not None else echo,
+                poll_seconds=poll_seconds,
+                stall=watch,
+                watch=bar,
+            )
     except Stalled as stalled:
         training_jobs.stop(job_name, plan.region)
         raise DfmError(stalled.stopped(job_name), 1) from None

@@ -16,6 +16,8 @@ from launcher.sagemaker_backend import aws
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 # The chief's metric lines (conventions.METRIC_DEFINITIONS): what the stall watchdog counts as progress.
 METRIC_LINE = re.compile(r"\[dfm\] (train|eval) step=\d+")
+# rank 0's step between the train lines: a terminal's progress bar reads it; the text log leaves it out
+PROGRESS_LINE = re.compile(r"\[dfm\] progress step=\d+")
 
 Echo = Callable[[str], None]
 
@@ -158,6 +160,14 @@ def _render_event(event: dict, multi_host: bool, as_json: bool) -> str:
     return f"[{host}] {message}" if multi_host else message
 
 
+def _show_event(event: dict, multi_host: bool, as_json: bool, echo: Echo, watch) -> None:
+    """A log event echoed (progress lines only in JSON: in text they are the bar's), and told to the watch."""
+    if watch is not None:
+        watch.line(_host_of(event["logStreamName"]), event["message"])
+    if as_json or not PROGRESS_LINE.search(event["message"]):
+        echo(_render_event(event, multi_host, as_json))
+
+
 def _progress_line(description: dict) -> str:
     secondary = description.get("SecondaryStatus") or description["TrainingJobStatus"]
     transitions = description.get("SecondaryStatusTransitions") or []
@@ -190,9 +200,11 @@ def stream_logs(
     as_json: bool = False,
     source: LogSource = TRAINING,
     stall: StallWatch | None = None,
+    watch=None,
 ) -> str:
     """Print the job's log lines; with `follow`, keep polling until the job ends. Returns its status. With a
-    `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout in Training.
+    `stall` watch, raises Stalled when the job prints no metric line for longer than its timeout in Training. A
+    `watch` (job_watch.JobWatch: a terminal's bar) is told the phase and every line.
 
     Following in text, a `-- <state>` line marks each change of SageMaker's secondary status (starting,
     downloading, training, uploading...): minutes pass before an instance writes its first line.
@@ -205,6 +217,8 @@ def stream_logs(
     with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
             status, progress, multi_host, phase, entries = source.state(sagemaker_client, job_name)
+            if watch is not None:
+                watch.phase(phase or status)
             if follow and not as_json and progress != last_progress:
                 echo(progress)
                 last_progress = progress
@@ -212,7 +226,7 @@ def stream_logs(
             if waiting and not as_json:
                 echo(waiting)
             for event in cursor.new_events():
-                echo(_render_event(event, multi_host, as_json))
+                _show_event(event, multi_host, as_json, echo, watch)
                 if stall is not None:
                     stall.saw(_host_of(event["logStreamName"]), event["message"])
             if not follow:
@@ -223,7 +237,7 @@ def stream_logs(
                 if was_running:  # lines written just before the end reach CloudWatch a little later
                     time.sleep(poll_seconds)
                     for event in cursor.new_events():
-                        echo(_render_event(event, multi_host, as_json))
+                        _show_event(event, multi_host, as_json, echo, watch)
                 return status
             was_running = True
             time.sleep(poll_seconds)

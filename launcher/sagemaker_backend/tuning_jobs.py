@@ -129,11 +129,15 @@ def wait(
     echo: Callable[[str], None] = print,
     poll_seconds: float = 30.0,
     sleep: Callable[[float], None] = time.sleep,
+    watch: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Follow a tuning job to its end, a line each time its trial counts change; -> its summary with every trial."""
+    """Follow a tuning job to its end, a line each time its trial counts change; -> its summary with every trial.
+    `watch` sees each summary (a terminal's bar)."""
     last = None
     while True:
         summary = describe(name, region, with_trials=False)
+        if watch is not None:
+            watch(summary)
         line = progress_line(summary)
         if line != last:
             echo(line)
