@@ -49,6 +49,18 @@ def _made_by_dfm(client, arn: str) -> bool:
     return any(tag.get("Key") == MADE_BY["Key"] and tag.get("Value") == MADE_BY["Value"] for tag in tags)
 
 
+def _model(client, name: str) -> dict | None:
+    """The model's description; None when it is gone already."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return client.describe_model(ModelName=name)
+    except ClientError as err:
+        if aws.not_found(err):
+            return None
+        raise
+
+
 def undeploy(name: str, region: str | None, *, echo: Echo) -> list[str]:
     """Deletes the endpoint, then its config and the config's models if dfm made them. -> what was deleted."""
     region = aws.resolve_region(region)
@@ -66,8 +78,8 @@ def undeploy(name: str, region: str | None, *, echo: Echo) -> list[str]:
             client.delete_endpoint_config(EndpointConfigName=config_name)
             deleted.append(f"endpoint config {config_name}")
         for variant in config.get("ProductionVariants", []):
-            model = client.describe_model(ModelName=variant["ModelName"])
-            if _made_by_dfm(client, model["ModelArn"]):
+            model = _model(client, variant["ModelName"])
+            if model is not None and _made_by_dfm(client, model["ModelArn"]):
                 client.delete_model(ModelName=variant["ModelName"])
                 deleted.append(f"model {variant['ModelName']}")
     for item in deleted:

@@ -82,7 +82,7 @@ def resolve_model(
         )
     else:
         job = model
-        with aws.aws_errors(f"describing training job {model}", job_name=model, region=region):
+        with aws.aws_errors(f"describing training job {model}", region=region):  # AWS's own words if none
             found = aws.client("sagemaker", region).describe_training_job(TrainingJobName=model)
         model_data = found.get("ModelArtifacts", {}).get("S3ModelArtifacts")
         if not model_data:
