@@ -120,7 +120,8 @@ def run(request: LocalTransformRequest, echo: Callable[[str], None]) -> dict[str
     sock = listen("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     app = build_app(models, handlers.load(serve.artifact.root), url)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)  # log_config None: the logging of the command that runs it is left as it is
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     written: dict[str, int] = {}
