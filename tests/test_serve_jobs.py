@@ -5,6 +5,7 @@ of the training image's TensorFlow version and region; bad input is one line."""
 from __future__ import annotations
 
 import json
+import time
 
 import boto3
 import pytest
@@ -253,3 +254,22 @@ def test_the_inference_images_are_the_sdks_own():
             )
             assert inference_images.image_uri(short, REGION) == expected, short
     assert inference_images.inference_version("2.21") is None
+
+
+def test_logs_of_a_transform_job_come_from_its_log_group(trained, capsys):
+    code, _, err = run(capsys, *TRANSFORM, "--yes")
+    assert code == 0, err
+    logs = boto3.client("logs", region_name=REGION)
+    group = "/aws/sagemaker/TransformJobs"
+    logs.create_log_group(logGroupName=group)
+    for host, message in (("i-0a", "scoring part-0"), ("i-0b", "scoring part-1")):
+        stream = f"deepfm-score-1/{host}-1763755200"
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        logs.put_log_events(
+            logGroupName=group,
+            logStreamName=stream,
+            logEvents=[{"timestamp": int(time.time() * 1000), "message": message}],
+        )
+    code, out, err = run(capsys, "logs", "deepfm-score-1", "--output", "json")
+    assert code == 0, err
+    assert sorted(json.loads(line)["message"] for line in out.splitlines()) == ["scoring part-0", "scoring part-1"]
