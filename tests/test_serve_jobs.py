@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -17,6 +18,7 @@ from spec_helpers import run
 REGION = "us-east-1"  # as in conftest.py
 BUCKET = "dfm-test-bucket"
 ROLE = "arn:aws:iam::123456789012:role/dfm-training"
+CONFIG = Path(__file__).resolve().parent.parent / "configs" / "ps.yaml"
 TRAINING_IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/tensorflow-training:2.14.1-cpu-py310"
 
 
@@ -273,3 +275,15 @@ def test_logs_of_a_transform_job_come_from_its_log_group(trained, capsys):
     code, out, err = run(capsys, "logs", "deepfm-score-1", "--output", "json")
     assert code == 0, err
     assert sorted(json.loads(line)["message"] for line in out.splitlines()) == ["scoring part-0", "scoring part-1"]
+
+
+def test_the_role_and_region_come_from_a_spec_unless_given(no_aws_env, monkeypatch, capsys):
+    monkeypatch.setenv("DFM_ROLE_ARN", "arn:aws:iam::123456789012:role/from-spec")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    args = ("deploy", f"s3://{BUCKET}/m/model.tar.gz", "--instance-type", "ml.m5.large", "--spec", CONFIG)
+    document = _dry_run(capsys, *args)
+    model = _requests(document)["CreateModel"]
+    assert model["ExecutionRoleArn"] == "arn:aws:iam::123456789012:role/from-spec" and document["region"] == "eu-west-1"
+    assert model["PrimaryContainer"]["Image"] == inference_images.image_uri(inference_images.newest(), "eu-west-1")
+    document = _dry_run(capsys, *args, "--role", ROLE, "--region", REGION)
+    assert _requests(document)["CreateModel"]["ExecutionRoleArn"] == ROLE and document["region"] == REGION

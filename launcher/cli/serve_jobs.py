@@ -14,7 +14,16 @@ from launcher.cli.options import OUTPUT, REGION
 from launcher.errors import DfmError
 
 MODEL_OPTIONS = (
-    click.option("--role", default=None, help="The model's execution role ARN (default: the training job's role)."),
+    click.option(
+        "--spec",
+        "spec_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Take the role and region from this spec (--role and --region win).",
+    ),
+    click.option(
+        "--role", default=None, help="The model's execution role ARN (default: the spec's, else the training job's)."
+    ),
     click.option(
         "--framework-version",
         default=None,
@@ -44,9 +53,21 @@ def _plan(build, *args, **kwargs):
         raise DfmError(str(err), 2) from None
 
 
-def _model(model: str, region: str | None, role: str | None, framework_version: str | None, offline: bool):
+def _model(
+    model: str,
+    spec_path: str | None,
+    region: str | None,
+    role: str | None,
+    framework_version: str | None,
+    offline: bool,
+):
     from launcher.backends import resolve_model
 
+    if spec_path is not None:
+        from launcher.spec import load_spec
+
+        spec = load_spec(spec_path)
+        role, region = role or spec.role, region or spec.region
     return resolve_model(model, region=region, role=role, framework_version=framework_version, offline=offline)
 
 
@@ -136,6 +157,7 @@ def transform(
     max_hours: float,
     job_name: str | None,
     local: bool,
+    spec_path: str | None,
     role: str | None,
     framework_version: str | None,
     dry_run: bool,
@@ -152,7 +174,7 @@ def transform(
         return
     if instance_type is None or output_path is None:
         raise DfmError("a transform job needs --instance-type and --output-path (or --local to score files here)")
-    source = _model(model, region, role, framework_version, offline=dry_run)
+    source = _model(model, spec_path, region, role, framework_version, offline=dry_run)
     plan = _plan(
         model_plan.build_transform_plan,
         source,
@@ -214,6 +236,7 @@ def deploy(
     max_concurrency: int,
     endpoint_name: str | None,
     wait: bool,
+    spec_path: str | None,
     role: str | None,
     framework_version: str | None,
     dry_run: bool,
@@ -225,7 +248,7 @@ def deploy(
     serverless. It bills until `dfm undeploy`."""
     from launcher.plans import model_plan
 
-    source = _model(model, region, role, framework_version, offline=dry_run)
+    source = _model(model, spec_path, region, role, framework_version, offline=dry_run)
     plan = _plan(
         model_plan.build_deploy_plan,
         source,
