@@ -287,3 +287,64 @@ def test_the_role_and_region_come_from_a_spec_unless_given(no_aws_env, monkeypat
     assert model["PrimaryContainer"]["Image"] == inference_images.image_uri(inference_images.newest(), "eu-west-1")
     document = _dry_run(capsys, *args, "--role", ROLE, "--region", REGION)
     assert _requests(document)["CreateModel"]["ExecutionRoleArn"] == ROLE and document["region"] == REGION
+
+
+def test_a_refused_request_deletes_what_was_made_before_it(trained):
+    """CreateEndpoint refused (its config named wrong after the build): the config and model just made are deleted."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    from launcher.backends import backend_for, resolve_model
+    from launcher.errors import DfmError
+
+    source = resolve_model("deepfm-ps-1", region=REGION, role=None, framework_version=None, offline=False)
+    plan = model_plan.build_deploy_plan(source, instance_type="ml.m5.large", endpoint_name="deepfm-live")
+    backend = backend_for("endpoint", "sagemaker")
+    request = backend.dryrun(plan)
+    calls = [(op, dict(r)) for op, r in request.calls]
+    calls[2][1]["EndpointConfigName"] = "missing"
+    lines = []
+    with pytest.raises(DfmError) as refused:
+        backend.execute(replace(request, calls=tuple((op, MappingProxyType(r)) for op, r in calls)), echo=lines.append)
+    assert refused.value.exit_code == 1
+    assert refused.value.message.startswith(
+        "CreateEndpoint deepfm-live: not found (ValidationException): Could not find"
+    )
+    assert lines == [
+        "deleted endpoint config deepfm-live (made before the refusal)",
+        "deleted model deepfm-live (made before the refusal)",
+    ]
+    client = boto3.client("sagemaker", region_name=REGION)
+    assert client.list_models()["Models"] == [] and client.list_endpoint_configs()["EndpointConfigs"] == []
+
+
+def test_wait_exits_1_when_the_endpoint_fails(aws, monkeypatch):
+    from botocore.stub import Stubber
+
+    from launcher.errors import DfmError
+    from launcher.sagemaker_backend import aws as sm_aws
+    from launcher.sagemaker_backend import endpoints
+
+    real = sm_aws.client("sagemaker", REGION)
+    monkeypatch.setattr(sm_aws, "client", lambda service, region: real)
+    lines = []
+    with Stubber(real) as stubber:
+        for status in ("Creating", "Creating", "Failed"):
+            answer = {
+                "EndpointName": "deepfm-live",
+                "EndpointArn": "arn:aws:sagemaker:us-east-1:123456789012:endpoint/deepfm-live",
+                "EndpointStatus": status,
+                "CreationTime": "2026-11-28T00:00:00Z",
+                "LastModifiedTime": "2026-11-28T00:00:00Z",
+            }
+            if status == "Failed":
+                answer["FailureReason"] = (
+                    "The primary container for production variant AllTraffic did not pass the ping health check."
+                )
+            stubber.add_response("describe_endpoint", answer, {"EndpointName": "deepfm-live"})
+        with pytest.raises(DfmError) as refused:
+            endpoints.wait("deepfm-live", REGION, echo=lines.append, poll_seconds=0)
+        stubber.assert_no_pending_responses()
+    assert refused.value.exit_code == 1
+    assert str(refused.value.message).startswith("endpoint deepfm-live is Failed: The primary container")
+    assert lines == ["-- deepfm-live: Creating", "-- deepfm-live: Failed"]
