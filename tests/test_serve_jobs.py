@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from launcher.facts import inference_images
+from launcher.facts import catalog, inference_images
 from launcher.plans import model_plan
 from spec_helpers import run
 
@@ -348,3 +348,18 @@ def test_wait_exits_1_when_the_endpoint_fails(aws, monkeypatch):
     assert refused.value.exit_code == 1
     assert str(refused.value.message).startswith("endpoint deepfm-live is Failed: The primary container")
     assert lines == ["-- deepfm-live: Creating", "-- deepfm-live: Failed"]
+
+
+def test_on_a_terminal_deploy_shows_the_cost_per_hour_and_asks_first(trained, monkeypatch, capsys):
+    import click
+
+    from launcher.cli import spec as cli_spec
+
+    asked = []
+    monkeypatch.setattr(cli_spec, "on_terminal", lambda: True)
+    monkeypatch.setattr(click, "confirm", lambda text, default: asked.append(text) or False)
+    code, out, err = run(capsys, "deploy", "deepfm-ps-1", "--instance-type", "ml.m5.large", "--instance-count", "2")
+    assert code == 1 and err.strip() == "dfm: not submitted" and asked == ["Submit?"]
+    price = 2 * catalog.instance("ml.m5.large").usd_per_hour
+    assert f"cost       ${price:,.3f} per hour" in out
+    assert boto3.client("sagemaker", region_name=REGION).list_models()["Models"] == []  # nothing sent
