@@ -37,6 +37,7 @@ ITEMS = {
     "broadcast_memory": ("bench.broadcast_memory", 300, 900),
     "sync_steps": ("bench.sync_steps", 300, 900),
     "probe_stability": ("bench.probe_stability", 2400, 3600),
+    "serving": ("bench.serving", 600, 1200),
 }
 
 

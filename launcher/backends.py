@@ -8,9 +8,10 @@ Each backend turns its kind's plan into a request and runs exactly that request:
   None where it keeps none (local runs end with the command).
 
 kinds: training (plans.training_plan.Plan), tuning (plans.tuning_plan.TuningPlan), processing
-(plans.prepare_plan.PreparePlan), probe (plans.probe_plan.ProbePlan), each on both backends; serving
-(serving.artifact.ServePlan: an exported model answering requests as SageMaker's TensorFlow inference container
-does), local only so far. backends: sagemaker, local. Each backend's
+(plans.prepare_plan.PreparePlan), probe (plans.probe_plan.ProbePlan), transform (plans.model_plan.TransformPlan on
+SageMaker, serving.transform.LocalTransformPlan locally), each on both backends; serving (serving.artifact.ServePlan:
+an exported model answering requests as SageMaker's TensorFlow inference container does), local only so far;
+endpoint (plans.model_plan.DeployPlan), SageMaker only. backends: sagemaker, local. Each backend's
 modules load only when one of its methods is called, so a command pays only for the SDK (or pyspark) it uses.
 """
 
@@ -21,15 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from launcher.plans.model_plan import DeployPlan, TransformPlan
     from launcher.plans.prepare_plan import PreparePlan
     from launcher.plans.probe_plan import ProbePlan
     from launcher.plans.training_plan import Plan
     from launcher.plans.tuning_plan import TuningPlan
     from launcher.sagemaker_backend.kinds import JobKind
     from launcher.serving.artifact import ServePlan
+    from launcher.serving.transform import LocalTransformPlan
 
-JOB_KINDS = ("training", "tuning", "processing", "probe")  # on SageMaker and locally
-KINDS = (*JOB_KINDS, "serving")
+JOB_KINDS = ("training", "tuning", "processing", "probe", "transform")  # on SageMaker and locally
+KINDS = (*JOB_KINDS, "serving", "endpoint")
 BACKENDS = ("sagemaker", "local")
 Echo = Callable[[str], None]
 PlanT = TypeVar("PlanT", contravariant=True)
@@ -296,6 +299,78 @@ class LocalServing:
     jobs = None
 
 
+# ------------------------------------------------------------------------------------------------ transform
+class SageMakerTransform:
+    """A batch transform job: CreateModel + CreateTransformJob, as the SDK's TensorFlowModel.transformer sends them."""
+
+    kind, name = "transform", "sagemaker"
+
+    def dryrun(self, plan: TransformPlan):
+        from launcher.sagemaker_backend import model_requests
+
+        return model_requests.build_transform(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo) -> str:
+        from launcher.sagemaker_backend import model_requests
+
+        return model_requests.submit(request, echo=echo)
+
+    @property
+    def jobs(self) -> JobKind:
+        return _sagemaker_jobs("transform")
+
+
+class LocalTransform:
+    """Local files scored through the local server, each `<file>.out` as a transform job writes it."""
+
+    kind, name = "transform", "local"
+
+    def dryrun(self, plan: LocalTransformPlan):
+        """The model laid out and checked, the files listed; nothing loaded. The caller closes it."""
+        from launcher.serving import transform
+
+        return transform.build(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo) -> dict[str, int]:
+        from launcher.serving import transform
+
+        return transform.run(request, echo)
+
+    jobs = None
+
+
+# ------------------------------------------------------------------------------------------------ endpoint
+class SageMakerEndpoint:
+    """An endpoint: CreateModel + CreateEndpointConfig + CreateEndpoint, as the SDK's TensorFlowModel.deploy sends
+    them. Not a job: `dfm undeploy` ends it."""
+
+    kind, name = "endpoint", "sagemaker"
+
+    def dryrun(self, plan: DeployPlan):
+        from launcher.sagemaker_backend import model_requests
+
+        return model_requests.build_deploy(plan)
+
+    def document(self, request) -> dict[str, Any]:
+        return request.document()
+
+    def execute(self, request, *, echo: Echo, wait: bool = False, poll_seconds: float = 30.0) -> str:
+        from launcher.sagemaker_backend import endpoints, model_requests
+
+        name = model_requests.submit(request, echo=echo)
+        if wait:
+            endpoints.wait(name, request.region, echo=echo, poll_seconds=poll_seconds)
+        return name
+
+    jobs = None
+
+
 REGISTRY: dict[tuple[str, str], Backend] = {
     (b.kind, b.name): b
     for b in (
@@ -308,12 +383,16 @@ REGISTRY: dict[tuple[str, str], Backend] = {
         SageMakerProbe(),
         LocalProbe(),
         LocalServing(),
+        SageMakerTransform(),
+        LocalTransform(),
+        SageMakerEndpoint(),
     )
 }
 
 
 def backend_for(kind: str, name: str) -> Backend:
-    """The backend `name` (sagemaker | local) of kind `kind` (training | tuning | processing | probe | serving)."""
+    """The backend `name` (sagemaker | local) of kind `kind` (training | tuning | processing | probe | transform |
+    serving | endpoint)."""
     try:
         return REGISTRY[(kind, name)]
     except KeyError:
@@ -338,3 +417,19 @@ def job_kind(job_name: str, region: str | None, kind: str | None = None) -> JobK
 def backend_named(kind: str, local: bool) -> Backend:
     """The CLI's choice: --local or SageMaker."""
     return backend_for(kind, "local" if local else "sagemaker")
+
+
+def resolve_model(model: str, *, region: str | None, role: str | None, framework_version: str | None, offline: bool):
+    """JOB_OR_MODEL -> the ModelSource a transform or endpoint plan serves (a training job is described)."""
+    from launcher.sagemaker_backend import model_requests
+
+    return model_requests.resolve_model(
+        model, region=region, role=role, framework_version=framework_version, offline=offline
+    )
+
+
+def undeploy(name: str, region: str | None, echo: Echo) -> list[str]:
+    """An endpoint deleted, and its config and models when dfm made them. -> what was deleted."""
+    from launcher.sagemaker_backend import endpoints
+
+    return endpoints.undeploy(name, region, echo=echo)

@@ -53,7 +53,8 @@ def test_status_of_an_unknown_job_is_one_line_exit_1(aws, capsys):
     assert code == 1 and out == ""
     assert (
         err.strip()
-        == f"dfm: no training, tuning or processing job named nope in {REGION}: check the name, --kind and --region"
+        == f"dfm: no training, tuning, processing or transform job named nope in {REGION}: check the name, --kind and "
+        "--region"
     )
 
 
@@ -145,6 +146,14 @@ def test_stop(stubbed_sagemaker, capsys):
     stubbed_sagemaker.assert_no_pending_responses()
 
 
+def test_stop_a_transform_job(stubbed_sagemaker, capsys):
+    stubbed_sagemaker.add_response("stop_transform_job", {}, {"TransformJobName": "deepfm-score-1"})
+    code, out, _ = run(capsys, "stop", "deepfm-score-1", "--kind", "transform")
+    assert code == 0 and out.startswith("stopping transform job deepfm-score-1")
+    assert "#/transform-jobs/deepfm-score-1" in out
+    stubbed_sagemaker.assert_no_pending_responses()
+
+
 def test_stop_refused_exits_1(stubbed_sagemaker, capsys):
     stubbed_sagemaker.add_client_error(
         "stop_training_job",
@@ -218,10 +227,24 @@ def test_list_merges_every_kind_newest_first(stubbed_sagemaker, capsys):
             ]
         },
     )
+    stubbed_sagemaker.add_response(
+        "list_transform_jobs",
+        {
+            "TransformJobSummaries": [
+                {
+                    "TransformJobName": "deepfm-score-1",
+                    "TransformJobArn": "arn:aws:sagemaker:us-east-1:123456789012:transform-job/deepfm-score-1",
+                    "CreationTime": day.replace(hour=2),
+                    "TransformJobStatus": "InProgress",
+                }
+            ]
+        },
+    )
     code, out, _ = run(capsys, "list", "--output", "json")
     assert code == 0
     assert [(job["job_name"], job["kind"], job["status"]) for job in json.loads(out)] == [
         ("deepfm-tune-1", "tuning", "InProgress"),
+        ("deepfm-score-1", "transform", "InProgress"),
         ("deepfm-prep-1", "processing", "Failed"),
         ("deepfm-ps-old", "training", "Completed"),
     ]
@@ -233,8 +256,9 @@ def test_status_without_kind_names_every_kind_it_asked(stubbed_sagemaker, capsys
         "describe_hyper_parameter_tuning_job", "ResourceNotFound", "Amazon SageMaker can't find a tuning job"
     )
     stubbed_sagemaker.add_client_error("describe_processing_job", "ValidationException", "Could not find requested job")
+    stubbed_sagemaker.add_client_error("describe_transform_job", "ValidationException", "Could not find requested job")
     code, out, err = run(capsys, "status", "nope")
-    assert code == 1 and out == "" and "no training, tuning or processing job named nope" in err
+    assert code == 1 and out == "" and "no training, tuning, processing or transform job named nope" in err
 
 
 def test_status_without_a_job_lists_the_recent_jobs(stubbed_sagemaker, capsys):

@@ -421,3 +421,92 @@ def test_a_short_local_runs_folder_is_served_as_the_container_would(tmp_path):
         )
     np.testing.assert_allclose(by_rows["predictions"], expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(by_columns["outputs"], expected, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ dfm transform --local
+def _scored(path: Path) -> list:
+    return [json.loads(line)["predictions"] for line in path.read_text().splitlines()]
+
+
+def test_a_local_transform_of_json_lines_equals_the_models_own_predictions_line_by_line(exports, tmp_path, capsys):
+    from spec_helpers import run
+
+    ids, vals = indexed_rows(7, rows=6)
+    data = tmp_path / "in" / "part-0.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps({"feat_ids": i, "feat_vals": v}) + "\n" for i, v in zip(ids, vals)))
+    columns = {
+        "i1": [0.0, 3.0, float("nan")],
+        "i2": [1.0, 0.0, 7.0],
+        "c1": ["a", "", "zz"],
+        "tags": ["x|y", "", "y"],
+    }
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps({k: v[n] for k, v in columns.items()}) + "\n" for n in range(3)))
+
+    code, out, err = run(
+        capsys,
+        "transform",
+        exports / "indexed",
+        "--local",
+        "--data",
+        data.parent,
+        "--content-type",
+        "application/jsonlines",
+    )
+    assert code == 0, err
+    code, _, err = run(
+        capsys,
+        "transform",
+        exports / "raw",
+        "--local",
+        "--data",
+        raw,
+        "--content-type",
+        "application/json",
+        "--output-path",
+        tmp_path / "scored",
+    )
+    assert code == 0, err
+
+    by_line = _scored(data.with_name("part-0.jsonl.out"))  # SingleRecord: one output line per input line
+    assert len(by_line) == 6 and all(len(p) == 1 for p in by_line)
+    expected = own_predictions(exports / "indexed" / "2", {"feat_ids": ids, "feat_vals": vals})
+    np.testing.assert_allclose([p[0] for p in by_line], expected, rtol=0, atol=1e-6)
+    calibrated = _scored(tmp_path / "scored" / "raw.jsonl.out")
+    np.testing.assert_allclose([p[0] for p in calibrated], own_predictions(exports / "raw" / "1", columns), atol=1e-6)
+
+
+def test_a_local_multi_record_transform_of_csv_answers_once_per_request(exports, tmp_path, capsys):
+    """MultiRecord: as many lines a request as fit in --max-payload, one output line per request (as SageMaker
+    assembles a mini-batch's answer); the predictions in order equal the model's own."""
+    from spec_helpers import run
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, (40, 3)).round(4).tolist()
+    data = tmp_path / "rows.csv"
+    data.write_text("".join(",".join(str(v) for v in row) + "\n" for row in x))
+    expected = own_predictions(exports / "single" / "7", {"x": x})
+
+    code, out, err = run(
+        capsys, "transform", exports / "single", "--local", "--data", data, "--strategy", "MultiRecord"
+    )
+    assert code == 0, err
+    batches = _scored(tmp_path / "rows.csv.out")
+    assert len(batches) == 1 and out.strip().endswith("(1 lines)")
+    np.testing.assert_allclose(batches[0], expected, rtol=0, atol=1e-6)
+
+    code, _, err = run(capsys, "transform", exports / "single", "--local", "--data", data)  # SingleRecord
+    assert code == 0, err
+    np.testing.assert_allclose([p[0] for p in _scored(tmp_path / "rows.csv.out")], expected, rtol=0, atol=1e-6)
+
+
+def test_a_local_transform_of_lines_the_model_refuses_is_one_line_exit_1(exports, tmp_path, capsys):
+    from spec_helpers import run
+
+    data = tmp_path / "bad.csv"
+    data.write_text("1.0,2.0,3.0\n1.0,oops\n")
+    code, out, err = run(capsys, "transform", exports / "single", "--local", "--data", data)
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"dfm: {data} request 2: the model answered 400: "), err
+    assert not (tmp_path / "bad.csv.out").exists() and not (tmp_path / "bad.csv.out.partial").exists()

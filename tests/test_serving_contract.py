@@ -243,3 +243,30 @@ def test_example_bodies_are_requests_the_signature_takes():
     csv = C.example_bodies(ONE_INPUT)["csv"]
     tfs = json.loads(C.front_body("text/csv", csv))
     assert C.predict_request(tfs, ONE_INPUT, "serving_default").inputs["x"].shape == (2, 2)
+
+
+def test_the_servers_connections_send_answers_without_waiting_for_acks():
+    """asyncio (under uvicorn) sets TCP_NODELAY only on connections of a socket whose protocol is TCP: without it a
+    kept-alive client waited out a delayed ACK (~40 ms) for each answer's body."""
+    import asyncio
+    import socket
+
+    from launcher.serving.server import listen
+
+    sock = listen("127.0.0.1", 0)
+    seen = {}
+
+    async def main():
+        async def accepted(reader, writer):
+            seen["nodelay"] = writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            writer.close()
+
+        server = await asyncio.start_server(accepted, sock=sock)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        await reader.read()  # until the server closes it: the handler has run
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert seen["nodelay"] != 0

@@ -31,6 +31,7 @@ def _register() -> None:
     from launcher.cli import prepare as cli_prepare
     from launcher.cli import probe as cli_probe
     from launcher.cli import serve as cli_serve
+    from launcher.cli import serve_jobs as cli_serve_jobs
     from launcher.cli import spec as cli_spec
     from launcher.cli import tune as cli_tune
     from launcher.cli import data as data_cli
@@ -45,6 +46,7 @@ def _register() -> None:
         *cli_tune.COMMANDS,
         *cli_probe.COMMANDS,
         *cli_serve.COMMANDS,
+        *cli_serve_jobs.COMMANDS,
         data_cli.data,
     ):
         cli.add_command(command)

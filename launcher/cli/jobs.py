@@ -1,4 +1,4 @@
-"""Commands about submitted jobs of every kind (training, tuning, processing): status, logs, stop, list.
+"""Commands about submitted jobs of every kind (training, tuning, processing, transform): status, logs, stop, list.
 
 Each command dispatches on the job's kind through the backend interface (`backends.find_job`, the SageMaker
 backend's `jobs`): given with --kind, or the kind SageMaker knows the name as. The backend is imported inside each
@@ -16,7 +16,7 @@ from launcher.cli.options import OUTPUT, REGION
 from launcher.errors import DfmError
 
 
-KINDS = ("training", "tuning", "processing")
+KINDS = ("training", "tuning", "processing", "transform")
 KIND = click.option(
     "--kind",
     type=click.Choice(KINDS),
@@ -87,7 +87,28 @@ def _processing_status_text(summary: dict) -> str:
     return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
 
 
-STATUS_TEXT = {"training": _training_status_text, "tuning": _tuning_status_text, "processing": _processing_status_text}
+def _transform_status_text(summary: dict) -> str:
+    rows = [
+        ("job", summary["job_name"]),
+        ("status", summary["status"]),
+        ("failure", summary.get("failure_reason")),
+        ("model", summary.get("model_name")),
+        ("instances", f"{summary['instance_count']} x {summary['instance_type']}"),
+        ("input", summary.get("input")),
+        ("output", summary.get("output")),
+        ("created", summary.get("created")),
+        ("ended", summary.get("ended")),
+        ("console", summary.get("console_url")),
+    ]
+    return "\n".join(f"{label:<10} {value}" for label, value in rows if value)
+
+
+STATUS_TEXT = {
+    "training": _training_status_text,
+    "tuning": _tuning_status_text,
+    "processing": _processing_status_text,
+    "transform": _transform_status_text,
+}
 
 
 @click.command()

@@ -33,8 +33,15 @@ REQUEST_SHAPE = "CreateTrainingJobRequest"
 # Also kept: the shapes of a tuning job request (its trials' definition and its limits) and of dfm data
 # prepare's Spark processing job.
 PROCESSING_SHAPE = "CreateProcessingJobRequest"
-ROOT_SHAPES = (REQUEST_SHAPE, "CreateHyperParameterTuningJobRequest", PROCESSING_SHAPE)
-CACHE_FORMAT = 4
+# And the requests that serve a model: a transform job and an endpoint (dfm transform, dfm deploy).
+MODEL_SHAPES = {
+    "CreateModel": "CreateModelInput",
+    "CreateTransformJob": "CreateTransformJobRequest",
+    "CreateEndpointConfig": "CreateEndpointConfigInput",
+    "CreateEndpoint": "CreateEndpointInput",
+}
+ROOT_SHAPES = (REQUEST_SHAPE, "CreateHyperParameterTuningJobRequest", PROCESSING_SHAPE, *MODEL_SHAPES.values())
+CACHE_FORMAT = 5
 # Java's `.` matches anything but these (without DOTALL / UNIX_LINES).
 _JAVA_DOT = "[^\\n\\r\\u0085\\u2028\\u2029]"
 # Java's POSIX classes and \w \d \s are US-ASCII (without UNICODE_CHARACTER_CLASS). Unicode categories
@@ -230,8 +237,8 @@ def _write_atomically(path: Path, content: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def shapes() -> dict[str, dict]:
-    """Name -> shape for every shape a CreateTrainingJob, CreateHyperParameterTuningJob or CreateProcessingJob
-    request uses."""
+    """Name -> shape for every shape a CreateTrainingJob, CreateHyperParameterTuningJob, CreateProcessingJob or
+    model-serving (MODEL_SHAPES) request uses."""
     source = model_file()
     stat = source.stat()
     key = hashlib.sha256(f"{CACHE_FORMAT}:{source}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]

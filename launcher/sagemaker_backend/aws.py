@@ -79,6 +79,11 @@ class JobNotFound(DfmError):
     """SageMaker has no job of that name (of the kind asked about)."""
 
 
+def not_found(err: ClientError) -> bool:
+    """Whether AWS answered that the thing asked about does not exist."""
+    return _not_found(err)
+
+
 def _not_found(err: ClientError) -> bool:
     error = err.response.get("Error", {})
     code, message = error.get("Code", "Unknown"), one_line(error.get("Message", ""))

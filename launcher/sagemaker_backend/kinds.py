@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import aws, training_jobs, logs, processing, tuning_jobs
+from launcher.sagemaker_backend import aws, training_jobs, logs, processing, transform_jobs, tuning_jobs
 
 
 @dataclass(frozen=True)
 class JobKind:
-    name: str  # training | tuning | processing
+    name: str  # training | tuning | processing | transform
     describe: Callable[[str, str | None], dict]  # (job name, region) -> summary
     stop: Callable[[str, str | None], dict]
     list_jobs: Callable[..., list[dict]]  # (region, name_contains=, max_results=) -> summaries, newest first
@@ -32,7 +32,10 @@ def _tuning_logs(name: str, region: str | None, **options) -> str:
 TRAINING = JobKind("training", training_jobs.describe, training_jobs.stop, training_jobs.list_jobs, logs.stream_logs)
 TUNING = JobKind("tuning", tuning_jobs.describe, tuning_jobs.stop, tuning_jobs.list_jobs, _tuning_logs)
 PROCESSING = JobKind("processing", processing.describe, processing.stop, processing.list_jobs, processing.stream_logs)
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (TRAINING, TUNING, PROCESSING)}
+TRANSFORM = JobKind(
+    "transform", transform_jobs.describe, transform_jobs.stop, transform_jobs.list_jobs, transform_jobs.stream_logs
+)
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (TRAINING, TUNING, PROCESSING, TRANSFORM)}
 
 
 def kind_of(job_name: str, region: str | None, kind: str | None = None) -> JobKind:

@@ -109,8 +109,10 @@ def _predict(models: LoadedModels, route: contract.Route, body: str) -> tuple[in
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening loopback socket: connections wait in its backlog until the server takes them."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening loopback socket: connections wait in its backlog until the server takes them. Its protocol is
+    named TCP: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on connections of such a socket, and without
+    that a kept-alive client waits out a delayed ACK (~40 ms) for each answer's body."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
