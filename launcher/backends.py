@@ -280,10 +280,25 @@ class LocalServing:
 
     def dryrun(self, plan: ServePlan):
         """The artifact laid out as the container finds it (a layout it refuses is refused here) and each
-        version's signatures read; nothing loaded, no port taken. The caller closes it (`request.close()`)."""
+        version's signatures read; nothing loaded, no port taken. A training job's artifact, or an s3:// one, is
+        downloaded first. The caller closes it (`request.close()`)."""
+        import dataclasses
+        import shutil
+        import tempfile
+
         from launcher.serving.check import build_request
 
-        return build_request(plan)
+        if not plan.remote():
+            return build_request(plan)
+        from launcher.sagemaker_backend import model_requests
+
+        folder = Path(tempfile.mkdtemp(prefix="dfm-serve-"))
+        try:
+            local = model_requests.download_artifact(str(plan.model), plan.region, folder)
+            return build_request(dataclasses.replace(plan, model=local), downloaded=folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def document(self, request) -> dict[str, Any]:
         from launcher.serving.check import document

@@ -510,3 +510,35 @@ def test_a_local_transform_of_lines_the_model_refuses_is_one_line_exit_1(exports
     assert code == 1 and err.count("\n") == 1
     assert err.startswith(f"dfm: {data} request 2: the model answered 400: "), err
     assert not (tmp_path / "bad.csv.out").exists() and not (tmp_path / "bad.csv.out.partial").exists()
+
+
+def test_a_training_jobs_model_is_downloaded_checked_and_its_copy_removed(exports, aws, tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    import boto3
+
+    from spec_helpers import run
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    archive = tmp_path / "model.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(exports / "indexed"), "1", "2"], check=True)
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="dfm-test-bucket")
+    boto3.client("sagemaker", region_name="us-east-1").create_training_job(
+        TrainingJobName="deepfm-ps-1",
+        RoleArn="arn:aws:iam::123456789012:role/dfm-training",
+        AlgorithmSpecification={"TrainingImage": "tensorflow-training:2.14.1-cpu-py310", "TrainingInputMode": "File"},
+        OutputDataConfig={"S3OutputPath": "s3://dfm-test-bucket/out"},
+        ResourceConfig={"InstanceType": "ml.c5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+    s3.upload_file(str(archive), "dfm-test-bucket", "out/deepfm-ps-1/output/model.tar.gz")
+
+    for model in ("deepfm-ps-1", "s3://dfm-test-bucket/out/deepfm-ps-1/output/model.tar.gz"):
+        code, out, err = run(capsys, "serve", model, "--check", "--output", "json")
+        assert code == 0, err
+        assert json.loads(out)["models"]["model"]["versions"] == [1, 2]
+        assert list((tmp_path / "tmp").iterdir()) == []  # the download went with the request
+    code, out, err = run(capsys, "serve", "no-such-job", "--check")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "no-such-job" in err

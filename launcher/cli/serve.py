@@ -5,25 +5,26 @@ it, or its layout and signatures checked offline with an example request. Throug
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from launcher.cli.options import OUTPUT
+from launcher.cli.options import OUTPUT, REGION
 from launcher.errors import DfmError
 
 
 @click.command()
-@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("model")
+@REGION
 @click.option("--local", is_flag=True, help="Serve on this machine (127.0.0.1), as the container would.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
 @click.option(
     "--check", is_flag=True, help="Offline: check the layout and signatures, print what a request must look like."
 )
 @OUTPUT
-def serve(model: Path, local: bool, port: int, check: bool, output: str) -> None:
-    """Serve MODEL (a local run's folder, a SavedModel folder or a model.tar.gz) with SageMaker's TensorFlow
-    Serving contract: /ping, /invocations and TF Serving's /v1/models/<name>:predict."""
+def serve(model: str, region: str | None, local: bool, port: int, check: bool, output: str) -> None:
+    """Serve MODEL (a local run's folder, a SavedModel folder, a model.tar.gz, a training job's name or an s3://
+    model.tar.gz, downloaded first) with SageMaker's TensorFlow Serving contract: /ping, /invocations and TF
+    Serving's /v1/models/<name>:predict."""
     from launcher.backends import backend_for
     from launcher.serving.artifact import ServePlan
     from launcher.serving.check import text
@@ -31,7 +32,7 @@ def serve(model: Path, local: bool, port: int, check: bool, output: str) -> None
     if not (local or check):
         raise DfmError("dfm serve answers on this machine only so far: add --local (or --check to check MODEL offline)")
     backend = backend_for("serving", "local")
-    request = backend.dryrun(ServePlan(model, port))
+    request = backend.dryrun(ServePlan(model, port, region=region))
     try:
         if check:
             document = backend.document(request)

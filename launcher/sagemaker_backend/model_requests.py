@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
@@ -82,12 +83,7 @@ def resolve_model(
         )
     else:
         job = model
-        with aws.aws_errors(f"describing training job {model}", region=region):  # AWS's own words if none
-            found = aws.client("sagemaker", region).describe_training_job(TrainingJobName=model)
-        model_data = found.get("ModelArtifacts", {}).get("S3ModelArtifacts")
-        if not model_data:
-            status = found.get("TrainingJobStatus")
-            raise DfmError(f"training job {model} has no model artifact ({status}): serve a completed job", 1)
+        found, model_data = _job_artifact(model, region)
         image = found.get("AlgorithmSpecification", {}).get("TrainingImage", "")
         match = TRAINING_TAG.search(image)
         version = match["version"] if match else None
@@ -108,6 +104,29 @@ def resolve_model(
     if not chosen_role:
         raise DfmError("no role for the model: pass --role arn:aws:iam::<account>:role/<name>")
     return ModelSource(model_data, full, chosen_role, region, job, size)
+
+
+def _job_artifact(job: str, region: str) -> tuple[dict, str]:
+    """-> (DescribeTrainingJob's answer, the job's model.tar.gz URI); a job without one is one line, exit 1."""
+    with aws.aws_errors(f"describing training job {job}", region=region):  # AWS's own words if none
+        found = aws.client("sagemaker", region).describe_training_job(TrainingJobName=job)
+    model_data = found.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+    if not model_data:
+        status = found.get("TrainingJobStatus")
+        raise DfmError(f"training job {job} has no model artifact ({status}): serve a completed job", 1)
+    return found, model_data
+
+
+def download_artifact(model: str, region: str | None, into: Path) -> Path:
+    """JOB_OR_MODEL's model.tar.gz (a training job's artifact, or an s3:// object) downloaded into the folder
+    `into`; -> the local file."""
+    region = aws.resolve_region(region)
+    uri = model if model.startswith("s3://") else _job_artifact(model, region)[1]
+    parts = urlparse(uri)
+    target = into / "model.tar.gz"
+    with aws.aws_errors(f"downloading the model {uri}", region=region):
+        aws.client("s3", region).download_file(parts.netloc, parts.path.lstrip("/"), str(target))
+    return target
 
 
 def _object_size(uri: str, region: str) -> int | None:

@@ -20,9 +20,17 @@ LOCAL_RUN_MODEL = Path("hosts", "algo-1", "model")  # where a local run's chief 
 class ServePlan:
     """`dfm serve MODEL`: the artifact named, and the loopback port to answer on (0: any free one)."""
 
-    model: Path
+    model: Path | str  # a local file or folder; or a training job's name or an s3:// URI (`remote`)
     port: int = 8080
     host: str = "127.0.0.1"
+    region: str | None = None  # where a training job's (or an s3://) model is downloaded from
+
+    def remote(self) -> bool:
+        """A training job's name or an s3:// model.tar.gz, not a local file or folder."""
+        text = str(self.model)
+        return text.startswith("s3://") or (
+            "/" not in text and not text.endswith(".tar.gz") and not Path(text).exists()
+        )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ signatures) and its document: what a request to this model must look like, with 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from launcher.serving import contract
@@ -19,15 +21,18 @@ class ServeRequest:
     plan: ServePlan
     artifact: Artifact
     described: Mapping[str, Mapping[int, VersionInfo]]
+    downloaded: Path | None = None  # the temporary folder a training job's model.tar.gz was downloaded into
 
     def close(self) -> None:
         self.artifact.close()
+        if self.downloaded is not None:
+            shutil.rmtree(self.downloaded, ignore_errors=True)
 
 
-def build_request(plan: ServePlan) -> ServeRequest:
+def build_request(plan: ServePlan, downloaded: Path | None = None) -> ServeRequest:
     artifact = open_artifact(plan.model)
     try:
-        return ServeRequest(plan, artifact, describe(artifact))
+        return ServeRequest(plan, artifact, describe(artifact), downloaded)
     except BaseException:
         artifact.close()
         raise
