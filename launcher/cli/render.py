@@ -145,6 +145,16 @@ def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
     rows += [("Channels" if i == 0 else "", line) for i, line in enumerate(channels)]
     checkpoints = (document["request"].get("CheckpointConfig") or {}).get("S3Uri")
     rows.append(("Checkpoints", checkpoints or "none"))
+    start = document.get("warm_start")
+    if start:
+        resolved = "" if start["uri"].rstrip("/") == start["from"].rstrip("/") else f" = {start['uri']}"
+        rows.append(
+            (
+                "Warm start",
+                f"{start['from']}{resolved} ({start['kind']}, channel {start['channel']}; restore {start['restore']}, "
+                f"steps {start['steps']})",
+            )
+        )
     cost = document["cost"]
     rows.append(
         (
