@@ -26,6 +26,7 @@ from launcher.rules.hparams import (
     check_evaluation_schedule,
 )
 from launcher.rules.tuning_rules import TUNE_RULES
+from launcher.rules.warm_start_rules import check_warm_start
 from launcher.rules.prepare_rules import check_prepare, check_prepared_layout
 from launcher.rules.gpu import (
     check_gpu_memory,
@@ -277,6 +278,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_local_memory,
     check_recover,
     check_stall_timeout,
+    check_warm_start,
     *TUNE_RULES,
     check_prepare,
     check_prepared_layout,

@@ -4,6 +4,8 @@ or the model artifact. A dry run resolves a job name (one DescribeTrainingJob ca
 
 from __future__ import annotations
 
+import dataclasses
+
 from launcher.errors import DfmError
 from launcher.plans import warm_start as warm
 from launcher.plans.training_plan import Plan, with_warm_start
@@ -43,7 +45,35 @@ def resolve(plan: Plan, sagemaker_client=None) -> Plan:
     with aws.aws_errors("reading the warm-start job", job_name=start.source, region=plan.region):
         description = client.describe_training_job(TrainingJobName=start.source)
     kind, uri = source_of_job(description)
-    return with_warm_start(plan, kind, uri)
+    if plan.checkpoint_s3_uri and plan.checkpoint_s3_uri.rstrip("/") == uri.rstrip("/"):
+        raise DfmError(
+            f"warm_start.from: {start.source}'s checkpoints ({uri}) are also this job's checkpoints prefix: SageMaker "
+            "would restore them and then overwrite them; give checkpoints its own prefix (auto)",
+            2,
+        )
+    resolved = with_warm_start(plan, kind, uri)
+    stalled = nothing_left_to_train(plan, description.get("HyperParameters") or {})
+    return dataclasses.replace(resolved, warnings=(*resolved.warnings, stalled)) if stalled else resolved
+
+
+def nothing_left_to_train(plan: Plan, source: dict) -> str | None:
+    """`steps: continue` from a job that trained as far as this one would: the step counter is at its end already."""
+    if not plan.bundled or plan.warm_start.steps != "continue":
+        return None
+
+    def value(hyperparameters, name: str) -> float:
+        try:
+            return float(str(hyperparameters.get(name, 0)).strip('"'))
+        except ValueError:
+            return 0.0
+
+    grown = [name for name in ("max_steps", "epochs") if value(plan.hyperparameters, name) > value(source, name)]
+    if grown:
+        return None
+    return (
+        f"warm_start.steps: continue, and neither max_steps nor epochs is above {plan.warm_start.source}'s: the step "
+        "counter starts where that job ended, so nothing may be left to train"
+    )
 
 
 def source_problem(plan: Plan, s3) -> str | None:
@@ -52,7 +82,7 @@ def source_problem(plan: Plan, s3) -> str | None:
     if start is None or not start.resolved:
         return None
     bucket, _, key = start.uri[len("s3://") :].partition("/")
-    named = "" if start.uri == start.source else f" ({start.source})"
+    named = "" if start.uri.rstrip("/") == start.source.rstrip("/") else f" ({start.source})"
     if start.kind == warm.MODEL:
         with aws.aws_errors(f"listing {start.uri}", region=plan.region):
             listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
