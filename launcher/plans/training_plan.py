@@ -319,7 +319,14 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
             spec.features, _max_hyperparameter_value()
         )
     warm_start = (
-        warm.from_spec(spec.warm_start.source, spec.warm_start.restore, spec.warm_start.steps)
+        warm.from_spec(
+            spec.warm_start.source,
+            spec.warm_start.restore,
+            spec.warm_start.steps,
+            None
+            if spec.warm_start.source.startswith("s3://")
+            else spec.resolve_path("warm_start", spec.warm_start.source),
+        )
         if (spec.warm_start is not None)
         else None
     )
@@ -383,7 +390,11 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
         warm_start=warm_start,
     )
     if warm_start is not None and warm_start.resolved:
-        plan = with_warm_start(plan, warm_start.kind, warm_start.uri)
+        name = conventions.WARM_START_CHANNEL if warm_start.kind == warm.CHECKPOINT else conventions.MODEL_CHANNEL
+        local = spec.local.channels.get(name)
+        plan = with_warm_start(
+            plan, warm_start.kind, warm_start.uri, os.path.abspath(os.path.expanduser(local)) if local else None
+        )
     return plan
 
 

@@ -20,6 +20,7 @@ class WarmStart:
     steps: str = "restart"  # restart | continue
     kind: str | None = None  # CHECKPOINT | MODEL; None until the backend has resolved the source
     uri: str | None = None  # the s3:// prefix or model.tar.gz (locally: the folder or file); None until resolved
+    local_path: str | None = None  # the absolute path the source names, relative to the spec (for --local)
 
     @property
     def resolved(self) -> bool:
@@ -31,12 +32,12 @@ def s3_kind(uri: str) -> str:
     return MODEL if uri.endswith(".tar.gz") else CHECKPOINT
 
 
-def from_spec(source: str, restore: str, steps: str) -> WarmStart:
+def from_spec(source: str, restore: str, steps: str, local_path: str | None = None) -> WarmStart:
     """The plan's warm start: an s3:// URI is known offline; a job name or a local path waits for its backend."""
     if source.startswith("s3://"):
         kind = s3_kind(source)
         return WarmStart(source, restore, steps, kind, source if kind == MODEL else checkpoint_prefix(source))
-    return WarmStart(source, restore, steps)
+    return WarmStart(source, restore, steps, local_path=local_path)
 
 
 def is_job_name(source: str) -> bool:
