@@ -72,8 +72,9 @@ class Objective(_Strict):
 
 class WarmStart(_Strict):
     type: Literal["identical_data", "identical_data_and_algorithm", "transfer_learning"] = Field(
+        "identical_data",
         description="identical_data (= identical_data_and_algorithm): IdenticalDataAndAlgorithm; transfer_learning: "
-        "TransferLearning"
+        "TransferLearning",
     )
     parents: list[str] = Field(min_length=1, description="names of earlier tuning jobs")
 
