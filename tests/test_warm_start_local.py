@@ -111,3 +111,19 @@ def test_the_source_is_never_written(tmp_path):
         linked = Path(host.root) / "input" / "data" / "warmstart" / "checkpoint"
         assert linked.is_symlink() and linked.resolve() == source / "checkpoint"
     assert {p.name: p.read_text() for p in source.iterdir()} == before
+
+
+def test_an_s3_source_reads_its_channel_from_a_local_folder_given_for_it(tmp_path):
+    source = checkpoint_folder(tmp_path / "copy-of-yesterday")
+    spec = load_spec(
+        standin_spec(tmp_path),
+        ["warm_start.from=s3://bucket/ck/yesterday/", f"local.channels.warmstart={json.dumps(str(source))}"],
+    )
+    from launcher import rules
+
+    assert rules.check_local_channels(spec) == []
+    request = build_request(
+        build_plan(spec, job_name="today"), environ={"PATH": ""}, runtime=FAKE_RUNTIME, cpus=range(4)
+    )
+    assert channel_on_every_host(request, "warmstart")[1] == {name: str(source / name) for name in CHECKPOINT_FILES}
+    assert rules.check_local_channels(load_spec(standin_spec(tmp_path / "b"), ["local.channels.warmstart=x"]))

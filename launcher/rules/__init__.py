@@ -236,6 +236,9 @@ def check_file_systems(spec: Spec) -> list[Finding]:
 
 def check_local_channels(spec: Spec) -> list[Finding]:
     names = channel_names(spec)
+    if spec.warm_start is not None and spec.warm_start.source.startswith("s3://"):  # its channel, read locally
+        model = spec.warm_start.source.endswith(".tar.gz")
+        names.append(conventions.MODEL_CHANNEL if model else conventions.WARM_START_CHANNEL)
     return [
         error(
             f"local.channels.{name}",
