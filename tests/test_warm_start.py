@@ -16,7 +16,7 @@ from launcher.errors import DfmError
 from launcher.facts import contract
 from launcher.sagemaker_backend import training_jobs, training_request
 from launcher.spec import SpecError, load_spec
-from spec_helpers import BASE, ROLE, line_of, merged, run, write_spec
+from spec_helpers import BASE, REPO, ROLE, line_of, merged, run, write_spec
 from test_sagemaker_backend import capture_create_requests
 
 REGION, BUCKET = "us-east-1", "dfm-test-bucket"
@@ -186,10 +186,31 @@ def test_a_job_name_is_resolved_by_describe_and_the_checkpoint_channel_created(a
 
 def test_a_job_without_checkpoints_gives_its_model_artifact(aws, monkeypatch):
     create_source_job("day1", None)
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    artifact = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName="day1")[
+        "ModelArtifacts"
+    ]["S3ModelArtifacts"]
+    s3.put_object(Bucket=BUCKET, Key=artifact.split("/", 3)[3], Body=b"tar")
     plan = compile_spec(spec_on_the_bucket(warm_start={"from": "day1"}), job_name="day2").plan
-    model = channels_of(training_request.build(plan).arguments())["model"]
-    assert model["ContentType"] == "application/x-sagemaker-model"
-    assert model["DataSource"]["S3DataSource"]["S3Uri"].endswith("/day1/output/model.tar.gz")
+    built = training_request.build(plan)
+    assert built.document()["warm_start"]["read_with"] == "DescribeTrainingJob"
+
+    training_jobs.submit(built, echo=lambda line: None)
+
+    stored = {c["ChannelName"]: c for c in _moto_training_job("day2").input_data_config}
+    assert stored["model"]["ContentType"] == "application/x-sagemaker-model"
+    assert stored["model"]["DataSource"]["S3DataSource"]["S3Uri"] == artifact
+
+
+def test_tuning_trials_warm_start_too(no_aws_env, no_network, capsys, monkeypatch):
+    monkeypatch.setenv("DFM_BUCKET", "dfm-bucket")
+    config = str(REPO / "configs" / "tune-ps.yaml")
+    code, out, err = run(capsys, "tune", config, "--dry-run", "-o", "json", "--set", f"warm_start.from={MODEL}")
+    assert code == 0, err
+    definition = json.loads(out)["request"]["TrainingJobDefinition"]
+    assert channels_of(definition)["model"]["ContentType"] == "application/x-sagemaker-model"
+    assert json.loads(definition["StaticHyperParameters"]["warm_start_source"]) == MODEL
 
 
 def test_an_unknown_job_is_one_line_exit_1(aws):

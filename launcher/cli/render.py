@@ -152,7 +152,9 @@ def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
             (
                 "Warm start",
                 f"{start['from']}{resolved} ({start['kind']}, channel {start['channel']}; restore {start['restore']}, "
-                f"steps {start['steps']})",
+                f"steps {start['steps']}"
+                + (f"; read with {start['read_with']}" if start.get("read_with") else "")
+                + ")",
             )
         )
     cost = document["cost"]

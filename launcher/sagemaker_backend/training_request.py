@@ -136,6 +136,8 @@ def warm_start_document(plan: Plan) -> dict:
         "channel": channel if start.kind else None,
         "restore": start.restore,
         "steps": start.steps,
+        # a job name is resolved with DescribeTrainingJob, the one call a dry run makes then
+        "read_with": None if start.source.startswith("s3://") else "DescribeTrainingJob",
     }
 
 
