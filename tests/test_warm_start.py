@@ -41,6 +41,9 @@ def test_the_section_is_strict_with_file_and_line(tmp_path):
     lines = err.value.lines()
     assert any(f"spec.yaml:{line_of(path, 'restore')}: warm_start.restore: 'weights' is not one of" in x for x in lines)
     assert any("warm_start.step: unknown key (did you mean 'steps'?)" in x for x in lines), lines
+    with pytest.raises(SpecError) as err:  # the field's Python name is no key of the spec
+        load_spec(merged(BASE, {"warm_start": {"source": PREFIX}}))
+    assert any("warm_start.from: required, missing" in line for line in err.value.lines()), err.value.lines()
 
 
 def test_defaults_and_the_flag_is_the_set_line(tmp_path, no_aws_env, no_network, capsys):

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from launcher.spec.value_types import _Strict
 
 
 class WarmStart(_Strict):
     """Where the job's first weights come from, and what of them it restores."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     source: str = Field(
         alias="from",
