@@ -71,6 +71,10 @@ DEFAULTS = {
     "checkpoint_dir": "",
     "export": True,
     "tensorboard_dir": "",  # the chief's TensorBoard scalars (dfm sets it from tensorboard:); empty: none
+    # warm start (dfm sets them from warm_start:): what to restore from the warmstart or model channel ("": off)
+    "warm_start": "",
+    "warm_start_steps": "restart",  # restart | continue the step counter and learning-rate schedule
+    "warm_start_source": "",  # the source as the user named it (job name or URI), for the first log line
 }
 
 CHOICES = {
@@ -80,6 +84,8 @@ CHOICES = {
     "mixed_precision": ("auto", "float16", "bfloat16", "false"),  # true = float16 (deepfm_precision)
     "best_of": ("eval:auc", "eval:loss", "last"),
     "sparse_allreduce": ("auto", "dense", "gather"),
+    "warm_start": ("", "all", "embeddings"),
+    "warm_start_steps": ("restart", "continue"),
 }
 
 # Optimizers a dense embedding gradient would change (sparse_allreduce: dense refused, auto keeps gather), and why.

@@ -153,12 +153,21 @@ class LocalTuning:
         status: Echo,
         resume: bool = False,
         counts=None,
+        seed_from=(),
     ):
         """Runs the study (each trial's plan through `compile_trial`); -> (the LocalTuning that ran it, its study).
         `counts`: told the trial counts as numbers (a terminal's bar)."""
         from launcher.local.tuning_study import LocalTuning as Study
 
-        tuning = Study(request.plan, spec, request.folder.parent, compile_trial, echo=echo, status=status)
+        tuning = Study(
+            request.plan,
+            spec,
+            request.folder.parent,
+            compile_trial,
+            echo=echo,
+            status=status,
+            seed_from=list(seed_from),
+        )
         if counts is not None:
             tuning.counts = counts
         return tuning, tuning.run(resume=resume)

@@ -708,6 +708,12 @@ CASES = [
         ("warning", "stall_timeout", "your script must print them"),
     ),
     (
+        rules.check_warm_start,
+        {"warm_start": {"from": "s3://dfm-bucket/out/day1/checkpoints"}, "checkpoints": "s3://dfm-bucket/ck/day2"},
+        {"warm_start": {"from": "s3://dfm-bucket/ck/day2/"}, "checkpoints": "s3://dfm-bucket/ck/day2"},
+        ("error", "warm_start.from", "SageMaker would restore it and then overwrite it"),
+    ),
+    (
         rules.check_request_limits,
         {"retry": {"max_attempts": 30}},
         {"retry": {"max_attempts": 31}},

@@ -3,6 +3,8 @@ function takes those and gives the option."""
 
 from __future__ import annotations
 
+import json
+
 import click
 
 OUTPUT = click.option(
@@ -27,6 +29,20 @@ SET = click.option(
     metavar="KEY=VALUE",
     help="Override a spec field, e.g. instance.count=1 (value parsed as YAML).",
 )
+
+WARM_START_FROM = click.option(
+    "--warm-start-from",
+    "warm_start_from",
+    default=None,
+    metavar="JOB_OR_URI",
+    help="Start from an earlier training job (its name), an S3 checkpoint prefix or model.tar.gz; with --local a run "
+    "folder, a checkpoint folder or a model (= --set warm_start.from=...).",
+)
+
+
+def warm_start_override(source: str | None) -> list[str]:
+    """`--warm-start-from X` as the --set line it stands for (the spec's other warm_start keys kept)."""
+    return [] if source is None else [f"warm_start.from={json.dumps(source)}"]
 
 
 def positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:

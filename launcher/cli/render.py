@@ -145,6 +145,18 @@ def summary_lines(document: dict[str, Any], sent: bool = False) -> list[str]:
     rows += [("Channels" if i == 0 else "", line) for i, line in enumerate(channels)]
     checkpoints = (document["request"].get("CheckpointConfig") or {}).get("S3Uri")
     rows.append(("Checkpoints", checkpoints or "none"))
+    start = document.get("warm_start")
+    if start:
+        resolved = "" if start["uri"].rstrip("/") == start["from"].rstrip("/") else f" = {start['uri']}"
+        rows.append(
+            (
+                "Warm start",
+                f"{start['from']}{resolved} ({start['kind']}, channel {start['channel']}; restore {start['restore']}, "
+                f"steps {start['steps']}"
+                + (f"; read with {start['read_with']}" if start.get("read_with") else "")
+                + ")",
+            )
+        )
     cost = document["cost"]
     rows.append(
         (

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from launcher.cli.compile_errors import as_objects, echo_findings, refuse
-from launcher.cli.options import OUTPUT, SET
+from launcher.cli.options import OUTPUT, SET, WARM_START_FROM, warm_start_override
 from launcher.errors import DfmError
 
 if TYPE_CHECKING:
@@ -129,6 +129,7 @@ def local_overrides(
     "--verbose", is_flag=True, help="--local: also show TensorFlow's INFO log lines (the logs/ files always have them)."
 )
 @click.option("--job-name", help="The full job name (default: spec name + timestamp).")
+@WARM_START_FROM
 @click.option(
     "--show-secrets",
     is_flag=True,
@@ -150,6 +151,7 @@ def launch(
     memory_per_host: str | None,
     verbose: bool,
     job_name: str | None,
+    warm_start_from: str | None,
     show_secrets: bool,
     yes: bool,
 ) -> None:
@@ -161,7 +163,13 @@ def launch(
     if not local and (channels or run_dir or timeout or memory_per_host or verbose):
         raise DfmError("--channel, --run-dir, --timeout, --memory-per-host and --verbose apply to --local runs")
     compiled = compile_spec(
-        spec_path, (*overrides, *local_overrides(channels, run_dir, timeout, memory_per_host)), job_name
+        spec_path,
+        (
+            *overrides,
+            *local_overrides(channels, run_dir, timeout, memory_per_host),
+            *warm_start_override(warm_start_from),
+        ),
+        job_name,
     )
     warnings = _warnings(compiled, offline=dry_run and not local)
     if not compiled.ok:

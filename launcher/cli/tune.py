@@ -88,6 +88,14 @@ def compile_tuning(spec_path: str, overrides: tuple[str, ...], job_name: str | N
     show_default=True,
     help="Seconds between polls with --wait.",
 )
+@click.option(
+    "--warm-start-from",
+    "warm_start_from",
+    multiple=True,
+    metavar="STUDY_OR_JOB",
+    help="Start from earlier searches: tuning job names (tune.warm_start.parents, at most 5; repeat the option), or "
+    "with --local a study's folder, whose completed trials seed the new study.",
+)
 @SET
 @OUTPUT
 def tune(
@@ -100,6 +108,7 @@ def tune(
     poll_seconds: float,
     overrides: tuple[str, ...],
     output: str,
+    warm_start_from: tuple[str, ...],
 ) -> None:
     """Tune a spec's hyperparameters: SageMaker automatic model tuning, or (--local) the same search here."""
     if resume and not local:
@@ -108,6 +117,10 @@ def tune(
         raise DfmError("--wait follows a submitted tuning job: drop --dry-run / --local")
     if dry_run and local:
         raise DfmError("--local --dry-run is not supported: `dfm launch SPEC --local --dry-run` shows one trial's run")
+    if resume and warm_start_from:
+        raise DfmError("--warm-start-from seeds a new study: drop it with --resume")
+    if warm_start_from and not local:  # tuning job names: the parents of WarmStartConfig
+        overrides = (*overrides, f"tune.warm_start.parents={json.dumps(list(warm_start_from))}")
     if resume and job_name is None:
         job_name = _newest_study(spec_path, overrides)
     spec, tplan = compile_tuning(spec_path, overrides, job_name, local=local)
@@ -129,7 +142,7 @@ def tune(
 
     backend = backend_named("tuning", local)
     if local:
-        _local(backend, spec, tplan, output, resume, resume_line)
+        _local(backend, spec, tplan, output, resume, resume_line, seed_folders(tplan, warm_start_from))
         return
     request = backend.dryrun(tplan)
     if dry_run:
@@ -218,7 +231,24 @@ def _newest_study(spec_path: str, overrides: tuple[str, ...]) -> str:
     return found[-1]  # the names end in -YYMMDD-HHMMSS: the newest sorts last
 
 
-def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool, resume_line: str) -> None:
+def seed_folders(tplan: TuningPlan, given: tuple[str, ...]) -> list[Path]:
+    """The parent studies of a local study: --warm-start-from folders, else tune.warm_start.parents as the studies of
+    those names in the run dir."""
+    if given:
+        return [Path(folder).expanduser().resolve() for folder in given]
+    run_dir = Path(tplan.training.local.run_dir)
+    return [run_dir / parent for parent in tplan.warm_start_parents]
+
+
+def _local(
+    backend: Backend,
+    spec,
+    tplan: TuningPlan,
+    output: str,
+    resume: bool,
+    resume_line: str,
+    seed_from: list[Path] | None = None,
+) -> None:
     from launcher.cli import tune_report
     from launcher.local.tuning_study import INTERRUPTED
 
@@ -239,6 +269,7 @@ def _local(backend: Backend, spec, tplan: TuningPlan, output: str, resume: bool,
             echo=echo,
             status=status,
             resume=resume,
+            seed_from=seed_from or [],
             counts=(lambda c: show_local_counts(bar, c)) if bar is not None else None,
         )
     status("")

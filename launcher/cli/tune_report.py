@@ -55,7 +55,7 @@ def _text(table) -> str:
 def trial_rows(study) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
-        if t.state.name in ("WAITING",):
+        if t.state.name in ("WAITING",) or "warm_start_parent" in t.user_attrs:  # a parent study's trial
             continue
         state = "interrupted" if t.user_attrs.get("interrupted") else t.state.name.lower()
         if state == "fail" and t.user_attrs.get("stopped"):

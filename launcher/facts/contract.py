@@ -52,6 +52,9 @@ DERIVED_HYPERPARAMETERS: dict[str, str] = {
     "ps_per_host": "set by dfm from distribution.parameter_server.ps.per_host",
     "features": "set by dfm from the features: section",
     "tensorboard_dir": "set by dfm from tensorboard: (the container folder SageMaker syncs to S3)",
+    "warm_start": "set by dfm from warm_start.restore (empty: no warm start)",
+    "warm_start_steps": "set by dfm from warm_start.steps",
+    "warm_start_source": "set by dfm from warm_start.from (named in the script's first log line)",
 }
 
 

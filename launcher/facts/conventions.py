@@ -17,6 +17,9 @@ from typing import Any, Mapping
 TRAIN_CHANNEL = "train"
 EVAL_CHANNEL = "eval"
 CHECKPOINT_CHANNEL = "checkpoints"  # the EFS/FSx channel that holds checkpoints (spec `checkpoints.file_system`)
+WARM_START_CHANNEL = "warmstart"  # warm start from a checkpoint: File mode, FullyReplicated, every host
+MODEL_CHANNEL = "model"  # warm start from a model artifact: the SDK's model_uri channel (model_channel_name)
+MODEL_CONTENT_TYPE = "application/x-sagemaker-model"  # the content type the SDK gives the model channel
 NUMBERED_TRAIN_CHANNEL = re.compile(rf"{TRAIN_CHANNEL}-\d+")
 MAX_CHANNELS = 20
 

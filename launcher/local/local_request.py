@@ -31,7 +31,7 @@ from launcher.local.container import (
     plan_hosts,
     to_host_path,
 )
-from launcher.local import host_memory, local_processes
+from launcher.local import host_memory, local_processes, warm_source
 from launcher.local.local_processes import INHERITS, LocalProcess
 from launcher.local.runtime import Runtime
 from launcher.plans.training_plan import Plan
@@ -150,6 +150,7 @@ def build_request(
     job_dir = root / plan.job_name
     trees = [HostTree(name, job_dir / "hosts" / name) for name in plan_hosts(plan)]
     store = checkpoint_store(plan, root)
+    plan = warm_source.resolve(plan, checkpoint_store, store)
     owned = host_cores(plan, cpus)
     warnings: list[str] = [owned.warning] if owned.warning else []
     limit = plan.local.memory_per_host

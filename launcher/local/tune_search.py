@@ -70,6 +70,23 @@ def suggest(trial, tplan: TuningPlan) -> dict[str, Any]:
     return values
 
 
+def distributions(tplan: TuningPlan) -> dict[str, Any]:
+    """The Optuna distribution of each range, as `suggest` asks for it: what a parent study's trial must fit to
+    seed this study."""
+    import optuna
+
+    found: dict[str, Any] = {}
+    for rng in tplan.ranges:
+        log = rng.scaling == "Logarithmic"
+        if rng.kind == "categorical":
+            found[rng.name] = optuna.distributions.CategoricalDistribution(list(rng.values))
+        elif rng.kind == "integer":
+            found[rng.name] = optuna.distributions.IntDistribution(int(rng.min), int(rng.max), log=log)
+        else:
+            found[rng.name] = optuna.distributions.FloatDistribution(float(rng.min), float(rng.max), log=log)
+    return found
+
+
 def baseline(tplan: TuningPlan, defaults: dict[str, Any]) -> dict[str, Any] | None:
     """The untuned job's values of the tuned hyperparameters (the script's defaults), when every one lies in its
     range: enqueued as the first trial, so the study's best is at least the untuned job."""

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from launcher.facts import contract
 from launcher.errors import DfmError
+from launcher.local import study_seed
 from launcher.local import tune_search as search
 from launcher.local.progress import parse_metric_line
 from launcher.local.local_request import build_request
@@ -97,6 +98,7 @@ class LocalTuning:
     events: "queue.Queue" = field(default_factory=queue.Queue)
     stopping: str | None = None
     clock: Callable[[], float] = time.monotonic
+    seed_from: list[Path] = field(default_factory=list)  # parent study folders whose completed trials seed a new study
 
     @property
     def folder(self) -> Path:
@@ -140,6 +142,12 @@ class LocalTuning:
             )
             if first is not None and self.tplan.strategy != "Grid":
                 study.enqueue_trial(first, user_attrs={"baseline": True})
+            if self.seed_from:
+                added, skipped = study_seed.seed(study, self.tplan, self.seed_from)
+                left_out = f", {skipped} left out (outside this study's ranges)" if skipped else ""
+                self.echo(
+                    f"[dfm tune] warm start: {added} trial(s) of {len(self.seed_from)} parent study(ies){left_out}"
+                )
         self._requeue_interrupted(study)
         return study
 
@@ -172,7 +180,11 @@ class LocalTuning:
         import optuna
 
         done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-        return [t for t in study.get_trials(deepcopy=False, states=done) if not t.user_attrs.get(INTERRUPTED)]
+        return [
+            t
+            for t in study.get_trials(deepcopy=False, states=done)
+            if not t.user_attrs.get(INTERRUPTED) and study_seed.PARENT not in t.user_attrs
+        ]
 
     def _completion_met(self, study) -> bool:
         import optuna
@@ -292,7 +304,7 @@ class LocalTuning:
         State = optuna.trial.TrialState
         counted = self.counted(study)
         complete = [t for t in counted if t.state == State.COMPLETE]
-        best = study.best_trial if complete else None
+        best = max(complete, key=lambda t: t.value if self.tplan.maximize else -t.value) if complete else None
         return {
             "done": len(counted),
             "max_jobs": self.tplan.max_jobs,

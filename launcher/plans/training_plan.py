@@ -7,6 +7,7 @@ A Plan round-trips through plain JSON data (`to_dict` / `from_dict`): a local ru
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -17,6 +18,7 @@ from launcher.facts import catalog
 from launcher.facts import contract
 from launcher.facts import conventions
 from launcher.plans import hosts
+from launcher.plans import warm_start as warm
 from launcher.facts import images
 from launcher.facts import service_model
 from launcher.spec import size_bytes
@@ -117,6 +119,8 @@ class Plan:
     # Files added to the source dir's root as it is shipped (name -> text): a `features:` section too long
     # for a hyperparameter value. Both backends add them; the dry run lists them.
     source_files: Mapping[str, str] = field(default_factory=dict)
+    # Where the first weights come from (spec `warm_start:`); resolved by the backend when named by a job or path.
+    warm_start: warm.WarmStart | None = None
 
     @property
     def instance_type(self) -> str:
@@ -314,6 +318,20 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
         hyperparameters["features"], source_files = contract.features_delivery(
             spec.features, _max_hyperparameter_value()
         )
+    warm_start = (
+        warm.from_spec(
+            spec.warm_start.source,
+            spec.warm_start.restore,
+            spec.warm_start.steps,
+            None
+            if spec.warm_start.source.startswith("s3://")
+            else spec.resolve_path("warm_start", spec.warm_start.source),
+        )
+        if (spec.warm_start is not None)
+        else None
+    )
+    if bundled is not None and warm_start is not None:
+        hyperparameters.update(warm.script_hyperparameters(warm_start))
     # What the container sees: the SDK adds model_dir to the hyperparameters of every TensorFlow job.
     hyperparameters["model_dir"] = model_dir
 
@@ -339,7 +357,7 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
         cores_per_host=spec.local.cores_per_host,
         memory_per_host=size_bytes(spec.local.memory_per_host) if spec.local.memory_per_host else None,
     )
-    return Plan(
+    plan = Plan(
         job_name=job_name,
         region=spec.region,
         role=spec.role,
@@ -369,6 +387,26 @@ def build_plan(spec: Spec, *, job_name: str | None = None, warnings: Iterable[st
         local=local,
         operations=operations(spec, tensorboard_s3_uri),
         source_files=source_files,
+        warm_start=warm_start,
+    )
+    if warm_start is not None and warm_start.resolved:
+        name = conventions.WARM_START_CHANNEL if warm_start.kind == warm.CHECKPOINT else conventions.MODEL_CHANNEL
+        local = spec.local.channels.get(name)
+        plan = with_warm_start(
+            plan, warm_start.kind, warm_start.uri, os.path.abspath(os.path.expanduser(local)) if local else None
+        )
+    return plan
+
+
+def with_warm_start(plan: Plan, kind: str, uri: str, local_path: str | None = None) -> Plan:
+    """`plan` with its warm-start source resolved: a checkpoint (the `warmstart` channel) or a model artifact (the
+    `model` channel, which the SageMaker backend sends as the SDK's model_uri). File mode and FullyReplicated: every
+    host gets the whole source. `local_path`: what `--local` links into every host's channel folder."""
+    name = conventions.WARM_START_CHANNEL if kind == warm.CHECKPOINT else conventions.MODEL_CHANNEL
+    channel = Channel(name=name, uri=uri, kind="s3", input_mode="File", local_path=local_path)
+    channels = tuple(c for c in plan.channels if c.name != name) + (channel,)
+    return dataclasses.replace(
+        plan, channels=channels, warm_start=dataclasses.replace(plan.warm_start, kind=kind, uri=uri)
     )
 
 

@@ -26,6 +26,7 @@ from launcher.rules.hparams import (
     check_evaluation_schedule,
 )
 from launcher.rules.tuning_rules import TUNE_RULES
+from launcher.rules.warm_start_rules import check_warm_start
 from launcher.rules.prepare_rules import check_prepare, check_prepared_layout
 from launcher.rules.gpu import (
     check_gpu_memory,
@@ -235,6 +236,9 @@ def check_file_systems(spec: Spec) -> list[Finding]:
 
 def check_local_channels(spec: Spec) -> list[Finding]:
     names = channel_names(spec)
+    if spec.warm_start is not None and spec.warm_start.source.startswith("s3://"):  # its channel, read locally
+        model = spec.warm_start.source.endswith(".tar.gz")
+        names.append(conventions.MODEL_CHANNEL if model else conventions.WARM_START_CHANNEL)
     return [
         error(
             f"local.channels.{name}",
@@ -277,6 +281,7 @@ RULES: tuple[Callable[[Spec], list[Finding]], ...] = (
     check_local_memory,
     check_recover,
     check_stall_timeout,
+    check_warm_start,
     *TUNE_RULES,
     check_prepare,
     check_prepared_layout,

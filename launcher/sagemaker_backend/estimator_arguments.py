@@ -9,6 +9,7 @@ from typing import Any
 from launcher.errors import DfmError
 from launcher.facts import conventions
 from launcher.plans.training_plan import Plan
+from launcher.plans.warm_start import MODEL
 from launcher.sagemaker_backend import aws
 
 ESTIMATOR_CLASS = "sagemaker.tensorflow.TensorFlow"
@@ -66,6 +67,9 @@ def estimator_kwargs(plan: Plan) -> dict[str, Any]:
     if plan.vpc is not None:
         kwargs["subnets"] = list(plan.vpc.subnets)
         kwargs["security_group_ids"] = list(plan.vpc.security_group_ids)
+    if plan.warm_start is not None and plan.warm_start.kind == MODEL:  # the SDK's model channel, as v2 builds it
+        kwargs["model_uri"] = plan.warm_start.uri
+        kwargs["model_channel_name"] = conventions.MODEL_CHANNEL
     if plan.warm_pool_seconds:
         kwargs["keep_alive_period_in_seconds"] = plan.warm_pool_seconds
     if plan.environment:

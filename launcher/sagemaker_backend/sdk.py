@@ -17,7 +17,9 @@ from urllib.parse import urlparse
 import boto3
 
 from launcher.errors import DfmError
+from launcher.facts.conventions import MODEL_CHANNEL
 from launcher.plans.training_plan import Channel, Plan
+from launcher.plans.warm_start import MODEL
 from launcher.sagemaker_backend import aws
 from launcher.sagemaker_backend.estimator_arguments import ESTIMATOR_CLASS, estimator_kwargs, jsonable
 
@@ -148,6 +150,11 @@ def _channel_input(channel: Channel):
     )
 
 
+def _model_channel(plan: Plan, channel: Channel) -> bool:
+    """The warm start's model channel: the estimator's model_uri makes it (content type and all), not an input."""
+    return plan.warm_start is not None and plan.warm_start.kind == MODEL and channel.name == MODEL_CHANNEL
+
+
 def _would_be_source_uri(estimator) -> str:
     """Where the SDK would upload sourcedir.tar.gz, computed the way it does, without uploading."""
     from sagemaker.s3 import parse_s3_url
@@ -168,7 +175,7 @@ def offline_estimator(plan: Plan):
     session = sagemaker_session(plan)
     kwargs = estimator_kwargs(plan)
     job = estimator(kwargs, session)
-    inputs = {channel.name: _channel_input(channel) for channel in plan.channels}
+    inputs = {channel.name: _channel_input(channel) for channel in plan.channels if not _model_channel(plan, channel)}
 
     def stage_without_upload():
         source_dir = job.source_dir

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Mapping
 from launcher.plans import recovery
 from launcher.errors import DfmError
 from launcher.plans.training_plan import Plan
-from launcher.sagemaker_backend import aws, training_request
+from launcher.sagemaker_backend import aws, training_request, warm_start_source
 
 Echo = Callable[[str], None]
 
@@ -96,6 +96,9 @@ def submit(training: training_request.TrainingRequest, *, echo: Echo = print, wa
     Following it to its end is `attempts.launch`'s (logs, stall watch, recovery)."""
     region = training.region
     session = aws.boto_session(region)
+    problem = warm_start_source.source_problem(training.plan, session.client("s3"))
+    if problem:
+        raise DfmError(problem, 1)
     for line in idle_hosts_on_s3(training, session.client("s3")):
         warn(line)
     with aws.aws_errors("creating the training job", region=region):

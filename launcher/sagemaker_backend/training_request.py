@@ -17,8 +17,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from launcher.errors import DfmError
+from launcher.facts import conventions
 from launcher.plans.training_plan import Plan
-from launcher.sagemaker_backend import aws, sdk
+from launcher.sagemaker_backend import aws, sdk, warm_start_source
 from launcher.sagemaker_backend.estimator_arguments import ESTIMATOR_CLASS, jsonable
 from launcher.sagemaker_backend.source_files import list_source
 
@@ -112,6 +113,8 @@ class TrainingRequest:
             ),
             "warnings": list(plan.warnings),
         }
+        if plan.warm_start is not None:
+            document["warm_start"] = warm_start_document(plan)
         if plan.source_files:  # shipped in the source dir beside the scripts
             document["source_files"] = {name: f"{len(text)} characters" for name, text in plan.source_files.items()}
         if self.upload is not None:  # what goes into the tarball, as the submit packs it
@@ -120,6 +123,22 @@ class TrainingRequest:
             if listing.warning():
                 document["warnings"].append(listing.warning())
         return document
+
+
+def warm_start_document(plan: Plan) -> dict:
+    """The warm start as the dry run and the summary name it: the source as given, what it resolved to, the channel."""
+    start = plan.warm_start
+    channel = conventions.WARM_START_CHANNEL if start.kind == "checkpoint" else conventions.MODEL_CHANNEL
+    return {
+        "from": start.source,
+        "kind": start.kind,
+        "uri": start.uri,
+        "channel": channel if start.kind else None,
+        "restore": start.restore,
+        "steps": start.steps,
+        # a job name is resolved with DescribeTrainingJob, the one call a dry run makes then
+        "read_with": None if start.source.startswith("s3://") else "DescribeTrainingJob",
+    }
 
 
 def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUpload | None:
@@ -137,7 +156,9 @@ def source_upload(plan: Plan, hyperparameters: Mapping[str, str]) -> SourceUploa
 
 
 def build(plan: Plan) -> TrainingRequest:
-    """The request a submit sends, built by the real SDK with zero network calls; exit 2 if it would be refused."""
+    """The request a submit sends, built by the real SDK with zero network calls (but DescribeTrainingJob when the
+    warm start names a job); exit 2 if it would be refused."""
+    plan = warm_start_source.resolve(plan)
     sagemaker = sdk.sdk()
     session, kwargs, job, inputs = sdk.offline_estimator(plan)
     try:

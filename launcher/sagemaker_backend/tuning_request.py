@@ -8,6 +8,7 @@ source and creates the tuning job; describe, stop and list of tuning jobs are `t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 from launcher.facts import conventions
 from launcher.errors import DfmError
-from launcher.sagemaker_backend import aws, sdk, training_request
+from launcher.sagemaker_backend import aws, sdk, training_request, warm_start_source
 from launcher.sagemaker_backend.estimator_arguments import ESTIMATOR_CLASS
 from launcher.sagemaker_backend.tuning_jobs import console_url
 from launcher.plans.tuning_plan import TuningPlan
@@ -115,7 +116,9 @@ class TuningRequest:
 
 
 def build(tplan: TuningPlan) -> TuningRequest:
-    """The request a submit sends, built by the real SDK with no network call; exit 2 if it would be refused."""
+    """The request a submit sends, built by the real SDK with no network call (but DescribeTrainingJob when the
+    trials warm-start from a job named); exit 2 if it would be refused."""
+    tplan = dataclasses.replace(tplan, training=warm_start_source.resolve(tplan.training))
     sagemaker = sdk.sdk()
     from sagemaker.tuner import _TuningJob
 

@@ -38,6 +38,7 @@ from launcher.spec.operations_spec import Mlflow, Recover, Retry, TensorBoard
 from launcher.spec.prepare_spec import Prepare
 from launcher.spec.probe_spec import Probe
 from launcher.spec.tuning_spec import Tune
+from launcher.spec.warm_start_spec import WarmStart
 from launcher.spec.value_types import (
     ChannelName,
     EnvName,
@@ -270,6 +271,9 @@ class Spec(_Strict):
         None, description="SageMaker managed MLflow tracking (MlflowConfig; SageMaker side only)"
     )
     local: Local = Field(default_factory=Local)
+    warm_start: WarmStart | None = Field(
+        None, description="start from an earlier job's checkpoint or model (dfm launch --warm-start-from)"
+    )
     tune: Tune | None = Field(
         None, description="automatic model tuning over this job (dfm tune); ignored by dfm launch"
     )

@@ -19,6 +19,7 @@ SCALING_TYPES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reve
 # spec word -> the API's (and the SDK's) strategy name
 STRATEGIES = {"bayesian": "Bayesian", "random": "Random", "hyperband": "Hyperband", "grid": "Grid"}
 WARM_START_TYPES = {
+    "identical_data": "IdenticalDataAndAlgorithm",
     "identical_data_and_algorithm": "IdenticalDataAndAlgorithm",
     "transfer_learning": "TransferLearning",
 }
@@ -70,7 +71,11 @@ class Objective(_Strict):
 
 
 class WarmStart(_Strict):
-    type: Literal["identical_data_and_algorithm", "transfer_learning"]
+    type: Literal["identical_data", "identical_data_and_algorithm", "transfer_learning"] = Field(
+        "identical_data",
+        description="identical_data (= identical_data_and_algorithm): IdenticalDataAndAlgorithm; transfer_learning: "
+        "TransferLearning",
+    )
     parents: list[str] = Field(min_length=1, description="names of earlier tuning jobs")
 
 
