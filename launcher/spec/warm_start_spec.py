@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from launcher.spec.value_types import _Strict
 
 
 class WarmStart(_Strict):
     """Where the job's first weights come from, and what of them it restores."""
+
+    model_config = ConfigDict(**_Strict.model_config, serialize_by_alias=True)  # dumped as written: `from`
 
     source: str = Field(
         alias="from",
