@@ -1,0 +1,298 @@
+"""Warm start (deepfm_warm_start): a fresh run restores an earlier run's checkpoint (any shard count, into any) or
+exported model, keeps a grown table's old rows and its new rows fresh, and stops on a shape that cannot map."""
+
+import os
+import shutil
+import tarfile
+
+import numpy as np
+import pytest
+
+import entry_support as es
+import deepfm_hparams as H
+from deepfm_container import ContainerEnv
+
+pytestmark = pytest.mark.runtimes  # checkpoint keys and SavedModel layouts are TensorFlow's
+
+
+def hparams(*argv, warm_start="all", steps="restart"):
+    hp = H.parse_hyperparameters(
+        ["--field_size", "3", "--feature_size", "100", "--embedding_size", "4", "--deep_layers", "8", *argv]
+    )
+    hp.warm_start, hp.warm_start_steps, hp.warm_start_source = warm_start, steps, "day-1"
+    return hp
+
+
+def batch(field_size=3, rows=32, seed=0, ids=100):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    return (
+        {
+            "ids": tf.constant(rng.integers(0, ids, (rows, field_size)), tf.int64),
+            "values": tf.constant(rng.random((rows, field_size)), tf.float32),
+        },
+        tf.constant(rng.integers(0, 2, rows), tf.float32),
+    )
+
+
+def partition(trainer_model, counts):
+    """The model's two tables as ShardedVariables of `counts` rows each (as ParameterServerStrategy makes them)."""
+    import tensorflow as tf
+    from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+    for name in ("first_order", "embeddings"):
+        whole, first, shards = getattr(trainer_model, name).numpy(), 0, []
+        for index, rows in enumerate(counts):
+            shards.append(tf.Variable(whole[first : first + rows], name=f"{name}/part_{index}"))
+            first += rows
+        setattr(trainer_model, name, ShardedVariable(shards))
+
+
+def trainer_for(hp, shards=None):
+    """A trainer as build_trainer makes it; `shards`: its tables partitioned into these row counts."""
+    import deepfm_training as T
+    from deepfm_metrics import StreamingMetrics
+    from deepfm_model import build_model
+
+    model = build_model(hp)
+    if shards:
+        partition(model, shards)
+    optimizer = T.SparseOptimizer(hp.optimizer, hp.learning_rate)
+    return T.Trainer(model, optimizer, StreamingMetrics(name="train"), StreamingMetrics(name="eval"))
+
+
+def trained_source(tmp_path, hp, shards=None, steps=3):
+    """A run of `steps` steps saved by the CheckpointKeeper into the warmstart channel. -> (trainer, env)."""
+    from deepfm_checkpoint import CheckpointKeeper
+
+    source = trainer_for(hp, shards)
+    for step in range(steps):
+        source.train_step(batch(seed=step, field_size=hp.field_size, ids=hp.feature_size))
+    folder = tmp_path / "input" / "data" / "warmstart"
+    CheckpointKeeper(source, str(folder), 1).maybe_save(steps, force=True)
+    return source, env_for(tmp_path, "warmstart")
+
+
+def env_for(base, channel):
+    return ContainerEnv(
+        base_dir=str(base), hosts=["algo-1"], current_host="algo-1", channels=[channel], model_dir="", num_cpus=1
+    )
+
+
+def predictions(trainer, field_size=3):
+    features, _ = batch(seed=99, rows=64, field_size=field_size)
+    return trainer.model.predict(features["ids"], features["values"]).numpy()
+
+
+def full(var):
+    from deepfm_variables import full_value
+
+    return full_value(var).numpy()
+
+
+def slot_tables(trainer):
+    """{slot name: the whole embeddings slot} (its shards concatenated)."""
+    model, optimizer = trainer.model, trainer.optimizer
+    from deepfm_variables import flat_variables
+
+    shards = flat_variables([model.embeddings])
+    index = {id(v): i for i, v in enumerate(trainer.variables)}
+    names = optimizer.slots[index[id(shards[0])]].keys()
+    return {n: np.concatenate([optimizer.slots[index[id(s)]][n].numpy() for s in shards]) for n in names}
+
+
+@pytest.fixture(autouse=True)
+def no_channel_variables(monkeypatch):
+    for name in ("SM_CHANNEL_WARMSTART", "SM_CHANNEL_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    "source_shards, target_shards", [(None, None), ([60, 40], None), (None, [30, 30, 40]), ([60, 40], [45, 55])]
+)
+def test_a_restored_model_predicts_what_its_source_does_and_keeps_its_slots(
+    tmp_path, capsys, source_shards, target_shards
+):
+    import deepfm_warm_start as W
+
+    hp = hparams("--batch_norm", "true")
+    source, env = trained_source(tmp_path, hp, source_shards)
+    target = trainer_for(hp, target_shards)
+    assert not np.allclose(predictions(target), predictions(source))  # a fresh model differs
+    line = W.restore(hp, env, target)
+    np.testing.assert_array_equal(predictions(target), predictions(source))
+    for name, table in slot_tables(source).items():
+        np.testing.assert_array_equal(slot_tables(target)[name], table)
+    assert int(target.optimizer.iterations.numpy()) == 0 and list(target.progress.numpy()) == [0, 0]
+    assert (
+        line.startswith("warm start: restored ")
+        and "(weights and their optimizer slots) from day-1 (checkpoint" in line
+    )
+    assert line.endswith("steps restart") and line in capsys.readouterr().out
+
+
+def test_continue_keeps_the_sources_step(tmp_path):
+    import deepfm_warm_start as W
+
+    hp = hparams(steps="continue")
+    _, env = trained_source(tmp_path, hp, steps=3)
+    target = trainer_for(hp)
+    W.restore(hp, env, target)
+    assert int(target.optimizer.iterations.numpy()) == 3 and list(target.progress.numpy()) == [0, 3]
+
+
+@pytest.mark.parametrize("target_shards", [None, [50, 50, 50]])
+def test_a_grown_table_keeps_the_old_rows_bit_for_bit_and_starts_the_new_ones_fresh(tmp_path, target_shards):
+    import deepfm_warm_start as W
+
+    hp = hparams()
+    source, env = trained_source(tmp_path, hp)
+    grown = hparams("--feature_size", "150")
+    target = trainer_for(grown, target_shards)
+    fresh = {name: full(getattr(target.model, name)) for name in ("first_order", "embeddings")}
+    fresh_slots = slot_tables(target)
+    W.restore(grown, env, target)
+    for name in ("first_order", "embeddings"):
+        restored = full(getattr(target.model, name))
+        np.testing.assert_array_equal(restored[:100], full(getattr(source.model, name)))
+        np.testing.assert_array_equal(restored[100:], fresh[name][100:])
+    for name, table in slot_tables(source).items():
+        np.testing.assert_array_equal(slot_tables(target)[name][:100], table)
+        np.testing.assert_array_equal(slot_tables(target)[name][100:], fresh_slots[name][100:])
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--embedding_size", "6"], "holds model/embeddings in shape [100, 4], this run's is [100, 6]"),
+        (["--feature_size", "80"], "holds model/first_order in shape [100, 1], this run's is [80, 1]"),
+        (["--deep_layers", "16"], "holds model/kernels/0 in shape [12, 8], this run's is [12, 16]"),
+        (["--field_size", "5"], "holds model/kernels/0 in shape [12, 8], this run's is [20, 8]"),
+        (["--optimizer", "adagrad"], "was written with optimizer adam (slots: m, v), this run uses adagrad"),
+    ],
+)
+def test_a_shape_that_cannot_map_stops_naming_the_variable_and_both_shapes(tmp_path, capsys, argv, words):
+    import deepfm_warm_start as W
+
+    _, env = trained_source(tmp_path, hparams())
+    other = hparams(*argv)
+    with pytest.raises(SystemExit) as stop:
+        W.restore(other, env, trainer_for(other))
+    assert stop.value.code == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("[dfm] error: warm start from day-1: checkpoint ckpt-3 ") and words in line, line
+    assert line.endswith("no model exported")
+
+
+def test_embeddings_only_restores_the_tables_when_the_layers_differ(tmp_path, capsys):
+    import deepfm_warm_start as W
+
+    source, env = trained_source(tmp_path, hparams())
+    other = hparams("--deep_layers", "[16, 4]", "--field_size", "5", warm_start="embeddings")
+    target = trainer_for(other)
+    kernel = target.model.kernels[0].numpy().copy()
+    line = W.restore(other, env, target)
+    np.testing.assert_array_equal(full(target.model.embeddings), full(source.model.embeddings))
+    np.testing.assert_array_equal(full(target.model.first_order), full(source.model.first_order))
+    np.testing.assert_array_equal(target.model.kernels[0].numpy(), kernel)
+    assert "restored 6 variables (embedding tables and their optimizer slots)" in line
+
+
+def test_a_model_tar_gz_restores_the_weights(tmp_path):
+    import deepfm_warm_start as W
+    from deepfm_checkpoint import export_saved_model
+
+    hp = hparams("--batch_norm", "true")
+    source, _ = trained_source(tmp_path / "day-1", hp)
+    exported = export_saved_model(source.model, hp, str(tmp_path / "exported"), version=1764300000)
+    channel = tmp_path / "input" / "data" / "model"
+    channel.mkdir(parents=True)
+    with tarfile.open(channel / "model.tar.gz", "w:gz") as tar:
+        tar.add(exported, arcname="1764300000")
+        tar.add(__file__, arcname="code/notes.py")  # other files beside the model
+    before = (channel / "model.tar.gz").read_bytes()
+    target = trainer_for(hp)
+    slots = slot_tables(target)
+    line = W.restore(hp, env_for(tmp_path, "model"), target)
+    np.testing.assert_array_equal(predictions(target), predictions(source))
+    for name, table in slots.items():
+        np.testing.assert_array_equal(slot_tables(target)[name], table)  # a model has no slots: fresh ones
+    assert "(weights) from day-1 (model version 1764300000), steps restart" in line
+    assert (channel / "model.tar.gz").read_bytes() == before and os.listdir(channel) == ["model.tar.gz"]
+
+
+def test_a_checkpoint_of_something_else_is_not_a_dfm_checkpoint(tmp_path, capsys):
+    import tensorflow as tf
+
+    import deepfm_warm_start as W
+
+    folder = tmp_path / "input" / "data" / "warmstart"
+    tf.train.CheckpointManager(tf.train.Checkpoint(w=tf.Variable([1.0])), str(folder), 1).save()
+    listed = sorted(os.listdir(folder))
+    with pytest.raises(SystemExit):
+        W.restore(hparams(), env_for(tmp_path, "warmstart"), trainer_for(hparams()))
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "holds no first_order and embeddings tables: not a dfm checkpoint or model" in line
+    assert sorted(os.listdir(folder)) == listed
+
+
+@pytest.mark.parametrize(
+    "layout, words",
+    [
+        (None, "warm start source day-1 does not exist"),
+        ({}, "warm start source day-1 is empty"),
+        ({"notes.txt": "x"}, "is not a dfm checkpoint folder: no 'checkpoint' file"),
+    ],
+)
+def test_a_source_that_is_missing_empty_or_foreign_is_refused_before_tensorflow_starts(tmp_path, layout, words):
+    import deepfm_warm_start as W
+
+    env = env_for(tmp_path, "warmstart")
+    if layout is not None:
+        folder = tmp_path / "input" / "data" / "warmstart"
+        folder.mkdir(parents=True)
+        for name, text in layout.items():
+            (folder / name).write_text(text)
+    assert words in W.source_problem(hparams(), env)
+    assert W.source_problem(hparams(warm_start=""), env) is None
+
+
+@pytest.mark.slow
+def test_a_run_whose_shapes_cannot_map_exits_1_before_training_and_exports_nothing(tmp_path):
+    hp = hparams()
+    trained_source(tmp_path / "source", hp)
+    base = tmp_path / "job"
+    train, _ = es.synth_split(512, 0, seed=3, feature_size=100, field_size=3)
+    hps = {"field_size": 3, "feature_size": 100, "embedding_size": 6, "deep_layers": [8], "batch_size": 64}
+    hps.update({"max_steps": 4, "warm_start": "all", "warm_start_source": "s3://bucket/day-1/checkpoints"})
+    env = es.make_container(base, ["train", "warmstart"], hyperparameters=hps)
+    es.write_tfrecords(base / "input" / "data" / "train", train, 1)
+    shutil.copytree(
+        tmp_path / "source" / "input" / "data" / "warmstart", base / "input" / "data" / "warmstart", dirs_exist_ok=True
+    )
+    proc = es.start_script(base, "train_ps.py", hps, env, tmp_path / "log.txt", boot=WARM_HPARAMS_BOOT)
+    assert proc.wait(timeout=300) == 1
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    errors = [line for line in lines if line.startswith("[dfm] error:")]
+    assert errors == [
+        "[dfm] error: warm start from s3://bucket/day-1/checkpoints: checkpoint ckpt-3 holds model/embeddings in "
+        "shape [100, 4], this run's is [100, 6]; train with the source's settings, or warm_start: embeddings when only "
+        "the layers differ; no model exported"
+    ], lines
+    assert not [line for line in lines if line.startswith("[dfm] train step=")]
+    assert os.listdir(base / "model") == []
+
+
+# The warm-start hyperparameters, until deepfm_hparams declares them (setdefault: harmless once it does).
+WARM_HPARAMS_BOOT = """
+import runpy, sys
+import deepfm_hparams as h
+h.DEFAULTS.setdefault("warm_start", "")
+h.DEFAULTS.setdefault("warm_start_steps", "restart")
+h.DEFAULTS.setdefault("warm_start_source", "")
+h.CHOICES.setdefault("warm_start", ("", "all", "embeddings"))
+h.CHOICES.setdefault("warm_start_steps", ("restart", "continue"))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
