@@ -108,7 +108,8 @@ def unpack_model(archive, scratch):
     """model.tar.gz -> the SavedModel folder unpacked under `scratch` (the archive is only read)."""
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if _is_safe(m)]
-        tar.extractall(scratch, members=members)  # noqa: S202  members checked: no absolute path, no ..
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12 / 3.11.4 / 3.12
+        tar.extractall(scratch, members=members, **safe)  # noqa: S202  members checked: no absolute path, no ..
     found = _saved_model_dir(scratch)
     if found is None:
         raise WarmStartError(f"{os.path.basename(archive)} holds no <version>/saved_model.pb: not a dfm model")

@@ -296,3 +296,81 @@ h.CHOICES.setdefault("warm_start_steps", ("restart", "continue"))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+
+
+def ps_cluster(tmp_path, hp, tag, warm_source=None, rows=4000):
+    """Two hosts of SageMaker's parameter-server layout on loopback (2 ps), each with its half of `train` and, with
+    `warm_source`, a copy of that checkpoint folder as its `warmstart` channel; the master's own worker off (it would
+    start without the warm-start hyperparameters' boot). -> (exit codes, chief log, the chief's base)."""
+    from test_entry_ps import loopback_cluster, stop_all
+
+    hosts = ["algo-1", "algo-2"]
+    channels = ["train"] + (["warmstart"] if warm_source else [])
+    train, _ = es.synth_split(rows, 0, seed=5, feature_size=20000)
+    cluster, procs, bases = loopback_cluster(), [], []
+    for i, host in enumerate(hosts):
+        base = tmp_path / tag / host
+        env = es.make_container(base, channels, hosts=hosts, current_host=host, s3_sharded=("train",))
+        es.write_tfrecords(base / "input/data/train", train.take(i * rows // 2, (i + 1) * rows // 2), 1)
+        if warm_source:
+            shutil.copytree(warm_source, base / "input/data/warmstart", dirs_exist_ok=True)
+        bases.append((base, env))
+    try:
+        procs += [es.start_toolkit_ps(cluster, i, bases[i][1], tmp_path / f"{tag}-ps{i}.log") for i in range(2)]
+        for (base, env), (role, name) in reversed(list(zip(bases, [("master", "chief"), ("worker", "worker")]))):
+            extra = {"TF_CONFIG": es.sagemaker_tf_config(cluster, role, 0), "DFM_PS_CHIEF_WORKER": "0"}
+            log = tmp_path / f"{tag}-{name}.log"
+            procs.append(es.start_script(base, "train_ps.py", hp, env, log, extra, boot=WARM_HPARAMS_BOOT))
+        codes = [proc.wait(timeout=300) for proc in reversed(procs)]
+    finally:
+        stop_all(procs)
+    return codes, (tmp_path / f"{tag}-chief.log").read_text(), bases[0][0]
+
+
+PS_HP = {"feature_size": 20000, "deep_layers": [32, 16], "batch_size": 128, "optimizer": "adagrad", "log_steps": 2}
+STILL = 1e-30  # a learning rate whose updates vanish below float32's precision: the run keeps what it restored
+
+
+def exported_predictions(log):
+    from test_entry_ps import predict_saved_model
+
+    (exported,) = [line.split()[-1] for line in log.splitlines() if line.startswith("[dfm] exported ")]
+    return predict_saved_model(exported)
+
+
+@pytest.mark.slow
+def test_a_two_ps_run_restores_a_one_host_source_and_predicts_what_it_does(tmp_path):
+    from test_entry_ps import checkpoint_predictions
+
+    source_hp = H.parse_hyperparameters(es.argv_for(PS_HP))
+    trained_source(tmp_path / "day-1", source_hp)  # its tables whole
+    folder = tmp_path / "day-1" / "input" / "data" / "warmstart"
+    hp = dict(PS_HP, max_steps=4, learning_rate=STILL, warm_start="all", warm_start_source="day-1")
+    codes, chief, _ = ps_cluster(tmp_path, hp, "day-2", warm_source=folder)
+    assert codes == [0, 0, 0, 0], chief[-3000:]
+    assert "embeddings in 2 shard(s)" in chief
+    (line,) = [line for line in chief.splitlines() if "warm start:" in line]
+    assert "(weights and their optimizer slots) from day-1 (checkpoint ckpt-3), steps restart" in line
+    assert [row["step"] for row in es.metric_lines(chief, "train")] == [2, 4]  # restarted at step 0
+    np.testing.assert_allclose(exported_predictions(chief), checkpoint_predictions(folder / "ckpt-3", PS_HP), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_one_host_run_restores_a_two_ps_source_and_predicts_what_it_does(tmp_path):
+    from test_entry_ps import checkpoint_predictions
+
+    codes, chief, base = ps_cluster(tmp_path, dict(PS_HP, max_steps=10, learning_rate=0.1), "day-1")
+    assert codes == [0, 0, 0, 0] and "embeddings in 2 shard(s)" in chief, chief[-3000:]
+    job = tmp_path / "day-2"
+    hp = dict(PS_HP, max_steps=2, learning_rate=STILL, warm_start="all", warm_start_source="day-1")
+    env = es.make_container(job, ["train", "warmstart"], hyperparameters=hp)
+    train, _ = es.synth_split(1000, 0, seed=6, feature_size=20000)
+    es.write_tfrecords(job / "input/data/train", train, 1)
+    shutil.copytree(base / "checkpoints", job / "input/data/warmstart", dirs_exist_ok=True)
+    proc = es.start_script(job, "train_ps.py", hp, env, tmp_path / "one.log", boot=WARM_HPARAMS_BOOT)
+    code = proc.wait(timeout=300)
+    log = (tmp_path / "one.log").read_text()
+    assert code == 0, log[-3000:]
+    assert "from day-1 (checkpoint ckpt-10), steps restart" in log
+    expected = checkpoint_predictions(base / "checkpoints" / "ckpt-10", PS_HP)
+    np.testing.assert_allclose(exported_predictions(log), expected, rtol=1e-6)
