@@ -350,7 +350,11 @@ def test_a_two_ps_run_restores_a_one_host_source_and_predicts_what_it_does(tmp_p
     assert codes == [0, 0, 0, 0], chief[-3000:]
     assert "embeddings in 2 shard(s)" in chief
     (line,) = [line for line in chief.splitlines() if "warm start:" in line]
-    assert "(weights and their optimizer slots) from day-1 (checkpoint ckpt-3), steps restart" in line
+    # 10 variables (the first-order table in 1 shard, the embeddings in 2, 7 dense ones) and their 10 accumulators
+    assert line == (
+        "[dfm] warm start: restored 20 variables (weights and their optimizer slots) from day-1 (checkpoint ckpt-3), "
+        "steps restart"
+    )
     assert [row["step"] for row in es.metric_lines(chief, "train")] == [2, 4]  # restarted at step 0
     np.testing.assert_allclose(exported_predictions(chief), checkpoint_predictions(folder / "ckpt-3", PS_HP), rtol=1e-6)
 
@@ -374,3 +378,34 @@ def test_a_one_host_run_restores_a_two_ps_source_and_predicts_what_it_does(tmp_p
     assert "from day-1 (checkpoint ckpt-10), steps restart" in log
     expected = checkpoint_predictions(base / "checkpoints" / "ckpt-10", PS_HP)
     np.testing.assert_allclose(exported_predictions(log), expected, rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_two_horovod_ranks_start_from_a_partitioned_source_alike(tmp_path):
+    """Rank 0 restores a checkpoint whose tables are in 2 shards (as a parameter-server job writes them), the
+    start broadcast hands it to rank 1: both end with the source's weights (the learning rate too small to move
+    them)."""
+    es.require("horovod")
+    import subprocess
+
+    from test_entry_horovod import HPS, MPIRUN
+
+    source_hp = H.parse_hyperparameters(es.argv_for(HPS))
+    source, _ = trained_source(tmp_path / "day-1", source_hp, shards=[600, 400])
+    hps = dict(HPS, max_steps=2, epochs=1, learning_rate=STILL, warm_start="all", warm_start_source="day-1")
+    env = es.make_container(tmp_path / "base", ["train", "warmstart"])
+    train, _ = es.synth_split(1024, 0, seed=3, feature_size=HPS["feature_size"], field_size=HPS["field_size"])
+    es.write_tfrecords(tmp_path / "base/input/data/train", train, 2)
+    shutil.copytree(tmp_path / "day-1/input/data/warmstart", tmp_path / "base/input/data/warmstart", dirs_exist_ok=True)
+    env["DFM_DUMP_WEIGHTS"] = str(tmp_path / "dump")
+    exported = [arg for name in env if name.startswith(("SM_", "SAGEMAKER_", "DFM_", "TF_CPP")) for arg in ("-x", name)]
+    script = [es.PYTHON, "-c", WARM_HPARAMS_BOOT, "train_horovod.py", *es.argv_for(hps)]
+    command = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-bind-to", "none", *exported, *script]
+    run = subprocess.run(command, cwd=tmp_path / "base/code", env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "(weights and their optimizer slots) from day-1 (checkpoint ckpt-3), steps restart" in run.stdout
+    dumps = [np.load(tmp_path / "dump" / f"rank-{rank}.npz") for rank in range(2)]
+    for index, var in enumerate(source.model.all_variables):
+        for dump in dumps:
+            np.testing.assert_allclose(dump[f"v{index:02d}"], full(var), rtol=1e-6, atol=1e-20, err_msg=str(index))
