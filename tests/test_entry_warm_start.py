@@ -284,8 +284,9 @@ def test_a_run_whose_shapes_cannot_map_exits_1_before_training_and_exports_nothi
     assert os.listdir(base / "model") == []
 
 
-# The warm-start hyperparameters, until deepfm_hparams declares them (setdefault: harmless once it does).
-WARM_HPARAMS_BOOT = """
+# The warm-start hyperparameters, until deepfm_hparams declares them (setdefault: harmless once it does); then the
+# script as __main__ (start_script's boot).
+WARM_HPARAMS = """
 import runpy, sys
 import deepfm_hparams as h
 h.DEFAULTS.setdefault("warm_start", "")
@@ -293,9 +294,14 @@ h.DEFAULTS.setdefault("warm_start_steps", "restart")
 h.DEFAULTS.setdefault("warm_start_source", "")
 h.CHOICES.setdefault("warm_start", ("", "all", "embeddings"))
 h.CHOICES.setdefault("warm_start_steps", ("restart", "continue"))
+"""
+WARM_HPARAMS_BOOT = (
+    WARM_HPARAMS
+    + """
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+)
 
 
 def ps_cluster(tmp_path, hp, tag, warm_source=None, rows=4000):
@@ -409,3 +415,28 @@ def test_two_horovod_ranks_start_from_a_partitioned_source_alike(tmp_path):
     for index, var in enumerate(source.model.all_variables):
         for dump in dumps:
             np.testing.assert_allclose(dump[f"v{index:02d}"], full(var), rtol=1e-6, atol=1e-20, err_msg=str(index))
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_replicas_start_from_the_source_in_every_copy(tmp_path):
+    """MultiWorkerMirrored with 2 local replicas (the CPU split in two): rank 0 restores a partitioned source into
+    its mirrored variables, and both copies of every variable hold the source's values."""
+    hps = dict(PS_HP, feature_size=1000, field_size=10, max_steps=2, learning_rate=STILL)
+    source_hp = H.parse_hyperparameters(es.argv_for(hps))
+    source, _ = trained_source(tmp_path / "day-1", source_hp, shards=[600, 400])
+    hps.update(warm_start="all", warm_start_source="day-1")
+    env = es.make_container(tmp_path / "base", ["train", "warmstart"])
+    train, _ = es.synth_split(2048, 0, seed=3, feature_size=1000, field_size=10)
+    es.write_tfrecords(tmp_path / "base/input/data/train", train, 2)
+    shutil.copytree(tmp_path / "day-1/input/data/warmstart", tmp_path / "base/input/data/warmstart", dirs_exist_ok=True)
+    boot = WARM_HPARAMS + "sys.argv = ['-c', '2'] + sys.argv[1:]\n" + es._LOCAL_CPU_REPLICAS  # 2 CPU replicas
+    extra = {"DFM_DUMP_WEIGHTS": str(tmp_path / "dump")}
+    proc = es.start_script(tmp_path / "base", "train_mirrored.py", hps, env, tmp_path / "run.log", extra, boot=boot)
+    code = proc.wait(timeout=300)
+    log = (tmp_path / "run.log").read_text()
+    assert code == 0, log[-3000:]
+    assert "local_replicas=2" in log and "from day-1 (checkpoint ckpt-3), steps restart" in log
+    dump = np.load(tmp_path / "dump" / "rank-0.npz")
+    for index, var in enumerate(source.model.all_variables):
+        for copy in (f"v{index:02d}", f"v{index:02d}_c1"):
+            np.testing.assert_allclose(dump[copy], full(var), rtol=1e-6, atol=1e-20, err_msg=copy)
