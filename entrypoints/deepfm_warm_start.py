@@ -168,30 +168,24 @@ class Source:
 
     def _flat_layout(self):
         """{role: [(flat index, first row, rows)]}: where the source optimizer's flat variables (a partitioned
-        table's shards, one index each) sit. Dense: bias, kernels, biases, batch norm's gamma and beta; before
-        them the shards of first_order, then of embeddings, their rows adding up to the table's."""
-        indices = {int(m.group(1)) for m in map(_SLOT.match, self.shapes) if m}
+        table's shards, one index each) sit: the shards of first_order, then of embeddings, their rows adding up to
+        the table's; then bias, kernels, biases, batch norm's gamma and beta. A whole table has no key of its own
+        under the optimizer when it has no slots (sgd): its index then holds the table."""
         kernels = sum(1 for k in self.shapes if re.match(rf"^{self.root}kernels/\d+{re.escape(VALUE)}$", k))
         norms = sum(1 for k in self.shapes if re.match(rf"^{self.root}bn_params/\d+/mean{re.escape(VALUE)}$", k))
         dense = ["bias"] + [f"kernels/{i}" for i in range(kernels)] + [f"biases/{i}" for i in range(kernels)]
         dense += [f"bn_params/{i}/{p}" for i in range(norms) for p in ("gamma", "beta")]
-        total = max(indices) + 1 if indices else 2 + len(dense)
-        sparse = total - len(dense)
-        rows = self.shapes[self.key("first_order")][0]
-        layout = {role: [(sparse + i, 0, None)] for i, role in enumerate(dense)}
-        if sparse == 2:
-            layout.update({"first_order": [(0, 0, rows)], "embeddings": [(1, 0, rows)]})
-            return layout
-        index = 0
+        rows, layout, index = self.shapes[self.key("first_order")][0], {}, 0
         for table in TABLES:
             pieces, first = [], 0
             while first < rows:
-                shape = self._flat_shape(index)
-                if shape is None:
+                shape = self._flat_shape(index) or (self.shapes[self.key(table)] if first == 0 else None)
+                if not shape or shape[0] <= 0 or shape[1:] != self.shapes[self.key(table)][1:]:
                     raise WarmStartError(f"{self.words}: the shard {index} of {table} is missing: not a dfm checkpoint")
                 pieces.append((index, first, shape[0]))
                 first, index = first + shape[0], index + 1
             layout[table] = pieces
+        layout.update({role: [(index + i, 0, None)] for i, role in enumerate(dense)})
         return layout
 
     def _flat_shape(self, index):
@@ -334,6 +328,7 @@ def restore(hp, env, trainer):
     what = setting(hp, "warm_start", "")
     if not what:
         return None
+    check_source_or_exit(hp, env)
     steps = setting(hp, "warm_start_steps", "restart")
     channel, folder = source_channel(env)
     name = source_name(hp, folder)

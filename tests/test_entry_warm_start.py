@@ -36,12 +36,12 @@ def batch(field_size=3, rows=32, seed=0, ids=100):
     )
 
 
-def partition(trainer_model, counts):
-    """The model's two tables as ShardedVariables of `counts` rows each (as ParameterServerStrategy makes them)."""
+def partition(trainer_model, counts, tables=("first_order", "embeddings")):
+    """The model's `tables` as ShardedVariables of `counts` rows each (as ParameterServerStrategy makes them)."""
     import tensorflow as tf
     from tensorflow.python.distribute.sharded_variable import ShardedVariable
 
-    for name in ("first_order", "embeddings"):
+    for name in tables:
         whole, first, shards = getattr(trainer_model, name).numpy(), 0, []
         for index, rows in enumerate(counts):
             shards.append(tf.Variable(whole[first : first + rows], name=f"{name}/part_{index}"))
@@ -49,24 +49,24 @@ def partition(trainer_model, counts):
         setattr(trainer_model, name, ShardedVariable(shards))
 
 
-def trainer_for(hp, shards=None):
-    """A trainer as build_trainer makes it; `shards`: its tables partitioned into these row counts."""
+def trainer_for(hp, shards=None, tables=("first_order", "embeddings")):
+    """A trainer as build_trainer makes it; `shards`: its `tables` partitioned into these row counts."""
     import deepfm_training as T
     from deepfm_metrics import StreamingMetrics
     from deepfm_model import build_model
 
     model = build_model(hp)
     if shards:
-        partition(model, shards)
+        partition(model, shards, tables)
     optimizer = T.SparseOptimizer(hp.optimizer, hp.learning_rate)
     return T.Trainer(model, optimizer, StreamingMetrics(name="train"), StreamingMetrics(name="eval"))
 
 
-def trained_source(tmp_path, hp, shards=None, steps=3):
+def trained_source(tmp_path, hp, shards=None, steps=3, tables=("first_order", "embeddings")):
     """A run of `steps` steps saved by the CheckpointKeeper into the warmstart channel. -> (trainer, env)."""
     from deepfm_checkpoint import CheckpointKeeper
 
-    source = trainer_for(hp, shards)
+    source = trainer_for(hp, shards, tables)
     for step in range(steps):
         source.train_step(batch(seed=step, field_size=hp.field_size, ids=hp.feature_size))
     folder = tmp_path / "input" / "data" / "warmstart"
@@ -130,6 +130,21 @@ def test_a_restored_model_predicts_what_its_source_does_and_keeps_its_slots(
         and "(weights and their optimizer slots) from day-1 (checkpoint" in line
     )
     assert line.endswith("steps restart") and line in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("batch_norm", ["true", "false"])
+@pytest.mark.parametrize("tables", [(), ("embeddings",), ("first_order", "embeddings")])
+def test_an_optimizer_without_slots_restores_from_a_whole_or_partitioned_source(tmp_path, tables, batch_norm):
+    """sgd keeps no slots: a whole table is then stored only under model/ (a small first-order table stays whole
+    under parameter servers while the embeddings are split)."""
+    import deepfm_warm_start as W
+
+    hp = hparams("--batch_norm", batch_norm, "--optimizer", "sgd", "--learning_rate", "0.5")
+    source, env = trained_source(tmp_path, hp, [60, 40], tables=tables)
+    target = trainer_for(hp)
+    line = W.restore(hp, env, target)
+    np.testing.assert_array_equal(predictions(target), predictions(source))
+    assert f"restored {11 if batch_norm == 'true' else 7} variables (weights) from day-1" in line
 
 
 def test_continue_keeps_the_sources_step(tmp_path):
