@@ -273,6 +273,20 @@ def test_a_source_that_is_missing_empty_or_foreign_is_refused_before_tensorflow_
     assert W.source_problem(hparams(warm_start=""), env) is None
 
 
+@pytest.mark.parametrize("script", ["train_ps.py", "train_mirrored.py"])
+def test_a_script_given_an_empty_source_says_so_in_its_first_line_and_exits_1(tmp_path, script):
+    hps = {"warm_start": "embeddings", "warm_start_source": "s3://bucket/day-1/model.tar.gz"}
+    env = es.make_container(tmp_path, ["train", "model"], hyperparameters=hps)
+    proc = es.start_script(tmp_path, script, hps, env, tmp_path / "log.txt", boot=WARM_HPARAMS_BOOT)
+    assert proc.wait(timeout=120) == 1
+    first = (tmp_path / "log.txt").read_text().splitlines()[0]
+    assert first == (
+        f"[dfm] error: warm start source s3://bucket/day-1/model.tar.gz is empty (channel 'model', "
+        f"{tmp_path / 'input' / 'data' / 'model'}); no model exported"
+    )
+    assert os.listdir(tmp_path / "input" / "data" / "model") == []
+
+
 @pytest.mark.slow
 def test_a_run_whose_shapes_cannot_map_exits_1_before_training_and_exports_nothing(tmp_path):
     hp = hparams()
