@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import deepfm_hparams
 import deepfm_summaries
+import deepfm_warm_start
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def start_or_exit(argv, prog, image_problem=None):
     hp = deepfm_hparams.parse_or_exit(argv, prog=prog)
     deepfm_summaries.configure(hp.tensorboard_dir)
     env = load_env()
+    deepfm_warm_start.check_source_or_exit(hp, env)
     problem = pipe_mode_problem(env) or (image_problem() if image_problem else None)
     if problem:
         print(f"{prog}: error: {problem}", file=sys.stderr, flush=True)

@@ -21,6 +21,7 @@ the steps just trained, wherever the window ended.
 
 import time
 
+import deepfm_warm_start as warm_start
 from deepfm_checkpoint import export_saved_model, nothing_left, stop_diverged, stop_untrained
 from deepfm_collectives import SingleProcess
 from deepfm_data_errors import stop_bad_rows_past_bound, stop_on_input_error, stop_past_bad_row_bound
@@ -102,6 +103,8 @@ class TrainingLoop:
 
         if self.keeper is not None:
             self.keeper.restore_latest()
+            if self.keeper.restored is None:  # a fresh start: from the warm-start source, when there is one
+                warm_start.restore(self.hp, self.env, self.trainer)
         self.dist.after_restore()
         start = self.step()
         try:
