@@ -57,6 +57,8 @@ class CheckpointKeeper:
         objects = {"model": trainer.model, "optimizer": trainer.optimizer, "progress": trainer.progress}
         if trainer.loss_scale is not None:
             objects["loss_scale"] = trainer.loss_scale
+        if getattr(trainer, "baseline", None) is not None:
+            objects["baseline"] = trainer.baseline
         self.checkpoint = tf.train.Checkpoint(**objects)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep)
         self.best_manager = None
@@ -114,6 +116,8 @@ class CheckpointKeeper:
             )
             raise SystemExit(1)
         step = int(self.step_variable.numpy())
+        if getattr(trainer, "baseline", None) is not None and not any(key.startswith("baseline/") for key in saved):
+            log(f"baseline: {where} holds no logistic regression; it trains from zero from step {step}")
         self.restored = latest
         self.last_saved = step
         log(f"restored {latest}: continuing at step {step}")

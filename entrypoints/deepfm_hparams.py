@@ -41,6 +41,7 @@ DEFAULTS = {
     "best_of": "eval:auc",  # export the model of the best evaluation by this metric; `last`: the last model
     "early_stopping_patience": 0,  # stop after this many evaluations without a better best_of metric; 0: off
     "scale_lr": True,
+    "baseline": True,  # train and evaluate a logistic regression beside the model (deepfm_baseline)
     # data
     "data_format": "tfrecord",
     "shuffle_buffer": 10000,
