@@ -60,6 +60,7 @@ class CheckpointKeeper:
         if getattr(trainer, "baseline", None) is not None:
             objects["baseline"] = trainer.baseline
         self.checkpoint = tf.train.Checkpoint(**objects)
+        self.objects = objects
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep)
         self.best_manager = None
         self.io_device = None if tasks_write else io_device
@@ -104,9 +105,17 @@ class CheckpointKeeper:
         differs = mismatch(
             saved, expected_shapes(trainer.model, trainer.optimizer, trainer.loss_scale), trainer.optimizer.kind
         )
+        no_baseline = "baseline" in self.objects and not any(key.startswith("baseline/") for key in saved)
         if differs is None:
+            # a checkpoint without the baseline (written before it, or with it off): the rest restores, and it
+            # trains from zero
+            checkpoint = (
+                tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k != "baseline"})
+                if no_baseline
+                else self.checkpoint
+            )
             try:
-                self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
+                checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
             except (AssertionError, ValueError, tf.errors.OpError) as err:
                 differs = f"does not fit this run: {error_line(err).split(' Showing ')[0]}"  # not the arrays
         if differs is not None:
@@ -116,7 +125,7 @@ class CheckpointKeeper:
             )
             raise SystemExit(1)
         step = int(self.step_variable.numpy())
-        if getattr(trainer, "baseline", None) is not None and not any(key.startswith("baseline/") for key in saved):
+        if no_baseline:
             log(f"baseline: {where} holds no logistic regression; it trains from zero from step {step}")
         self.restored = latest
         self.last_saved = step

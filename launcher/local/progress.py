@@ -89,7 +89,7 @@ def baseline_line(evaluation: dict[str, float] | None) -> str:
     if not evaluation or "auc" not in evaluation or "baseline_auc" not in evaluation:
         return ""
     model, baseline = evaluation["auc"], evaluation["baseline_auc"]
-    gap = model - baseline
+    gap = round(model - baseline, 6)  # the lines carry 6 decimals
     if abs(gap) <= BASELINE_MARGIN:
         verdict = "the deep part adds nothing here"
     elif gap > 0:
