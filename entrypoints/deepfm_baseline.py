@@ -57,8 +57,9 @@ class BaselineLocalSteps:
     model's local steps): its rows and bias (with their accumulators) read in one transfer per ps, the steps
     trained here, the changes added back in one."""
 
-    def __init__(self, baseline):
-        self.baseline = baseline
+    def __init__(self, baseline, checked_ids):
+        """checked_ids: the model's check of a batch's ids (DeepFM.checked_ids), so a bad id stops with its line."""
+        self.baseline, self.checked_ids = baseline, checked_ids
         self.shards = flat_variables([baseline.weights])
         slots = {id(var): slot for var, slot in zip(baseline.params, baseline.optimizer.slots)}
         self.accum = lambda var: slots[id(var)].get("accum")
@@ -73,6 +74,7 @@ class BaselineLocalSteps:
         return pieces, [at for _, at in by_shard]
 
     def run(self, ids, values, labels, sizes):
+        ids = self.checked_ids(ids)
         unique, places = tf.unique(tf.reshape(ids, [-1]))
         places = tf.reshape(places, tf.shape(ids))
         pieces, at = self._pieces(unique)

@@ -233,7 +233,11 @@ class CoordinatorSteps(Distribution):
             trainer.train_metrics.add(counts)
 
         local = LocalSteps(trainer) if hp.local_steps > 1 else None
-        baseline = BaselineLocalSteps(trainer.baseline) if local is not None and trainer.baseline is not None else None
+        baseline = (
+            BaselineLocalSteps(trainer.baseline, trainer.model.checked_ids)
+            if local is not None and trainer.baseline is not None
+            else None
+        )
 
         @tf.function
         def worker_local_steps(it, count):

@@ -235,7 +235,8 @@ class Trainer:
             loss = tf.reduce_mean(losses) + l2
             scaled = loss * self.loss_scale.scale if self.loss_scale is not None else loss
             if self.baseline is not None:  # its own variables: the sum's gradients are each loss's
-                scaled += self.baseline.loss(features["ids"], features["values"], labels)
+                ids = self.model.checked_ids(features["ids"])  # a bad id stops the step with the model's line
+                scaled += self.baseline.loss(ids, features["values"], labels)
         params = self.variables + (self.baseline.params if self.baseline is not None else [])
         grads = tape.gradient(scaled, params)
         if self.grad_transform is not None:
@@ -260,7 +261,8 @@ class Trainer:
         losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
         self.eval_metrics.update(labels, tf.sigmoid(logits), losses)
         if self.baseline is not None:
-            self.baseline.evaluate(self.baseline_metrics, features["ids"], features["values"], labels)
+            ids = self.model.checked_ids(features["ids"])
+            self.baseline.evaluate(self.baseline_metrics, ids, features["values"], labels)
         if BAD_ROWS_KEY in features:  # raw features: the rows the parser dropped as bad
             self.eval_metrics.skip(features[BAD_ROWS_KEY])
         return tf.reduce_mean(losses)
