@@ -289,10 +289,10 @@ def build_trainer(
         if spec is not None and spec.bad_rows == "skip":
             metrics[1].max_skipped_fraction = spec.max_bad_fraction
         follow_learning_rate(optimizer.learning_rate)
-        if baseline:  # the run's optimizer and learning rate: see docs/quality.md
-            from deepfm_baseline import Baseline
+        if baseline:
+            from deepfm_baseline import OPTIMIZER, Baseline
 
-            own = SparseOptimizer(hp.optimizer, rate, name="baseline_optimizer")
+            own = SparseOptimizer(*OPTIMIZER, name="baseline_optimizer")
             baseline = Baseline(model.feature_size, own, hp.l2_reg)
         return Trainer(
             model, optimizer, *metrics[:2], loss_scale, grad_transform, baseline or None, (metrics[2:] or [None])[0]

@@ -34,7 +34,7 @@ def test_the_baseline_trains_on_its_own_weights_and_leaves_the_models_steps_as_t
     hp_on, hp_off = small_hp(dropout=0), small_hp(dropout=0, baseline="false")
     on, off = T.build_trainer(hp_on), T.build_trainer(hp_off)
     assert off.baseline is None and off.baseline_metrics is None
-    assert on.baseline.optimizer is not on.optimizer and on.baseline.optimizer.kind == hp_on.optimizer
+    assert on.baseline.optimizer is not on.optimizer and on.baseline.optimizer.kind == "adam"
     for trainer in (on, off):
         step = tf.function(trainer.train_step)
         for seed in range(5):
@@ -89,7 +89,7 @@ def test_a_resume_keeps_the_baseline_and_an_old_checkpoint_without_it_still_resu
     assert C.CheckpointKeeper(again, str(tmp_path / "with"), 10).restore_latest() == 3
     np.testing.assert_array_equal(again.baseline.weights.numpy(), first.baseline.weights.numpy())
     np.testing.assert_array_equal(
-        again.baseline.optimizer.slots[0]["accum"].numpy(), first.baseline.optimizer.slots[0]["accum"].numpy()
+        again.baseline.optimizer.slots[0]["v"].numpy(), first.baseline.optimizer.slots[0]["v"].numpy()
     )
     assert "holds no logistic regression" not in capsys.readouterr().out
 
