@@ -137,7 +137,7 @@ def tuned_sklearn(sample: Path, fields: int = 39) -> tuple[float, float]:
 
 
 def measure(quick: bool, context: dict, pairs: int | None = None) -> dict:
-    pairs = pairs or (2 if quick else 3)
+    pairs = (2 if quick else 3) if pairs is None else pairs
     result = section(
         "The logistic-regression baseline beside DeepFM",
         f"costs under {MAX_COST:.0%} of the step on the demo's settings (on by default); its eval AUC within "
