@@ -31,7 +31,7 @@ def test_the_eval_line_carries_baseline_auc_and_the_metric_definitions_read_it()
 
 
 def test_the_baseline_trains_on_its_own_weights_and_leaves_the_models_steps_as_they_were():
-    hp_on, hp_off = small_hp(dropout=0), small_hp(dropout=0, baseline="false")
+    hp_on, hp_off = small_hp(dropout=0, baseline="true"), small_hp(dropout=0)
     on, off = T.build_trainer(hp_on), T.build_trainer(hp_off)
     assert off.baseline is None and off.baseline_metrics is None
     assert on.baseline.optimizer is not on.optimizer and on.baseline.optimizer.kind == "adam"
@@ -46,7 +46,7 @@ def test_the_baseline_trains_on_its_own_weights_and_leaves_the_models_steps_as_t
 
 
 def test_an_evaluation_reports_the_baselines_auc_of_its_own_predictions(capsys):
-    hp = small_hp()
+    hp = small_hp(baseline="true")
     trainer = T.build_trainer(hp)
     step = tf.function(trainer.train_step)
     for seed in range(10):
@@ -59,12 +59,12 @@ def test_an_evaluation_reports_the_baselines_auc_of_its_own_predictions(capsys):
     metrics.update(labels, tf.sigmoid(logits), tf.zeros_like(logits))
     expected = metrics.result()[1]
     assert re.search(r"baseline_auc=([0-9.]+)", line).group(1) == f"{expected:.6f}"
-    DM.evaluate(small_trainer := T.build_trainer(small_hp(baseline="false")), [(features, labels)], 10)
+    DM.evaluate(small_trainer := T.build_trainer(small_hp()), [(features, labels)], 10)
     assert small_trainer.baseline is None and "baseline_auc" not in capsys.readouterr().out
 
 
 def test_the_baseline_is_not_in_the_exported_saved_model(tmp_path):
-    hp = small_hp()
+    hp = small_hp(baseline="true")
     trainer = T.build_trainer(hp)
     tf.function(trainer.train_step)(random_batch(hp))
     without = T.build_trainer(small_hp(baseline="false"))
@@ -79,7 +79,7 @@ def test_the_baseline_is_not_in_the_exported_saved_model(tmp_path):
 
 
 def test_a_resume_keeps_the_baseline_and_an_old_checkpoint_without_it_still_resumes(tmp_path, capsys):
-    hp = small_hp()
+    hp = small_hp(baseline="true")
     first = T.build_trainer(hp)
     step = tf.function(first.train_step)
     for seed in range(3):

@@ -100,7 +100,6 @@ def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves
         "train/learning_rate",
         "eval/loss",
         "eval/auc",
-        "eval/baseline_auc",
     }
     assert scalars["train/auc"] == [10, 20] and scalars["eval/auc"] == [10, 20]
     assert not glob.glob(str(job / "hosts" / "algo-2" / "output" / "tensorboard" / "*"))  # the chief's alone
