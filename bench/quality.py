@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.baseline import MAX_GAP, tuned_sklearn
 from bench.common import DFM, REPO, add_table, fmt, section, synth, verdict, versions
 from bench.quality_baselines import (
     LR_C,
@@ -157,10 +158,11 @@ def _launch(config: str, sets: list[str], channels: dict[str, Path], run_dir: Pa
 
 
 def dfm_per_epoch(
-    config: str, epochs: int, sample: Path, run_dir: Path, sets: list[str] = ()
+    config: str, epochs: int, sample: Path, run_dir: Path, sets: list[str] = (), baseline: list | None = None
 ) -> tuple[list[float], float, str]:
     """`dfm launch <config> --local` for `epochs` epochs on the sample with the config's recipe ->
-    (eval AUC after each epoch, the final (exported model's) AUC, failure or '')."""
+    (eval AUC after each epoch, the final (exported model's) AUC, failure or ''); `baseline`, a list, gets the
+    scripts' logistic-regression baseline's eval AUC after each epoch."""
     from launcher.local.progress import parse_metric_line
 
     done = _launch(
@@ -178,6 +180,8 @@ def dfm_per_epoch(
         errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
         return [], float("nan"), f"exit {done.returncode}: {(errors or ['no error line'])[-1][:200]}"
     per_epoch = evals[:epochs] if len(evals) > epochs else evals  # the last line repeats the best one
+    if baseline is not None:
+        baseline += [row["baseline_auc"] for row in per_epoch if "baseline_auc" in row]
     return [row["auc"] for row in per_epoch], evals[-1]["auc"], ""
 
 
@@ -229,7 +233,10 @@ def measure(quick: bool, context: dict) -> dict:
                     for rows in (tr_s, ev_s)
                 )
             lr_auc = logistic_regression(tr_x, tr_y, ev_x, ev_y)
-            ours, final, failure = dfm_per_epoch(config, epochs, sample, work / "runs" / name, [*base_sets, FLOAT32])
+            ours_lr: list[float] = []
+            ours, final, failure = dfm_per_epoch(
+                config, epochs, sample, work / "runs" / name, [*base_sets, FLOAT32], baseline=ours_lr
+            )
             rows.append(
                 [
                     name,
@@ -266,6 +273,24 @@ def measure(quick: bool, context: dict) -> dict:
                 rows.append([name, label, *_epochs(aucs), fmt(best, 4) if not failed else f"not run: {failed}"])
                 variants[label] = None if failed else best
             rows.append([name, f"logistic regression, one-hot (C={LR_C})", *_epochs([]), fmt(lr_auc, 4)])
+            if ours_lr and name != "raw":  # raw: the scripts hash what scikit-learn one-hot encodes
+                tuned_auc, tuned_c = tuned_sklearn(sample, meta["field_size"])
+                rows.append([name, "the scripts' logistic-regression baseline (`baseline`)", *_epochs(ours_lr), ""])
+                rows.append(
+                    [
+                        name,
+                        f"logistic regression, weighted one-hot, tuned (C={tuned_c})",
+                        *_epochs([]),
+                        fmt(tuned_auc, 4),
+                    ]
+                )
+                verdict(
+                    result,
+                    f"{name}: the scripts' baseline within {MAX_GAP} of a tuned scikit-learn logistic regression",
+                    abs(ours_lr[-1] - tuned_auc) <= MAX_GAP,
+                    f"baseline {ours_lr[-1]:.4f} after {len(ours_lr)} epochs, "
+                    f"scikit-learn {tuned_auc:.4f} (C={tuned_c})",
+                )
             for label, settings in (DEEPCTR_DEEP8 if name == "deep8" else DEEPCTR).items():
                 try:
                     aucs = deepctr_per_epoch(tr_ids, tr_y, ev_ids, ev_y, settings, epochs=3 if name != "deep8" else 4)

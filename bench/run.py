@@ -31,6 +31,7 @@ ITEMS = {
     "raw_pipeline": ("bench.raw_pipeline", 300, 1200),
     "raw_training": ("bench.raw_training", 300, 1200),
     "quality": ("bench.quality", 1500, 2400),
+    "baseline": ("bench.baseline", 1500, 2400),
     "tuning": ("bench.tuning", 1800, 3600),
     "tune_example": ("bench.tune_example", 1800, 1800),
     "prepare": ("bench.prepare", 600, 1800),

@@ -57,7 +57,10 @@ class CheckpointKeeper:
         objects = {"model": trainer.model, "optimizer": trainer.optimizer, "progress": trainer.progress}
         if trainer.loss_scale is not None:
             objects["loss_scale"] = trainer.loss_scale
+        if getattr(trainer, "baseline", None) is not None:
+            objects["baseline"] = trainer.baseline
         self.checkpoint = tf.train.Checkpoint(**objects)
+        self.objects = objects
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep)
         self.best_manager = None
         self.io_device = None if tasks_write else io_device
@@ -102,9 +105,17 @@ class CheckpointKeeper:
         differs = mismatch(
             saved, expected_shapes(trainer.model, trainer.optimizer, trainer.loss_scale), trainer.optimizer.kind
         )
+        no_baseline = "baseline" in self.objects and not any(key.startswith("baseline/") for key in saved)
         if differs is None:
+            # a checkpoint without the baseline (written before it, or with it off): the rest restores, and it
+            # trains from zero
+            checkpoint = (
+                tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k != "baseline"})
+                if no_baseline
+                else self.checkpoint
+            )
             try:
-                self.checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
+                checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
             except (AssertionError, ValueError, tf.errors.OpError) as err:
                 differs = f"does not fit this run: {error_line(err).split(' Showing ')[0]}"  # not the arrays
         if differs is not None:
@@ -114,6 +125,8 @@ class CheckpointKeeper:
             )
             raise SystemExit(1)
         step = int(self.step_variable.numpy())
+        if no_baseline:
+            log(f"baseline: {where} holds no logistic regression; it trains from zero from step {step}")
         self.restored = latest
         self.last_saved = step
         log(f"restored {latest}: continuing at step {step}")

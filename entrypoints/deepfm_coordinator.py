@@ -9,6 +9,7 @@ SAGEMAKER_BASE_DIR) and its shard from a small file the worker writes there befo
 
 import time
 
+from deepfm_baseline import BaselineLocalSteps
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, shared_by_every_host
 from deepfm_data_errors import is_bad_row, stop_on_input_error
 from deepfm_features import BAD_ROWS_KEY
@@ -232,6 +233,11 @@ class CoordinatorSteps(Distribution):
             trainer.train_metrics.add(counts)
 
         local = LocalSteps(trainer) if hp.local_steps > 1 else None
+        baseline = (
+            BaselineLocalSteps(trainer.baseline, trainer.model.checked_ids)
+            if local is not None and trainer.baseline is not None
+            else None
+        )
 
         @tf.function
         def worker_local_steps(it, count):
@@ -245,6 +251,8 @@ class CoordinatorSteps(Distribution):
                 ids, values, labels, sizes, group_bad, ended = take(it, tf.minimum(count - done, hp.local_steps), raw)
                 if tf.size(sizes) > 0:
                     group = strategy.run(local.run, args=(ids.concat(), values.concat(), labels.concat(), sizes))
+                    if baseline is not None:
+                        strategy.run(baseline.run, args=(ids.concat(), values.concat(), labels.concat(), sizes))
                     counts = tuple(total + new for total, new in zip(counts, group))
                 bad += group_bad
                 done += tf.cast(tf.size(sizes), tf.int64)

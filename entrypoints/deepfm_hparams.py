@@ -41,6 +41,9 @@ DEFAULTS = {
     "best_of": "eval:auc",  # export the model of the best evaluation by this metric; `last`: the last model
     "early_stopping_patience": 0,  # stop after this many evaluations without a better best_of metric; 0: off
     "scale_lr": True,
+    # train and evaluate a logistic regression beside the model (deepfm_baseline); off by default: it measured
+    # 10.9% of the step, above the 5% a default may cost (docs/quality.md); configs/ps.yaml (the demo) turns it on
+    "baseline": False,
     # data
     "data_format": "tfrecord",
     "shuffle_buffer": 10000,

@@ -30,14 +30,17 @@ def warn(message):
     log(f"warning: {message}")
 
 
-def format_metric(kind, step, loss, auc, examples_per_sec=None):
+def format_metric(kind, step, loss, auc, examples_per_sec=None, baseline_auc=None):
     """`[dfm] train step=<int> loss=<float> auc=<float> examples_per_sec=<float>` or
-    `[dfm] eval step=<int> loss=<float> auc=<float>`."""
+    `[dfm] eval step=<int> loss=<float> auc=<float>`, then ` baseline_auc=<float>` with the logistic-regression
+    baseline's AUC (deepfm_baseline)."""
     if kind not in ("train", "eval"):
         raise ValueError(f"metric kind {kind!r} is not train or eval")
     line = f"{LOG_PREFIX} {kind} step={int(step)} loss={float(loss):.6f} auc={float(auc):.6f}"
     if kind == "train":
         line += f" examples_per_sec={float(examples_per_sec or 0.0):.1f}"
+    if baseline_auc is not None:
+        line += f" baseline_auc={float(baseline_auc):.6f}"
     return line
 
 

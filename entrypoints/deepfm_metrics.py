@@ -188,19 +188,27 @@ class TrainWindow:
 def evaluate(trainer, dataset, step, collectives=None, step_fn=None):
     """Run the eval step over `dataset` (None: this worker reads no eval data), sum the eval metrics over
     the workers; rank 0 prints the eval line. -> (loss, auc)."""
-    trainer.eval_metrics.reset()
+    reset_evaluation(trainer)
     if dataset is not None:
         step_fn = step_fn or tf.function(trainer.eval_step)
         for batch in dataset:
             step_fn(batch)
-    return report_evaluation(trainer.eval_metrics, step, collectives)[:2]
+    return report_evaluation(trainer.eval_metrics, step, collectives, getattr(trainer, "baseline_metrics", None))[:2]
 
 
-def report_evaluation(metrics, step, collectives=None):
-    """The eval line of what `metrics` (eval metrics) hold, summed over the workers; rank 0 prints it.
-    -> (loss, auc, examples)."""
+def reset_evaluation(trainer):
+    """Zero the eval metrics (and the baseline's) before an evaluation."""
+    trainer.eval_metrics.reset()
+    if getattr(trainer, "baseline_metrics", None) is not None:
+        trainer.baseline_metrics.reset()
+
+
+def report_evaluation(metrics, step, collectives=None, baseline=None):
+    """The eval line of what `metrics` (eval metrics) hold, summed over the workers, with the AUC of `baseline`
+    (the logistic-regression baseline's eval metrics, or None); rank 0 prints it. -> (loss, auc, examples)."""
     collectives = collectives or SingleProcess()
     loss, auc, examples, skipped = summed_counts(metrics, collectives)
+    baseline_auc = summed_counts(baseline, collectives)[1] if baseline is not None else None
     if skipped and collectives.rank == 0:
         log(f"eval bad rows skipped: {skipped}")
     bound = metrics.max_skipped_fraction
@@ -208,8 +216,9 @@ def report_evaluation(metrics, step, collectives=None):
         raise BadRowsPastBound("eval", skipped, skipped + examples, bound)  # on every worker: the same sums
     if examples and np.isfinite(loss):
         if collectives.rank == 0:
-            emit(format_metric("eval", step, loss, auc))
-            record("eval", step, loss=loss, auc=auc)
+            emit(format_metric("eval", step, loss, auc, baseline_auc=baseline_auc))
+            extra = {} if baseline_auc is None else {"baseline_auc": baseline_auc}
+            record("eval", step, loss=loss, auc=auc, **extra)
         return loss, auc, examples
     # the same sums on every worker: all stop here
     if collectives.rank == 0:

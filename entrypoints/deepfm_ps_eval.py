@@ -132,13 +132,13 @@ class WorkerEvaluation:
     def run(self, step):
         """One evaluation of the current model on the workers; the chief prints the eval line.
         -> (loss, auc, rows)."""
-        from deepfm_metrics import report_evaluation
+        from deepfm_metrics import report_evaluation, reset_evaluation
 
         while True:
-            self.trainer.eval_metrics.reset()
+            reset_evaluation(self.trainer)
             # kept until the next evaluation and released here, while no closure runs (not whenever the
             # last reference to the previous pass's iterators drops, perhaps during a training window)
             self.iterator = None
             self.iterator = iter(self.dataset)
             if self._on_every_worker(self.evaluate_share, (self.iterator,)):
-                return report_evaluation(self.trainer.eval_metrics, step)
+                return report_evaluation(self.trainer.eval_metrics, step, baseline=self.trainer.baseline_metrics)

@@ -66,10 +66,12 @@ def build_sync_trainer(hp, collectives, compute_dtype, strategy=None):
 
 
 def model_state(trainer):
-    """Every variable a restart or a broadcast must carry: model, optimizer slots and step, loss scale."""
+    """Every variable a restart or a broadcast must carry: model, optimizer slots and step, loss scale, baseline."""
     state = list(trainer.model.variables) + list(trainer.optimizer.variables) + [trainer.progress]
     if trainer.loss_scale is not None:
         state += list(trainer.loss_scale.variables)
+    if getattr(trainer, "baseline", None) is not None:
+        state += list(trainer.baseline.variables)
     unique = {v.ref(): v for v in state}  # the optimizer also references the model's variables
     return list(unique.values())
 

@@ -195,8 +195,20 @@ class Trainer:
     ClusterCoordinator.schedule). grad_transform averages gradients over the workers
     (a collectives object's average_gradients)."""
 
-    def __init__(self, model, optimizer, train_metrics, eval_metrics=None, loss_scale=None, grad_transform=None):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        train_metrics,
+        eval_metrics=None,
+        loss_scale=None,
+        grad_transform=None,
+        baseline=None,
+        baseline_metrics=None,
+    ):
+        """baseline: a deepfm_baseline.Baseline trained in the same steps, evaluated into baseline_metrics."""
         self.model, self.optimizer, self.loss_scale = model, optimizer, loss_scale
+        self.baseline, self.baseline_metrics = baseline, baseline_metrics
         self.train_metrics, self.eval_metrics = train_metrics, eval_metrics
         self.grad_transform = grad_transform
         # [epochs completed, global step at the start of the current epoch]: checkpointed, so a restart
@@ -222,9 +234,16 @@ class Trainer:
             losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.reduce_mean(losses) + l2
             scaled = loss * self.loss_scale.scale if self.loss_scale is not None else loss
-        grads = tape.gradient(scaled, self.variables)
+            if self.baseline is not None:  # its own variables: the sum's gradients are each loss's
+                ids = self.model.checked_ids(features["ids"])  # a bad id stops the step with the model's line
+                scaled += self.baseline.loss(ids, features["values"], labels)
+        params = self.variables + (self.baseline.params if self.baseline is not None else [])
+        grads = tape.gradient(scaled, params)
         if self.grad_transform is not None:
-            grads = self.grad_transform(grads)
+            grads = self.grad_transform(grads)  # the model's and the baseline's in one call
+        if self.baseline is not None:
+            grads, baseline_grads = grads[: len(self.variables)], grads[len(self.variables) :]
+            self.baseline.optimizer.apply(baseline_grads)
         if self.loss_scale is not None:
             grads, finite = self.loss_scale.unscale(grads)
             if finite:
@@ -241,6 +260,9 @@ class Trainer:
         logits, _ = self.model(features["ids"], features["values"], training=False)
         losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
         self.eval_metrics.update(labels, tf.sigmoid(logits), losses)
+        if self.baseline is not None:
+            ids = self.model.checked_ids(features["ids"])
+            self.baseline.evaluate(self.baseline_metrics, ids, features["values"], labels)
         if BAD_ROWS_KEY in features:  # raw features: the rows the parser dropped as bad
             self.eval_metrics.skip(features[BAD_ROWS_KEY])
         return tf.reduce_mean(losses)
@@ -254,16 +276,24 @@ def build_trainer(
     process_metrics: metrics as plain variables of this process, outside the scope, that every local
     replica adds into (in the scope of a mirrored strategy each replica would count into its own copy)."""
     scope = strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope()
-    metrics = (
-        [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")] if process_metrics else None
-    )
+    baseline = getattr(hp, "baseline", False)
+    names = ["train_metrics", "eval_metrics"] + (["baseline_metrics"] if baseline else [])
+    metrics = [StreamingMetrics(name=name) for name in names] if process_metrics else None
     with scope:
         model = build_model(hp, compute_dtype)
-        optimizer = SparseOptimizer(hp.optimizer, hp.learning_rate if learning_rate is None else learning_rate)
+        rate = hp.learning_rate if learning_rate is None else learning_rate
+        optimizer = SparseOptimizer(hp.optimizer, rate)
         loss_scale = LossScale() if tf.as_dtype(compute_dtype) == tf.float16 else None
-        metrics = metrics or [StreamingMetrics(name="train_metrics"), StreamingMetrics(name="eval_metrics")]
+        metrics = metrics or [StreamingMetrics(name=name) for name in names]
         spec = getattr(hp, "feature_spec", None)
         if spec is not None and spec.bad_rows == "skip":
             metrics[1].max_skipped_fraction = spec.max_bad_fraction
         follow_learning_rate(optimizer.learning_rate)
-        return Trainer(model, optimizer, *metrics, loss_scale, grad_transform)
+        if baseline:
+            from deepfm_baseline import OPTIMIZER, Baseline
+
+            own = SparseOptimizer(*OPTIMIZER, name="baseline_optimizer")
+            baseline = Baseline(model.feature_size, own, hp.l2_reg)
+        return Trainer(
+            model, optimizer, *metrics[:2], loss_scale, grad_transform, baseline or None, (metrics[2:] or [None])[0]
+        )

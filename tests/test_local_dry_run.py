@@ -66,7 +66,7 @@ def test_text_lists_every_process_with_command_cwd_and_environment(capsys, tmp_p
         block = out.split(f"  {label}  ({role})\n", 1)[1].split("\n  algo-", 1)[0]
         assert block.startswith("    command  ") and "\n    cwd      " in block and "\n    env      " in block
         assert "TF_CONFIG=" in block and f"log      {job}/logs/{label.replace('/', '-')}.log" in block
-    assert f"cwd      {job}/hosts/algo-2/code" in out and "train_ps.py --batch_size 512" in out
+    assert f"cwd      {job}/hosts/algo-2/code" in out and "train_ps.py --baseline True --batch_size 512" in out
     assert "channel train: File, ShardedByS3Key" in out
     assert "DB_PASSWORD=****" in out and "hunter2" not in out + err and "FEATURE_SET=wide" in out
     assert not (tmp_path / "runs").exists()  # nothing written

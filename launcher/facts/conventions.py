@@ -134,6 +134,8 @@ METRIC_DEFINITIONS: tuple[dict[str, str], ...] = (
     {"Name": "train:step", "Regex": r"\[dfm\] train step=(\d+)"},
     {"Name": "eval:loss", "Regex": r"\[dfm\] eval step=\d+ loss=" + _FLOAT},
     {"Name": "eval:auc", "Regex": r"\[dfm\] eval step=\d+ loss=\S+ auc=" + _FLOAT},
+    # the logistic-regression baseline the bundled scripts train beside the model (hyperparameter `baseline`)
+    {"Name": "eval:baseline_auc", "Regex": r"\[dfm\] eval step=\d+ .*baseline_auc=" + _FLOAT},
 )
 
 

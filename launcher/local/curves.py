@@ -1,5 +1,6 @@
 """The learning curves of a local run, drawn from the metric lines it collected (progress.Progress.history):
-train and eval AUC per step with the best evaluation marked, and the losses; a PNG beside the run's logs, so
+train and eval AUC per step with the best evaluation marked (and the logistic-regression baseline's eval AUC
+when the scripts trained one), and the losses; a PNG beside the run's logs, so
 a run can be judged without TensorBoard. matplotlib is imported only to draw.
 """
 
@@ -62,6 +63,11 @@ def draw(history: Iterable[tuple[str, dict[str, float]]], title: str):
                 axis.plot(steps, [points[s][metric] for s in steps], style, label=f"{kind} {metric}")
         axis.set_xlabel("step")
         axis.set_ylabel(metric)
+    baseline = sorted(s for s, v in evals.items() if "baseline_auc" in v)
+    if baseline:
+        auc_axis.plot(
+            baseline, [evals[s]["baseline_auc"] for s in baseline], "s--", label="eval auc, logistic regression"
+        )
     best = best_eval(evals)
     if best is not None:
         auc_axis.plot(

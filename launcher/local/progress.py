@@ -78,6 +78,27 @@ def parse_metric_line(line: str) -> tuple[str, dict[str, float]] | None:
     return kind, found[kind]
 
 
+# DeepFM within this eval AUC of the logistic-regression baseline adds nothing the baseline lacks: the AUC of
+# one run of the demo moves about 0.001 from run to run (docs/quality.md).
+BASELINE_MARGIN = 0.002
+
+
+def baseline_line(evaluation: dict[str, float] | None) -> str:
+    """The summary's line comparing the final evaluation's AUC with the baseline's (bundled scripts, `baseline`
+    on): within BASELINE_MARGIN "adds nothing here", above "adds X", below "is worse here"; "" without both."""
+    if not evaluation or "auc" not in evaluation or "baseline_auc" not in evaluation:
+        return ""
+    model, baseline = evaluation["auc"], evaluation["baseline_auc"]
+    gap = round(model - baseline, 6)  # the lines carry 6 decimals
+    if abs(gap) <= BASELINE_MARGIN:
+        verdict = "the deep part adds nothing here"
+    elif gap > 0:
+        verdict = f"the deep part adds {gap:.4f} AUC"
+    else:
+        verdict = f"the deep part is worse here: {-gap:.4f} AUC below it"
+    return f"  DeepFM {model:.4f}, logistic regression {baseline:.4f} on the same data: {verdict}"
+
+
 @dataclass
 class Progress:
     train: dict[str, dict[str, float]] = field(default_factory=dict)  # label -> latest train values

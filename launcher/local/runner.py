@@ -21,7 +21,7 @@ from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import checkpoint_store, curves, host_memory, netns, run_total
-from launcher.local.progress import Progress, TerminalFilter, display_for
+from launcher.local.progress import Progress, TerminalFilter, baseline_line, display_for
 from launcher.local.local_processes import inherited_env
 from launcher.local.local_request import LocalHost, LocalRequest, build_request, request_plan
 from launcher.local.supervisor import Supervisor
@@ -407,6 +407,7 @@ class LocalRun:
             f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
             self._train_loss_line(),
             "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
+            baseline_line(p.eval),
             f"  ran on: {self.request.runtime.note}",
             f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
             f"  logs: {self.request.log_dir}" + self._hidden_note(),
