@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,15 +119,33 @@ def test_every_run_reports_each_hosts_peak_and_each_processs(tmp_path, mechanism
 @pytest.mark.skipif(not CGROUPS, reason="no writable cgroup v1 memory controller here (needs root)")
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun not installed")
 def test_each_mpi_rank_runs_in_its_own_hosts_memory_group(tmp_path):
-    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=1)
-    result = local_run(plan, tmp_path, timeout_s=120).run()
+    # a rank is mpirun's child, not the launcher's: its peak is what the samples saw, so the ranks hold until the
+    # samples have labelled rank 1 as algo-2's
+    release = tmp_path / "release"
+    plan = standin_plan(tmp_path, kind="horovod", hosts=2, per_host=1, hyperparameters={"hold_until": str(release)})
+    runner = local_run(plan, tmp_path, timeout_s=120)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(runner.run()))
+    thread.start()
+    deadline = time.monotonic() + 100
+    while time.monotonic() < deadline and "algo-2/rank1" not in _sampled(runner, "algo-2"):
+        time.sleep(0.05)
+    release.touch()
+    thread.join(timeout=120)
+    [result] = outcome
     assert result.exit_code == 0, result.reason
     reports = _reports(result.job_dir)
     assert {r["rank"] for r in reports.values()} == {"0", "1"}
     for report in reports.values():
         assert report["memory_cgroup"].endswith(f"/algo-{int(report['rank']) + 1}")
     document = json.loads((result.job_dir / host_memory.SUMMARY_FILE).read_text())
-    assert "algo-2/rank1" in document["hosts"]["algo-2"]["processes"]
+    assert set(document["hosts"]["algo-2"]["processes"]) == {"algo-2/rank1"}
+    assert "algo-1/rank0" in document["hosts"]["algo-1"]["processes"]
+
+
+def _sampled(runner: LocalRun, host: str) -> set[str]:
+    memory = getattr(runner, "memory", None)
+    return set(memory.hosts[host].process_peaks) if memory is not None else set()
 
 
 # ---- the spec, the rule, the dry run ----

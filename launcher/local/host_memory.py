@@ -222,9 +222,11 @@ class RunMemory:
             self.hosts[host].peak = max(self.hosts[host].peak, total)
         self._sum_peaks()
 
-    def reaped(self, pid: int, create_time: float, max_rss: int) -> None:
-        """The exact peak of a process the launcher reaped (ru_maxrss, bytes)."""
+    def reaped(self, pid: int, create_time: float, max_rss: int, label: str) -> None:
+        """The exact peak of a process the launcher started and reaped (ru_maxrss, bytes), under its label: also
+        when it ended before any sample saw it."""
         key = (pid, create_time)
+        self._labels.setdefault(key, label)
         self._peaks[key] = max(self._peaks.get(key, 0), max_rss)
         self._sum_peaks()
 

@@ -247,7 +247,7 @@ class LocalRun:
         for child in children:
             created = sup.create_time(child.popen.pid)
             if child.max_rss is not None and created is not None:
-                self.memory.reaped(child.popen.pid, created, child.max_rss)
+                self.memory.reaped(child.popen.pid, created, child.max_rss, child.label)
 
     def _finish_memory(self, sup: Supervisor) -> None:
         """The peaks of the processes stopped at the end; the hosts' groups removed."""

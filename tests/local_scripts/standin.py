@@ -25,6 +25,7 @@ parser.add_argument("--stop_marker", default="")  # with stop_on: where that hos
 parser.add_argument("--interrupt", default="never")  # first | always: the chief SIGKILLs itself (a lost instance)
 parser.add_argument("--allocate_mb", type=int, default=0)  # with on_host: that host holds this much, then sleeps
 parser.add_argument("--warning", default="")  # printed as the scripts print a warning (deepfm_log.warn)
+parser.add_argument("--hold_until", default="")  # after its train lines, wait until this file exists (120 s at most)
 parser.add_argument("--probe_ps_s", type=float, default=0)  # PS jobs: wait for every ps; the master then watches them
 args, unknown = parser.parse_known_args()
 
@@ -159,6 +160,9 @@ if args.stop_on and args.stop_marker and args.stop_on != host:
 for step in (10, 20):
     print(f"[dfm] train step={step} loss={1.0 / step:.4f} auc=0.6{step} examples_per_sec=1000.0", flush=True)
 mine = args.on_host in ("", host)
+hold_deadline = time.monotonic() + 120
+while args.hold_until and not os.path.exists(args.hold_until) and time.monotonic() < hold_deadline:
+    time.sleep(0.05)
 if args.stop_on == host:
     import signal
 
