@@ -7,7 +7,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -22,14 +22,22 @@ PROGRESS_LINE = re.compile(r"\[dfm\] progress step=\d+")
 Echo = Callable[[str], None]
 
 
+class JobState(NamedTuple):
+    """A job's state as its logs are followed."""
+
+    status: str  # the job's status (InProgress, Completed, ...)
+    progress: str  # the line shown when it changes: "-- Training: ..."
+    several_hosts: bool
+    phase: str | None = None  # the phase the stall watch reads (training jobs' SecondaryStatus)
+    entries: int | None = None  # how many times the job has entered the counted phase so far
+
+
 @dataclass(frozen=True)
 class LogSource:
     """Where a kind of job writes its logs, and how its state is read while they are followed."""
 
     log_group: str
-    # (sagemaker client, job) -> (status, progress line, several hosts, phase the stall watch reads or None, how
-    # many times the job has entered that counted phase so far or None)
-    state: Callable[[Any, str], tuple[str, str, bool, str | None, int | None]]
+    state: Callable[[Any, str], JobState]  # (sagemaker client, job name) -> its state
 
 
 def _host_of(stream_name: str) -> str:
@@ -177,14 +185,14 @@ def _progress_line(description: dict) -> str:
     return f"-- {secondary}" + (f": {aws.one_line(message)}" if message else "")
 
 
-def _training_state(sagemaker_client, job_name: str) -> tuple[str, str, bool, str | None, int | None]:
+def _training_state(sagemaker_client, job_name: str) -> JobState:
     description = sagemaker_client.describe_training_job(TrainingJobName=job_name)
     groups = aws.instance_groups(description.get("ResourceConfig", {}))
     several = sum(g["instance_count"] for g in groups) > 1
     transitions = description.get("SecondaryStatusTransitions") or []
     entries = sum(1 for t in transitions if t.get("Status") == TRAINING_PHASE)
     phase = description.get("SecondaryStatus")
-    return description["TrainingJobStatus"], _progress_line(description), several, phase, entries
+    return JobState(description["TrainingJobStatus"], _progress_line(description), several, phase, entries)
 
 
 TRAINING = LogSource("/aws/sagemaker/TrainingJobs", _training_state)
@@ -216,13 +224,14 @@ def stream_logs(
     was_running, last_progress = False, None
     with aws.aws_errors(f"reading the logs of {job_name}", job_name=job_name, region=region):
         while True:
-            status, progress, multi_host, phase, entries = source.state(sagemaker_client, job_name)
+            state = source.state(sagemaker_client, job_name)
+            status, progress, multi_host = state.status, state.progress, state.several_hosts
             if watch is not None:
-                watch.phase(phase or status)
+                watch.phase(state.phase or status)
             if follow and not as_json and progress != last_progress:
                 echo(progress)
                 last_progress = progress
-            waiting = stall.enter(phase, entries) if stall is not None else None
+            waiting = stall.enter(state.phase, state.entries) if stall is not None else None
             if waiting and not as_json:
                 echo(waiting)
             for event in cursor.new_events():

@@ -270,10 +270,10 @@ def list_jobs(region: str | None, name_contains: str | None = None, max_results:
     return aws.newest_jobs(region, "Processing", "processing", name_contains, max_results)
 
 
-def _state(sagemaker_client, name: str) -> tuple[str, str, bool, None, None]:
+def _state(sagemaker_client, name: str) -> logs.JobState:
     found = sagemaker_client.describe_processing_job(ProcessingJobName=name)
     status, hosts = found["ProcessingJobStatus"], found.get("ProcessingResources", {}).get("ClusterConfig", {})
-    return status, f"-- {status}", hosts.get("InstanceCount", 1) > 1, None, None
+    return logs.JobState(status, f"-- {status}", hosts.get("InstanceCount", 1) > 1)
 
 
 LOGS = logs.LogSource(LOG_GROUP, _state)
