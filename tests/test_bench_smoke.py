@@ -231,3 +231,116 @@ def test_examples_between_two_train_lines_come_from_their_steps():
     first = "[algo-1/master] [dfm] train step=25 loss=0.5 auc=0.6 examples_per_sec=100.0"
     last = "[algo-1/master] [dfm] train step=400 loss=0.5 auc=0.6 examples_per_sec=100.0"
     assert examples_between(first, last, 1024) == 375 * 1024
+
+
+# ---- big_table: the memory.json peaks against the rule's estimates, the times from the chief's lines ----
+def _memory(host_peaks: dict, processes: dict, limit: int = 4 << 30, over: tuple = ()) -> dict:
+    return {
+        "mechanism": "cgroup v1 memory controller",
+        "limit_bytes": limit,
+        "hosts": {
+            host: {
+                "peak_bytes": peak,
+                "limit_bytes": limit,
+                "over": host in over,
+                "processes": {
+                    label: {"role": label.rsplit("/", 1)[-1], "peak_bytes": value}
+                    for label, value in processes.items()
+                    if label.startswith(host + "/")
+                },
+            }
+            for host, peak in host_peaks.items()
+        },
+    }
+
+
+def test_big_table_limit_is_the_rules_need_rounded_up_and_refuses_a_table_too_small_for_it():
+    from bench.big_table import GIB, limit_for
+
+    assert limit_for(int(4.31 * GIB), int(5.3 * GIB), step=GIB // 10) == 44 * (GIB // 10)
+    with pytest.raises(ValueError, match="under 1.2 x the 4.4 GiB limit"):
+        limit_for(int(4.31 * GIB), int(5.2 * GIB), step=GIB // 10)
+
+
+def test_big_table_peaks_take_the_higher_attempt_and_each_label_meets_its_roles_estimate():
+    from collections import namedtuple
+
+    from bench.big_table import MIB, against_estimates, host_peaks, process_peaks, role_estimates
+
+    first = _memory(
+        {"algo-1": 3000 * MIB, "algo-2": 2000 * MIB},
+        {"algo-1/master": 1000 * MIB, "algo-1/ps": 2000 * MIB, "algo-2/ps": 1900 * MIB, "algo-2/worker": 500 * MIB},
+    )
+    second = _memory(
+        {"algo-1": 3500 * MIB, "algo-2": 1800 * MIB},
+        {"algo-1/master": 1300 * MIB, "algo-1/ps": 2400 * MIB, "algo-2/ps": 1800 * MIB, "algo-2/worker": 600 * MIB},
+        over=("algo-2",),
+    )
+    peaks = process_peaks([first, second])
+    assert {label: p["peak_bytes"] // MIB for label, p in peaks.items()} == {
+        "algo-1/master": 1300,
+        "algo-1/ps": 2400,
+        "algo-2/ps": 1900,
+        "algo-2/worker": 600,
+    }
+    hosts = host_peaks([first, second])
+    assert hosts["algo-1"]["peak_bytes"] == 3500 * MIB and not hosts["algo-1"]["over"] and hosts["algo-2"]["over"]
+    Need = namedtuple("Need", "role bytes")
+    estimates = role_estimates([Need("ps", 2000 * MIB), Need("chief", 640 * MIB), Need("worker", 640 * MIB)])
+    assert estimates == {"ps": 2000 * MIB, "worker": 640 * MIB, "master": 1280 * MIB}  # the chief and its worker
+    rows = {r["label"]: r for r in against_estimates(peaks, estimates)}
+    assert rows["algo-1/ps"]["off"] == pytest.approx(2000 / 2400 - 1) and rows["algo-1/ps"]["within"]
+    assert rows["algo-2/worker"]["off"] == pytest.approx(640 / 600 - 1)
+    assert [r["within"] for r in against_estimates(peaks, estimates, goal=0.1)] == [True, False, True, True]
+    missed = against_estimates({"a/ps": {"role": "ps", "peak_bytes": 1000 * MIB}}, {"ps": 1300 * MIB})
+    assert missed[0]["off"] == pytest.approx(0.3) and not missed[0]["within"]
+
+
+def test_big_table_done_when_lines_judge_the_limits_the_speed_and_every_estimate():
+    from bench.big_table import GIB, done_when
+
+    hosts = {"algo-1": {"peak_bytes": 4 * GIB, "limit_bytes": 5 * GIB, "over": False}}
+    good = [{"label": "algo-1/ps", "off": 0.1, "within": True}]
+    inside, speed, estimates = done_when(True, hosts, 600.0, 1000.0, good)
+    assert inside[1] and "algo-1 peaked at 4.00 of 5.0 GiB" in inside[2]
+    assert speed[1] and "(0.60x)" in speed[2] and estimates[1] and "algo-1/ps estimate +10%" in estimates[2]
+    bad = [*good, {"label": "algo-2/ps", "off": -0.3, "within": False}]
+    over = {"algo-1": dict(hosts["algo-1"], over=True)}
+    inside, speed, estimates = done_when(True, over, 400.0, 1000.0, bad)
+    assert (inside[1], speed[1], estimates[1]) == (False, False, False)
+    assert not done_when(False, hosts, 600.0, 1000.0, good)[0][1]  # a run that did not finish
+
+
+def test_big_table_times_come_from_the_chiefs_line_before_and_rates_skip_each_attempts_first():
+    from bench.big_table import evaluations, gaps_before, steady_rates
+
+    lines = [
+        (0.0, "[dfm local] attempt 1/2: job"),
+        (1.0, "[algo-1/master] [dfm] train step=20 loss=0.5 auc=0.6 examples_per_sec=100.0"),
+        (2.0, "[algo-2/worker] [dfm] something else"),
+        (3.0, "[algo-1/master] [dfm] train step=40 loss=0.5 auc=0.6 examples_per_sec=900.0"),
+        (7.5, "[algo-1/master] [dfm] checkpoint step=40 /efs/job/ckpt-40"),
+        (8.0, "[dfm local] attempt 1/2 ended: algo-2/worker exited with code -9"),
+        (9.0, "[dfm local] attempt 2/2: job-r1"),
+        (20.0, "[algo-1/master] [dfm] checkpoints in /efs/job, written by each task"),
+        (26.0, "[algo-1/master] [dfm] restored /efs/job/ckpt-40: continuing at step 40"),
+        (30.0, "[algo-1/master] [dfm] train step=60 loss=0.5 auc=0.6 examples_per_sec=50.0"),
+        (31.0, "[algo-1/master] [dfm] train step=80 loss=0.4 auc=0.7 examples_per_sec=1100.0"),
+        (32.0, "[algo-1/master] [dfm] eval step=80 loss=0.4 auc=0.71 baseline_auc=0.69"),
+    ]
+    assert gaps_before(lines, "algo-1/master", r"^\[dfm\] checkpoint step=") == [4.5]
+    assert gaps_before(lines, "algo-1/master", r"continuing at step") == [6.0]
+    assert steady_rates(lines) == [900.0, 1100.0]
+    assert evaluations(lines) == [{"step": 80.0, "loss": 0.4, "auc": 0.71, "baseline_auc": 0.69}]
+
+
+def test_big_table_reads_the_attempts_memory_in_attempt_order(tmp_path):
+    import json
+
+    from bench.big_table import _memory_documents
+
+    # "-r1" sorts before "/" by name: the first attempt must still come first
+    for name, peak in (("job-2611", 1), ("job-2611-r1", 2), ("job-2611-r2", 3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "memory.json").write_text(json.dumps({"hosts": {}, "peak": peak}))
+    assert [d["peak"] for d in _memory_documents(tmp_path)] == [1, 2, 3]
