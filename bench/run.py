@@ -39,6 +39,7 @@ ITEMS = {
     "sync_steps": ("bench.sync_steps", 300, 900),
     "probe_stability": ("bench.probe_stability", 2400, 3600),
     "serving": ("bench.serving", 600, 1200),
+    "incremental": ("bench.incremental", 900, 1800),
 }
 
 

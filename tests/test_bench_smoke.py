@@ -231,3 +231,45 @@ def test_examples_between_two_train_lines_come_from_their_steps():
     first = "[algo-1/master] [dfm] train step=25 loss=0.5 auc=0.6 examples_per_sec=100.0"
     last = "[algo-1/master] [dfm] train step=400 loss=0.5 auc=0.6 examples_per_sec=100.0"
     assert examples_between(first, last, 1024) == 375 * 1024
+
+
+INCREMENTAL_LOG = [
+    (0.5, "[dfm local] deepfm-daily-261129-013010: 4 processes on 2 simulated host(s); TF 2.21.0 (runtime tf-2.21); "
+     "logs in /tmp/runs/deepfm-daily-261129-013010/logs"),
+    (3.0, "[algo-1/master] [dfm] no checkpoint in /tmp/c: starting at step 0"),
+    (3.5, "[algo-1/master] [dfm] warm start: restored 22 variables (weights and their optimizer slots) from /tmp/d2 "
+     "(checkpoint ckpt-196), steps restart"),
+    (5.0, "[algo-1/master] [dfm] train step=50 loss=0.504030 auc=0.722677 examples_per_sec=5396.6"),
+    (9.0, "[algo-1/master] [dfm] eval step=196 loss=0.498426 auc=0.732191"),
+    (9.5, "[algo-1/master] [dfm] train step=196 loss=0.497864 auc=0.733691 examples_per_sec=35020.5"),
+    (10.0, "[algo-1/master] [dfm] trained steps 0..196 on 2 workers"),
+    (12.0, "[dfm local] done in 11.5 s"),
+]  # fmt: skip
+
+
+def test_incremental_reads_a_runs_folder_auc_steps_warm_line_and_training_loop():
+    from bench.incremental import Run, final_auc, restored_and_trained, run_folder, train_steps, training_seconds
+    from bench.incremental import warm_start_line
+
+    run = Run(0, 12.0, 20.0, INCREMENTAL_LOG)
+    assert run_folder(run.text) == Path("/tmp/runs/deepfm-daily-261129-013010")
+    assert final_auc(run.text) == pytest.approx(0.732191)
+    assert train_steps(run.text) == 196
+    assert training_seconds(run.lines) == pytest.approx(7.0)
+    assert warm_start_line(run.text).startswith("[dfm] warm start: restored 22 variables")
+    assert restored_and_trained(run)[0]
+    cold = Run(0, 12.0, 20.0, [entry for entry in INCREMENTAL_LOG if "warm start" not in entry[1]])
+    assert warm_start_line(cold.text) == "" and not restored_and_trained(cold)[0]
+    assert not restored_and_trained(Run(1, 12.0, 20.0, INCREMENTAL_LOG))[0]
+    unfinished = INCREMENTAL_LOG[:-2]
+    assert math.isnan(training_seconds(unfinished)) and train_steps("\n".join(line for _, line in unfinished)) == 0
+    assert math.isnan(final_auc("no metric here")) and run_folder("no folder") is None
+
+
+def test_incremental_goal_needs_both_the_auc_and_half_the_time():
+    from bench.incremental import goal
+
+    assert goal((0.75, 100.0), (0.7485, 50.0))[0]
+    assert not goal((0.75, 100.0), (0.7475, 40.0))[0]  # more than 0.002 short
+    assert not goal((0.75, 100.0), (0.76, 51.0))[0]  # over half the time
+    assert "0.51 x (a)'s 100.0 s (over)" in goal((0.75, 100.0), (0.76, 51.0))[1]
