@@ -233,36 +233,38 @@ def test_examples_between_two_train_lines_come_from_their_steps():
     assert examples_between(first, last, 1024) == 375 * 1024
 
 
-INCREMENTAL_LOG = [
-    (0.5, "[dfm local] deepfm-daily-261129-013010: 4 processes on 2 simulated host(s); TF 2.21.0 (runtime tf-2.21); "
-     "logs in /tmp/runs/deepfm-daily-261129-013010/logs"),
-    (3.0, "[algo-1/master] [dfm] no checkpoint in /tmp/c: starting at step 0"),
-    (3.5, "[algo-1/master] [dfm] warm start: restored 22 variables (weights and their optimizer slots) from /tmp/d2 "
-     "(checkpoint ckpt-196), steps restart"),
-    (5.0, "[algo-1/master] [dfm] train step=50 loss=0.504030 auc=0.722677 examples_per_sec=5396.6"),
-    (9.0, "[algo-1/master] [dfm] eval step=196 loss=0.498426 auc=0.732191"),
-    (9.5, "[algo-1/master] [dfm] train step=196 loss=0.497864 auc=0.733691 examples_per_sec=35020.5"),
-    (10.0, "[algo-1/master] [dfm] trained steps 0..196 on 2 workers"),
-    (12.0, "[dfm local] done in 11.5 s"),
-]  # fmt: skip
+INCREMENTAL_LOG = "\n".join(
+    [
+        "[dfm local] deepfm-daily-261129-013010: 4 processes on 2 simulated host(s); TF 2.21.0 (runtime tf-2.21); "
+        "logs in /tmp/runs/deepfm-daily-261129-013010/logs",
+        "[algo-1/master] [dfm] no checkpoint in /tmp/c: starting at step 0",
+        "[algo-1/master] [dfm] warm start: restored 22 variables (weights and their optimizer slots) from /tmp/d2 "
+        "(checkpoint ckpt-196), steps restart",
+        "[algo-1/master] [dfm] train step=50 loss=0.504030 auc=0.722677 examples_per_sec=5396.6",
+        "[algo-1/master] [dfm] eval step=196 loss=0.498426 auc=0.732191",
+        "[algo-1/master] [dfm] train step=196 loss=0.497864 auc=0.733691 examples_per_sec=35020.5",
+        "[algo-1/master] [dfm] trained steps 0..196 on 2 workers",
+        "[dfm local] done in 11.5 s",
+    ]
+)
 
 
-def test_incremental_reads_a_runs_folder_auc_steps_warm_line_and_training_loop():
-    from bench.incremental import Run, final_auc, restored_and_trained, run_folder, train_steps, training_seconds
+def test_incremental_reads_a_runs_folder_auc_steps_warm_line_and_loop_marks():
+    from bench.incremental import Run, final_auc, loop_mark, restored_and_trained, run_folder, train_steps
     from bench.incremental import warm_start_line
 
-    run = Run(0, 12.0, 20.0, INCREMENTAL_LOG)
-    assert run_folder(run.text) == Path("/tmp/runs/deepfm-daily-261129-013010")
-    assert final_auc(run.text) == pytest.approx(0.732191)
-    assert train_steps(run.text) == 196
-    assert training_seconds(run.lines) == pytest.approx(7.0)
-    assert warm_start_line(run.text).startswith("[dfm] warm start: restored 22 variables")
-    assert restored_and_trained(run)[0]
-    cold = Run(0, 12.0, 20.0, [entry for entry in INCREMENTAL_LOG if "warm start" not in entry[1]])
-    assert warm_start_line(cold.text) == "" and not restored_and_trained(cold)[0]
-    assert not restored_and_trained(Run(1, 12.0, 20.0, INCREMENTAL_LOG))[0]
-    unfinished = INCREMENTAL_LOG[:-2]
-    assert math.isnan(training_seconds(unfinished)) and train_steps("\n".join(line for _, line in unfinished)) == 0
+    lines = INCREMENTAL_LOG.splitlines()
+    assert [line for line in lines if loop_mark(line)] == [lines[1], lines[6]]
+    assert run_folder(INCREMENTAL_LOG) == Path("/tmp/runs/deepfm-daily-261129-013010")
+    assert final_auc(INCREMENTAL_LOG) == pytest.approx(0.732191)
+    assert train_steps(INCREMENTAL_LOG) == 196
+    assert warm_start_line(INCREMENTAL_LOG).startswith("[dfm] warm start: restored 22 variables")
+    assert restored_and_trained(Run(0, INCREMENTAL_LOG, 12.0, 20.0))[0]
+    cold = "\n".join(line for line in lines if "warm start" not in line)
+    assert warm_start_line(cold) == "" and not restored_and_trained(Run(0, cold, 12.0, 20.0))[0]
+    assert not restored_and_trained(Run(1, INCREMENTAL_LOG, 12.0, 20.0))[0]
+    unfinished = "\n".join(lines[:-2])
+    assert train_steps(unfinished) == 0 and not restored_and_trained(Run(0, unfinished, 12.0, 20.0))[0]
     assert math.isnan(final_auc("no metric here")) and run_folder("no folder") is None
 
 
