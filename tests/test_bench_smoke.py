@@ -344,3 +344,47 @@ def test_big_table_reads_the_attempts_memory_in_attempt_order(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "memory.json").write_text(json.dumps({"hosts": {}, "peak": peak}))
     assert [d["peak"] for d in _memory_documents(tmp_path)] == [1, 2, 3]
+
+
+INCREMENTAL_LOG = "\n".join(
+    [
+        "[dfm local] deepfm-daily-261129-013010: 4 processes on 2 simulated host(s); TF 2.21.0 (runtime tf-2.21); "
+        "logs in /tmp/runs/deepfm-daily-261129-013010/logs",
+        "[algo-1/master] [dfm] no checkpoint in /tmp/c: starting at step 0",
+        "[algo-1/master] [dfm] warm start: restored 22 variables (weights and their optimizer slots) from /tmp/d2 "
+        "(checkpoint ckpt-196), steps restart",
+        "[algo-1/master] [dfm] train step=50 loss=0.504030 auc=0.722677 examples_per_sec=5396.6",
+        "[algo-1/master] [dfm] eval step=196 loss=0.498426 auc=0.732191",
+        "[algo-1/master] [dfm] train step=196 loss=0.497864 auc=0.733691 examples_per_sec=35020.5",
+        "[algo-1/master] [dfm] trained steps 0..196 on 2 workers",
+        "[dfm local] done in 11.5 s",
+    ]
+)
+
+
+def test_incremental_reads_a_runs_folder_auc_steps_warm_line_and_loop_marks():
+    from bench.incremental import Run, final_auc, loop_mark, restored_and_trained, run_folder, train_steps
+    from bench.incremental import warm_start_line
+
+    lines = INCREMENTAL_LOG.splitlines()
+    assert [line for line in lines if loop_mark(line)] == [lines[1], lines[6]]
+    assert run_folder(INCREMENTAL_LOG) == Path("/tmp/runs/deepfm-daily-261129-013010")
+    assert final_auc(INCREMENTAL_LOG) == pytest.approx(0.732191)
+    assert train_steps(INCREMENTAL_LOG) == 196
+    assert warm_start_line(INCREMENTAL_LOG).startswith("[dfm] warm start: restored 22 variables")
+    assert restored_and_trained(Run(0, INCREMENTAL_LOG, 12.0, 20.0))[0]
+    cold = "\n".join(line for line in lines if "warm start" not in line)
+    assert warm_start_line(cold) == "" and not restored_and_trained(Run(0, cold, 12.0, 20.0))[0]
+    assert not restored_and_trained(Run(1, INCREMENTAL_LOG, 12.0, 20.0))[0]
+    unfinished = "\n".join(lines[:-2])
+    assert train_steps(unfinished) == 0 and not restored_and_trained(Run(0, unfinished, 12.0, 20.0))[0]
+    assert math.isnan(final_auc("no metric here")) and run_folder("no folder") is None
+
+
+def test_incremental_goal_needs_both_the_auc_and_half_the_time():
+    from bench.incremental import goal
+
+    assert goal((0.75, 100.0), (0.7485, 50.0))[0]
+    assert not goal((0.75, 100.0), (0.7475, 40.0))[0]  # more than 0.002 short
+    assert not goal((0.75, 100.0), (0.76, 51.0))[0]  # over half the time
+    assert "0.51 x (a)'s 100.0 s (over)" in goal((0.75, 100.0), (0.76, 51.0))[1]

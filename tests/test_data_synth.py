@@ -249,3 +249,42 @@ def test_cli_synth_like_criteo_kaggle_has_its_fields_vocabularies_and_zipf_ids(t
     capsys.readouterr()
     assert main(argv[:4] + ["--feature-size", "1000", "--out", str(tmp_path / "c"), "--rows", "10"]) == 2
     assert "--like criteo-kaggle sets the fields and their sizes: drop --feature-size" in capsys.readouterr().err
+
+
+def test_days_keep_the_layout_drift_the_teacher_and_bring_new_ids():
+    """Day 1's teacher is the seed's; each later day keeps sqrt(1 - drift) correlation with the day before; a day
+    draws only the ids in use by then, day 3 draws ids days 1 and 2 never did, and each day has its own rows."""
+    layout = dict(field_size=10, feature_size=5000)
+    plain = synth.Generator(3, **layout)
+    days = [synth.Generator(3, **layout, day=d, drift=0.1, new_ids=0.3) for d in (1, 2, 3)]
+    np.testing.assert_array_equal(days[0].teacher.linear, plain.teacher.linear)
+    for before, after in zip(days, days[1:]):
+        correlation = np.corrcoef(before.teacher.linear, after.teacher.linear)[0, 1]
+        assert abs(correlation - np.sqrt(0.9)) < 0.02, correlation
+    drawn = [next(g.draws(30000))[0].ids for g in days]
+    for g, ids in zip(days, drawn):
+        numeric = g.layout.numeric_fields
+        in_use = {int(g.layout.offsets[numeric + k] + i) for k, (_, used) in enumerate(g.sampler.zipfs) for i in used}
+        assert set(np.unique(ids[:, numeric:]).tolist()) <= in_use
+    seen_before = set(drawn[0].ravel().tolist()) | set(drawn[1].ravel().tolist())
+    assert len(set(drawn[2].ravel().tolist()) - seen_before) > 100
+    assert len(days[0].sampler.zipfs[-1][1]) < len(days[2].sampler.zipfs[-1][1]) < len(plain.sampler.zipfs[-1][1])
+    assert not np.array_equal(drawn[0], drawn[1])
+    same_day = next(synth.Generator(3, **layout, day=3, drift=0.1, new_ids=0.3).draws(30000))[0].ids
+    np.testing.assert_array_equal(same_day, drawn[2])
+    for bad in (dict(day=0), dict(day=2, drift=1.5), dict(day=2, new_ids=1.0)):
+        with pytest.raises(ValueError):
+            synth.Generator(3, **layout, **bad)
+
+
+def test_cli_synth_day_writes_its_settings_and_drift_needs_a_day(tmp_path, capsys):
+    out = tmp_path / "day-2"
+    argv = ["data", "synth", "--out", str(out), "--rows", "300", "--seed", "4", "--field-size", "9"]
+    assert main(argv + ["--feature-size", "300", "--day", "2", "--new-ids", "0.2"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert (meta["day"], meta["drift"], meta["new_ids"]) == (2, 0.1, 0.2)
+    capsys.readouterr()
+    assert main(argv + ["--out", str(tmp_path / "x"), "--drift", "0.2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "dfm: --drift and --new-ids describe the days: add --day N"
+    )

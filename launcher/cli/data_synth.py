@@ -79,6 +79,26 @@ from launcher.facts.contract import bundled_hparams
     "Criteo Kaggle's per-field vocabularies (33,762,577 ids; the generator holds about 1.2 GB for them).",
 )
 @click.option(
+    "--day",
+    type=int,
+    default=None,
+    callback=positive,
+    help="Day N of a daily click stream from this seed: the teacher drifted N-1 times, the ids in use by day N, "
+    "the day's own rows (same seed, --day 1, 2, 3: consecutive days).",
+)
+@click.option(
+    "--drift",
+    type=float,
+    default=None,
+    help="With --day: share of the teacher's weight variance renewed each day [default: 0.1].",
+)
+@click.option(
+    "--new-ids",
+    type=float,
+    default=None,
+    help="With --day: share of a field's ids not yet in use on day 1 (new_ids**N on day N) [default: 0.1].",
+)
+@click.option(
     "--force", is_flag=True, help="Replace existing train/, eval/ and meta.json under --out (swapped in when complete)."
 )
 def synth(
@@ -98,6 +118,9 @@ def synth(
     missing_rate: float | None,
     multi_hot: str | None,
     like: str | None,
+    day: int | None,
+    drift: float | None,
+    new_ids: float | None,
     force: bool,
 ) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
@@ -116,6 +139,10 @@ def synth(
             raise DfmError(f"--like {like} sets the fields and their sizes: drop {', '.join(given)}")
         field_size, feature_size, numeric_fields, category_sizes = synth_mod.like_sizes(like)
 
+    if day is None and (drift is not None or new_ids is not None):
+        raise DfmError("--drift and --new-ids describe the days: add --day N")
+    drift = 0.1 if drift is None else drift
+    new_ids = 0.1 if new_ids is None else new_ids
     if missing_rate is None:
         missing_rate = 0.05 if fmt == "criteo-tsv" else 0.0
     if multi_hot is not None and fmt != "criteo-tsv":
@@ -140,6 +167,9 @@ def synth(
             multi_hot=synth_mod.MultiHot() if multi_hot else None,
             deep_share=deep_share,
             category_sizes=category_sizes,
+            day=day,
+            drift=drift,
+            new_ids=new_ids,
         )
     except ValueError as err:
         raise DfmError(str(err)) from None
@@ -178,6 +208,8 @@ def synth(
             meta["missing_rate"] = missing_rate
         if deep_share:
             meta["deep_share"] = deep_share
+        if day is not None:
+            meta.update(day=day, drift=drift, new_ids=new_ids)
         if like is not None:
             meta["like"] = like
             meta["category_sizes"] = list(category_sizes)

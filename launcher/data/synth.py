@@ -20,6 +20,13 @@ output is unchanged: `missing_rate` blanks cells (a missing field has value 0, s
 the teacher's logit, and its id is the field's first), and `multi_hot` adds a variable-length bag of ids
 from its own vocabulary whose mean-pooled weights and latent vector enter the teacher as one more field.
 
+Days (`day`, off by default): data of day N of a stream of daily click logs from one seed, for incremental
+training. The teacher drifts: each day renews the share `drift` of its FM weights' variance (a random walk that
+keeps them standard normal; day 1's are the seed's); and ids come into use: each categorical id is first drawn on
+day 1 with probability 1 - `new_ids`, else on a later day (geometric: a share `new_ids`**N of a field's ids is not in
+use yet on day N); a field's Zipf ranks go to its ids in use, in the seed's order, so a new id may be a common one.
+Each day's rows come from their own random streams. The layout and the deep teacher are the seed's every day.
+
 Everything is numpy and deterministic by `seed`; the teacher depends on the seed and the layout only,
 not on the number of rows.
 """
@@ -45,6 +52,7 @@ CHUNK_ROWS = 65536  # rows per random stream: part of what a seed means, keep it
 
 _STREAM_LAYOUT, _STREAM_TEACHER, _STREAM_CALIBRATION, _STREAM_SAMPLE = range(4)
 _STREAM_BAG_LAYOUT, _STREAM_BAG_TEACHER, _STREAM_EXTRAS, _STREAM_DEEP_TEACHER = range(4, 8)
+_STREAM_DRIFT, _STREAM_BIRTH = range(8, 10)
 DEEP_UNITS = 32  # hidden units of the deep teacher (deep_share > 0)
 
 
@@ -137,6 +145,19 @@ def _zipf_cdf(size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     return cdf / cdf[-1], rng.permutation(size)
 
 
+def _in_use(
+    cdf: np.ndarray, perm: np.ndarray, seed: int, field: int, day: int, new_ids: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical field's Zipf on `day`: its ranks, in the seed's order, over the ids in use by then."""
+    size = len(perm)
+    birth = _rng(seed, _STREAM_BIRTH, field).geometric(1.0 - new_ids, size)  # the day each id is first drawn
+    used = perm[birth[perm] <= day]
+    if len(used) == 0:  # a field keeps at least its most common id
+        used = perm[:1]
+    top = cdf[len(used) - 1]
+    return cdf[: len(used)] / top, used
+
+
 def _zipf_draw(cdf: np.ndarray, perm: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     return perm[np.minimum(np.searchsorted(cdf, uniform, side="right"), len(cdf) - 1)]
 
@@ -208,7 +229,15 @@ def _layout(
 class _Sampler:
     """Draws feature rows for a layout; the per-field distributions come from the layout stream."""
 
-    def __init__(self, layout: _Layout, seed: int, missing_rate: float = 0.0, multi_hot: MultiHot | None = None):
+    def __init__(
+        self,
+        layout: _Layout,
+        seed: int,
+        missing_rate: float = 0.0,
+        multi_hot: MultiHot | None = None,
+        day: int | None = None,
+        new_ids: float = 0.0,
+    ):
         rng = _rng(seed, _STREAM_LAYOUT)
         self.layout, self.missing_rate, self.multi_hot = layout, missing_rate, multi_hot
         n_num = layout.numeric_fields
@@ -218,6 +247,8 @@ class _Sampler:
         self.pareto_shape = rng.uniform(1.1, 2.5, n_num)
         self.pareto_scale = rng.uniform(1.0, 20.0, n_num)
         self.zipfs = [_zipf_cdf(size, rng) for size in layout.sizes[n_num:]]
+        if day is not None:
+            self.zipfs = [_in_use(cdf, perm, seed, k, day, new_ids) for k, (cdf, perm) in enumerate(self.zipfs)]
         if multi_hot is not None:
             self.bag_zipf = _zipf_cdf(multi_hot.vocabulary, _rng(seed, _STREAM_BAG_LAYOUT))
 
@@ -264,10 +295,17 @@ class _Teacher:
         signal: float,
         positive_rate: float,
         deep_share: float = 0.0,
+        day: int | None = None,
+        drift: float = 0.0,
     ):
         rng = _rng(seed, _STREAM_TEACHER)
-        self.linear = rng.normal(0.0, 1.0, feature_size).astype(np.float32)
-        self.latent = rng.normal(0.0, 1.0, (feature_size, LATENT_DIM)).astype(np.float32)
+        linear = rng.normal(0.0, 1.0, feature_size)
+        latent = rng.normal(0.0, 1.0, (feature_size, LATENT_DIM))
+        for later in range(2, (day or 1) + 1):  # each day renews the share `drift` of the weights' variance
+            step = _rng(seed, _STREAM_DRIFT, later)
+            linear = np.sqrt(1.0 - drift) * linear + np.sqrt(drift) * step.normal(0.0, 1.0, feature_size)
+            latent = np.sqrt(1.0 - drift) * latent + np.sqrt(drift) * step.normal(0.0, 1.0, latent.shape)
+        self.linear, self.latent = linear.astype(np.float32), latent.astype(np.float32)
         if sampler.multi_hot is not None:
             bag_rng = _rng(seed, _STREAM_BAG_TEACHER)
             self.bag_linear = bag_rng.normal(0.0, 1.0, sampler.multi_hot.vocabulary).astype(np.float32)
@@ -368,9 +406,19 @@ class Generator:
         multi_hot: MultiHot | None = None,
         deep_share: float = 0.0,
         category_sizes: tuple[int, ...] | None = None,
+        day: int | None = None,
+        drift: float = 0.1,
+        new_ids: float = 0.1,
     ):
         """category_sizes: each categorical field's vocabulary (like_sizes), instead of geometric shares of the
-        room feature_size leaves."""
+        room feature_size leaves. day: day N's data (its drifted teacher, its ids in use, its own rows; see the
+        module's docstring); drift and new_ids apply only with a day."""
+        if day is not None and day < 1:
+            raise ValueError(f"day must be 1 or more, got {day}")
+        if not 0.0 <= drift <= 1.0:
+            raise ValueError(f"drift must be in [0, 1], got {drift}")
+        if not 0.0 <= new_ids < 1.0:
+            raise ValueError(f"new_ids must be in [0, 1), got {new_ids}")
         if not 0.0 <= deep_share <= 1.0:
             raise ValueError(f"deep_share must be in [0, 1], got {deep_share}")
         if not 0.0 < positive_rate < 1.0:
@@ -383,19 +431,20 @@ class Generator:
             raise ValueError(
                 f"a multi-hot bag needs a vocabulary, max_length and mean_length of at least 1, got {multi_hot}"
             )
-        self.seed, self.field_size, self.feature_size = seed, field_size, feature_size
+        self.seed, self.field_size, self.feature_size, self.day = seed, field_size, feature_size, day
         self.layout = _layout(
             field_size, feature_size, field_size // 3 if numeric_fields is None else numeric_fields, category_sizes
         )
-        self.sampler = _Sampler(self.layout, seed, missing_rate, multi_hot)
-        self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate, deep_share)
+        self.sampler = _Sampler(self.layout, seed, missing_rate, multi_hot, day, new_ids)
+        self.teacher = _Teacher(feature_size, seed, self.sampler, signal, positive_rate, deep_share, day, drift)
 
     def draws(self, rows: int) -> Iterator[tuple[Draw, np.ndarray, np.ndarray]]:
         """Yield (draw, labels, probs) for rows 0..rows-1, in order."""
         for k, start in enumerate(range(0, rows, CHUNK_ROWS)):
             count = min(CHUNK_ROWS, rows - start)
-            rng = _rng(self.seed, _STREAM_SAMPLE, k)
-            draw = self.sampler.draw(count, rng, _rng(self.seed, _STREAM_EXTRAS, k))
+            days = () if self.day is None else (self.day,)  # each day its own rows
+            rng = _rng(self.seed, _STREAM_SAMPLE, k, *days)
+            draw = self.sampler.draw(count, rng, _rng(self.seed, _STREAM_EXTRAS, k, *days))
             probs = _sigmoid(self.teacher.logits(draw))
             labels = (rng.random(count) < probs).astype(np.float32)
             yield draw, labels, probs.astype(np.float32)
