@@ -43,7 +43,7 @@ class Steps(Distribution):
         self.inputs.append((epoch, skip_steps))
         return [self.batches - skip_steps]  # batches left in this epoch
 
-    def run_steps(self, left, step, todo):
+    def run_steps(self, left, step, todo, progress=None):
         import tensorflow as tf
 
         ran = min(todo, left[0], self.short or todo)
@@ -271,7 +271,7 @@ def test_rank_0_prints_progress_lines_inside_a_window_without_the_loop_waiting_f
     monkeypatch.setattr(deepfm_log, "PROGRESS_SECONDS", 0.01)
 
     class Halfway(Steps):
-        def run_steps(self, left, step, todo):
+        def run_steps(self, left, step, todo, progress=None):
             ran, ended = super().run_steps([30], step, min(todo, 30))
             assert seen.wait(60), "no progress line while the window ran"
             rest, ended = super().run_steps([left[0] - 30], step + ran, todo - ran)
