@@ -133,7 +133,8 @@ def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
 @pytest.mark.runtimes
 @pytest.mark.slow
 def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
-    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 24000, 3000)
+    # 100 whole batches a host: no step of the runs trains a shard's partial last batch (the examples are counted)
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 25600, 3000)
     for base, part in zip(bases, parts):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
@@ -395,7 +396,7 @@ def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
 
 
 class JoinRaising:
-    """A coordinator whose join() raises each of `errors` once, then returns."""
+    """A coordinator whose join() and done() raise each of `errors` once, then return (done: nothing in flight)."""
 
     def __init__(self, *errors):
         self.errors = list(errors)
@@ -403,6 +404,10 @@ class JoinRaising:
     def join(self):
         if self.errors:
             raise self.errors.pop(0)
+
+    def done(self):
+        self.join()
+        return True
 
 
 def test_a_closure_request_tensorflow_malformed_is_survived_a_bounded_number_of_times(capsys):
@@ -423,6 +428,13 @@ def test_a_closure_request_tensorflow_malformed_is_survived_a_bounded_number_of_
         dc.join_or_exit(JoinRaising(tf.errors.InternalError(None, None, "out of memory")), [])
     with pytest.raises(SystemExit):  # a bad row under bad_rows: fail
         dc.join_or_exit(JoinRaising(tf.errors.InvalidArgumentError(None, None, "bad row 3 in a.csv")), [])
+    # the chief's look while a window runs (done(): no wait) meets the same errors the same way
+    look, count = JoinRaising(rejected()), []
+    assert dc.join_or_exit(look, count, wait=look.done) is False and len(count) == 1
+    assert dc.join_or_exit(look, count, wait=look.done) is True
+    look = JoinRaising(tf.errors.InvalidArgumentError(None, None, "bad row 3 in a.csv"))
+    with pytest.raises(SystemExit):
+        dc.join_or_exit(look, [], wait=look.done)
 
 
 def test_master_is_renamed_chief_for_the_strategy():

@@ -40,6 +40,15 @@ def test_a_window_is_split_into_an_even_share_for_each_worker_in_whole_groups_of
                     assert max(load) == -(-todo // workers), (todo, size, workers, local, sizes)
 
 
+def test_the_chief_reads_the_step_again_when_its_next_train_line_is_due_within_bounds():
+    from deepfm_coordinator import LOOK_SECONDS, SOONEST_LOOK_SECONDS, seconds_to_look
+
+    assert seconds_to_look(10, 100.0) == 0.1  # 10 steps to the line at 100 steps/s
+    assert seconds_to_look(10, 0.0) == LOOK_SECONDS  # no rate yet, or no step since the last read
+    assert seconds_to_look(1000, 100.0) == LOOK_SECONDS  # closures to schedule meanwhile
+    assert seconds_to_look(1, 1000.0) == SOONEST_LOOK_SECONDS
+
+
 def raw_hosts(tmp_path, rows_per_host, batch_size):
     """Two hosts, each its own raw TSV file with the bad lines in it, and an eval file on the master.
     -> (bases, envs, features, training batches per host)."""
