@@ -346,7 +346,27 @@ class CoordinatorSteps(Distribution):
         the step reached goes to `progress`, no closure waited for; the window ends with a join."""
         import tensorflow as tf
 
-        end, hp = step + todo, self.hp
+        end = step + todo
+        try:
+            self.look_while_running(epoch_input, step, end, progress)
+        except tf.errors.OpError:
+            # A read of a ps that failed (a ps gone) leaves its error in this thread's eager executor, and TensorFlow
+            # prints it with a traceback at each executor object Python frees (Executor.__del__ waits on it): the
+            # run's one error line would not be last. The error goes on to train_ps, which names the ps.
+            from tensorflow.python.eager import context
+
+            context.context().executor.clear_error()
+            raise
+        self.join()
+        trained = self.step() - step
+        return trained, trained < todo and self.answers.all_done()  # else a rejected closure: scheduled again
+
+    def look_while_running(self, epoch_input, step, end, progress):
+        """run_steps' loop until the step reaches `end` or every worker's data is used up."""
+        import tensorflow as tf
+        from deepfm_metrics import Diverged
+
+        hp = self.hp
         most = closure_size(hp.steps_per_closure, hp.local_steps)
         bound = IN_FLIGHT * self.workers * most
         scheduled = step  # the step the closures scheduled so far reach, when each runs all its steps
@@ -369,15 +389,12 @@ class CoordinatorSteps(Distribution):
             if progress is not None:
                 try:
                     progress(reached)
-                except Exception:  # a diverged loss: the closures in flight end before the run stops
+                except Diverged:  # the closures in flight end before the run stops
                     self.settle()
                     raise
             rate = (reached - last[0]) / (now - last[1]) if last and now > last[1] else 0.0
             last = (reached, now)
             time.sleep(seconds_to_look(hp.log_steps - reached % hp.log_steps, rate))
-        self.join()
-        trained = self.step() - step
-        return trained, trained < todo and self.answers.all_done()  # else a rejected closure: scheduled again
 
     def evaluate(self, step):  # on the workers, else the chief alone
         from deepfm_metrics import evaluate
