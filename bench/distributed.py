@@ -20,6 +20,9 @@ from bench.distributed_runs import (
     EVAL_CHIEF,
     EVAL_WORKERS,
     HOSTS,
+    LOG_EVERY,
+    LOG_GOAL,
+    LOG_RUN_STEPS,
     MODELS,
     OLD_CLOSURE,
     PS,
@@ -30,10 +33,12 @@ from bench.distributed_runs import (
     distinct_ids_per_batch,
     efficiency,
     host_busy,
+    logging_runs,
     make_data,
     run_all,
     shared_runs,
     shares,
+    steady_rates,
     weak_runs,
 )
 
@@ -75,7 +80,8 @@ def measure(quick: bool, context: dict) -> dict:
         f"weak scaling, each host on {CORES} core(s) of its own: parameter server {HOSTS} hosts >= "
         f"{MODELS['demo'].goal}x one host at the demo's model and >= {MODELS['paper'].goal}x at the paper's; "
         "Horovod and MultiWorkerMirrored recorded the same way; on all cores shared: parameter server 2 hosts >= "
-        f"{PS_GOAL}x 1 host",
+        f"{PS_GOAL}x 1 host; watching: the 2-host parameter server logging every {LOG_EVERY[0]} steps >= "
+        f"{LOG_GOAL}x its speed at {LOG_EVERY[1]}",
         "`dfm launch configs/ps.yaml --local`, `configs/horovod.yaml --local`, `configs/mirrored-gpu.yaml --local` "
         "(and `configs/hetero-ps.yaml --local` on shared cores) on synthetic data, "
         "`--set local.cores_per_host=N`; "
@@ -85,12 +91,13 @@ def measure(quick: bool, context: dict) -> dict:
     try:
         data = make_data(work, 131_072)
         distinct = distinct_ids_per_batch(data["train"], BATCH)
-        runs = {**weak_runs(data, quick), **shared_runs(data, quick, machine_cpus)}
+        runs = {**weak_runs(data, quick), **logging_runs(data, quick), **shared_runs(data, quick, machine_cpus)}
         (work / "runs").mkdir()
         measured = run_all(runs, repetitions, quick, work / "runs")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _weak_report(result, runs, measured, own_cores)
+    _logging_report(result, measured, own_cores)
     _shared_report(result, runs, measured, machine_cpus)
     result["notes"] += _notes(quick, repetitions, distinct, machine_cpus, own_cores)
     result["data"] = {
@@ -169,6 +176,50 @@ def _weak_report(result: dict, runs: dict, measured: Runs, own_cores: bool) -> N
         caption=f"Weak scaling: each simulated host confined to {CORES} core(s) of its own "
         f"(`local.cores_per_host={CORES}`)",
     )
+
+
+def _logging_report(result: dict, measured: Runs, own_cores: bool) -> None:
+    """The 2-host parameter-server run logging every LOG_EVERY steps: steady examples/s, the goal on their ratio."""
+    keys = [("log", PS, "demo", every) for every in LOG_EVERY]
+    rows, rates = [], {}
+    for key in keys:
+        if key in measured.failures:
+            rows.append([key[3], "not run", "", "", "", measured.failures[key]])
+            continue
+        rates[key] = median(steady_rates(measured, key))
+        rows.append(
+            [
+                key[3],
+                fmt(rates[key]),
+                fmt(median(measured.rates[key])),
+                fmt(median(measured.loads[key]), 1),
+                *_steady_columns(measured, key, CORES)[1:],
+                "ok" if own_cores else "time-shared (too few cores)",
+            ]
+        )
+    add_table(
+        result,
+        [
+            "log_steps",
+            "examples/s (steady, median)",
+            "examples/s (train lines, median)",
+            "load (1 min) at start",
+            "each host's cores busy (steady)",
+            "each process, % of a core (steady)",
+            "run",
+        ],
+        rows,
+        caption=f"Watching: {PS}, {MODELS['demo'].label}, {HOSTS} hosts x {CORES} core, logging every "
+        + " or ".join(map(str, LOG_EVERY))
+        + " steps",
+    )
+    goal = f"{PS}, {HOSTS} hosts: logging every {LOG_EVERY[0]} steps >= {LOG_GOAL}x its speed at {LOG_EVERY[1]}"
+    if len(rates) < len(keys):
+        verdict(result, goal, None, "not run")
+        return
+    often, seldom = (rates[key] for key in keys)
+    detail = f"{fmt(often)} vs {fmt(seldom)} examples/s ({often / seldom:.2f}x)"
+    verdict(result, goal, often / seldom >= LOG_GOAL if own_cores else None, detail)
 
 
 def _shared_report(result: dict, runs: dict, measured: Runs, cpus: int) -> None:
@@ -280,5 +331,11 @@ def _notes(quick: bool, repetitions: int, distinct: float, cpus: int, own_cores:
         "load (1 min): this machine's load average when the run started (other work disturbs confined runs most). "
         "The launcher (relaying output, watching the processes) and this bench's sampler run on no host's cores: "
         "with one host they have the other core to themselves, with two they take a few % of the hosts' cores.",
+        "Watching: the 2-host parameter-server row of the demo's model (as above: configs/ps.yaml, each host on a "
+        f"core of its own) with max_steps {LOG_RUN_STEPS[quick]} and log_steps {' or '.join(map(str, LOG_EVERY))}. The "
+        "chief's train lines end no window (it reads the step while the closures run), so the windows are the same "
+        "at either interval. examples/s (steady): the steps between the first and the last train line times the "
+        "batch, over the seconds between them (0.2 s sampling); a line's own examples_per_sec counts the closures "
+        "that ended since the last line, a lumpy share at 20 steps.",
         f"{repetitions} run(s) of each row, in an order that rotates between rounds.",
     ]

@@ -30,6 +30,11 @@ OLD_CLOSURE = "2 hosts, steps_per_closure=1 and local_steps=1 (one step per clos
 ADAM = "2 hosts, optimizer adam (the scripts' default; configs/ps.yaml trains with adagrad)"
 EVAL_WORKERS = "2 hosts, 8 evaluations of all of eval on the workers"
 EVAL_CHIEF = "2 hosts, 8 evaluations of all of eval on the chief (DFM_PS_EVAL=chief)"
+# Watching must not slow the job: the 2-host parameter-server run (demo model, weak scaling) logging every 20 steps
+# against every 50, its train lines read while the closures run (deepfm_coordinator), no window ending at them
+LOG_EVERY = (20, 50)
+LOG_GOAL = 0.9  # examples/s at log_steps 20 >= this x at 50
+LOG_RUN_STEPS = {True: 600, False: 1600}  # quick -> max_steps of those rows
 EVALUATED = re.compile(r"\[dfm\] evaluated .* in ([0-9.]+) s$")
 TRAIN_LINE = re.compile(r"\[dfm\] train step=.*examples_per_sec=")
 
@@ -220,23 +225,46 @@ def weak_runs(data: dict, quick: bool) -> dict:
     for kind, (config, channels, extra) in WEAK.items():
         for name, model in MODELS.items():
             for hosts in (1, HOSTS):
-                sets = [
-                    f"instance.count={hosts}",
-                    f"local.cores_per_host={CORES}",
-                    f"hyperparameters.deep_layers={model.deep_layers}",
-                    f"hyperparameters.batch_size={model.batch}",
-                    f"hyperparameters.max_steps={model.steps[quick]}",
-                    f"hyperparameters.log_steps={model.log_steps[quick]}",
-                    "hyperparameters.checkpoint_steps=100000",
-                    "hyperparameters.export=false",
-                    "hyperparameters.epochs=0",  # repeat the data to max_steps
-                    # one evaluation, at the end (eval_steps 0 would evaluate after every pass over the data)
-                    f"hyperparameters.eval_steps={model.steps[quick]}",
-                    "hyperparameters.eval_batches=2",
-                    *extra,
-                ]
+                sets = weak_sets(model, hosts, model.steps[quick], model.log_steps[quick]) + extra
                 runs[("weak", kind, name, hosts)] = (config, sets, files if channels == "files" else split)
     return runs
+
+
+def weak_sets(model: Model, hosts: int, steps: int, log_steps: int) -> list[str]:
+    """The --set lines of a weak-scaling run: `hosts` hosts on CORES cores each, `steps` steps, one evaluation at the
+    end, no checkpoint or export."""
+    return [
+        f"instance.count={hosts}",
+        f"local.cores_per_host={CORES}",
+        f"hyperparameters.deep_layers={model.deep_layers}",
+        f"hyperparameters.batch_size={model.batch}",
+        f"hyperparameters.max_steps={steps}",
+        f"hyperparameters.log_steps={log_steps}",
+        "hyperparameters.checkpoint_steps=100000",
+        "hyperparameters.export=false",
+        "hyperparameters.epochs=0",  # repeat the data to max_steps
+        # one evaluation, at the end (eval_steps 0 would evaluate after every pass over the data)
+        f"hyperparameters.eval_steps={steps}",
+        "hyperparameters.eval_batches=2",
+    ]
+
+
+def logging_runs(data: dict, quick: bool) -> dict:
+    """The 2-host parameter-server run at the demo's model (configs/ps.yaml, each host on its own core) logging every
+    LOG_EVERY steps: ("log", PS, "demo", log_steps) -> (config, sets, channels)."""
+    files = {"train": data["train"], "eval": data["eval"]}
+    steps = LOG_RUN_STEPS[quick]
+    return {
+        ("log", PS, "demo", every): ("configs/ps.yaml", weak_sets(MODELS["demo"], HOSTS, steps, every), files)
+        for every in LOG_EVERY
+    }
+
+
+def steady_rates(measured: "Runs", key) -> list[float]:
+    """Examples/s of each repetition between its first and last train line (the steps between them times a step's
+    examples, over the seconds between them): unlike the lines' own examples_per_sec, the same measure at any
+    log_steps (a parameter-server line counts the closures that ended since the last, a lumpy share)."""
+    return [examples / seconds for seconds, _, examples in measured.steady[key] if seconds == seconds and seconds > 0]
 
 
 SHARED_STEPS = {True: 100, False: 400}  # quick -> max_steps of the shared-core rows (demo model)
@@ -352,6 +380,8 @@ def run_all(runs: dict, repetitions: int, quick: bool, run_dir: Path) -> Runs:
 
 def per_step(key) -> int:
     """Examples of one step of a run: a weak-scaling row's batch, times its hosts under a synchronous strategy."""
+    if key[0] == "log":
+        return MODELS[key[2]].batch
     if key[0] != "weak":
         return BATCH
     return MODELS[key[2]].batch * (1 if key[1] in (PS, PS_ASYNC) else key[3])

@@ -56,16 +56,17 @@ REJECTED_REQUEST = "Unable to parse request"
 MAX_REJECTED = 3
 
 
-def join_or_exit(coordinator, rejected=None, on_bad_data=None):
-    """coordinator.join(); a bad row met under bad_rows: fail ends the run with its one line, exit 1; other bad
-    input (a corrupt record, another field size) goes to on_bad_data(err), which names the file. A closure
-    whose request TensorFlow malformed (REJECTED_REQUEST) is counted in `rejected` (a list) and the join
-    returns: the caller goes on from optimizer.iterations, scheduling what did not run again; the
+def join_or_exit(coordinator, rejected=None, on_bad_data=None, wait=None):
+    """coordinator.join(), or `wait` (coordinator.done: a look that does not block, and raises a failed closure's
+    error once, as join does) -> what it returned. A bad row met under bad_rows: fail ends the run with its one
+    line, exit 1; other bad input (a corrupt record, another field size) goes to on_bad_data(err), which names the
+    file. A closure whose request TensorFlow malformed (REJECTED_REQUEST) is counted in `rejected` (a list) and the
+    call returns False: the caller goes on from optimizer.iterations, scheduling what did not run again; the
     (MAX_REJECTED + 1)th is raised."""
     import tensorflow as tf
 
     try:
-        coordinator.join()
+        return (wait or coordinator.join)()
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
         if on_bad_data is not None and not is_bad_row(err):
             on_bad_data(err)
@@ -79,6 +80,7 @@ def join_or_exit(coordinator, rejected=None, on_bad_data=None):
             f"a closure's request was rejected by its task ({REJECTED_REQUEST}, a TensorFlow race); "
             f"scheduling again ({len(rejected)}/{MAX_REJECTED})"
         )
+        return False
 
 
 def embedding_partitioner(hp, num_ps):
@@ -95,13 +97,18 @@ def embedding_partitioner(hp, num_ps):
     return partition
 
 
+def closure_size(steps_per_closure, local_steps=1):
+    """The steps of a full closure: steps_per_closure, in whole groups of local_steps when it holds one."""
+    return steps_per_closure // local_steps * local_steps or steps_per_closure
+
+
 def closure_sizes(todo, steps_per_closure, num_workers, local_steps=1):
-    """`todo` steps as closures of at most steps_per_closure steps: an even share for each worker (a window ends
-    at each log, checkpoint and evaluation step, and waits for its last closure), each share in closures of whole
-    groups of local_steps, so it takes as few exchanges with the ps as it can. 50 steps at 16 on 2 workers with 8
-    local steps are 16, 16, 9 and 9, not 16, 16, 16 and 2, which one worker would run 32 steps of while the other
-    ran 18."""
-    most = steps_per_closure // local_steps * local_steps or steps_per_closure
+    """`todo` steps as closures of at most steps_per_closure steps: an even share for each worker (the last steps
+    of a window, which ends at each checkpoint and evaluation step and waits for its last closure), each share in
+    closures of whole groups of local_steps, so it takes as few exchanges with the ps as it can. 50 steps at 16 on
+    2 workers with 8 local steps are 16, 16, 9 and 9, not 16, 16, 16 and 2, which one worker would run 32 steps of
+    while the other ran 18."""
+    most = closure_size(steps_per_closure, local_steps)
     sizes = []
     for worker in range(num_workers):
         share = todo // num_workers + (worker < todo % num_workers)
@@ -189,13 +196,33 @@ def train_with_coordinator(hp, env, cluster):
     return 0
 
 
+# A window keeps at most this many closures a worker queued or running, and schedules more as the step advances: a
+# worker never waits for the chief's next look, and a window to the next checkpoint (thousands of steps) never
+# fills ClusterCoordinator's queue, whose schedule() blocks when full.
+IN_FLIGHT = 3
+LOOK_SECONDS = 0.2  # the longest the chief waits between reads of the step while a window runs (a remote read)
+SOONEST_LOOK_SECONDS = 0.02
+
+
+def seconds_to_look(steps_to_line, steps_per_second):
+    """How long the chief waits before it reads the step again: until the next train line is due at the rate the
+    steps went since its last read, within SOONEST_LOOK_SECONDS..LOOK_SECONDS (a line comes close to its step,
+    and the chief reads little more often than it prints)."""
+    if steps_per_second <= 0:
+        return LOOK_SECONDS
+    return min(LOOK_SECONDS, max(SOONEST_LOOK_SECONDS, steps_to_line / steps_per_second))
+
+
 class CoordinatorSteps(Distribution):
     """The steps of a parameter-server run: a window's steps scheduled on the workers as closures of up to
-    steps_per_closure steps each (closure_sizes), each worker reading its own shard; its data ends when every
-    worker has used up its pass (WorkerAnswers). Evaluation runs on the workers (deepfm_ps_eval), else on the
-    chief alone."""
+    steps_per_closure steps each (IN_FLIGHT a worker at a time, the last ones as closure_sizes), each worker
+    reading its own shard; its data ends when every worker has used up its pass (WorkerAnswers). The train lines
+    need no window end: the chief reads the step while the closures run and the loop prints them (a window ends
+    only at a checkpoint, an evaluation, max_steps or the data's end, each a wait for every worker's last
+    closure). Evaluation runs on the workers (deepfm_ps_eval), else on the chief alone."""
 
     epoch_end_words = "training data exhausted on every worker: "
+    lines_end_windows = False
 
     def __init__(self, hp, env, strategy, coordinator, trainer, num_workers):
         import tensorflow as tf
@@ -208,6 +235,9 @@ class CoordinatorSteps(Distribution):
         self.answers = answers = WorkerAnswers(strategy, num_workers)
         self.rejected = []
         self.eval_step = tf.function(trainer.eval_step)
+        # Traced, and its function instantiated on the ps tasks, before any closure runs (REJECTED_REQUEST): the
+        # train lines take the metrics while closures run. They hold nothing yet.
+        trainer.train_metrics.take()
         raw = hp.features != ""
 
         @tf.function
@@ -274,9 +304,26 @@ class CoordinatorSteps(Distribution):
         )
 
     def join(self):
-        join_or_exit(
-            self.coordinator, self.rejected, lambda err: stop_on_input_error(err, self.hp, self.env, self.channels)
-        )
+        join_or_exit(self.coordinator, self.rejected, self.on_bad_data)
+
+    def idle(self):
+        """Whether no closure is queued or running, without waiting (a failed closure's error as join's)."""
+        return join_or_exit(self.coordinator, self.rejected, self.on_bad_data, wait=self.coordinator.done)
+
+    def on_bad_data(self, err):
+        stop_on_input_error(err, self.hp, self.env, self.channels)
+
+    def settle(self):
+        """Let the closures in flight end, whatever they raise: the run is stopping for another reason."""
+        import tensorflow as tf
+
+        try:
+            self.coordinator.join()
+        except tf.errors.OpError:
+            pass
+
+    def step(self):
+        return int(self.trainer.optimizer.iterations.numpy())  # a variable on a ps: a remote read, no closure waits
 
     def epoch_input(self, epoch, skip_steps):
         cfg, channels, skip = self.cfg, self.channels, skip_steps // self.workers  # each worker skips its share
@@ -293,14 +340,61 @@ class CoordinatorSteps(Distribution):
         self.answers.new_epoch()
         return iterator
 
-    def run_steps(self, epoch_input, step, todo):
+    def run_steps(self, epoch_input, step, todo, progress=None):
+        """The window's closures, IN_FLIGHT a worker queued or running at a time, more scheduled as the step
+        advances and none once every worker's data is used up; at each read of the step (seconds_to_look apart)
+        the step reached goes to `progress`, no closure waited for; the window ends with a join."""
         import tensorflow as tf
 
-        for count in closure_sizes(todo, self.hp.steps_per_closure, self.workers, self.hp.local_steps):
-            self.coordinator.schedule(self.worker_steps, args=(epoch_input, tf.constant(count, tf.int64)))
+        end = step + todo
+        try:
+            self.look_while_running(epoch_input, step, end, progress)
+        except tf.errors.OpError:
+            # A read of a ps that failed (a ps gone) leaves its error in this thread's eager executor, and TensorFlow
+            # prints it with a traceback at each executor object Python frees (Executor.__del__ waits on it): the
+            # run's one error line would not be last. The error goes on to train_ps, which names the ps.
+            from tensorflow.python.eager import context
+
+            context.context().executor.clear_error()
+            raise
         self.join()
-        trained = int(self.trainer.optimizer.iterations.numpy()) - step
+        trained = self.step() - step
         return trained, trained < todo and self.answers.all_done()  # else a rejected closure: scheduled again
+
+    def look_while_running(self, epoch_input, step, end, progress):
+        """run_steps' loop until the step reaches `end` or every worker's data is used up."""
+        import tensorflow as tf
+        from deepfm_metrics import Diverged
+
+        hp = self.hp
+        most = closure_size(hp.steps_per_closure, hp.local_steps)
+        bound = IN_FLIGHT * self.workers * most
+        scheduled = step  # the step the closures scheduled so far reach, when each runs all its steps
+        last = None  # (step, time) of the last read
+        while True:
+            idle = self.idle()
+            reached, now = self.step(), time.monotonic()
+            if idle:  # a closure that met the data's end, or was cancelled, ran fewer steps than scheduled
+                scheduled = reached
+            if reached >= end or self.answers.all_done():
+                break
+            room = bound - (scheduled - reached)
+            if end - scheduled <= room:  # the window's last steps: an even share for each worker
+                sizes = closure_sizes(end - scheduled, hp.steps_per_closure, self.workers, hp.local_steps)
+            else:
+                sizes = [most] * (room // most)
+            for count in sizes:
+                self.coordinator.schedule(self.worker_steps, args=(epoch_input, tf.constant(count, tf.int64)))
+            scheduled += sum(sizes)
+            if progress is not None:
+                try:
+                    progress(reached)
+                except Diverged:  # the closures in flight end before the run stops
+                    self.settle()
+                    raise
+            rate = (reached - last[0]) / (now - last[1]) if last and now > last[1] else 0.0
+            last = (reached, now)
+            time.sleep(seconds_to_look(hp.log_steps - reached % hp.log_steps, rate))
 
     def evaluate(self, step):  # on the workers, else the chief alone
         from deepfm_metrics import evaluate

@@ -126,10 +126,13 @@ def resolve_sparse_allreduce(value, rows, embedding_size, batch_size, field_size
     return "dense" if dense <= gather else "gather"
 
 
-def steps_to_boundary(step, hp):
-    """Steps from `step` to the next one at which the host has work: a train line (log_steps), a checkpoint,
-    an evaluation (eval_steps, when set) or max_steps."""
-    todo = min(hp.log_steps - step % hp.log_steps, hp.checkpoint_steps - step % hp.checkpoint_steps)
+def steps_to_boundary(step, hp, lines=True):
+    """Steps from `step` to the next one at which the host has work: a train line (log_steps, unless `lines`
+    is False: a distribution that prints its train lines while a window runs), a checkpoint, an evaluation
+    (eval_steps, when set) or max_steps."""
+    todo = hp.checkpoint_steps - step % hp.checkpoint_steps
+    if lines:
+        todo = min(todo, hp.log_steps - step % hp.log_steps)
     if hp.eval_steps:
         todo = min(todo, hp.eval_steps - step % hp.eval_steps)
     return min(todo, hp.max_steps - step) if hp.max_steps else todo

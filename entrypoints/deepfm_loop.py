@@ -13,10 +13,13 @@ A distribution (`Distribution`: deepfm_sync's `SyncSteps`, deepfm_coordinator's 
 only how it builds an epoch's input, how it runs up to N steps of it (how many ran, whether the data
 ended), how it evaluates and what bad rows it counted.
 
-A train line is printed when a window crosses a multiple of `log_steps`: windows end at every log,
-checkpoint and evaluation step and at the end of the data, and a window may train fewer steps than it
-asked for (a parameter-server closure TensorFlow rejected), so a line is due whenever a boundary lies in
-the steps just trained, wherever the window ended.
+A train line is printed when the steps since the last one cross a multiple of `log_steps`. In a synchronous run
+the line is a collective every worker calls at the same step, so windows end at every log, checkpoint and
+evaluation step and at the end of the data; a window may train fewer steps than it asked for, so a line is due
+whenever a boundary lies in the steps just trained, wherever the window ended. A distribution whose lines need no
+window end (`lines_end_windows` False: the parameter-server chief, whose windows end with a wait for every
+worker) reports the step reached while its window runs, and the loop prints a line at the step reached whenever
+a multiple was crossed: its windows end only at checkpoints, evaluations, max_steps and the end of the data.
 """
 
 import time
@@ -37,6 +40,7 @@ class Distribution:
     workers = 1  # the processes that train
     collectives = SingleProcess()  # what sums the train metrics and the stop vote over the workers
     longest_window = None  # the most steps one window may run (None: up to the next boundary)
+    lines_end_windows = True  # a train line is due at a window's end (False: run_steps reports progress instead)
     epoch_end_words = ""  # what the line of a finished epoch says first
 
     def after_restore(self):
@@ -46,8 +50,9 @@ class Distribution:
         """-> the input of `epoch`, without its first `skip_steps` steps (trained before a restart)."""
         raise NotImplementedError
 
-    def run_steps(self, epoch_input, step, todo):
-        """Run up to `todo` steps of the epoch's input from global step `step`. -> (steps run, data ended)."""
+    def run_steps(self, epoch_input, step, todo, progress=None):
+        """Run up to `todo` steps of the epoch's input from global step `step`. -> (steps run, data ended).
+        `progress(step reached)`: called while the window runs (only when lines_end_windows is False)."""
         raise NotImplementedError
 
     def evaluate(self, step):
@@ -89,6 +94,7 @@ class TrainingLoop:
 
         self.hp, self.env, self.trainer, self.dist, self.keeper = hp, env, trainer, dist, keeper
         self.window = None  # the train line's window, from the start of training
+        self.lined = None  # the step of the last train line (or of the start of training)
         self.selection = ModelSelection(hp, dist.rank, keeper)
         self.has_eval = di.EVAL_CHANNEL in env.channels
         self.during = self.has_eval and evaluates_during_training(hp, env, dist.rank)
@@ -143,20 +149,20 @@ class TrainingLoop:
         from deepfm_hparams import crossed, steps_to_boundary
 
         hp, dist = self.hp, self.dist
-        step = self.step()
+        step = self.lined = self.step()
+        progress = None if dist.lines_end_windows else self.line_while_training
         epoch, epoch_start = (int(v) for v in self.trainer.progress.numpy())
         stopped = False
         while (hp.epochs <= 0 or epoch < hp.epochs) and not stopped and not self.reached(step):
             epoch_input = dist.epoch_input(epoch, step - epoch_start)  # resume: its trained steps left out
             ended = False
             while not (ended or stopped or self.reached(step)):
-                todo = steps_to_boundary(step, hp)
+                todo = steps_to_boundary(step, hp, dist.lines_end_windows)
                 if dist.longest_window:
                     todo = min(todo, dist.longest_window)
-                trained, ended = dist.run_steps(epoch_input, step, todo)
+                trained, ended = dist.run_steps(epoch_input, step, todo, progress)
                 previous, step = step, step + trained
-                if crossed(previous, step, hp.log_steps):
-                    self.window.report(step)
+                self.line_if_due(step)
                 if self.keeper is not None:
                     self.keeper.maybe_save(step)
                 if self.during and crossed(previous, step, hp.eval_steps):
@@ -171,6 +177,22 @@ class TrainingLoop:
                 stopped = self.evaluate(step)
         self.window.report(step)  # the last partial window (prints nothing when it is empty)
         return step
+
+    def line_if_due(self, step, at=None):
+        """A train line when the steps since the last line, up to `step`, crossed a multiple of log_steps: at
+        `step`, or at what at() reads once the metrics are taken."""
+        from deepfm_hparams import crossed
+
+        if crossed(self.lined, step, self.hp.log_steps):
+            printed = self.window.report(at or step)
+            if printed is not None:  # else no example counted yet (no closure ended): the next look prints it
+                self.lined = printed
+
+    def line_while_training(self, step):
+        """run_steps' progress: the step reached while the window runs. The line's step is read after its metrics
+        are taken, so the examples it counts are of steps at or before it, and a window that runs on past the
+        line has examples left for its end's line."""
+        self.line_if_due(step, at=self.step)
 
     def reached(self, step):
         return bool(self.hp.max_steps and step >= self.hp.max_steps)

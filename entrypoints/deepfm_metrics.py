@@ -71,12 +71,15 @@ class StreamingMetrics(tf.Module):
 
     @tf.function
     def take(self):
-        """-> [loss sum, examples, skipped, positives..., negatives...] (float64), and reset: one call, which a
-        parameter-server chief makes once per ps holding them instead of a round trip per read and per reset."""
+        """-> [loss sum, examples, skipped, positives..., negatives...] (float64), and take them out: one call,
+        which a parameter-server chief makes once per ps holding them instead of a round trip per read and per
+        reset. What was read is subtracted, not zeroed: a parameter-server chief takes while the workers' closures
+        add, and what a closure adds between the read and the subtraction stays for the next take."""
         parts = (self.loss_sum, self.examples, self.skipped, self.positives, self.negatives)
-        packed = tf.concat([tf.reshape(tf.cast(var, tf.float64), [-1]) for var in parts], 0)
-        self.reset()  # after the reads: a function runs its operations on a variable in program order
-        return packed
+        values = [var.read_value() for var in parts]
+        for var, value in zip(parts, values):  # after the reads: a function runs a variable's operations in order
+            var.assign_sub(value)
+        return tf.concat([tf.reshape(tf.cast(value, tf.float64), [-1]) for value in values], 0)
 
     def result(self):
         """-> (mean loss, AUC, examples) as Python numbers, read on the caller's side."""
@@ -153,8 +156,10 @@ def check_finite(variables, step):
 
 class TrainWindow:
     """One train line per window from the trainer's train metrics summed over the workers, which are
-    then reset; examples_per_sec counts the window's examples over its wall time. Rank 0 prints.
-    Every worker must call `report` at the same steps (it is a collective)."""
+    then taken out; examples_per_sec counts the window's examples over its wall time. Rank 0 prints.
+    Every worker must call `report` at the same steps (it is a collective). A window without examples (a
+    parameter-server chief's whose closures have not added theirs yet) prints nothing, and its time stays in
+    the next one's."""
 
     def __init__(self, metrics, collectives=None):
         self.metrics, self.collectives = metrics, collectives or SingleProcess()
@@ -162,14 +167,18 @@ class TrainWindow:
         self.rows = 0  # the examples every window so far trained on, over the workers
 
     def report(self, step):
+        """The train line at `step` (rank 0), or at what `step()` reads after the metrics are taken (every example
+        counted is then of a step at or before it). -> the line's step, None when it counted no example."""
         loss, auc, examples = summed_result(self.metrics, self.collectives)
+        step = step() if callable(step) else step
         self.rows += examples
         now = time.monotonic()
         if examples and self.collectives.rank == 0:
             speed = examples / max(now - self.started, 1e-9)
             emit(format_metric("train", step, loss, auc, speed))
-            record("train", step, loss=loss, auc=auc, examples_per_sec=speed)
-        self.started = now
+            record("train", step, loss=loss, auc=auc, examples_per_sec=speed, examples=examples)
+        if examples:
+            self.started = now
         if examples and not np.isfinite(loss):  # the same sum on every worker: all stop at this step
             raise Diverged(step, f"train loss={loss}")
         if examples and loss > DIVERGED_LOSS:
@@ -178,7 +187,7 @@ class TrainWindow:
                 f"train loss={loss:.6g} is above {DIVERGED_LOSS:.2f} (10 x ln 2, ten times the log loss of a model "
                 "that predicts the base rate)",
             )
-        return loss, auc
+        return step if examples else None
 
     def leave_out(self, since):
         """Leave the time from `since` (time.monotonic()) to now out of the window: an evaluation's."""

@@ -115,7 +115,7 @@ class SyncSteps(Distribution):
     def epoch_input(self, epoch, skip_steps):
         return iter(self.train_input(skip_steps, epoch))
 
-    def run_steps(self, epoch_input, step, todo):
+    def run_steps(self, epoch_input, step, todo, progress=None):
         trained, bad = self.run_window(epoch_input, todo)
         self.skipped += bad
         return trained, trained < todo

@@ -166,6 +166,19 @@ def test_the_host_looks_at_the_next_line_checkpoint_evaluation_or_max_steps(argv
     assert H.steps_to_boundary(step, H.parse_hyperparameters(argv)) == expected
 
 
+@pytest.mark.parametrize(
+    "step,with_lines,without",
+    [(0, 20, 300), (290, 10, 10), (300, 20, 200), (480, 20, 20), (495, 5, 5)],
+)
+def test_a_window_whose_train_lines_need_no_end_skips_the_log_steps(step, with_lines, without):
+    # a parameter-server chief prints its lines while a window runs: its windows end at checkpoints (500),
+    # evaluations (300) and max_steps (1000) only
+    hp = H.parse_hyperparameters(["--log_steps", "20", "--checkpoint_steps", "500", "--eval_steps", "300"])
+    assert H.steps_to_boundary(step, hp) == H.steps_to_boundary(step, hp, lines=True) == with_lines
+    assert H.steps_to_boundary(step, hp, lines=False) == without
+    assert H.steps_to_boundary(995, H.parse_hyperparameters(["--max_steps", "1000"]), lines=False) == 5
+
+
 def test_an_evaluation_is_due_when_a_window_reaches_a_multiple_of_eval_steps():
     assert [H.crossed(previous, step, 30) for previous, step in [(0, 30), (29, 30), (30, 59), (58, 61), (61, 61)]] == [
         True,

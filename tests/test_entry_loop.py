@@ -43,7 +43,7 @@ class Steps(Distribution):
         self.inputs.append((epoch, skip_steps))
         return [self.batches - skip_steps]  # batches left in this epoch
 
-    def run_steps(self, left, step, todo):
+    def run_steps(self, left, step, todo, progress=None):
         import tensorflow as tf
 
         ran = min(todo, left[0], self.short or todo)
@@ -77,6 +77,60 @@ def test_train_lines_fall_where_the_steps_cross_log_steps_however_short_the_wind
     assert steps.windows[:3] == [4, 1, 4]  # a window ends at the next boundary: 3 run, then the 1 to step 4
     assert re.findall(r"epoch (\d)/2 done at step (\d+)", out) == [("1", "10"), ("2", "20")]
     assert "trained steps 0..20 on 1 workers" in out
+
+
+class Running(Steps):
+    """A parameter-server chief's steps: its train lines need no window end; while a window runs it reports the
+    step reached after every `every` steps. From step `nan_at` on, the loss is NaN."""
+
+    lines_end_windows = False
+
+    def __init__(self, trainer, batches, every, nan_at=None):
+        super().__init__(trainer, batches)
+        self.every, self.nan_at = every, nan_at
+
+    def run_steps(self, left, step, todo, progress=None):
+        import tensorflow as tf
+
+        self.windows.append(todo)
+        ran = 0
+        while ran < todo and left[0]:
+            for _ in range(min(self.every, todo - ran, left[0])):
+                ran, left[0] = ran + 1, left[0] - 1
+                loss = float("nan") if self.nan_at is not None and step + ran >= self.nan_at else 0.1
+                self.trainer.optimizer.iterations.assign_add(1)
+                self.trainer.train_metrics.update(tf.constant([1.0]), tf.constant([0.9]), tf.constant([loss]))
+            if ran < todo and left[0]:
+                progress(step + ran)
+        return ran, ran < todo and left[0] == 0
+
+
+def test_a_distribution_whose_lines_need_no_window_end_gets_them_while_its_windows_run(capsys, monkeypatch):
+    import deepfm_metrics
+    from deepfm_coordinator import CoordinatorSteps
+    from deepfm_sync import SyncSteps
+
+    assert SyncSteps.lines_end_windows and not CoordinatorSteps.lines_end_windows  # Horovod, MWMS, one host: ends
+    counted = []
+    monkeypatch.setattr(deepfm_metrics, "record", lambda kind, step, **values: counted.append(values["examples"]))
+    trainer = fake_trainer()
+    steps = Running(trainer, batches=25, every=3)
+    hp = hparams("--log_steps", "4", "--checkpoint_steps", "10", "--epochs", "1")
+    assert TrainingLoop(hp, container(), trainer, steps, None).run() == 25
+    assert steps.windows == [10, 10, 10]  # to each checkpoint (the data ends at 25), not to each multiple of 4
+    # a line at the step reached once a multiple of 4 was crossed since the last, the window's end line when its
+    # steps crossed one (20, and 25 where the data ended), every example counted once
+    assert train_steps(capsys.readouterr().out) == [6, 9, 13, 16, 20, 25]
+    assert counted == [6, 3, 4, 3, 4, 5]
+
+
+def test_a_loss_that_diverges_mid_window_stops_the_run_at_the_next_line(capsys):
+    trainer = fake_trainer()
+    steps = Running(trainer, batches=100, every=3, nan_at=5)
+    with pytest.raises(SystemExit):
+        TrainingLoop(hparams("--log_steps", "4", "--checkpoint_steps", "50"), container(), trainer, steps, None).run()
+    assert "error: training diverged at step 6: train loss=nan" in capsys.readouterr().out
+    assert int(trainer.optimizer.iterations.numpy()) == 6  # inside its first window, which would have run to 50
 
 
 def test_a_resumed_run_skips_what_its_epoch_trained_and_stops_at_max_steps(capsys):
@@ -271,7 +325,7 @@ def test_rank_0_prints_progress_lines_inside_a_window_without_the_loop_waiting_f
     monkeypatch.setattr(deepfm_log, "PROGRESS_SECONDS", 0.01)
 
     class Halfway(Steps):
-        def run_steps(self, left, step, todo):
+        def run_steps(self, left, step, todo, progress=None):
             ran, ended = super().run_steps([30], step, min(todo, 30))
             assert seen.wait(60), "no progress line while the window ran"
             rest, ended = super().run_steps([left[0] - 30], step + ran, todo - ran)

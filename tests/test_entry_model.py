@@ -280,6 +280,35 @@ def test_summed_result_reads_what_the_metrics_hold_and_resets_them():
     assert DM.summed_result(metrics)[0::2] == (2.0, 1)
 
 
+def test_what_is_added_while_the_metrics_are_taken_is_kept_for_the_next_take():
+    """A parameter-server chief takes the train metrics while the workers' closures add to them: an add that comes
+    between a take's read and its reset stays for the next take, so the examples of all takes are all added."""
+    import threading
+
+    metrics = DM.StreamingMetrics(buckets=4)
+    one = metrics.counts(tf.constant([1.0, 0.0]), tf.constant([0.9, 0.2]), tf.constant([0.5, 0.25]))
+    add = tf.function(lambda: metrics.add(one))
+    adds, finished = 5000, threading.Event()
+
+    def closures():
+        for _ in range(adds):
+            add()
+        finished.set()
+
+    thread = threading.Thread(target=closures)
+    totals, takes = np.zeros(3 + 2 * 4), 0
+    thread.start()
+    while not finished.is_set():
+        totals += metrics.take().numpy()
+        takes += 1
+    thread.join()
+    totals += metrics.take().numpy()
+    assert takes > 10  # taken while the adds ran
+    loss_sum, examples, skipped = totals[:3]
+    assert (examples, loss_sum, skipped) == (2 * adds, 0.75 * adds, 0)
+    assert list(totals[3:]) == [0, 0, 0, adds] + [adds, 0, 0, 0]  # positives then negatives per bucket
+
+
 @pytest.mark.parametrize("batch_norm,dropout", [(False, 0.0), (True, 0.3)])
 def test_exported_model_loads_and_predicts_probabilities(tmp_path, batch_norm, dropout):
     hp = small_hp(batch_norm=batch_norm, dropout=dropout)

@@ -133,11 +133,12 @@ def two_hosts_s3_sharded(tmp_path, rows, eval_rows, input_mode="File"):
 @pytest.mark.runtimes
 @pytest.mark.slow
 def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_path):
-    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 24000, 3000)
+    # 100 whole batches a host: no step of the runs trains a shard's partial last batch (the examples are counted)
+    bases, envs, parts, evaluation = two_hosts_s3_sharded(tmp_path, 25600, 3000)
     for base, part in zip(bases, parts):
         es.write_tfrecords(base / "input/data/train", part, 2)
         es.write_tfrecords(base / "input/data/eval", evaluation, 1)
-    hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50)
+    hp = dict(HP, epochs=3, max_steps=100, checkpoint_steps=50, tensorboard_dir=str(tmp_path / "tb-1"))
     codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, hp, chief_env=INSTANTIATIONS_LOGGED)
     assert codes == [0, 0, 0, 0], chief[-3000:] + worker[-2000:]
     assert all(group_gone(proc) for proc in procs)  # the chief's own worker child included
@@ -148,8 +149,12 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     assert "embeddings in 2 shard(s)" in chief
     assert "worker 1 on algo-1" in chief and "worker 0 on algo-2" in worker  # both hosts' data serve
     assert "chief finished; exiting" in worker
+    # The train lines come while the closures run, at the step the chief read once a multiple of log_steps was
+    # crossed (its windows end only at the checkpoints, 50 and 100): the closures' 16 steps run faster than the
+    # chief reads, so a line may cover two multiples; the last is at the end. No example is left out of them.
     steps = [row["step"] for row in es.metric_lines(chief, "train")]
-    assert steps == [20, 40, 60, 80, 100]
+    assert steps[-1] == 100 and [s // 20 for s in steps] == sorted(set(s // 20 for s in steps)), steps
+    assert lines_examples(tmp_path / "tb-1", steps) == 100 * 128
     (evaluated,) = es.metric_lines(chief, "eval")
     assert evaluated["step"] == 100 and evaluated["auc"] > 0.55
     assert sorted(p.name for p in (bases[0] / "checkpoints").glob("ckpt-*.index")) == [
@@ -163,12 +168,28 @@ def test_parameter_server_cluster_trains_exports_and_every_process_exits(tmp_pat
     # into an unpartitioned model in this process
     np.testing.assert_allclose(probs, checkpoint_predictions(bases[0] / "checkpoints/ckpt-100", hp), rtol=1e-5)
 
-    # A new cluster on the same checkpoint dir (a restarted job) continues at step 100.
-    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, dict(hp, max_steps=140), tag="again")
+    # A new cluster on the same checkpoint dir (a restarted job) continues at step 100. One step a closure: the
+    # chief keeps 3 closures a worker in flight, 6 steps, so it reads the step at most 5 past a multiple of 20 and
+    # prints the line at what it reads after taking the metrics (6 more at most): each multiple gets its line inside
+    # its window (100..150, 150..180), at most 11 steps past it, and the last at the end.
+    again = dict(hp, max_steps=180, steps_per_closure=1, tensorboard_dir=str(tmp_path / "tb-2"))
+    codes, chief, worker, procs = run_cluster(tmp_path, bases, envs, again, tag="again")
     assert codes == [0, 0, 0, 0], chief[-3000:]
     assert "continuing at step 100" in chief
-    assert [row["step"] for row in es.metric_lines(chief, "train")] == [120, 140]
+    steps = [row["step"] for row in es.metric_lines(chief, "train")]
+    assert [s // 20 for s in steps] == [6, 7, 8, 9] and all(s % 20 <= 11 for s in steps) and steps[-1] == 180, steps
+    assert sorted({int(s) for s in re.findall(r"\[dfm\] checkpoint step=(\d+)", chief)}) == [150, 180]
+    assert lines_examples(tmp_path / "tb-2", steps) == 80 * 128
     assert all(group_gone(proc) for proc in procs)
+
+
+def lines_examples(folder, steps):
+    """The examples the chief's train lines counted (its TensorBoard scalars, one a line), summed."""
+    from test_entry_summaries import scalars
+
+    counted = scalars(folder)["train/examples"]
+    assert [step for step, _ in counted] == steps
+    return sum(value for _, value in counted)
 
 
 def feed_fifos(data_dir, payloads):
@@ -375,7 +396,7 @@ def test_thread_environment_follows_the_knobs(tmp_path, monkeypatch):
 
 
 class JoinRaising:
-    """A coordinator whose join() raises each of `errors` once, then returns."""
+    """A coordinator whose join() and done() raise each of `errors` once, then return (done: nothing in flight)."""
 
     def __init__(self, *errors):
         self.errors = list(errors)
@@ -383,6 +404,10 @@ class JoinRaising:
     def join(self):
         if self.errors:
             raise self.errors.pop(0)
+
+    def done(self):
+        self.join()
+        return True
 
 
 def test_a_closure_request_tensorflow_malformed_is_survived_a_bounded_number_of_times(capsys):
@@ -403,6 +428,13 @@ def test_a_closure_request_tensorflow_malformed_is_survived_a_bounded_number_of_
         dc.join_or_exit(JoinRaising(tf.errors.InternalError(None, None, "out of memory")), [])
     with pytest.raises(SystemExit):  # a bad row under bad_rows: fail
         dc.join_or_exit(JoinRaising(tf.errors.InvalidArgumentError(None, None, "bad row 3 in a.csv")), [])
+    # the chief's look while a window runs (done(): no wait) meets the same errors the same way
+    look, count = JoinRaising(rejected()), []
+    assert dc.join_or_exit(look, count, wait=look.done) is False and len(count) == 1
+    assert dc.join_or_exit(look, count, wait=look.done) is True
+    look = JoinRaising(tf.errors.InvalidArgumentError(None, None, "bad row 3 in a.csv"))
+    with pytest.raises(SystemExit):
+        dc.join_or_exit(look, [], wait=look.done)
 
 
 def test_master_is_renamed_chief_for_the_strategy():

@@ -40,6 +40,15 @@ def test_a_window_is_split_into_an_even_share_for_each_worker_in_whole_groups_of
                     assert max(load) == -(-todo // workers), (todo, size, workers, local, sizes)
 
 
+def test_the_chief_reads_the_step_again_when_its_next_train_line_is_due_within_bounds():
+    from deepfm_coordinator import LOOK_SECONDS, SOONEST_LOOK_SECONDS, seconds_to_look
+
+    assert seconds_to_look(10, 100.0) == 0.1  # 10 steps to the line at 100 steps/s
+    assert seconds_to_look(10, 0.0) == LOOK_SECONDS  # no rate yet, or no step since the last read
+    assert seconds_to_look(1000, 100.0) == LOOK_SECONDS  # closures to schedule meanwhile
+    assert seconds_to_look(1, 1000.0) == SOONEST_LOOK_SECONDS
+
+
 def raw_hosts(tmp_path, rows_per_host, batch_size):
     """Two hosts, each its own raw TSV file with the bad lines in it, and an eval file on the master.
     -> (bases, envs, features, training batches per host)."""
@@ -90,7 +99,10 @@ def test_multi_step_closures_keep_epochs_bad_rows_windows_and_resume_exact(tmp_p
     assert all(group_gone(proc) for proc in procs)
     done = [int(s) for s in re.findall(r"epoch \d/2 done at step (\d+)", chief)]
     assert done == [epoch, 2 * epoch]
-    assert steps_of(chief, "train") == list(range(7, 2 * epoch + 1, 7)) + ([2 * epoch] if 2 * epoch % 7 else [])
+    # the train lines come while the closures run (deepfm_coordinator): each at the step the chief read once a
+    # multiple of 7 was crossed since the last line, the last at the end
+    steps = steps_of(chief, "train")
+    assert steps[-1] == 2 * epoch and [s // 7 for s in steps] == sorted({s // 7 for s in steps}), steps
     assert [int(s) for s in re.findall(r"checkpoint step=(\d+)", chief)] == list(range(10, 2 * epoch, 10)) + [2 * epoch]
     assert steps_of(chief, "eval") == [epoch, 2 * epoch]
     counts = sorted(re.findall(r"bad rows skipped: (\d+) \(worker (\d)\)", chief))

@@ -390,7 +390,7 @@ def test_a_two_ps_run_restores_a_one_host_source_and_predicts_what_it_does(tmp_p
         "[dfm] warm start: restored 20 variables (weights and their optimizer slots) from day-1 (checkpoint ckpt-3), "
         "steps restart"
     )
-    assert [row["step"] for row in es.metric_lines(chief, "train")] == [2, 4]  # restarted at step 0
+    assert "trained steps 0..4 on " in chief  # restarted at step 0
     np.testing.assert_allclose(exported_predictions(chief), checkpoint_predictions(folder / "ckpt-3", PS_HP), rtol=1e-6)
 
 

@@ -97,6 +97,7 @@ def test_a_parameter_server_run_writes_tensorboard_summaries_and_learning_curves
         "train/loss",
         "train/auc",
         "train/examples_per_sec",
+        "train/examples",
         "train/learning_rate",
         "eval/loss",
         "eval/auc",
