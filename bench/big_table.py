@@ -501,7 +501,7 @@ def _report(result, size, state, limit, need, big, big_code, small, served, file
             ],
             ["rule's busiest host", need.layout],
             ["data", f"{size.rows:,} rows like Criteo Kaggle in {FILES} files, {size.eval_rows:,} eval rows"],
-            ["steps", f"{size.max_steps} of {BATCH}, checkpoint and evaluation every {size.every}"],
+            ["steps", f"{size.max_steps} of batch {BATCH}, checkpoint and evaluation every {size.every}"],
             [
                 "lost worker",
                 f"{KILLED} SIGKILLed {fmt(big.killed[0], 1)} s in, after `{big.killed[1][:60]}`"

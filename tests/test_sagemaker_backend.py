@@ -615,7 +615,7 @@ def check_hetero_ps(request: dict) -> None:
     groups = request["ResourceConfig"]["InstanceGroups"]
     assert [(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"]) for g in groups] == [
         ("worker", "ml.g5.2xlarge", 4),
-        ("ps", "ml.r5.4xlarge", 2),
+        ("ps", "ml.r5.4xlarge", 4),
     ]
     # the ps hosts download nothing; no toolkit distribution (its ps would sit on every host of one group)
     s3 = [c for c in request["InputDataConfig"] if "S3DataSource" in c["DataSource"]]
@@ -651,7 +651,7 @@ def test_a_heterogeneous_job_is_submitted_and_described_by_group(aws, monkeypatc
     summary = sb.describe(plan.job_name, REGION)
     assert summary["instance_groups"] == [
         {"group": "worker", "instance_type": "ml.g5.2xlarge", "instance_count": 4},
-        {"group": "ps", "instance_type": "ml.r5.4xlarge", "instance_count": 2},
+        {"group": "ps", "instance_type": "ml.r5.4xlarge", "instance_count": 4},
     ]
 
 

@@ -33,6 +33,19 @@ PROCESS_WORKING_SET = 640 << 20
 # A ps task's peak over its share of the tables and slots (initializing it, writing its checkpoint files): measured
 # 749 MB above the 564 MB of a ps holding a 20,000-id table, for a 514 MiB share (same run, two ps tasks).
 PS_SHARE_FACTOR = 1.4
+# A ps task of a job that restores (it keeps checkpoints, so a lost host, a spot interruption or recover: starts it
+# again from them; or it warm-starts) peaks at about three times its share: the values it was initialized with, the
+# checkpoint's values as read (a checkpoint holds each table twice, the model's sliced table and the optimizer's list
+# of its shards) and the restored copy. Measured 2.9x over the working set (BENCHMARKS.md report 20: 34M ids,
+# embedding 16, Adagrad, TF 2.21), and 2.0x on a fresh start that writes checkpoints.
+PS_RESTORE_FACTOR = 3.0
+
+
+def ps_share_factor(restores: bool) -> float:
+    """A ps task's peak over its share of the tables and slots: PS_RESTORE_FACTOR in a job that may restore."""
+    return PS_RESTORE_FACTOR if restores else PS_SHARE_FACTOR
+
+
 GIB = 1 << 30
 # The bundled script's hyperparameters for this layout (the launcher sets them; the script reads them
 # to find its groups in resourceconfig.json).
@@ -195,27 +208,29 @@ def gib(value: float) -> str:
 
 
 def embedding_memory_findings(
-    feature_size: int, embedding_size: int, optimizer: str, ps: InstanceGroup
+    feature_size: int, embedding_size: int, optimizer: str, ps: InstanceGroup, restores: bool = False
 ) -> list[tuple[str, str]]:
-    """[(severity, message)]: "error" when the ps processes at their peak (PS_SHARE_FACTOR x the tables and slots,
+    """[(severity, message)]: "error" when the ps processes at their peak (ps_share_factor x the tables and slots,
     plus a working set each) exceed the ps group's memory, "warning" above WARN_FRACTION of it; nothing for an
-    instance type dfm does not know."""
+    instance type dfm does not know. `restores`: the job may restore a checkpoint."""
     info = catalog.instance(ps.instance_type)
     if info is None:
         return []
     tables = embedding_bytes(feature_size, embedding_size, optimizer)
-    needed = math.ceil(tables * PS_SHARE_FACTOR) + ps.count * PROCESS_WORKING_SET
+    factor = ps_share_factor(restores)
+    needed = math.ceil(tables * factor) + ps.count * PROCESS_WORKING_SET
     available = info.memory_gib * GIB * ps.count
     slots = OPTIMIZER_SLOTS[optimizer]
     how = (
         f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
         f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}) = {gib(tables)}, "
-        f"x {PS_SHARE_FACTOR} at the ps processes' peak + {gib(PROCESS_WORKING_SET)} each"
+        f"x {factor} at the ps processes' peak{' (they restore checkpoints)' if restores else ''} + "
+        f"{gib(PROCESS_WORKING_SET)} each"
     )
     have = f"{ps.count} x {ps.instance_type} ({info.memory_gib} GiB each) = {gib(available)}"
     share = needed / available
     per_instance = info.memory_gib * GIB * WARN_FRACTION - PROCESS_WORKING_SET
-    enough = max(ps.count + 1, math.ceil(tables * PS_SHARE_FACTOR / per_instance))
+    enough = max(ps.count + 1, math.ceil(tables * factor / per_instance))
     if share > 1:
         return [
             (

@@ -3,10 +3,11 @@
 What each process holds (`host_need`, `plan_host_memory`): one host alone (`none`, or a parameter-server job on one
 host, where no ps starts) holds the whole tables and their optimizer slots beside its working set. With parameter
 servers each ps holds its share (weights and slots: the tables are split over the ps tasks, each shard initialized
-where it lives; PS_SHARE_FACTOR at its peak); the chief and every worker hold a working set (PROCESS_WORKING_SET)
-whatever the table, except where the chief writes the checkpoints and the export itself: a checkpoint directory on
-the hosts' own disks (not `checkpoints.file_system`) has the chief receive every ps's variables, all at once as
-TensorFlow's multi-device save runs, so its host needs about twice the whole state more (CHIEF_WRITE_FACTOR).
+where it lives; PS_SHARE_FACTOR at its peak, PS_RESTORE_FACTOR in a job that may restore a checkpoint); the chief
+and every worker hold a working set (PROCESS_WORKING_SET) whatever the table, except where the chief writes the
+checkpoints and the export itself: a checkpoint directory on the hosts' own disks (not `checkpoints.file_system`)
+has the chief receive every ps's variables, all at once as TensorFlow's multi-device save runs, so its host needs
+about twice the whole state more (CHIEF_WRITE_FACTOR).
 On CPU hosts under Horovod or MultiWorkerMirrored, a whole replica per process (each rank or replica holds the
 tables, at its peak as `rules.gpu.replica_bytes` counts). GPU hosts of the replicated layouts hold the tables on
 the GPUs (`rules.gpu`), a ps group on its own instances (`rules.ps_group`; its worker group's first host, the
@@ -28,7 +29,6 @@ from launcher.rules.ps_group import table_rows
 from launcher.spec import Spec, size_bytes
 
 PROCESS_WORKING_SET = hosts.PROCESS_WORKING_SET  # a chief's or worker's own peak (measured: plans.hosts)
-PS_SHARE_FACTOR = hosts.PS_SHARE_FACTOR  # a ps's peak over its share of the tables and slots
 # The chief that writes the checkpoints and the export itself (experimental_io_device: a checkpoint directory on the
 # hosts' own disks) receives every ps's variables at once, as TensorFlow's multi-device save runs, and serializes
 # them: measured 2,352 MB above its working set for 1,027 MiB of state (a 5.3M-id table, embedding 16, Adam) on
@@ -56,12 +56,13 @@ def _tasks_write(spec: Spec) -> bool:
     return config is not None and config.file_system is not None
 
 
-def _ps(tables: int, count: int) -> ProcessNeed:
+def _ps(tables: int, count: int, factor: float) -> ProcessNeed:
     """A ps task holding 1/count of the tables and slots, at its peak."""
     return ProcessNeed(
         "ps",
-        PROCESS_WORKING_SET + math.ceil(tables / count * PS_SHARE_FACTOR),
-        f"its working set + {PS_SHARE_FACTOR} x its share of the tables and slots (1/{count})",
+        PROCESS_WORKING_SET + math.ceil(tables / count * factor),
+        f"its working set + {factor} x its share of the tables and slots (1/{count})"
+        + (", restoring a checkpoint" if factor == hosts.PS_RESTORE_FACTOR else ""),
     )
 
 
@@ -121,14 +122,15 @@ def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None
         )
     if kind == "parameter_server" and spec.ps_group is None and count > 1:
         workers = tasks.host_tasks(spec.instance.type, kind).worker_tasks
+        factor = hosts.ps_share_factor(spec.may_restore)
         processes = (
-            _ps(tables, count),
+            _ps(tables, count, factor),
             _chief(spec, tables),
             *_working("worker", workers),
         )
         needed = sum(p.bytes for p in processes)
         working = (2 + workers) * PROCESS_WORKING_SET  # the chief's host's processes without a table in its chief
-        enough = max(count + 1, math.ceil(tables * PS_SHARE_FACTOR / max(per_host_fit - working, 1)))
+        enough = max(count + 1, math.ceil(tables * factor / max(per_host_fit - working, 1)))
         shared = (
             ""
             if _tasks_write(spec)

@@ -337,6 +337,12 @@ class Spec(_Strict):
             return self.checkpoints.model_copy(update={"s3": "auto"})
         return self.checkpoints
 
+    @property
+    def may_restore(self) -> bool:
+        """Whether the training processes may restore a checkpoint: the job keeps checkpoints (a restart resumes
+        from them) or warm-starts."""
+        return self.checkpoint_config is not None or self.warm_start is not None
+
     def where(self, field: str) -> Location:
         """The location of `field` (dotted), or of its nearest ancestor present in the files."""
         path = tuple(int(p) if p.isdigit() else p for p in field.split(".")) if field else ()
