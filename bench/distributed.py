@@ -97,7 +97,7 @@ def measure(quick: bool, context: dict) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _weak_report(result, runs, measured, own_cores)
-    _logging_report(result, measured, own_cores)
+    logging_report(result, measured, own_cores)
     _shared_report(result, runs, measured, machine_cpus)
     result["notes"] += _notes(quick, repetitions, distinct, machine_cpus, own_cores)
     result["data"] = {
@@ -178,7 +178,7 @@ def _weak_report(result: dict, runs: dict, measured: Runs, own_cores: bool) -> N
     )
 
 
-def _logging_report(result: dict, measured: Runs, own_cores: bool) -> None:
+def logging_report(result: dict, measured: Runs, own_cores: bool) -> None:
     """The 2-host parameter-server run logging every LOG_EVERY steps: steady examples/s, the goal on their ratio."""
     keys = [("log", PS, "demo", every) for every in LOG_EVERY]
     rows, rates = [], {}

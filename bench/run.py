@@ -40,6 +40,7 @@ ITEMS = {
     "probe_stability": ("bench.probe_stability", 2400, 3600),
     "serving": ("bench.serving", 600, 1200),
     "big_table": ("bench.big_table", 1200, 4200),
+    "watching": ("bench.watching", 600, 1200),
     "incremental": ("bench.incremental", 1500, 2400),  # 879 s quick, 1237 s full at load 9-17 on 2 cores
 }
 

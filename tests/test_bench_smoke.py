@@ -391,7 +391,7 @@ def test_incremental_goal_needs_both_the_auc_and_half_the_time():
 
 
 def test_watching_compares_the_steady_speed_of_the_two_log_intervals_against_its_goal():
-    from bench.distributed import _logging_report
+    from bench.distributed import logging_report
     from bench.distributed_runs import LOG_EVERY, PS, logging_runs, per_step
 
     keys = list(logging_runs({"train": Path("t"), "eval": Path("e")}, quick=True))
@@ -401,11 +401,11 @@ def test_watching_compares_the_steady_speed_of_the_two_log_intervals_against_its
         runs.steady[key] = [(seconds, {"algo-1 chief": 0.5, "algo-2 worker": 9.0}, 900 * 1024)]
         runs.rates[key], runs.loads[key] = [1.0], [0.5]
     result = section("distributed", "", "")
-    _logging_report(result, runs, own_cores=True)
+    logging_report(result, runs, own_cores=True)
     (met,) = result["verdicts"]
     assert met["met"] is True and met["detail"] == "92,160 vs 102,400 examples/s (0.90x)"
     assert PS in result["tables"][0]["caption"]
     runs.steady[keys[0]] = [(11.0, {}, 900 * 1024)]
     result = section("distributed", "", "")
-    _logging_report(result, runs, own_cores=True)
+    logging_report(result, runs, own_cores=True)
     assert result["verdicts"][0]["met"] is False
