@@ -25,13 +25,15 @@ from ps_gpu_workers import in_worker_replicas_problem
 
 # What ClusterCoordinator logs at ERROR about failed closures, with the whole gRPC detail over dozens of
 # lines: errors that join() raises next (the caller reports them once: a line of its own, or the
-# traceback), errors it says it ignores, and errors naming a ps (retried while transient; when not,
-# join() raises them and the chief names the ps in one line).
+# traceback), errors it says it ignores, errors naming a ps (retried while transient; when not,
+# join() raises them and the chief names the ps in one line), and a worker's closure failing on a connection (a ps
+# gone mid-closure: the chief names the ps; a worker gone: watch_workers names it).
 REPORTED_ELSEWHERE = (
     "encountered the following error when processing closure",
     "Start cancelling closures due to error",
     "derived error is ignored",
     "/job:ps/",
+    "failed with UnavailableError",
 )
 
 
@@ -230,6 +232,7 @@ class CoordinatorSteps(Distribution):
 
         self.hp, self.env, self.coordinator, self.trainer = hp, env, coordinator, trainer
         self.workers = num_workers
+        self.lines_end_windows = hp.line_barrier
         self.channels, mode = training_input(hp, env, ALONE)[:2]  # each worker's shard comes from its SHARD_FILE
         self.cfg = deepfm_input.config_from_hparams(hp, mode, "input/data", env.config_dir, "pipe_state")
         self.answers = answers = WorkerAnswers(strategy, num_workers)

@@ -57,6 +57,9 @@ DEFAULTS = {
     "ps_group": "",  # instance group of the parameter servers (heterogeneous job); empty = no such group
     "ps_per_host": 1,  # parameter servers on each host of ps_group
     "steps_per_closure": 16,  # parameter server: training steps a worker runs per closure the chief sends
+    # parameter server: end a window at each train line, the chief waiting for every worker's closures (exact
+    # windows, at that wait's cost): dfm probe's timed windows; a job's lines need no window end
+    "line_barrier": False,
     "local_steps": 1,  # parameter server: steps a worker trains on its own copy between exchanges with the ps
     # tuning
     "intra_op_threads": 0,

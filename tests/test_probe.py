@@ -304,6 +304,7 @@ def test_a_bundled_scripts_probe_logs_often_enough_and_evaluates_and_checkpoints
         "hyperparameters.log_steps=6",
         "hyperparameters.eval_steps=61",
         "hyperparameters.checkpoint_steps=60",
+        "hyperparameters.line_barrier=true",
     ]
     assert probe_plan.timed_windows(300, log_steps=10)[0] == "hyperparameters.log_steps=10"
     assert probe_plan.timed_windows(5)[0] == "hyperparameters.log_steps=1"

@@ -71,7 +71,7 @@ def test_installed_dfm_runs_outside_the_checkout(installed, tmp_path):
     [
         ("ps.yaml", {"InstanceCount": 2}),
         ("horovod.yaml", {"InstanceCount": 2}),
-        ("hetero-ps.yaml", {"InstanceGroups": [4, 2]}),
+        ("hetero-ps.yaml", {"InstanceGroups": [4, 4]}),
     ],
 )
 def test_installed_dry_run_builds_the_request(installed, tmp_path, config, hosts):

@@ -171,14 +171,17 @@ def probe_settings(
 
 def timed_windows(max_steps: int, log_steps: int | None = None) -> list[str]:
     """A bundled script's settings that leave a probe enough clean windows to time: a train line at least every
-    max_steps / TRAIN_LINES steps (the spec's log_steps when it is already that often), no evaluation before
-    max_steps (the final one comes after the last train line) and no checkpoint before it."""
+    max_steps / TRAIN_LINES steps (the spec's log_steps when it is already that often), each the end of a window
+    (a parameter-server chief's lines otherwise come while its closures run, as often as its reads of the step: too
+    few in a short probe), no evaluation before max_steps (the final one comes after the last train line) and no
+    checkpoint before it."""
     every = max(1, max_steps // TRAIN_LINES)
     given = log_steps if isinstance(log_steps, int) and not isinstance(log_steps, bool) and log_steps > 0 else every
     return [
         f"hyperparameters.log_steps={min(every, given)}",
         f"hyperparameters.eval_steps={max_steps + 1}",
         f"hyperparameters.checkpoint_steps={max_steps}",
+        "hyperparameters.line_barrier=true",
     ]
 
 
