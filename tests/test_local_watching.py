@@ -145,7 +145,9 @@ def test_nothing_new_is_printed_off_a_terminal_or_with_json(tmp_path, sample, ou
     (job,) = [p for p in (tmp_path / "runs").iterdir() if (p / "hosts").is_dir()]
     assert "[dfm] progress step=0" in (job / "logs" / "algo-1-master.log").read_text()  # the scripts print them
     for stream in (done.stdout, done.stderr):
-        assert "[dfm] progress" not in stream and "progress: 24 steps" not in stream and "examples/s |" not in stream
+        # no ticker lines, no bar's header or control codes; the plain progress line (every 10 s while a train line
+        # has come, PlainDisplay) is what a log gets, and a parameter-server chief's lines may come mid-run
+        assert "[dfm] progress" not in stream and "progress: 24 steps" not in stream
         assert "\x1b[" not in stream  # no terminal control: no bar
     if output == "json":
         assert json.loads(done.stdout) == {"job_name": job.name, "exit_code": 0}
