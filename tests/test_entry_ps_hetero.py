@@ -6,7 +6,6 @@ container address mapped to a free loopback port through DFM_CLUSTER_ADDRESSES, 
 The worker hosts hold the training data; the ps host has no channel at all.
 """
 
-import re
 import json
 import os
 import signal
@@ -19,14 +18,11 @@ from test_entry_ps import HP, predict_saved_model, stop_all
 
 import entry_support as es
 import hetero_cluster as hc
+from tf_records import script_lines
 
 GROUPS = [("worker", "ml.g5.2xlarge", ["algo-1", "algo-2"]), ("ps", "ml.r5.4xlarge", ["algo-3"])]
 HOSTS = [host for _, _, hosts in GROUPS for host in hosts]
 BATCHES = {"a": 40, "b": 24}  # train files of unequal length: file a is shard 0 of 2, file b shard 1
-
-CPP_RECORD = re.compile(
-    r"(?:^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^[IWEF]\d{4} )\S*|Additional GRPC error information"
-)
 
 
 def write_data(base, batch_size, evaluate):
@@ -184,7 +180,7 @@ def test_a_killed_ps_host_ends_the_chief_at_once_with_one_line_naming_it(tmp_pat
     assert [line for line in lines if line.startswith("[dfm]")] == lines[-1:]
     # TensorFlow's C++ runtime may log (at E, with its gRPC detail) a remote call the chief made as the ps went:
     # the chief reads the step while its closures run; those records are TensorFlow's, not the coordinator's pages
-    python_lines = [line for line in lines if not CPP_RECORD.search(line) and not line.startswith(":{")]
+    python_lines = script_lines(lines)
     assert not [line for line in python_lines if "Traceback" in line or "/job:" in line or "ERROR" in line], errors[
         -3000:
     ]
