@@ -8,6 +8,7 @@ import random
 import pytest
 
 import entry_support as es
+from tf_records import script_lines
 from test_entry_faults import HP, bad_data_host, exported
 
 RAW_COLUMNS = ["clicked", "i1", "c1"]
@@ -47,7 +48,7 @@ def shown(row):
 
 
 def errors(log):
-    return [line for line in log.splitlines() if "error" in line.lower()]
+    return [line for line in script_lines(log.splitlines()) if "error" in line.lower()]
 
 
 # ---- reasons, in process ----

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 import entry_support as es
+from tf_records import script_lines
 
 HP = {
     "feature_size": 20000,
@@ -64,7 +65,7 @@ def host_env(base):
 
 
 def errors(lines):
-    return [line for line in lines if "error" in line.lower() or "Traceback" in line]
+    return [line for line in script_lines(lines) if "error" in line.lower() or "Traceback" in line]
 
 
 @pytest.mark.slow
