@@ -13,7 +13,7 @@ need Adagrad or SGD of the model, not of the baseline, whose lazy Adam's copy up
 import tensorflow as tf
 
 from deepfm_local_steps import _by_shard, _fetch, _send
-from deepfm_variables import assign_add, flat_variables
+from deepfm_variables import assign_add, flat_variables, set_untracked
 
 # Its optimizer, whatever the run's (kind, learning rate): lazy Adam at 0.002 came within 0.0004 of scikit-learn's
 # tuned logistic regression after the demo's 4 epochs, where the demo's Adagrad at 0.3 was 0.0074 below it, still
@@ -36,7 +36,7 @@ class Baseline(tf.Module):
         self.bias = tf.Variable(tf.zeros([]), name="baseline_bias")
         self.optimizer = optimizer
         self.l2_reg = l2_reg
-        self.params = flat_variables([self.weights]) + [self.bias]
+        set_untracked(self, "params", flat_variables([self.weights]) + [self.bias])
         optimizer.build(self.params)
 
     def logits(self, ids, values):

@@ -54,9 +54,8 @@ def mismatch(saved, expected, kind):
 
 def expected_shapes(model, optimizer, loss_scale=None):
     """{checkpoint key: shape} of the variables a CheckpointKeeper saves: the model's, the optimizer's slots and
-    the loss scale's. tf.train.Checkpoint stores a variable once, under the shortest of its attribute paths
-    (a batch-norm scale under the optimizer's list of variables rather than the model's), so each variable is
-    listed under every path it has; a key the checkpoint does not hold is not compared."""
+    the loss scale's. A key the checkpoint does not hold is not compared (a checkpoint an earlier version wrote
+    holds some of the model's variables under `optimizer/_variables/N` instead)."""
     import tensorflow as tf
 
     def is_variable(value):
@@ -65,8 +64,6 @@ def expected_shapes(model, optimizer, loss_scale=None):
     shapes = {}
     for path, var in model._flatten(predicate=is_variable, with_path=True):
         shapes["/".join(["model", *map(str, path)]) + VALUE] = var.shape.as_list()
-    for index, var in enumerate(getattr(optimizer, "_variables", [])):
-        shapes[f"optimizer/_variables/{index}{VALUE}"] = var.shape.as_list()
     for index, slots in enumerate(optimizer.slots):
         for name, var in slots.items():
             shapes[f"optimizer/slots/{index}/{name}{VALUE}"] = var.shape.as_list()

@@ -13,7 +13,15 @@ from deepfm_features import BAD_ROWS_KEY
 from deepfm_metrics import StreamingMetrics
 from deepfm_summaries import follow_learning_rate
 from deepfm_model import build_model
-from deepfm_variables import assign, assign_add, assign_sub, flat_variables, scatter_sub, scatter_update
+from deepfm_variables import (
+    assign,
+    assign_add,
+    assign_sub,
+    flat_variables,
+    scatter_sub,
+    scatter_update,
+    set_untracked,
+)
 
 
 def _dedupe(grad):
@@ -71,7 +79,7 @@ class SparseOptimizer(tf.Module):
                         name=f"{var.name.split(':')[0]}/{slot}",
                     )
             self.slots.append(slots)
-        self._variables = list(variables)
+        set_untracked(self, "_variables", variables)
 
     def apply(self, grads):
         """grads: one per variable given to build() (None = no update)."""

@@ -18,6 +18,13 @@ def flat_variables(variables):
     return flat
 
 
+def set_untracked(module, name, variables):
+    """module.name = list(variables), not saved with `module`'s checkpoints. A tf.Module saves the variables its
+    attributes hold; a partitioned table's shards are already saved once, as slices of the model's table, and a
+    second list of them would make every checkpoint (and a resume's reads) hold each table twice."""
+    module.__dict__[name] = list(variables)
+
+
 def partitioned(model):
     """Whether the model's tables are partitioned (ShardedVariables across ps tasks)."""
     return any(len(flat_variables([var])) > 1 for var in model.sparse_variables)

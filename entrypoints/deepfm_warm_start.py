@@ -8,9 +8,9 @@ schedule from its start) or `continue` (the source's step).
 
 Every tensor is read by name from the source (tf.train.load_checkpoint) and assigned to this run's variables row
 range by row range, shard by shard: a table partitioned over any number of ps tasks takes its rows from a source
-of any other count, and a source's partitioned table (its shards under `optimizer/_variables/N`) is read shard by
-shard. A table that grew (`feature_size`: a new day's ids) keeps the source's rows as they were and its new rows as
-a fresh model draws them; any other shape that differs stops the run before training.
+of any other count, and only the rows a shard of this run takes are read (a slice of the source's table: no process
+reads a whole partitioned table). A table that grew (`feature_size`: a new day's ids) keeps the source's rows as they
+were and its new rows as a fresh model draws them; any other shape that differs stops the run before training.
 
 TensorFlow is imported inside the functions that use it: `check_source_or_exit` runs before TensorFlow starts.
 """
@@ -25,7 +25,6 @@ from deepfm_log import log
 CHANNELS = ("warmstart", "model")  # a checkpoint folder; the SDK's model channel
 VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 TABLES = ("first_order", "embeddings")
-_SLOT = re.compile(r"^optimizer/(?:slots|_variables)/(\d+)/")
 _VERSION = re.compile(r"^\d+$")
 
 
@@ -145,9 +144,9 @@ class Source:
         import tensorflow as tf
 
         self.prefix, self.words, self.from_checkpoint = prefix, words, from_checkpoint
-        self._last = (None, None)
         self.reader = tf.train.load_checkpoint(prefix)
         self.shapes = {k: list(s) for k, s in self.reader.get_variable_to_shape_map().items()}
+        self.dtypes = self.reader.get_variable_to_dtype_map()
         table = next((k for k in sorted(self.shapes, key=len) if k.endswith("/first_order" + VALUE)), None)
         if table is None or table.replace("first_order", "embeddings") not in self.shapes:
             raise WarmStartError(f"{words} holds no first_order and embeddings tables: not a dfm checkpoint or model")
@@ -205,8 +204,6 @@ class Source:
                 return None
             keys = [(f"optimizer/slots/{i}/{slot}{VALUE}", first, rows) for i, first, rows in flat]
             return keys if all(k in self.shapes for k, _, _ in keys) else None
-        if flat and len(flat) > 1:  # a partitioned table: shard by shard, never the whole table at once
-            return [(f"optimizer/_variables/{i}{VALUE}", first, rows) for i, first, rows in flat]
         if self.key(role) in self.shapes:
             return [(self.key(role), 0, self.shapes[self.key(role)][0] if self.shapes[self.key(role)] else None)]
         if flat:
@@ -215,7 +212,7 @@ class Source:
         return None
 
     def rows(self, pieces, first, count):
-        """Rows first..first+count of the tensor `pieces` make, reading only the pieces they overlap."""
+        """Rows first..first+count of the tensor `pieces` make, reading only those rows of the pieces they overlap."""
         import numpy as np
 
         parts = []
@@ -223,16 +220,24 @@ class Source:
             rows = self.shapes[key][0] if rows is None else rows
             low, high = max(first, start), min(first + count, start + rows)
             if low < high:
-                parts.append(self.value(key)[low - start : high - start])
+                parts.append(self.row_range(key, low - start, high - start))
         return np.concatenate(parts, 0) if len(parts) > 1 else parts[0]
 
+    def row_range(self, key, low, high):
+        """Rows low..high of the tensor `key`, read as a slice (RestoreV2 with a slice spec: a table saved by the
+        shards of a partitioned variable, or whole, is read only where asked)."""
+        import tensorflow as tf
+
+        shape = self.shapes[key]
+        spec = " ".join(map(str, shape)) + f" {low},{high - low}" + ":-" * (len(shape) - 1)
+        (rows,) = tf.raw_ops.RestoreV2(
+            prefix=self.prefix, tensor_names=[key], shape_and_slices=[spec], dtypes=[self.dtypes[key]]
+        )
+        return rows.numpy()
+
     def value(self, key):
-        """The tensor `key`, whole (the reader has no partial read); the last one read is kept, so the shards of a
-        partitioned table take their rows from one read of a whole source table."""
-        if self._last[0] != key:
-            self._last = (key, None)
-            self._last = (key, self.reader.get_tensor(key))
-        return self._last[1]
+        """The tensor `key`, whole (a scalar or a dense layer's)."""
+        return self.reader.get_tensor(key)
 
 
 def open_source(hp, env, scratch):

@@ -147,6 +147,49 @@ def test_an_optimizer_without_slots_restores_from_a_whole_or_partitioned_source(
     assert f"restored {11 if batch_norm == 'true' else 7} variables (weights) from day-1" in line
 
 
+@pytest.mark.parametrize("kind", ["adagrad", "sgd"])
+def test_a_partitioned_runs_checkpoint_holds_each_table_once_and_resumes(tmp_path, kind):
+    """Its floats are the model's and the optimizer's slots, each once (a second list of the shards would save the
+    tables twice, and a resume would read them twice)."""
+    import tensorflow as tf
+    from deepfm_checkpoint import CheckpointKeeper
+
+    hp = hparams("--optimizer", kind)
+    source, _ = trained_source(tmp_path, hp, [60, 40])
+    prefix = tf.train.latest_checkpoint(str(tmp_path / "input" / "data" / "warmstart"))
+    saved = sum(int(np.prod(shape)) for key, shape in tf.train.list_variables(prefix) if "VARIABLE_VALUE" in key)
+    slots = [var for slots in source.optimizer.slots for var in slots.values()]
+    state = sum(int(np.prod(v.shape)) for v in source.model.all_variables + slots)
+    scalars = 5  # the optimizer's iterations and learning rate, the progress pair, the save counter
+    assert saved == state + scalars, (saved, state)
+    resumed = trainer_for(hp, [60, 40])
+    keeper = CheckpointKeeper(resumed, str(tmp_path / "input" / "data" / "warmstart"), 1)
+    assert keeper.restore_latest() == 3
+    np.testing.assert_array_equal(predictions(resumed), predictions(source))
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "sgd"])
+def test_a_checkpoint_that_saved_the_shards_twice_still_warm_starts(tmp_path, kind):
+    """The scripts' earlier checkpoints also saved the optimizer's list of the tables' shards (optimizer/_variables/N),
+    and with it the dense variables whose path there was the shorter (batch norm's)."""
+    import tensorflow as tf
+    import deepfm_warm_start as W
+    from deepfm_checkpoint import CheckpointKeeper
+
+    hp = hparams("--batch_norm", "true", "--optimizer", kind)
+    source = trainer_for(hp, [60, 40])
+    for step in range(3):
+        source.train_step(batch(seed=step))
+    source.optimizer._variables = list(source.optimizer._variables)  # tracked: saved, as they were
+    folder = tmp_path / "input" / "data" / "warmstart"
+    CheckpointKeeper(source, str(folder), 1).maybe_save(3, force=True)
+    keys = [key for key, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(folder)))]
+    assert "optimizer/_variables/1/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    target = trainer_for(hp, [30, 70])
+    W.restore(hp, env_for(tmp_path, "warmstart"), target)
+    np.testing.assert_array_equal(predictions(target), predictions(source))
+
+
 def test_continue_keeps_the_sources_step(tmp_path):
     import deepfm_warm_start as W
 
