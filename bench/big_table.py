@@ -71,7 +71,7 @@ SIZES = {
 def state_bytes(ids: int, embedding: int = EMBEDDING, optimizer: str = OPTIMIZER) -> int:
     from launcher.plans.hosts import embedding_bytes
 
-    return embedding_bytes(ids, embedding, optimizer)
+    return embedding_bytes(ids, embedding, optimizer, baseline=True)  # sets() trains the baseline
 
 
 def limit_for(need: int, state: int, step: int = LIMIT_STEP) -> int:

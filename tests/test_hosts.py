@@ -243,6 +243,7 @@ def test_embedding_bytes_follow_the_formula():
     assert hosts.embedding_bytes(1000, 8, "adagrad") == 1000 * 9 * 4 * 2
     assert hosts.embedding_bytes(1000, 8, "sgd") == 1000 * 9 * 4
     assert hosts.embedding_bytes(1000, 8, "adam") == 1000 * 9 * 4 * 3
+    assert hosts.embedding_bytes(1000, 8, "adam", baseline=True) == 1000 * (9 * 3 + 3) * 4  # its weight, m and v
 
 
 def test_tables_over_the_ps_memory_are_an_error_with_the_numbers():

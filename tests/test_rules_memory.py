@@ -34,13 +34,14 @@ def test_the_ps_config_with_a_260gb_table_is_refused_on_its_two_hosts(capsys):
     code, _, err = run(capsys, "validate", str(REPO / "configs" / "ps.yaml"), *BIG)
     [found] = _memory_findings(err)
     assert code == 2 and found.startswith("error: --set: hyperparameters.feature_size: ")
-    # 1e9 x 65 x 4 bytes x (1 + 1 adagrad slot) = 484.3 GiB, split over the 2 hosts' ps: 242.1 GiB each, a ps that
-    # restores its checkpoints at its peak 3.0 x that + its working set; the chief writes the checkpoints to its own
-    # disk, receiving every ps's variables: 2.3 x 484.3 GiB + its working set
-    assert "1,842.2 GiB on each ml.c5.18xlarge" in found and "split over the 2 hosts' parameter servers" in found
-    assert "ps 727.1 GiB + chief 1,114.5 GiB + worker 0.6 GiB" in found
+    # 1e9 x (65 x 4 bytes x (1 + 1 adagrad slot) + the baseline's 3 floats x 4 bytes) = 495.5 GiB, split over the 2
+    # hosts' ps: 247.7 GiB each, a ps that restores its checkpoints at its peak 3.0 x that + its working set; the
+    # chief writes the checkpoints to its own disk, receiving every ps's variables: 2.3 x 495.5 GiB + its working set
+    assert "1,884.6 GiB on each ml.c5.18xlarge" in found and "split over the 2 hosts' parameter servers" in found
+    assert "ps 743.8 GiB + chief 1,140.2 GiB + worker 0.6 GiB" in found
+    assert "+ 3 floats per id for the baseline" in found  # configs/ps.yaml trains it
     assert "144 GiB" in found and "checkpoints on a file system every host mounts" in found
-    assert "instance.count 15" in found  # 3.0 x 484.3 / (100.8 - 3 x 0.6) GiB once the chief holds no table
+    assert "instance.count 16" in found  # 3.0 x 495.5 / (100.8 - 3 x 0.6) GiB once the chief holds no table
 
 
 def test_the_same_table_on_one_small_host_without_distribution_is_refused(capsys):
@@ -55,7 +56,7 @@ def test_the_same_table_on_one_small_host_without_distribution_is_refused(capsys
         "instance={type: ml.c5.xlarge, count: 1}",
     )
     [found] = _memory_findings(err)
-    assert code == 2 and found.startswith("error: ") and "484.9 GiB on each ml.c5.xlarge (all on one process" in found
+    assert code == 2 and found.startswith("error: ") and "496.1 GiB on each ml.c5.xlarge (all on one process" in found
     assert "ml.c5.xlarge's 8 GiB" in found and "distribution: parameter_server" in found
     # the cheapest memory-optimized CPU type that holds it: never a GPU type, never one without a price
     assert "an instance type with more memory (ml.r5.24xlarge (768 GiB))" in found

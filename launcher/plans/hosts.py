@@ -25,6 +25,9 @@ FLOAT_BYTES = 4  # the tables are float32 (mixed precision casts only the MLP's 
 # builds the real optimizer and counts them): lazy Adam m and v, Adagrad's accumulator, FTRL's
 # accumulator and linear term, none for SGD.
 OPTIMIZER_SLOTS = {"adam": 2, "adagrad": 1, "ftrl": 2, "sgd": 0}
+# The logistic-regression baseline (hyperparameter baseline, deepfm_baseline): a weight per id and its lazy Adam's
+# two moments, partitioned over the ps tasks as the tables are.
+BASELINE_FLOATS = 3
 WARN_FRACTION = 0.7  # the ps process, gRPC buffers and the OS need the rest
 # A training process's own peak beyond the tables it holds: TensorFlow, the traced steps, the input pipeline,
 # gRPC buffers. Measured (each process's ru_maxrss, its `[dfm] memory` line) at 585-592 MiB for the chief and
@@ -197,10 +200,24 @@ def costs(
 # ---- embedding memory ----
 
 
-def embedding_bytes(feature_size: int, embedding_size: int, optimizer: str) -> int:
+def embedding_bytes(feature_size: int, embedding_size: int, optimizer: str, baseline: bool = False) -> int:
     """The two tables (first-order weights and embeddings: feature_size x (1 + embedding_size) float32)
-    and their optimizer slots, all held by the parameter servers."""
-    return feature_size * (1 + embedding_size) * FLOAT_BYTES * (1 + OPTIMIZER_SLOTS[optimizer])
+    and their optimizer slots, all held by the parameter servers; with `baseline`, the logistic regression's
+    weights and Adam moments beside them."""
+    floats = (1 + embedding_size) * (1 + OPTIMIZER_SLOTS[optimizer]) + (BASELINE_FLOATS if baseline else 0)
+    return feature_size * floats * FLOAT_BYTES
+
+
+def embedding_words(feature_size: int, embedding_size: int, optimizer: str, baseline: bool = False) -> str:
+    """How embedding_bytes counted them, for a finding."""
+    slots = OPTIMIZER_SLOTS[optimizer]
+    words = (
+        f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x {FLOAT_BYTES} bytes x "
+        f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''})"
+    )
+    if baseline:
+        words += f" + {BASELINE_FLOATS} floats per id for the baseline (its weight and Adam moments)"
+    return words
 
 
 def gib(value: float) -> str:
@@ -208,22 +225,26 @@ def gib(value: float) -> str:
 
 
 def embedding_memory_findings(
-    feature_size: int, embedding_size: int, optimizer: str, ps: InstanceGroup, restores: bool = False
+    feature_size: int,
+    embedding_size: int,
+    optimizer: str,
+    ps: InstanceGroup,
+    restores: bool = False,
+    baseline: bool = False,
 ) -> list[tuple[str, str]]:
     """[(severity, message)]: "error" when the ps processes at their peak (ps_share_factor x the tables and slots,
     plus a working set each) exceed the ps group's memory, "warning" above WARN_FRACTION of it; nothing for an
-    instance type dfm does not know. `restores`: the job may restore a checkpoint."""
+    instance type dfm does not know. `restores`: the job may restore a checkpoint; `baseline`: it trains the
+    logistic-regression baseline."""
     info = catalog.instance(ps.instance_type)
     if info is None:
         return []
-    tables = embedding_bytes(feature_size, embedding_size, optimizer)
+    tables = embedding_bytes(feature_size, embedding_size, optimizer, baseline)
     factor = ps_share_factor(restores)
     needed = math.ceil(tables * factor) + ps.count * PROCESS_WORKING_SET
     available = info.memory_gib * GIB * ps.count
-    slots = OPTIMIZER_SLOTS[optimizer]
     how = (
-        f"feature_size {feature_size:,} x (1 + embedding_size {embedding_size}) x "
-        f"{FLOAT_BYTES} bytes x (1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}) = {gib(tables)}, "
+        f"{embedding_words(feature_size, embedding_size, optimizer, baseline)} = {gib(tables)}, "
         f"x {factor} at the ps processes' peak{' (they restore checkpoints)' if restores else ''} + "
         f"{gib(PROCESS_WORKING_SET)} each"
     )

@@ -56,18 +56,16 @@ BROADCAST_COPIES = 2
 DENSE_GRADIENT_COPIES = 3
 
 
-def replica_bytes(rows: int, embedding_size: int, optimizer: str, dense_gradients: bool) -> tuple[int, str]:
-    """What one GPU holds at its peak for the tables: weights and optimizer slots, plus the larger of the
-    start-up broadcast's copies of the largest table and, when the gradients are all-reduced densely, a
+def replica_bytes(
+    rows: int, embedding_size: int, optimizer: str, dense_gradients: bool, baseline: bool = False
+) -> tuple[int, str]:
+    """What one GPU holds at its peak for the tables: weights and optimizer slots (and the baseline's), plus the
+    larger of the start-up broadcast's copies of the largest table and, when the gradients are all-reduced densely, a
     step's table-sized gradients -> (bytes, how they were counted)."""
-    slots = hosts.OPTIMIZER_SLOTS[optimizer]
-    tables = hosts.embedding_bytes(rows, embedding_size, optimizer)
+    tables = hosts.embedding_bytes(rows, embedding_size, optimizer, baseline)
     broadcast = BROADCAST_COPIES * rows * embedding_size * hosts.FLOAT_BYTES
     dense = DENSE_GRADIENT_COPIES * rows * (1 + embedding_size) * hosts.FLOAT_BYTES if dense_gradients else 0
-    how = (
-        f"feature_size {rows:,} x (1 + embedding_size {embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
-        f"(1 + {slots} {optimizer} slot{'s' if slots != 1 else ''}), plus "
-    )
+    how = f"{hosts.embedding_words(rows, embedding_size, optimizer, baseline)}, plus "
     if dense > broadcast:
         how += (
             f"{DENSE_GRADIENT_COPIES} dense gradients in a step's all-reduce (the gradient, its pack, the reduced pack)"
@@ -102,7 +100,7 @@ def replica_need(spec: Spec, values: Any, rows: int) -> tuple[int, str, str]:
         replicas(spec),
         values.optimizer,
     )
-    needed, how = replica_bytes(rows, values.embedding_size, values.optimizer, mode == "dense")
+    needed, how = replica_bytes(rows, values.embedding_size, values.optimizer, mode == "dense", values.baseline)
     return needed, how, mode
 
 

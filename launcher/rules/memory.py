@@ -86,19 +86,11 @@ def _describe(processes) -> str:
     return " + ".join(f"{p.role} {hosts.gib(p.bytes)}" for p in processes)
 
 
-def _slots(optimizer: str) -> str:
-    slots = hosts.OPTIMIZER_SLOTS[optimizer]
-    return f"{slots} {optimizer} slot{'s' if slots != 1 else ''}"
-
-
 def host_need(spec: Spec, values, rows: int, memory_gib: int) -> HostNeed | None:
     """What one host of `spec.instance` holds for the tables, or None where another rule checks it."""
     kind, count = spec.distribution_kind, spec.instance.count
-    tables = hosts.embedding_bytes(rows, values.embedding_size, values.optimizer)
-    how = (
-        f"feature_size {rows:,} x (1 + embedding_size {values.embedding_size}) x {hosts.FLOAT_BYTES} bytes x "
-        f"(1 + {_slots(values.optimizer)})"
-    )
+    tables = hosts.embedding_bytes(rows, values.embedding_size, values.optimizer, values.baseline)
+    how = hosts.embedding_words(rows, values.embedding_size, values.optimizer, values.baseline)
     per_host_fit = memory_gib * hosts.GIB * hosts.WARN_FRACTION
     if kind in ("horovod", "multi_worker_mirrored"):
         host = tasks.host_tasks(spec.instance.type, kind, spec.processes_per_host)

@@ -68,7 +68,7 @@ def check_ps_group(spec: Spec) -> list[Finding]:
     rows = table_rows(spec, values) if values is not None else 0
     if rows:
         for severity, message in hosts.embedding_memory_findings(
-            rows, values.embedding_size, values.optimizer, groups[-1], spec.may_restore
+            rows, values.embedding_size, values.optimizer, groups[-1], spec.may_restore, values.baseline
         ):
             problems.append(error(PS_FIELD, message) if severity == "error" else warning(PS_FIELD, message))
     return problems
