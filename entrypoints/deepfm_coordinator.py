@@ -45,8 +45,26 @@ class _ReportedElsewhere:
 
 def report_closure_errors_once():
     import logging
+    import sys
 
     logging.getLogger("tensorflow").addFilter(_ReportedElsewhere())
+    sys.unraisablehook = quiet_lost_task_executors(sys.unraisablehook)
+
+
+def quiet_lost_task_executors(previous):
+    """An unraisablehook that drops what an eager Executor's __del__ raises when its remote task is gone
+    (UnavailableError: Python prints it as "Exception ignored in", with a traceback and the gRPC detail, once per
+    executor, before the chief's line naming the ps); anything else goes to `previous`."""
+
+    def hook(unraisable):
+        import tensorflow as tf
+
+        lost = isinstance(unraisable.exc_value, tf.errors.UnavailableError)
+        if lost and getattr(unraisable.object, "__qualname__", "") == "Executor.__del__":
+            return
+        previous(unraisable)
+
+    return hook
 
 
 # TensorFlow's EagerClusterFunctionLibraryRuntime::Run (2.14 and current sources alike) keeps a pointer into its

@@ -40,6 +40,25 @@ def test_a_window_is_split_into_an_even_share_for_each_worker_in_whole_groups_of
                     assert max(load) == -(-todo // workers), (todo, size, workers, local, sizes)
 
 
+def test_an_executor_whose_task_is_gone_is_not_printed_at_its_deletion_and_anything_else_is():
+    import types
+
+    import tensorflow as tf
+    from tensorflow.python.eager.executor import Executor
+    from deepfm_coordinator import quiet_lost_task_executors
+
+    def unraisable(exc, obj):
+        return types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None, err_msg=None, object=obj)
+
+    printed = []
+    hook = quiet_lost_task_executors(printed.append)
+    lost, other = tf.errors.UnavailableError(None, None, "Connection reset by peer"), ValueError("another")
+    hook(unraisable(lost, Executor.__del__))
+    hook(unraisable(other, Executor.__del__))
+    hook(unraisable(lost, closure_sizes))
+    assert [args.exc_value for args in printed] == [other, lost]
+
+
 def test_the_chief_reads_the_step_again_when_its_next_train_line_is_due_within_bounds():
     from deepfm_coordinator import LOOK_SECONDS, SOONEST_LOOK_SECONDS, seconds_to_look
 
