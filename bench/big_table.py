@@ -456,7 +456,8 @@ def _keep(work: Path, name: str, run: Launch) -> None:
     folder = Path(keep) / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "output.txt").write_text("\n".join(f"{at:9.2f} {line}" for at, line in run.lines))
-    for job in (work / f"runs-{name}").iterdir():
+    runs = work / f"runs-{name}"
+    for job in runs.iterdir() if runs.is_dir() else ():  # none when the launch was refused
         if (job / "logs").is_dir():
             shutil.copytree(job / "logs", folder / job.name / "logs", dirs_exist_ok=True)
         if (job / "memory.json").is_file():

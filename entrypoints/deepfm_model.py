@@ -63,8 +63,8 @@ def normal_initializer(shape, seed, stddev):
     same tensor, computed where it runs (the shard's ps task), so a table's values do not depend on its shards."""
 
     def initial_value(partition_shape=None, partition_offset=None):
-        if partition_shape is None or list(partition_shape) == list(shape):
-            return tf.random.stateless_normal(shape, seed=[seed, 7], stddev=stddev)
+        if partition_shape is None:
+            return normal_rows(shape, seed, stddev, 0, shape[0])
         return normal_rows(shape, seed, stddev, int(partition_offset[0]), int(partition_shape[0]))
 
     return initial_value
@@ -84,8 +84,28 @@ def normal_rows(shape, seed, stddev, first, count):
         low, high = (int(c) for c in counter.numpy())
     low += skip
     counter = tf.constant(np.array([low % 2**64, (high + low // 2**64) % 2**64], np.uint64))
-    draws = v2.stateless_random_normal_v2([count * width + drop], key=key, counter=counter, alg=3, dtype=tf.float32)
-    return tf.reshape(draws[drop:], [count] + list(shape[1:])) * stddev
+    size, rows_shape = count * width + drop, [count] + list(shape[1:])
+    return _scaled_normals(size, drop, rows_shape, key, counter, stddev)
+
+
+@tf.function(
+    input_signature=[
+        tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([None], tf.int64),
+        tf.TensorSpec([None], tf.uint64),
+        tf.TensorSpec([2], tf.uint64),
+        tf.TensorSpec([], tf.float32),
+    ]
+)
+def _scaled_normals(size, drop, shape, key, counter, stddev):
+    """The draws times stddev, the first `drop` left out, in `shape`: in one graph the multiply writes into the
+    draws' buffer (eagerly the draws stay referenced and it allocates another: a table shard's initialization
+    peaked at 2.1x its size, 1.07x so)."""
+    from tensorflow.python.ops import gen_stateless_random_ops_v2 as v2
+
+    draws = v2.stateless_random_normal_v2(tf.reshape(size, [1]), key=key, counter=counter, alg=3, dtype=tf.float32)
+    return tf.reshape((draws * stddev)[drop:], shape)
 
 
 @tf.custom_gradient
