@@ -166,6 +166,10 @@ def test_a_partitioned_runs_checkpoint_holds_each_table_once_and_resumes(tmp_pat
     keeper = CheckpointKeeper(resumed, str(tmp_path / "input" / "data" / "warmstart"), 1)
     assert keeper.restore_latest() == 3
     np.testing.assert_array_equal(predictions(resumed), predictions(source))
+    for name, table in slot_tables(source).items():  # each shard's slots, read one shard at a time
+        np.testing.assert_array_equal(slot_tables(resumed)[name], table)
+    for a, b in zip(resumed.optimizer.slots, source.optimizer.slots):
+        assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in b)
 
 
 @pytest.mark.parametrize("kind", ["adagrad", "sgd"])
