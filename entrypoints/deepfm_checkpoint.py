@@ -86,13 +86,8 @@ class CheckpointKeeper:
     def restore_best(self):
         """Load the best evaluation's checkpoint into the model (after training: the last state is checkpointed)."""
         path = self.best_manager.latest_checkpoint
-        self._restore(self.objects, path)
+        self.checkpoint.restore(path, options=self.options).assert_existing_objects_matched()
         return path
-
-    def _restore(self, objects, path):
-        from deepfm_shard_restore import restore
-
-        restore(objects, self.trainer, path, self.options, self.io_device)
 
     def restore_latest(self):
         """-> the restored global step (0 when there is no checkpoint). A checkpoint that does not fit this
@@ -114,9 +109,13 @@ class CheckpointKeeper:
         if differs is None:
             # a checkpoint without the baseline (written before it, or with it off): the rest restores, and it
             # trains from zero
-            objects = {k: v for k, v in self.objects.items() if not (no_baseline and k == "baseline")}
+            checkpoint = (
+                tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k != "baseline"})
+                if no_baseline
+                else self.checkpoint
+            )
             try:
-                self._restore(objects, latest)
+                checkpoint.restore(latest, options=self.options).assert_existing_objects_matched()
             except (AssertionError, ValueError, tf.errors.OpError) as err:
                 differs = f"does not fit this run: {error_line(err).split(' Showing ')[0]}"  # not the arrays
         if differs is not None:
