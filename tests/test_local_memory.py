@@ -175,7 +175,7 @@ def test_a_limit_below_what_the_tables_need_is_refused_before_anything_runs(tmp_
     )
     [found] = [line for line in err.splitlines() if "local.memory_per_host" in line]
     assert code == 2 and found.startswith("error: ")
-    assert "2GiB is less than the 4.4 GiB the busiest simulated host needs" in found
+    assert "2GiB is less than the 4.5 GiB the busiest simulated host needs" in found
     assert "split over the 2 hosts' parameter servers" in found
     assert "[dfm local]" not in out + err  # refused before the run started
     code, _, err = run(

@@ -35,13 +35,13 @@ def test_the_ps_config_with_a_260gb_table_is_refused_on_its_two_hosts(capsys):
     [found] = _memory_findings(err)
     assert code == 2 and found.startswith("error: --set: hyperparameters.feature_size: ")
     # 1e9 x (65 x 4 bytes x (1 + 1 adagrad slot) + the baseline's 3 floats x 4 bytes) = 495.5 GiB, split over the 2
-    # hosts' ps: 247.7 GiB each, a ps that restores its checkpoints at its peak 3.0 x that + its working set; the
+    # hosts' ps: 247.7 GiB each, a ps that restores its checkpoints at its peak 2.1 x that + its working set; the
     # chief writes the checkpoints to its own disk, receiving every ps's variables: 2.3 x 495.5 GiB + its working set
-    assert "1,884.6 GiB on each ml.c5.18xlarge" in found and "split over the 2 hosts' parameter servers" in found
-    assert "ps 743.8 GiB + chief 1,140.2 GiB + worker 0.6 GiB" in found
+    assert "1,661.7 GiB on each ml.c5.18xlarge" in found and "split over the 2 hosts' parameter servers" in found
+    assert "ps 520.9 GiB + chief 1,140.2 GiB + worker 0.6 GiB" in found
     assert "+ 3 floats per id for the baseline" in found  # configs/ps.yaml trains it
     assert "144 GiB" in found and "checkpoints on a file system every host mounts" in found
-    assert "instance.count 16" in found  # 3.0 x 495.5 / (100.8 - 3 x 0.6) GiB once the chief holds no table
+    assert "instance.count 11" in found  # 2.1 x 495.5 / (100.8 - 3 x 0.6) GiB once the chief holds no table
 
 
 def test_the_same_table_on_one_small_host_without_distribution_is_refused(capsys):
@@ -80,7 +80,7 @@ def test_parameter_servers_split_the_tables_over_the_hosts_once_the_chief_holds_
     assert run(capsys, "validate", str(one))[0] == 2
     code, _, err = run(capsys, "validate", str(write_spec(tmp_path, two, name="two.yaml")))
     [found] = _memory_findings(err)  # the chief writes the checkpoints: it reads all 8.0 GiB
-    assert code == 2 and "ps 3.6 GiB + chief 19.1 GiB + worker 0.6 GiB" in found
+    assert code == 2 and "ps 2.7 GiB + chief 19.1 GiB + worker 0.6 GiB" in found
     code, _, err = run(capsys, "validate", str(write_spec(tmp_path, {**two, **EFS}, name="efs.yaml")))
     assert code == 0 and _memory_findings(err) == [], err
 
@@ -88,13 +88,13 @@ def test_parameter_servers_split_the_tables_over_the_hosts_once_the_chief_holds_
 @pytest.mark.parametrize(
     "checkpoints, expected",
     [
-        ({}, "error: --set: hyperparameters.feature_size: the embedding tables need 551.0 GiB on each ml.c5.9xlarge"),
-        # a ps's 45.2 GiB share at 3.0x as it restores a checkpoint + the three processes' working sets
-        (EFS, "error: --set: hyperparameters.feature_size: the embedding tables need 136.9 GiB on each ml.c5.9xlarge"),
-        # no checkpoint to restore: the share at 1.4x (the chief still writes the export itself)
+        ({}, "error: --set: hyperparameters.feature_size: the embedding tables need 510.5 GiB on each ml.c5.9xlarge"),
+        # a ps's 45.0 GiB share at 2.1x as it restores a checkpoint + the three processes' working sets
+        (EFS, "error: --set: hyperparameters.feature_size: the embedding tables need 96.4 GiB on each ml.c5.9xlarge"),
+        # no checkpoint to restore: the share at 1.6x (the chief still writes the export itself)
         (
             {"checkpoints": False},
-            "error: --set: hyperparameters.feature_size: the embedding tables need 479.0 GiB on each ml.c5.9xlarge",
+            "error: --set: hyperparameters.feature_size: the embedding tables need 488.0 GiB on each ml.c5.9xlarge",
         ),
     ],
     ids=["chief-writes", "tasks-write", "no-checkpoints"],
@@ -107,14 +107,14 @@ def test_a_1_79e9_id_table_on_four_c5_9xlarge_hosts(tmp_path, capsys, checkpoint
     [found] = _memory_findings(err)
     assert found.startswith(expected), found
     if checkpoints == {"checkpoints": False}:
-        assert code == 2 and "ps 63.6 GiB + chief 414.7 GiB" in found
+        assert code == 2 and "ps 72.6 GiB + chief 414.7 GiB" in found
     elif checkpoints:
-        assert code == 2 and "ps 135.7 GiB + chief 0.6 GiB + worker 0.6 GiB" in found and "instance.count 12" in found
+        assert code == 2 and "ps 95.1 GiB + chief 0.6 GiB + worker 0.6 GiB" in found and "instance.count 8" in found
         need = memory.plan_host_memory(load_spec(spec, ["hyperparameters.feature_size=1790000000"]))
         assert [p.role for p in need.processes] == ["ps", "chief", "worker"]
-        assert hosts.gib(need.needed) == "136.9 GiB"
+        assert hosts.gib(need.needed) == "96.4 GiB"
     else:
-        assert code == 2 and "ps 135.7 GiB + chief 414.7 GiB" in found
+        assert code == 2 and "ps 95.1 GiB + chief 414.7 GiB" in found
 
 
 def test_a_ps_groups_chief_host_holds_the_whole_state_only_where_it_writes_the_checkpoints(tmp_path, capsys):
