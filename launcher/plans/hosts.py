@@ -33,15 +33,14 @@ WARN_FRACTION = 0.7  # the ps process, gRPC buffers and the OS need the rest
 # gRPC buffers. Measured (each process's ru_maxrss, its `[dfm] memory` line) at 585-592 MiB for the chief and
 # the workers of a 2-host parameter-server run on TF 2.14, the same with a 20,000-id and a 5.3M-id table.
 PROCESS_WORKING_SET = 640 << 20
-# A ps task's peak over its share of the tables and slots. A table a sparse update has written is copied whenever it is
-# read whole (TensorFlow's copy-on-read for sparsely updated variables), so a checkpoint or an export copies the
-# weights (not the slots): measured 1.56x (BENCHMARKS.md report 23: 45M ids, embedding 16, Adagrad, the baseline, a
-# fresh start that writes checkpoints, TF 2.14); 749 MB over a 514 MiB share with a 20,000-id table, where the working
-# set is most of it.
+# A ps task's peak over its share of the tables and slots: writing a checkpoint or the export, a ps grows by about its
+# share of the weights (not of the slots). Measured 1.60x (BENCHMARKS.md report 23: 48M ids, embedding 16, Adagrad,
+# the baseline, a fresh start that writes checkpoints, TF 2.14); 749 MB over a 514 MiB share with a 20,000-id table,
+# where the working set is most of it.
 PS_SHARE_FACTOR = 1.6
 # A ps task of a job that restores (it keeps checkpoints, so a lost host, a spot interruption or recover: starts it
 # again from them; or it warm-starts) peaks at about twice its share: TensorFlow's restore reads all a ps holds before
-# it assigns any, beside the values the variables were initialized with. Measured 2.08-2.10x over the working set
+# it assigns any, beside the values the variables were initialized with. Measured 2.10x over the working set
 # (report 23, the same run, resumed after a lost worker).
 PS_RESTORE_FACTOR = 2.1
 
