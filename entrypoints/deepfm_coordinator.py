@@ -11,6 +11,7 @@ import time
 
 from deepfm_baseline import BaselineLocalSteps
 from deepfm_checkpoint import CheckpointKeeper, checkpoint_dir, shared_by_every_host
+from deepfm_closure_errors import report_closure_errors_once
 from deepfm_data_errors import is_bad_row, stop_on_input_error
 from deepfm_features import BAD_ROWS_KEY
 from deepfm_log import error_line, log
@@ -22,50 +23,6 @@ from deepfm_worker_watch import watch_workers
 from deepfm_worker_input import ALONE, eval_dataset, training_input
 from deepfm_worker_shard import NUM_SHARDS, SHARD_INDEX, TASK, read_worker_shard_file
 from ps_gpu_workers import in_worker_replicas_problem
-
-# What ClusterCoordinator logs at ERROR about failed closures, with the whole gRPC detail over dozens of
-# lines: errors that join() raises next (the caller reports them once: a line of its own, or the
-# traceback), errors it says it ignores, errors naming a ps (retried while transient; when not,
-# join() raises them and the chief names the ps in one line), and a worker's closure failing on a connection (a ps
-# gone mid-closure: the chief names the ps; a worker gone: watch_workers names it).
-REPORTED_ELSEWHERE = (
-    "encountered the following error when processing closure",
-    "Start cancelling closures due to error",
-    "derived error is ignored",
-    "/job:ps/",
-    "failed with UnavailableError",
-)
-
-
-class _ReportedElsewhere:
-    def filter(self, record):
-        message = record.getMessage()
-        return not any(text in message for text in REPORTED_ELSEWHERE)
-
-
-def report_closure_errors_once():
-    import logging
-    import sys
-
-    logging.getLogger("tensorflow").addFilter(_ReportedElsewhere())
-    sys.unraisablehook = quiet_lost_task_executors(sys.unraisablehook)
-
-
-def quiet_lost_task_executors(previous):
-    """An unraisablehook that drops what an eager Executor's __del__ raises when its remote task is gone
-    (UnavailableError: Python prints it as "Exception ignored in", with a traceback and the gRPC detail, once per
-    executor, before the chief's line naming the ps); anything else goes to `previous`."""
-
-    def hook(unraisable):
-        import tensorflow as tf
-
-        lost = isinstance(unraisable.exc_value, tf.errors.UnavailableError)
-        if lost and getattr(unraisable.object, "__qualname__", "") == "Executor.__del__":
-            return
-        previous(unraisable)
-
-    return hook
-
 
 # TensorFlow's EagerClusterFunctionLibraryRuntime::Run (2.14 and current sources alike) keeps a pointer into its
 # vector of instantiated remote functions after dropping the lock; an Instantiate on another thread that

@@ -45,7 +45,7 @@ def test_an_executor_whose_task_is_gone_is_not_printed_at_its_deletion_and_anyth
 
     import tensorflow as tf
     from tensorflow.python.eager.executor import Executor
-    from deepfm_coordinator import quiet_lost_task_executors
+    from deepfm_closure_errors import quiet_lost_task_executors
 
     def unraisable(exc, obj):
         return types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None, err_msg=None, object=obj)
