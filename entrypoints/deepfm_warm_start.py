@@ -224,8 +224,9 @@ class Source:
         return np.concatenate(parts, 0) if len(parts) > 1 else parts[0]
 
     def row_range(self, key, low, high):
-        """Rows low..high of the tensor `key`, read as a slice (RestoreV2 with a slice spec: a table saved by the
-        shards of a partitioned variable, or whole, is read only where asked)."""
+        """Rows low..high of the tensor `key`, read as a slice (RestoreV2 with a slice spec). TensorFlow reads each
+        stored slice that overlaps the range whole before cutting it: a table saved by a partitioned variable's
+        shards costs only the shards it overlaps, a table saved whole costs the whole table on every call."""
         import tensorflow as tf
 
         shape = self.shapes[key]
