@@ -12,14 +12,15 @@ import pytest
 
 from launcher.cli import main
 from launcher.serving import contract as C
+from launcher.serving import rest as R
 from launcher.serving.artifact import open_artifact
 from launcher.errors import DfmError
 
-INDEXED = C.Signature(
-    {"feat_ids": C.TensorSpec("int64", (-1, 3)), "feat_vals": C.TensorSpec("float32", (-1, 3))},
-    {"probabilities": C.TensorSpec("float32", (-1,))},
+INDEXED = R.Signature(
+    {"feat_ids": R.TensorSpec("int64", (-1, 3)), "feat_vals": R.TensorSpec("float32", (-1, 3))},
+    {"probabilities": R.TensorSpec("float32", (-1,))},
 )
-ONE_INPUT = C.Signature({"x": C.TensorSpec("float32", (-1, 2))}, {"y": C.TensorSpec("float32", (-1,))})
+ONE_INPUT = R.Signature({"x": R.TensorSpec("float32", (-1, 2))}, {"y": R.TensorSpec("float32", (-1,))})
 
 
 def refused(call, *args, status=400):
@@ -157,8 +158,8 @@ def test_instances_rows_and_inputs_columns_give_the_same_arrays():
         ]
     }
     columns = {"inputs": {"feat_ids": [[1, 2, 3], [4, 5, 6]], "feat_vals": [[1, 0.5, 1], [0, 1, 2]]}}
-    by_rows = C.predict_request(rows, INDEXED, "serving_default")
-    by_columns = C.predict_request(columns, INDEXED, "serving_default")
+    by_rows = R.predict_request(rows, INDEXED, "serving_default")
+    by_columns = R.predict_request(columns, INDEXED, "serving_default")
     assert by_rows.row_format and not by_columns.row_format
     for key in ("feat_ids", "feat_vals"):
         np.testing.assert_array_equal(by_rows.inputs[key], by_columns.inputs[key])
@@ -167,10 +168,10 @@ def test_instances_rows_and_inputs_columns_give_the_same_arrays():
 
 
 def test_a_one_input_signature_takes_plain_rows_and_strings_become_bytes():
-    request = C.predict_request({"instances": [[1, 2], [3, 4]]}, ONE_INPUT, "serving_default")
+    request = R.predict_request({"instances": [[1, 2], [3, 4]]}, ONE_INPUT, "serving_default")
     assert request.inputs["x"].shape == (2, 2)
-    words = C.Signature({"w": C.TensorSpec("string", (-1,))}, {})
-    request = C.predict_request({"instances": ["a", {"b64": "Yg=="}]}, words, "serving_default")
+    words = R.Signature({"w": R.TensorSpec("string", (-1,))}, {})
+    request = R.predict_request({"instances": ["a", {"b64": "Yg=="}]}, words, "serving_default")
     assert request.inputs["w"].tolist() == [b"a", b"b"]
 
 
@@ -214,35 +215,35 @@ def test_a_one_input_signature_takes_plain_rows_and_strings_become_bytes():
     ],
 )
 def test_malformed_predict_bodies_get_tf_servings_words(doc, message):
-    assert message in refused(C.predict_request, doc, INDEXED, "serving_default")
+    assert message in refused(R.predict_request, doc, INDEXED, "serving_default")
 
 
 def test_unparsable_json_and_a_bad_signature_name_are_400():
-    assert refused(C.parse_json, "") == "JSON Parse error: The document is empty"
-    assert refused(C.parse_json, '{"instances": [1,}').startswith("JSON Parse error: Invalid value. at offset: 17")
-    assert refused(C.parse_json, "[1]") == "JSON Value: [1] Is not object"
-    assert "'signature_name' key must be a string value" in refused(C.signature_name, {"signature_name": 3})
-    assert C.signature_name({}) == "serving_default"
-    assert C.unknown_signature("x").message == 'Serving signature name: "x" not found in signature def'
+    assert refused(R.parse_json, "") == "JSON Parse error: The document is empty"
+    assert refused(R.parse_json, '{"instances": [1,}').startswith("JSON Parse error: Invalid value. at offset: 17")
+    assert refused(R.parse_json, "[1]") == "JSON Value: [1] Is not object"
+    assert "'signature_name' key must be a string value" in refused(R.signature_name, {"signature_name": 3})
+    assert R.signature_name({}) == "serving_default"
+    assert R.unknown_signature("x").message == 'Serving signature name: "x" not found in signature def'
 
 
 def test_outputs_are_predictions_for_rows_and_outputs_for_columns():
     p = np.array([0.25, 0.1], np.float32)
-    assert C.predict_response({"probabilities": p}, True) == {"predictions": [0.25, 0.1]}
-    assert C.predict_response({"probabilities": p}, False) == {"outputs": [0.25, 0.1]}
+    assert R.predict_response({"probabilities": p}, True) == {"predictions": [0.25, 0.1]}
+    assert R.predict_response({"probabilities": p}, False) == {"outputs": [0.25, 0.1]}
     two = {"a": p, "b": np.array([1, 2], np.int64)}
-    assert C.predict_response(two, True) == {"predictions": [{"a": 0.25, "b": 1}, {"a": 0.1, "b": 2}]}
-    assert C.predict_response(two, False) == {"outputs": {"a": [0.25, 0.1], "b": [1, 2]}}
+    assert R.predict_response(two, True) == {"predictions": [{"a": 0.25, "b": 1}, {"a": 0.1, "b": 2}]}
+    assert R.predict_response(two, False) == {"outputs": {"a": [0.25, 0.1], "b": [1, 2]}}
 
 
 def test_example_bodies_are_requests_the_signature_takes():
-    bodies = C.example_bodies(INDEXED)
-    assert C.predict_request(bodies["instances"], INDEXED, "serving_default").inputs["feat_ids"].shape == (2, 3)
-    assert C.predict_request(bodies["inputs"], INDEXED, "serving_default").inputs["feat_vals"].shape == (2, 3)
+    bodies = R.example_bodies(INDEXED)
+    assert R.predict_request(bodies["instances"], INDEXED, "serving_default").inputs["feat_ids"].shape == (2, 3)
+    assert R.predict_request(bodies["inputs"], INDEXED, "serving_default").inputs["feat_vals"].shape == (2, 3)
     assert "csv" not in bodies  # two named inputs: a CSV row (a plain list) cannot reach them
-    csv = C.example_bodies(ONE_INPUT)["csv"]
+    csv = R.example_bodies(ONE_INPUT)["csv"]
     tfs = json.loads(C.front_body("text/csv", csv))
-    assert C.predict_request(tfs, ONE_INPUT, "serving_default").inputs["x"].shape == (2, 2)
+    assert R.predict_request(tfs, ONE_INPUT, "serving_default").inputs["x"].shape == (2, 2)
 
 
 def test_the_servers_connections_send_answers_without_waiting_for_acks():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from launcher.serving import contract
+from launcher.serving import contract, rest
 from launcher.serving.artifact import Artifact, ServePlan, open_artifact
 from launcher.serving.model import VersionInfo, describe
 
@@ -67,7 +67,7 @@ def document(request: ServeRequest) -> dict[str, Any]:
     }
 
 
-def _signature_doc(signature: contract.Signature) -> dict[str, Any]:
+def _signature_doc(signature: rest.Signature) -> dict[str, Any]:
     def tensors(specs):
         return {
             k: {"dtype": s.dtype, "shape": list(s.shape) if s.shape is not None else None} for k, s in specs.items()
@@ -80,7 +80,7 @@ def _example(info: VersionInfo, handled: bool) -> dict[str, Any]:
     signature = info.signatures.get(contract.DEFAULT_SIGNATURE)
     if signature is None:
         return {"note": f"no {contract.DEFAULT_SIGNATURE} signature: every request must name one (signature_name)"}
-    example = contract.example_bodies(signature)
+    example = rest.example_bodies(signature)
     if "csv" not in example and not handled:
         example["csv"] = None
         example["csv_note"] = (

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from launcher.errors import DfmError
-from launcher.serving import contract
+from launcher.serving import contract, rest
 from launcher.serving.artifact import Artifact
 
 SERVE_TAG = "serve"
@@ -21,7 +21,7 @@ SERVE_TAG = "serve"
 @dataclass(frozen=True)
 class VersionInfo:
     folder: Path
-    signatures: Mapping[str, contract.Signature]
+    signatures: Mapping[str, rest.Signature]
     signature_defs: Mapping[str, Any]  # each SignatureDef as TF Serving's metadata writes it (JSON)
 
 
@@ -46,12 +46,12 @@ def read_signatures(folder: Path) -> VersionInfo:
         )
     defs = graphs[0].signature_def
 
-    def spec(info) -> contract.TensorSpec:
+    def spec(info) -> rest.TensorSpec:
         shape = None if info.tensor_shape.unknown_rank else tuple(d.size for d in info.tensor_shape.dim)
-        return contract.TensorSpec(dtypes.as_dtype(info.dtype).name, shape)
+        return rest.TensorSpec(dtypes.as_dtype(info.dtype).name, shape)
 
     signatures = {
-        name: contract.Signature(
+        name: rest.Signature(
             {k: spec(v) for k, v in sig.inputs.items()}, {k: spec(v) for k, v in sig.outputs.items()}, sig.method_name
         )
         for name, sig in defs.items()
@@ -99,11 +99,11 @@ class LoadedModels:
         import tensorflow as tf
 
         version = self.version_of(route.model, route.version)
-        doc = contract.parse_json(body)
-        name = contract.signature_name(doc)
+        doc = rest.parse_json(body)
+        name = rest.signature_name(doc)
         info = self.described[route.model][version]
         if name not in info.signatures:
-            raise contract.unknown_signature(name)
+            raise rest.unknown_signature(name)
         signature = info.signatures[name]
         if route.method != "predict":
             wanted = f"tensorflow/serving/{route.method}"
@@ -112,7 +112,7 @@ class LoadedModels:
                     f"Expected {route.method} signature method_name to be {wanted}. Was: {signature.method_name}"
                 )
             raise contract.ServingError(501, f"dfm serve --local answers predict only, not {route.method}")
-        request = contract.predict_request(doc, signature, name)
+        request = rest.predict_request(doc, signature, name)
         function = self._loaded[(route.model, version)].signatures[name]
         tensors = {
             key: tf.constant(array, dtype=tf.string if signature.inputs[key].dtype == "string" else array.dtype)
@@ -125,4 +125,4 @@ class LoadedModels:
         except tf.errors.OpError as err:  # TF Serving answers its other error codes as server errors
             raise contract.ServingError(500, " ".join(str(err).split())[:500]) from None
         arrays = {key: np.asarray(value.numpy()) for key, value in outputs.items()}
-        return contract.predict_response(arrays, request.row_format)
+        return rest.predict_response(arrays, request.row_format)

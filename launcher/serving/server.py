@@ -10,7 +10,7 @@ import socket
 from typing import Callable
 
 from launcher.errors import DfmError
-from launcher.serving import contract, handlers
+from launcher.serving import contract, handlers, rest
 from launcher.serving.check import ServeRequest
 from launcher.serving.handlers import Handler
 from launcher.serving.model import LoadedModels
@@ -29,7 +29,7 @@ def build_app(models: LoadedModels, handler: Handler | None = None, base_url: st
     from starlette.routing import Route
 
     def answer(status: int, doc) -> Response:
-        return Response(contract.dumps(doc), status_code=status, media_type="application/json")
+        return Response(rest.dumps(doc), status_code=status, media_type="application/json")
 
     def failed(err: contract.ServingError) -> Response:
         return answer(err.status, err.body())
