@@ -26,13 +26,13 @@ def _features(columns: list[str], boundaries: list[int]) -> dict:
 
 def write_data(folder: Path, rows: int, files: int = 8) -> tuple[list[str], dict]:
     """criteo-tsv synth rows with blanks and a bag -> (file paths, a features mapping for them)."""
-    from launcher.data import raw, stream, synth
+    from launcher.data import raw, stream, synth, synth_rows
 
-    generator = synth.Generator(11, missing_rate=0.05, multi_hot=synth.MultiHot())
+    generator = synth.Generator(11, missing_rate=0.05, multi_hot=synth_rows.MultiHot())
     stream.write_parts(generator, [(folder, rows, files)], fmt="criteo-tsv")
     layout = generator.layout
     columns = raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields, BAG)
-    boundaries = [2**k - 1 for k in range(1, synth.NUMERIC_BUCKETS)]
+    boundaries = [2**k - 1 for k in range(1, synth_rows.NUMERIC_BUCKETS)]
     return sorted(str(p) for p in folder.iterdir()), _features(columns, boundaries)
 
 

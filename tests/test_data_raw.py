@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main
-from launcher.data import raw, synth
+from launcher.data import raw, synth, synth_rows
 
 HEX8 = re.compile(r"[0-9a-f]{8}")
 
@@ -51,7 +51,9 @@ def _decode(cells, generator):
         column = [row[1 + f] for row in cells]
         present = np.array([v != "" for v in column])
         if f < numeric:
-            field_ids, field_values = synth.numeric_features(np.array([int(v or 0) for v in column]), layout.offsets[f])
+            field_ids, field_values = synth_rows.numeric_features(
+                np.array([int(v or 0) for v in column]), layout.offsets[f]
+            )
         else:
             vocabulary = layout.offsets[f] + np.arange(layout.sizes[f])
             lookup = {f"{code:08x}": i for code, i in zip(renderer.codes(f, vocabulary).tolist(), vocabulary.tolist())}
@@ -60,14 +62,14 @@ def _decode(cells, generator):
         values[:, f] = np.where(present, field_values, 0.0)
     bag = generator.sampler.multi_hot
     if bag is None:
-        return synth.Draw(ids, values, np.zeros((rows, numeric), dtype=np.int64))
+        return synth_rows.Draw(ids, values, np.zeros((rows, numeric), dtype=np.int64))
     tokens = {f"{code:08x}": i for i, code in enumerate(renderer.bag_codes(np.arange(bag.vocabulary)).tolist())}
     bags = [[tokens[t] for t in row[1 + fields].split("|")] if row[1 + fields] else [] for row in cells]
     bag_ids = np.zeros((rows, bag.max_length), dtype=np.int64)
     for r, row_ids in enumerate(bags):
         bag_ids[r, : len(row_ids)] = row_ids
     lengths = np.array([len(b) for b in bags], dtype=np.int64)
-    return synth.Draw(ids, values, np.zeros((rows, numeric), dtype=np.int64), None, bag_ids, lengths)
+    return synth_rows.Draw(ids, values, np.zeros((rows, numeric), dtype=np.int64), None, bag_ids, lengths)
 
 
 def test_columns_parse_as_label_counts_hex_and_bags(tmp_path):
@@ -86,7 +88,7 @@ def test_columns_parse_as_label_counts_hex_and_bags(tmp_path):
     assert all(HEX8.fullmatch(v) for row in cells for v in row[14:40] if v)
     lengths = [len(row[40].split("|")) for row in cells if row[40]]
     assert all(HEX8.fullmatch(t) for row in cells if row[40] for t in row[40].split("|"))
-    assert 1 == min(lengths) and max(lengths) <= synth.MultiHot().max_length == meta["multi_hot"]["max_length"]
+    assert 1 == min(lengths) and max(lengths) <= synth_rows.MultiHot().max_length == meta["multi_hot"]["max_length"]
     assert len(set(lengths)) > 5, "variable length"
 
 
@@ -116,7 +118,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 def test_reported_teacher_auc_is_the_teachers_auc_on_the_written_rows(tmp_path, monkeypatch, multi_hot):
     monkeypatch.setattr(synth, "CHUNK_ROWS", 1000)  # files straddle chunks
     meta = _synth(tmp_path / "s", *(["--multi-hot", "tags"] if multi_hot else []), "--missing-rate", "0.1")
-    generator = synth.Generator(5, missing_rate=0.1, multi_hot=synth.MultiHot() if multi_hot else None)
+    generator = synth.Generator(5, missing_rate=0.1, multi_hot=synth_rows.MultiHot() if multi_hot else None)
     for folder, key in (("train", "teacher_auc"), ("eval", "eval_teacher_auc")):
         cells = _cells(tmp_path / "s" / folder)
         labels = np.array([float(row[0]) for row in cells])
@@ -125,7 +127,9 @@ def test_reported_teacher_auc_is_the_teachers_auc_on_the_written_rows(tmp_path, 
         assert synth.roc_auc(labels, probs) == pytest.approx(meta[key], abs=1e-9)
         assert 0.7 < meta[key] < 0.95
     if multi_hot:  # the bag is part of the teacher: without it the scores change
-        empty = synth.Draw(draw.ids, draw.values, draw.counts, None, draw.bag_ids, np.zeros(len(draw), dtype=np.int64))
+        empty = synth_rows.Draw(
+            draw.ids, draw.values, draw.counts, None, draw.bag_ids, np.zeros(len(draw), dtype=np.int64)
+        )
         assert not np.allclose(generator.teacher.logits(empty), generator.teacher.logits(draw))
 
 
@@ -163,7 +167,7 @@ def test_libsvm_with_the_same_flags_is_the_pre_indexed_view_of_the_same_rows(tmp
                 blanks += 1
                 assert (feature_id, value) == (layout.offsets[f], 0.0)
             elif f < layout.numeric_fields:
-                expected_id, expected_value = synth.numeric_features(np.array([int(cell)]), layout.offsets[f])
+                expected_id, expected_value = synth_rows.numeric_features(np.array([int(cell)]), layout.offsets[f])
                 assert (feature_id, value) == (expected_id[0], expected_value[0])
             else:
                 assert value == 1.0

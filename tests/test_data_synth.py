@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from launcher.cli import main
-from launcher.data import stream, synth, synth_files
+from launcher.data import stream, synth, synth_files, synth_rows
 
 
 def test_same_seed_same_data_other_seed_other_data():
@@ -232,10 +232,10 @@ def test_cli_synth_like_criteo_kaggle_has_its_fields_vocabularies_and_zipf_ids(t
     meta = json.loads((out / "meta.json").read_text())
     sizes = meta["category_sizes"]
     assert (meta["like"], meta["field_size"], meta["numeric_fields"], len(sizes)) == ("criteo-kaggle", 39, 13, 26)
-    assert sum(sizes) == 33_762_577 and meta["feature_size"] == 13 * synth.NUMERIC_BUCKETS + 33_762_577
+    assert sum(sizes) == 33_762_577 and meta["feature_size"] == 13 * synth_rows.NUMERIC_BUCKETS + 33_762_577
     assert 0.7 < meta["teacher_auc"] < 1.0  # the planted teacher's AUC on these rows: the best a model can expect
     ids = read_examples(sorted((out / "train").iterdir()), 39)[1]
-    widths = [synth.NUMERIC_BUCKETS] * 13 + sizes
+    widths = [synth_rows.NUMERIC_BUCKETS] * 13 + sizes
     starts = np.concatenate([[0], np.cumsum(widths)[:-1]])
     assert np.all(ids >= starts) and np.all(ids < starts + widths)  # each field in its own vocabulary
     # Zipf-like: in the 10.1M-id field a few ids are common and most of the ids seen are seen once

@@ -25,19 +25,19 @@ BAG = "recent_cats"
 
 def write_raw(folder, rows, eval_rows=0, seed=3, feature_size=117581, vocabulary=1000, max_length=20):
     """criteo-tsv synth output as `dfm data synth` writes it -> (columns, numeric boundaries, eval teacher AUC)."""
-    from launcher.data import raw, stream, synth
+    from launcher.data import raw, stream, synth, synth_rows
 
     generator = synth.Generator(
         seed,
         feature_size=feature_size,
         missing_rate=0.05,
-        multi_hot=synth.MultiHot(vocabulary=vocabulary, max_length=max_length),
+        multi_hot=synth_rows.MultiHot(vocabulary=vocabulary, max_length=max_length),
     )
     parts = [(folder / "train", rows, 2)] + ([(folder / "eval", eval_rows, 1)] if eval_rows else [])
     results = stream.write_parts(generator, parts, fmt="criteo-tsv")
     layout = generator.layout
     columns = raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields, BAG)
-    return columns, [2**k - 1 for k in range(1, synth.NUMERIC_BUCKETS)], results[-1][0]
+    return columns, [2**k - 1 for k in range(1, synth_rows.NUMERIC_BUCKETS)], results[-1][0]
 
 
 def features_for(columns, boundaries=None, buckets=1000, bag_buckets=1000, max_length=20, **extra):

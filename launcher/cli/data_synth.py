@@ -124,7 +124,7 @@ def synth(
     force: bool,
 ) -> None:
     """Write synthetic Criteo-like data whose labels come from a planted teacher (known best AUC)."""
-    from launcher.data import stream, synth as synth_mod
+    from launcher.data import stream, synth as synth_mod, synth_rows
     from launcher.data.staging import Staged
 
     category_sizes = None
@@ -137,7 +137,7 @@ def synth(
         ]
         if given:
             raise DfmError(f"--like {like} sets the fields and their sizes: drop {', '.join(given)}")
-        field_size, feature_size, numeric_fields, category_sizes = synth_mod.like_sizes(like)
+        field_size, feature_size, numeric_fields, category_sizes = synth_rows.like_sizes(like)
 
     if day is None and (drift is not None or new_ids is not None):
         raise DfmError("--drift and --new-ids describe the days: add --day N")
@@ -164,7 +164,7 @@ def synth(
             signal=signal,
             positive_rate=positive_rate,
             missing_rate=missing_rate,
-            multi_hot=synth_mod.MultiHot() if multi_hot else None,
+            multi_hot=synth_rows.MultiHot() if multi_hot else None,
             deep_share=deep_share,
             category_sizes=category_sizes,
             day=day,
@@ -225,14 +225,14 @@ def synth(
 
 
 def _raw_meta(generator, multi_hot: str | None) -> dict:
-    from launcher.data import raw, synth as synth_mod
+    from launcher.data import raw, synth_rows
 
     layout = generator.layout
     meta = {
         "columns": raw.column_names(layout.numeric_fields, len(layout.sizes) - layout.numeric_fields, multi_hot),
         "label": raw.LABEL,
         # The teacher buckets counts at these boundaries (bucketize reproduces it exactly); log1p is close.
-        "numeric_boundaries": [2**k - 1 for k in range(1, synth_mod.NUMERIC_BUCKETS)],
+        "numeric_boundaries": [2**k - 1 for k in range(1, synth_rows.NUMERIC_BUCKETS)],
     }
     if multi_hot:
         bag = generator.sampler.multi_hot

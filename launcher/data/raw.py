@@ -5,7 +5,7 @@ count behind its log2 bucket), one 8-hex-digit column per categorical field and,
 multi-hot column (8-hex-digit tokens joined by "|"). An empty cell is a missing value.
 
 Each column is a bijection of what the teacher saw: a count determines its bucket and value
-(`synth.numeric_features`); a categorical id is a field-local id put through a keyed 32-bit permutation
+(`synth_rows.numeric_features`); a categorical id is a field-local id put through a keyed 32-bit permutation
 (murmur3's finalizer), so two ids of one field never share a string; bag tokens likewise with their
 own key. So the label of every raw row is the teacher's label for exactly these cells.
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from launcher.data.synth import Draw, Generator
+from launcher.data.synth import Generator
+from launcher.data.synth_rows import Draw
 
 LABEL = "clicked"
 SEPARATOR = "|"
