@@ -45,7 +45,7 @@ def speed(done: subprocess.CompletedProcess) -> float:
 
 def eval_aucs(stdout: str, epochs: int = 4) -> list[tuple[float, float]]:
     """(auc, baseline_auc) of each epoch's eval line (a line after them repeats the exported evaluation's)."""
-    from launcher.local.progress import parse_metric_line
+    from launcher.metric_lines import parse_metric_line
 
     lines = [p[1] for p in map(parse_metric_line, stdout.splitlines()) if p is not None and p[0] == "eval"]
     return [(row["auc"], row.get("baseline_auc", float("nan"))) for row in lines[:epochs]]

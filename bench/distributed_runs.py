@@ -108,7 +108,7 @@ def distinct_ids_per_batch(train: Path, batch: int) -> float:
 
 def throughput(output: str) -> tuple[float, int]:
     """(examples/s summed over the processes that report it, number of reports used)."""
-    from launcher.local.progress import parse_metric_line
+    from launcher.metric_lines import parse_metric_line
 
     per_process: dict[str, list[float]] = {}
     for line in output.splitlines():

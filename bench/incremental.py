@@ -66,7 +66,7 @@ def loop_mark(line: str) -> bool:
 
 def final_auc(text: str) -> float:
     """The last eval line's AUC (the run's last evaluation); nan without one."""
-    from launcher.local.progress import parse_metric_line
+    from launcher.metric_lines import parse_metric_line
 
     evals = [parsed[1] for parsed in map(parse_metric_line, text.splitlines()) if parsed and parsed[0] == "eval"]
     return evals[-1].get("auc", float("nan")) if evals else float("nan")

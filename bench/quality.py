@@ -163,7 +163,7 @@ def dfm_per_epoch(
     """`dfm launch <config> --local` for `epochs` epochs on the sample with the config's recipe ->
     (eval AUC after each epoch, the final (exported model's) AUC, failure or ''); `baseline`, a list, gets the
     scripts' logistic-regression baseline's eval AUC after each epoch."""
-    from launcher.local.progress import parse_metric_line
+    from launcher.metric_lines import parse_metric_line
 
     done = _launch(
         config,

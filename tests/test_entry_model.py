@@ -366,7 +366,7 @@ def test_metric_lines_match_the_launchers_metric_definitions():
 
 
 def test_the_scripts_warnings_reach_the_local_summary_once(capsys):
-    from launcher.local.progress import Progress
+    from launcher.metric_lines import Progress
 
     deepfm_log.warn("the exported model is no better than chance")
     deepfm_log.warn("the exported model is no better than chance")

@@ -10,7 +10,7 @@ from local_plans import assert_no_survivors
 from test_local_e2e import WatchedRun, e2e_spec, sample  # noqa: F401  (sample: the module's data fixture)
 
 from launcher.local import curves
-from launcher.local.progress import Progress, baseline_line
+from launcher.metric_lines import Progress, baseline_line
 
 
 @pytest.mark.parametrize(

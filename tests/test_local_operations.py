@@ -18,7 +18,7 @@ from test_local_e2e import WatchedRun, e2e_spec, kill_once, sample  # noqa: F401
 
 from launcher.facts import contract
 from launcher.local import curves
-from launcher.local.progress import Progress
+from launcher.metric_lines import Progress
 from launcher.plans.training_plan import build_plan
 from launcher.spec import load_spec
 

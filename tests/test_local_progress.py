@@ -3,7 +3,7 @@
 import re
 
 from launcher.facts.conventions import METRIC_DEFINITIONS
-from launcher.local.progress import Progress, parse_metric_line
+from launcher.metric_lines import Progress, parse_metric_line
 
 
 def test_metric_lines_parse_like_the_sagemaker_metric_definitions():

@@ -14,7 +14,8 @@ from rich.console import Console
 
 from launcher.local import run_total
 from launcher.plans import step_total
-from launcher.local.progress import LiveDisplay, PlainDisplay, Progress, TerminalFilter
+from launcher.local.progress import LiveDisplay, PlainDisplay, TerminalFilter
+from launcher.metric_lines import Progress
 from launcher.watching import Total
 from test_local_e2e import e2e_spec, sample  # noqa: F401
 

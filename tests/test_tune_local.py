@@ -17,7 +17,7 @@ import yaml
 
 from launcher.compile import compile_spec, compile_trial
 from launcher.local import tune_search as search
-from launcher.local.progress import parse_metric_line
+from launcher.metric_lines import parse_metric_line
 from launcher.plans.tuning_plan import build_tuning_plan
 from launcher.rules.tuning_objective import objective_schedule
 from spec_helpers import dfm, write_spec

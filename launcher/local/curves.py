@@ -1,4 +1,4 @@
-"""The learning curves of a local run, drawn from the metric lines it collected (progress.Progress.history):
+"""The learning curves of a local run, drawn from the metric lines it collected (metric_lines.Progress.history):
 train and eval AUC per step with the best evaluation marked (and the logistic-regression baseline's eval AUC
 when the scripts trained one), and the losses; a PNG beside the run's logs, so
 a run can be judged without TensorBoard. matplotlib is imported only to draw.

@@ -21,7 +21,8 @@ from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
 from launcher.local import checkpoint_store, curves, host_memory, netns, run_total
-from launcher.local.progress import Progress, TerminalFilter, baseline_line, display_for
+from launcher.local.progress import TerminalFilter, display_for
+from launcher.metric_lines import Progress, baseline_line
 from launcher.local.local_processes import inherited_env
 from launcher.local.local_request import LocalHost, LocalRequest, build_request, request_plan
 from launcher.local.supervisor import Supervisor

@@ -22,7 +22,7 @@ from launcher.facts import contract
 from launcher.errors import DfmError
 from launcher.local import study_seed
 from launcher.local import tune_search as search
-from launcher.local.progress import parse_metric_line
+from launcher.metric_lines import parse_metric_line
 from launcher.local.local_request import build_request
 from launcher.local.runner import LocalRun
 from launcher.plans.tuning_plan import TuningPlan, changed_settings, fixed_settings

@@ -5,7 +5,7 @@ Off a terminal and with `-o json` there is no bar: the follower's plain lines on
 
 from __future__ import annotations
 
-from launcher.local.progress import Progress
+from launcher.metric_lines import Progress
 from launcher.plans import step_total
 from launcher.watching import TrainingBar, on_terminal
 
