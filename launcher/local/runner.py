@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from launcher.facts import conventions
 from launcher.errors import DfmError
 from launcher.local import channels as ch
-from launcher.local import checkpoint_store, curves, host_memory, netns, run_total
+from launcher.local import checkpoint_store, host_memory, netns, run_summary, run_total
 from launcher.local.progress import TerminalFilter, display_for
-from launcher.metric_lines import Progress, baseline_line
+from launcher.metric_lines import Progress
 from launcher.local.local_processes import inherited_env
 from launcher.local.local_request import LocalHost, LocalRequest, build_request, request_plan
 from launcher.local.supervisor import Supervisor
@@ -379,73 +378,19 @@ class LocalRun:
             self.echo(f"[dfm local] checkpoint store {note}")
         return None
 
-    def _hidden_note(self) -> str:
-        hidden = self.terminal.hidden
-        return (
-            f" (all lines; {hidden} TensorFlow INFO lines were not shown here, --verbose shows them)" if hidden else ""
-        )
-
     def _report(self, code: int, reason: str, wall_s: float) -> None:
-        sup = self.supervisor
-        if code != 0:
-            self.echo(f"[dfm local] FAILED: {reason}")
-            child = self.culprit
-            if child is not None:
-                # mpirun's ranks have their own labels: show each of them when mpirun is the one that failed
-                labels = [
-                    label
-                    for label in sup.tails
-                    if label == child.label or (child.rank_labels is not None and "/rank" in label)
-                ]
-                for label in labels:
-                    self.echo(f"[dfm local] last lines of {label}:")
-                    for line in list(sup.tails[label])[-12:]:
-                        self.echo(f"    {line}")
-        p = self.progress
-        speed = p.mean_examples_per_sec
-        lines = [
-            f"[dfm local] {'done' if code == 0 else 'stopped'} in {wall_s:.1f} s",
-            f"  examples/s: {speed:,.0f}" if speed else "  examples/s: (no train metric lines)",
-            self._train_loss_line(),
-            "  final eval: " + (" ".join(f"{k}={v:g}" for k, v in p.eval.items()) if p.eval else "(none)"),
-            baseline_line(p.eval),
-            f"  ran on: {self.request.runtime.note}",
-            f"  model: {Path(self.request.hosts[0].root) / 'model'}" if self.prepared else "",
-            f"  logs: {self.request.log_dir}" + self._hidden_note(),
-        ]
-        lines += [f"  exported: {path}" for path in p.exported]
-        lines += self._memory_lines()
-        lines += [f"  warning: {warning}" for warning in p.warnings]
-        lines += self._curves_lines()
+        lines = run_summary.failure_lines(reason, self.culprit, self.supervisor.tails) if code != 0 else []
+        lines += run_summary.summary_lines(
+            self.request,
+            self.progress,
+            done=code == 0,
+            wall_s=wall_s,
+            prepared=self.prepared,
+            hidden=self.terminal.hidden,
+            memory_lines=self._memory_lines(),
+        )
         if code != 0 and self.first_cause:  # last, where a reader looks: other processes' later lines are its echoes
             lines.append(f"[dfm local] cause: {self.first_cause}")
         for line in lines:
             if line:
                 self.echo(line)
-
-    def _train_loss_line(self) -> str:
-        last = self.progress.last_train_loss()
-        return f"  last finite train loss: {last[1]:g} at step {last[0]}" if last else ""
-
-    def tensorboard_dirs(self) -> list[Path]:
-        """The hosts' TensorBoard folders (TensorBoardOutputConfig.LocalPath) that hold event files."""
-        relative = conventions.TENSORBOARD_LOCAL_PATH[len(conventions.CONTAINER_BASE_DIR) + 1 :]
-        return [
-            folder
-            for folder in (Path(h.root) / relative for h in self.request.hosts)
-            if folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
-        ]
-
-    def _curves_lines(self) -> list[str]:
-        lines = []
-        try:
-            drawn = curves.plot(self.progress.history, self.job_dir / curves.PLOT_FILE, self.request.job_name)
-            if drawn is not None:
-                lines.append(f"  learning curves: {drawn}")
-        except ImportError:
-            lines.append("  learning curves: not drawn, matplotlib is not installed (pip install 'dfm[tune]')")
-        except OSError as err:
-            failed = checkpoint_store.write_failed(err, "the plot", self.job_dir / curves.PLOT_FILE)
-            lines.append(f"  learning curves: not drawn: {failed.message}")
-        lines += [f"  tensorboard: tensorboard --logdir {folder}" for folder in self.tensorboard_dirs()]
-        return lines
