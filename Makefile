@@ -21,14 +21,14 @@ test: test-fast
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-slow test-matrix
 
 test-slow: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow or horovod"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow or horovod" --durations=12
 
 # The entry-point tests marked `runtimes` (their behaviour depends on the TensorFlow version, or on what only some
 # images have), again on each other image family's runtime: TF 2.12 + Horovod (Python 3.10), where Horovod (MPI
 # and gloo) and Pipe mode must run, not skip; TF 2.21 (Python 3.12, Keras 3).
 test-matrix: setup
-	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
-	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS)
+	DFM_EXPECT=horovod,pipe $(RUNTIMES)/tf-2.12/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS) --durations=8
+	$(RUNTIMES)/tf-2.21/bin/python -m pytest -q -p no:cacheprovider -m runtimes $(ENTRY_TESTS) --durations=8
 
 # The linter and formatter's check (seconds), then the unit tests only (no TensorFlow processes), on both cores.
 test-fast: lint
