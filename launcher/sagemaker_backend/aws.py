@@ -178,13 +178,27 @@ def newest(
     return found[:max_results]
 
 
+def _snake(noun: str) -> str:
+    """An API noun as boto3's method names spell it: HyperParameterTuning -> hyper_parameter_tuning."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", noun).lower()
+
+
+def stop_job(name: str, region: str | None, noun: str, kind: str, console) -> dict:
+    """Stop<noun>Job on the job `name` (`noun` as newest_jobs's) -> the `dfm stop` row; `console(name, region)` is
+    the job's console page."""
+    region = resolve_region(region)
+    with aws_errors(f"stopping {name}", job_name=name, region=region):
+        getattr(client("sagemaker", region), f"stop_{_snake(noun)}_job")(**{f"{noun}JobName": name})
+    return {"job_name": name, "kind": kind, "status": "Stopping", "console_url": console(name, region)}
+
+
 def newest_jobs(
     region: str | None, noun: str, kind: str, name_contains: str | None, max_results: int, **extra: str
 ) -> list[dict]:
     """A List*Jobs operation's jobs, newest first, as `dfm list` rows. `noun` prefixes the API's names
     (Training -> list_training_jobs, TrainingJobSummaries, TrainingJobName, TrainingJobStatus, TrainingEndTime);
     `extra` maps more row keys to summary keys."""
-    operation = "list_" + re.sub(r"(?<!^)(?=[A-Z])", "_", noun).lower() + "_jobs"
+    operation = "list_" + _snake(noun) + "_jobs"
 
     def iso(value):
         return value.isoformat() if hasattr(value, "isoformat") else value

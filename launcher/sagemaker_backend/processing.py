@@ -259,10 +259,7 @@ def describe(name: str, region: str | None) -> dict:
 
 
 def stop(name: str, region: str | None) -> dict:
-    region = aws.resolve_region(region)
-    with aws.aws_errors(f"stopping {name}", job_name=name, region=region):
-        aws.client("sagemaker", region).stop_processing_job(ProcessingJobName=name)
-    return {"job_name": name, "kind": "processing", "status": "Stopping", "console_url": console_url(name, region)}
+    return aws.stop_job(name, region, "Processing", "processing", console_url)
 
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:

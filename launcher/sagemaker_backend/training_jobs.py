@@ -175,11 +175,7 @@ def raise_for_outcome(summary: dict) -> None:
 
 
 def stop(job_name: str, region: str | None) -> dict:
-    region = aws.resolve_region(region)
-    sagemaker_client = aws.client("sagemaker", region)
-    with aws.aws_errors(f"stopping {job_name}", job_name=job_name, region=region):
-        sagemaker_client.stop_training_job(TrainingJobName=job_name)
-    return {"job_name": job_name, "status": "Stopping", "console_url": aws.console_url(job_name, region)}
+    return aws.stop_job(job_name, region, "Training", "training", aws.console_url)
 
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:

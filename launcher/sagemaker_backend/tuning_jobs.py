@@ -149,11 +149,7 @@ def wait(
 
 
 def stop(name: str, region: str | None) -> dict:
-    region = aws.resolve_region(region)
-    client = aws.client("sagemaker", region)
-    with aws.aws_errors(f"stopping {name}", job_name=name, region=region):
-        client.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
-    return {"job_name": name, "kind": "tuning", "status": "Stopping", "console_url": console_url(name, region)}
+    return aws.stop_job(name, region, "HyperParameterTuning", "tuning", console_url)
 
 
 def list_jobs(region: str | None, name_contains: str | None = None, max_results: int = 20) -> list[dict]:
