@@ -14,20 +14,24 @@ from deepfm_log import emit, format_metric, log
 from deepfm_summaries import record
 
 
+# Where each count sits in StreamingMetrics.totals: the loss sum, the examples, the rows skipped as bad, then the
+# positives' and the negatives' histogram of predictions (`buckets` each).
+LOSS_SUM, EXAMPLES, SKIPPED, HISTOGRAMS = 0, 1, 2, 3
+
+
 class StreamingMetrics(tf.Module):
-    """Loss sum, example count and a prediction histogram per label (for AUC), as variables so that
-    ParameterServerStrategy workers can update them remotely and the chief can read them."""
+    """Loss sum, example count and a prediction histogram per label (for AUC), in one variable so that
+    ParameterServerStrategy workers can update them remotely and the chief can read them. One variable: a closure's
+    counts are added by one update and a read sees all of them or none (a parameter-server chief reads while
+    the workers' closures add; with a variable per count, a read could take a closure's examples without their
+    loss)."""
 
     def __init__(self, buckets=1000, name="metrics"):
         super().__init__(name=name)
         self.buckets = buckets
-        self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="loss_sum")
-        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
-        self.positives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="positives")
-        self.negatives = tf.Variable(tf.zeros([buckets], tf.float64), trainable=False, name="negatives")
-        # rows the batches' parser dropped as bad (raw features, bad_rows: skip), and the share of the rows read
-        # past which an evaluation fails (None: not bounded)
-        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped")
+        self.totals = tf.Variable(tf.zeros([HISTOGRAMS + 2 * buckets], tf.float64), trainable=False, name="totals")
+        # the share of the rows read past which an evaluation fails (None: not bounded); rows the batches' parser
+        # dropped as bad (raw features, bad_rows: skip) are counted at SKIPPED
         self.max_skipped_fraction = None
 
     def update(self, labels, probs, losses):
@@ -36,8 +40,8 @@ class StreamingMetrics(tf.Module):
 
     def counts(self, labels, probs, losses):
         """What `update` adds, as tensors (positives, negatives, loss sum, examples): counts of several
-        batches can be summed where they are computed and added once (`add`), one update of these
-        variables instead of one per batch when they live on another task."""
+        batches can be summed where they are computed and added once (`add`), one update of the metrics
+        instead of one per batch when they live on another task."""
         labels = tf.cast(tf.reshape(labels, [-1]), tf.float64)
         bucket = tf.clip_by_value(tf.cast(tf.reshape(probs, [-1]) * self.buckets, tf.int32), 0, self.buckets - 1)
         return (
@@ -57,35 +61,34 @@ class StreamingMetrics(tf.Module):
 
     def add(self, counts):
         positives, negatives, loss_sum, examples = counts
-        self.positives.assign_add(positives)
-        self.negatives.assign_add(negatives)
-        self.loss_sum.assign_add(loss_sum)
-        self.examples.assign_add(examples)
+        head = tf.stack([tf.cast(loss_sum, tf.float64), tf.cast(examples, tf.float64), tf.constant(0.0, tf.float64)])
+        self.totals.assign_add(tf.concat([head, positives, negatives], 0))
 
     def skip(self, count):
-        self.skipped.assign_add(tf.cast(count, tf.int64))
+        self.totals.assign_add(
+            tf.one_hot(SKIPPED, HISTOGRAMS + 2 * self.buckets, dtype=tf.float64) * tf.cast(count, tf.float64)
+        )
 
     def reset(self):
-        for var in (self.loss_sum, self.examples, self.skipped, self.positives, self.negatives):
-            var.assign(tf.zeros_like(var))
+        self.totals.assign(tf.zeros_like(self.totals))
 
     @tf.function
     def take(self):
         """-> [loss sum, examples, skipped, positives..., negatives...] (float64), and take them out: one call,
-        which a parameter-server chief makes once per ps holding them instead of a round trip per read and per
-        reset. What was read is subtracted, not zeroed: a parameter-server chief takes while the workers' closures
-        add, and what a closure adds between the read and the subtraction stays for the next take."""
-        parts = (self.loss_sum, self.examples, self.skipped, self.positives, self.negatives)
-        values = [var.read_value() for var in parts]
-        for var, value in zip(parts, values):  # after the reads: a function runs a variable's operations in order
-            var.assign_sub(value)
-        return tf.concat([tf.reshape(tf.cast(value, tf.float64), [-1]) for value in values], 0)
+        which a parameter-server chief makes once per ps holding them. What was read is subtracted, not zeroed: a
+        parameter-server chief takes while the workers' closures add, and what a closure adds between the read and
+        the subtraction stays for the next take."""
+        value = self.totals.read_value()
+        self.totals.assign_sub(value)  # after the read: a function runs a variable's operations in order
+        return value
 
     def result(self):
         """-> (mean loss, AUC, examples) as Python numbers, read on the caller's side."""
-        examples = int(self.examples.numpy())
-        loss = float(self.loss_sum.numpy()) / examples if examples else float("nan")
-        return loss, histogram_auc(self.positives.numpy(), self.negatives.numpy()), examples
+        totals = self.totals.numpy()
+        examples = int(totals[EXAMPLES])
+        loss = float(totals[LOSS_SUM]) / examples if examples else float("nan")
+        positives, negatives = np.split(totals[HISTOGRAMS:], 2)
+        return loss, histogram_auc(positives, negatives), examples
 
 
 def histogram_auc(positives, negatives):
@@ -103,8 +106,8 @@ def summed_counts(metrics, collectives=None):
     collective), then reset it."""
     collectives = collectives or SingleProcess()
     total = np.asarray(collectives.sum(metrics.take()))
-    loss_sum, examples, skipped = total[0], total[1], total[2]
-    positives, negatives = np.split(total[3:], 2)
+    loss_sum, examples, skipped = total[LOSS_SUM], total[EXAMPLES], total[SKIPPED]
+    positives, negatives = np.split(total[HISTOGRAMS:], 2)
     loss = loss_sum / examples if examples else float("nan")
     return loss, histogram_auc(positives, negatives), int(examples), int(skipped)
 
